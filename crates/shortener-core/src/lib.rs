@@ -1,0 +1,1 @@
+//! Pure logic of the URL shortener.

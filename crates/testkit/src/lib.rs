@@ -1,0 +1,1 @@
+//! Dev-only helpers that start real servers on loopback for tests.
