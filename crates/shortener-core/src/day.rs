@@ -1,0 +1,131 @@
+//! UTC days, the unit of analytics.
+
+use std::fmt;
+use time::{Date, OffsetDateTime};
+
+/// Seconds since the Unix epoch, UTC.
+pub type UnixSeconds = i64;
+
+const SECONDS_PER_DAY: i64 = 86_400;
+
+/// Days of history that analytics keep and report.
+pub const ANALYTICS_DAYS: u32 = 30;
+
+/// A UTC calendar day, counted in days since 1970-01-01.
+///
+/// ```
+/// use shortener_core::day::Day;
+/// let day = Day::from_unix(1_700_000_000);
+/// assert_eq!(day.to_string(), "2023-11-14");
+/// assert_eq!(Day::from_unix(-1).to_string(), "1969-12-31");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Day(i32);
+
+impl Day {
+    /// The day that contains the instant `secs`.
+    pub fn from_unix(secs: UnixSeconds) -> Self {
+        // Any i64 / 86400 fits i32 for instants up to year 5.8 million; clamp for the rest.
+        let days = secs.div_euclid(SECONDS_PER_DAY);
+        Self(days.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
+    }
+
+    /// From the stored day number.
+    pub const fn from_number(days_since_epoch: i32) -> Self {
+        Self(days_since_epoch)
+    }
+
+    /// The stored day number.
+    pub const fn number(self) -> i32 {
+        self.0
+    }
+
+    /// The day `n` days before this one.
+    pub const fn minus(self, n: u32) -> Self {
+        Self(self.0.saturating_sub(n as i32))
+    }
+
+    /// The calendar date; `None` only for days outside the calendar `time` supports.
+    pub fn date(self) -> Option<Date> {
+        let midnight = i64::from(self.0) * SECONDS_PER_DAY;
+        OffsetDateTime::from_unix_timestamp(midnight)
+            .ok()
+            .map(|t| t.date())
+    }
+}
+
+impl fmt::Display for Day {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.date() {
+            Some(d) => write!(f, "{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day()),
+            None => write!(f, "day{}", self.0),
+        }
+    }
+}
+
+/// The last `ANALYTICS_DAYS` days ending with `today`, oldest first, each with its count from
+/// `counts` (pairs in any order; days outside the window are ignored) or zero.
+///
+/// ```
+/// use shortener_core::day::{zero_filled_window, Day};
+/// let today = Day::from_number(100);
+/// let window = zero_filled_window(today, &[(Day::from_number(99), 4)]);
+/// assert_eq!(window.len(), 30);
+/// assert_eq!(window[29], (today, 0));
+/// assert_eq!(window[28], (Day::from_number(99), 4));
+/// assert_eq!(window[0].0, Day::from_number(71));
+/// ```
+pub fn zero_filled_window(today: Day, counts: &[(Day, u64)]) -> Vec<(Day, u64)> {
+    let first = today.minus(ANALYTICS_DAYS - 1);
+    let mut window: Vec<(Day, u64)> = (first.0..=today.0).map(|d| (Day(d), 0)).collect();
+    for &(day, count) in counts {
+        if day >= first && day <= today {
+            // In range by the check above, so the offset is within the window.
+            let slot = (day.0 - first.0) as usize;
+            window[slot].1 += count;
+        }
+    }
+    window
+}
+
+/// Formats an instant as RFC 3339 in UTC with a `Z` suffix and whole seconds.
+///
+/// ```
+/// use shortener_core::day::rfc3339;
+/// assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+/// ```
+pub fn rfc3339(secs: UnixSeconds) -> String {
+    match OffsetDateTime::from_unix_timestamp(secs) {
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        ),
+        Err(_) => String::from("invalid-time"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn day_boundaries_are_utc_midnight() {
+        assert_eq!(Day::from_unix(86_399), Day(0));
+        assert_eq!(Day::from_unix(86_400), Day(1));
+        assert_eq!(Day::from_unix(951_782_400).to_string(), "2000-02-29");
+    }
+
+    #[test]
+    fn window_drops_old_days_and_sums_duplicates() {
+        let today = Day(1000);
+        let w = zero_filled_window(today, &[(Day(970), 9), (Day(971), 1), (Day(971), 2), (Day(1001), 5)]);
+        assert_eq!(w.first(), Some(&(Day(971), 3)));
+        assert_eq!(w.iter().map(|(_, c)| c).sum::<u64>(), 3);
+        assert!(w.windows(2).all(|p| p[1].0.number() == p[0].0.number() + 1));
+    }
+}

@@ -1,0 +1,113 @@
+//! What every store of links (embedded, PostgreSQL) and every sink of clicks implements.
+
+use crate::day::{Day, UnixSeconds};
+use crate::link::Link;
+use crate::token::{Principal, TokenHash};
+use async_trait::async_trait;
+use std::ops::Range;
+
+/// A boxed error from a store's driver.
+pub type DriverError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A store failure, saying whether it is worth retrying elsewhere or later.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached or is shutting down; callers answer 503.
+    #[error("store unavailable: {0}")]
+    Unavailable(#[source] DriverError),
+    /// The store answered with an error.
+    #[error("store error: {0}")]
+    Backend(#[source] DriverError),
+    /// Every generated id has been handed out.
+    #[error("the space of generated codes is exhausted")]
+    IdSpaceExhausted,
+}
+
+/// Result of a put-if-absent of a link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// The link is stored durably.
+    Inserted,
+    /// A link with this code already exists; nothing was written.
+    CodeTaken,
+}
+
+/// A new API token, as stored.
+#[derive(Debug, Clone)]
+pub struct TokenRecord {
+    /// Hash of the token; the token itself is never stored.
+    pub hash: TokenHash,
+    /// Who it belongs to.
+    pub principal: Principal,
+    /// When it was issued.
+    pub created_at: UnixSeconds,
+}
+
+/// Clicks on one code on one UTC day, already summed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClickDelta {
+    /// The link.
+    pub code: String,
+    /// The UTC day of the clicks.
+    pub day: Day,
+    /// Clicks by people.
+    pub human: u64,
+    /// Clicks by bots and link previews.
+    pub bot: u64,
+}
+
+/// One day of analytics as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DailyCount {
+    /// The UTC day.
+    pub day: Day,
+    /// Clicks by people.
+    pub human: u64,
+    /// Clicks by bots.
+    pub bot: u64,
+}
+
+/// Durable storage of links, id blocks and tokens.
+///
+/// Every write that returns `Ok` is durable: a crash right after it loses nothing.
+#[async_trait]
+pub trait LinkStore: Send + Sync + 'static {
+    /// Atomically takes the next `count` ids from the store's one counter. Concurrent callers,
+    /// in this process or any other, always get disjoint ranges.
+    async fn lease_ids(&self, count: u64) -> Result<Range<u64>, StoreError>;
+
+    /// Returns the key of the code permutation, storing `candidate` first if there is none.
+    /// Every caller gets the same key, whoever came first.
+    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError>;
+
+    /// Stores `link` unless its code exists (put-if-absent, never read-then-write).
+    async fn insert_link(&self, link: &Link) -> Result<InsertOutcome, StoreError>;
+
+    /// The link with this code, whatever its status.
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError>;
+
+    /// Marks a link disabled at `at`; returns whether the link exists. Disabling twice keeps
+    /// the first instant.
+    async fn disable_link(&self, code: &str, at: UnixSeconds) -> Result<bool, StoreError>;
+
+    /// Daily counts of one code from `since` on, in any order; days with no clicks may be
+    /// missing.
+    async fn daily_clicks(&self, code: &str, since: Day) -> Result<Vec<DailyCount>, StoreError>;
+
+    /// Stores a new token.
+    async fn insert_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
+
+    /// Who owns the token with this hash, if anyone.
+    async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError>;
+
+    /// Checks that the store answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+}
+
+/// Where aggregated clicks go.
+#[async_trait]
+pub trait ClickSink: Send + Sync + 'static {
+    /// Adds every delta to its day and to its link's running totals, all in one atomic
+    /// write: either every delta counts or none does. Deltas for unknown codes are ignored.
+    async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError>;
+}
