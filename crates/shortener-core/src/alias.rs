@@ -9,9 +9,30 @@ pub const MAX_LEN: usize = 30;
 
 /// Words that name paths the service serves itself, or may serve; compared case-insensitively.
 pub const RESERVED: &[&str] = &[
-    "about", "admin", "api", "app", "assets", "auth", "dashboard", "docs", "favicon", "health",
-    "healthz", "help", "login", "logout", "metrics", "openapi", "ready", "readyz", "robots",
-    "signup", "static", "status", "swagger", "www",
+    "about",
+    "admin",
+    "api",
+    "app",
+    "assets",
+    "auth",
+    "dashboard",
+    "docs",
+    "favicon",
+    "health",
+    "healthz",
+    "help",
+    "login",
+    "logout",
+    "metrics",
+    "openapi",
+    "ready",
+    "readyz",
+    "robots",
+    "signup",
+    "static",
+    "status",
+    "swagger",
+    "www",
 ];
 
 const OFFENSIVE_WORDS: &str = include_str!("../data/offensive-words.txt");
@@ -135,7 +156,10 @@ mod tests {
     fn reserved_words_in_any_case() {
         for word in ["api", "API", "healthz", "ReadyZ", "static", "admin"] {
             if word.len() >= MIN_LEN {
-                assert!(matches!(validate_alias(word), Err(AliasError::Reserved(_))), "{word}");
+                assert!(
+                    matches!(validate_alias(word), Err(AliasError::Reserved(_))),
+                    "{word}"
+                );
             }
         }
     }
@@ -144,7 +168,10 @@ mod tests {
     fn offensive_words_whole_parts_and_long_substrings() {
         assert_eq!(validate_alias("shit-happens"), Err(AliasError::Offensive));
         assert_eq!(validate_alias("Sh1t"), Err(AliasError::Offensive));
-        assert_eq!(validate_alias("bigmotherfuckerdeal"), Err(AliasError::Offensive));
+        assert_eq!(
+            validate_alias("bigmotherfuckerdeal"),
+            Err(AliasError::Offensive)
+        );
         assert!(validate_alias("classic-cars").is_ok());
         assert!(validate_alias("scunthorpe").is_ok());
         assert!(validate_alias("shitake").is_ok());
@@ -153,6 +180,10 @@ mod tests {
     #[test]
     fn word_list_loads() {
         assert!(offensive_words().len() > 20);
-        assert!(offensive_words().iter().all(|w| w.chars().all(|c| c.is_ascii_lowercase())));
+        assert!(
+            offensive_words()
+                .iter()
+                .all(|w| w.chars().all(|c| c.is_ascii_lowercase()))
+        );
     }
 }

@@ -57,7 +57,13 @@ impl Day {
 impl fmt::Display for Day {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.date() {
-            Some(d) => write!(f, "{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day()),
+            Some(d) => write!(
+                f,
+                "{:04}-{:02}-{:02}",
+                d.year(),
+                u8::from(d.month()),
+                d.day()
+            ),
             None => write!(f, "day{}", self.0),
         }
     }
@@ -123,7 +129,10 @@ mod tests {
     #[test]
     fn window_drops_old_days_and_sums_duplicates() {
         let today = Day(1000);
-        let w = zero_filled_window(today, &[(Day(970), 9), (Day(971), 1), (Day(971), 2), (Day(1001), 5)]);
+        let w = zero_filled_window(
+            today,
+            &[(Day(970), 9), (Day(971), 1), (Day(971), 2), (Day(1001), 5)],
+        );
         assert_eq!(w.first(), Some(&(Day(971), 3)));
         assert_eq!(w.iter().map(|(_, c)| c).sum::<u64>(), 3);
         assert!(w.windows(2).all(|p| p[1].0.number() == p[0].0.number() + 1));

@@ -183,15 +183,42 @@ mod tests {
     #[test]
     fn refuses_each_rule() {
         let p = policy();
-        assert_eq!(validate_long_url("mailto:a@b.c", &p), Err(UrlError::Scheme("mailto".into())));
-        assert_eq!(validate_long_url("javascript:alert(1)", &p), Err(UrlError::Scheme("javascript".into())));
-        assert!(matches!(validate_long_url("not a url", &p), Err(UrlError::Unparsable(_))));
-        assert!(matches!(validate_long_url("/relative", &p), Err(UrlError::Unparsable(_))));
-        assert!(matches!(validate_long_url("http://", &p), Err(UrlError::Unparsable(_))));
-        assert_eq!(validate_long_url("https://u:p@example.com/", &p), Err(UrlError::UserInfo));
-        assert_eq!(validate_long_url("https://u@example.com/", &p), Err(UrlError::UserInfo));
-        assert_eq!(validate_long_url("http://127.0.0.1:9/x", &p), Err(UrlError::OwnHost));
-        assert_eq!(validate_long_url("http://SHO.RT./x", &p), Err(UrlError::OwnHost));
+        assert_eq!(
+            validate_long_url("mailto:a@b.c", &p),
+            Err(UrlError::Scheme("mailto".into()))
+        );
+        assert_eq!(
+            validate_long_url("javascript:alert(1)", &p),
+            Err(UrlError::Scheme("javascript".into()))
+        );
+        assert!(matches!(
+            validate_long_url("not a url", &p),
+            Err(UrlError::Unparsable(_))
+        ));
+        assert!(matches!(
+            validate_long_url("/relative", &p),
+            Err(UrlError::Unparsable(_))
+        ));
+        assert!(matches!(
+            validate_long_url("http://", &p),
+            Err(UrlError::Unparsable(_))
+        ));
+        assert_eq!(
+            validate_long_url("https://u:p@example.com/", &p),
+            Err(UrlError::UserInfo)
+        );
+        assert_eq!(
+            validate_long_url("https://u@example.com/", &p),
+            Err(UrlError::UserInfo)
+        );
+        assert_eq!(
+            validate_long_url("http://127.0.0.1:9/x", &p),
+            Err(UrlError::OwnHost)
+        );
+        assert_eq!(
+            validate_long_url("http://SHO.RT./x", &p),
+            Err(UrlError::OwnHost)
+        );
         assert_eq!(
             validate_long_url("https://a.evil.example/", &p),
             Err(UrlError::Blocked("a.evil.example".into()))

@@ -110,4 +110,7 @@ pub trait ClickSink: Send + Sync + 'static {
     /// Adds every delta to its day and to its link's running totals, all in one atomic
     /// write: either every delta counts or none does. Deltas for unknown codes are ignored.
     async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError>;
+
+    /// Forgets daily counts older than `day` (totals stay); returns how many rows went.
+    async fn prune_clicks_before(&self, day: Day) -> Result<u64, StoreError>;
 }

@@ -1,0 +1,148 @@
+//! The one error shape of the API: `{"error": {"code": "...", "message": "..."}}`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use shortener_core::store::StoreError;
+use utoipa::ToSchema;
+
+/// Body of every error response.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong, for machines (`code`) and people (`message`).
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct ErrorDetail {
+    /// Stable machine-readable code, e.g. `alias_taken`.
+    #[schema(example = "alias_taken")]
+    pub code: &'static str,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+/// An error response about to be sent.
+#[derive(Debug)]
+pub(super) struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    retry_after: Option<u64>,
+    www_authenticate: bool,
+}
+
+impl ApiError {
+    pub(super) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            retry_after: None,
+            www_authenticate: false,
+        }
+    }
+
+    pub(super) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub(super) fn not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", "no such link")
+    }
+
+    pub(super) fn unauthorized(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            www_authenticate: true,
+            ..Self::new(StatusCode::UNAUTHORIZED, code, message)
+        }
+    }
+
+    pub(super) fn rate_limited(retry_after_secs: u64) -> Self {
+        Self {
+            retry_after: Some(retry_after_secs),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("too many links created; retry in {retry_after_secs} s"),
+            )
+        }
+    }
+
+    pub(super) fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(_) => {
+                tracing::warn!(error = %e, "store unavailable");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    "the link store is unavailable; try again shortly",
+                )
+            }
+            StoreError::IdSpaceExhausted => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "id_space_exhausted",
+                "no generated codes are left; use a custom alias",
+            ),
+            StoreError::Backend(_) => {
+                tracing::error!(error = %e, "store error");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error",
+                )
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: self.message,
+            },
+        };
+        let mut response = (self.status, axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        if let Some(secs) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.www_authenticate {
+            headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// The router's answer for paths it does not serve.
+pub(super) async fn no_route() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
+}
+
+/// The router's answer for a known path with the wrong method.
+pub(super) async fn wrong_method() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "method not allowed on this resource",
+    )
+}
+
+/// Turns a panic in a handler into a JSON 500 instead of a dropped connection.
+pub(super) fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("handler panicked");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "internal error",
+    )
+    .into_response()
+}

@@ -1,0 +1,334 @@
+//! The links API: create, read metadata, read analytics, delete.
+
+use super::auth::{client_ip, principal, required_principal};
+use super::error::{ApiError, ErrorBody};
+use super::json::ApiJson;
+use super::{App, AppState};
+use crate::ratelimit::{Budget, Creator};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use shortener_core::alias::{could_be_code, validate_alias};
+use shortener_core::day::{ANALYTICS_DAYS, Day, rfc3339, zero_filled_window};
+use shortener_core::link::{DEFAULT_EXPIRES_IN_DAYS, EXPIRES_IN_DAYS, Link};
+use shortener_core::long_url::validate_long_url;
+use shortener_core::store::InsertOutcome;
+use shortener_core::token::Principal;
+use std::net::SocketAddr;
+use utoipa::ToSchema;
+
+/// A request to shorten a URL.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CreateLink {
+    /// The destination: http or https, at most 2048 characters.
+    #[schema(example = "https://example.com/some/long/path")]
+    pub long_url: String,
+    /// A code of your choice: 4 to 30 characters of A-Z, a-z, 0-9 and '-'.
+    #[schema(example = "spring-sale")]
+    pub custom_alias: Option<String>,
+    /// Lifetime in days, 1 to 3650 (default 1825).
+    pub expires_in_days: Option<i64>,
+}
+
+/// A link just created.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct CreatedLink {
+    pub short_code: String,
+    pub short_url: String,
+    pub long_url: String,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    /// RFC 3339, UTC.
+    pub expires_at: String,
+}
+
+/// Everything known about a link.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct LinkInfo {
+    pub short_code: String,
+    pub short_url: String,
+    pub long_url: String,
+    pub created_at: String,
+    pub expires_at: String,
+    /// `active`, `expired` or `disabled`.
+    pub status: &'static str,
+    pub custom_alias: bool,
+    /// The user that created it; absent for anonymous links.
+    pub owner: Option<String>,
+    /// Clicks by people (eventually consistent).
+    pub total_clicks: u64,
+    /// Clicks by known bots and link previews.
+    pub bot_clicks: u64,
+}
+
+/// Clicks of one UTC day.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct DailyClicks {
+    /// `YYYY-MM-DD`.
+    pub date: String,
+    pub clicks: u64,
+}
+
+/// Click analytics of a link.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Analytics {
+    pub short_code: String,
+    /// Clicks by people since the link was created.
+    pub total_clicks: u64,
+    /// Clicks by known bots and link previews, counted apart.
+    pub bot_clicks: u64,
+    /// The last 30 UTC days, oldest first, zero-filled; people only.
+    pub daily_clicks: Vec<DailyClicks>,
+}
+
+fn short_url(app: &App, code: &str) -> String {
+    format!("{}/{code}", app.base_url)
+}
+
+fn budget_headers(response: &mut Response, budget: Budget) {
+    let headers = response.headers_mut();
+    headers.insert("ratelimit-limit", HeaderValue::from(budget.limit));
+    headers.insert("ratelimit-remaining", HeaderValue::from(budget.remaining));
+}
+
+/// Shorten a URL.
+#[utoipa::path(
+    post, path = "/api/v1/links", tag = "links",
+    request_body = CreateLink,
+    security((), ("bearer" = [])),
+    responses(
+        (status = 201, description = "Created", body = CreatedLink),
+        (status = 400, description = "Invalid URL, alias, expiry or body", body = ErrorBody),
+        (status = 401, description = "Bad token, or a token is required", body = ErrorBody),
+        (status = 409, description = "The alias is taken", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
+    )
+)]
+pub(super) async fn create(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Result<ApiJson<CreateLink>, ApiError>,
+) -> Result<Response, ApiError> {
+    let result = create_inner(&app, peer, &headers, body).await;
+    app.metrics.count_create(match &result {
+        Ok(_) => "created",
+        Err(e) => match e.status() {
+            StatusCode::CONFLICT => "conflict",
+            StatusCode::TOO_MANY_REQUESTS => "rate_limited",
+            StatusCode::UNAUTHORIZED => "unauthorized",
+            s if s.is_server_error() => "error",
+            _ => "invalid",
+        },
+    });
+    result
+}
+
+async fn create_inner(
+    app: &App,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    body: Result<ApiJson<CreateLink>, ApiError>,
+) -> Result<Response, ApiError> {
+    let who = principal(app, headers).await?;
+    if who.is_none() && app.no_anonymous {
+        return Err(ApiError::unauthorized(
+            "authentication_required",
+            "anonymous link creation is disabled; send a bearer token",
+        ));
+    }
+    let ip = client_ip(app, peer, headers);
+    let budget = match &who {
+        Some(Principal { admin: true, .. }) => None,
+        Some(p) => Some(app.limits.check(Creator::User(&p.user))),
+        None => Some(app.limits.check(Creator::Anonymous(ip))),
+    }
+    .transpose()
+    .map_err(|refused| ApiError::rate_limited(refused.retry_after.as_secs().max(1)))?;
+
+    let ApiJson(req) = body?;
+    let long_url = validate_long_url(&req.long_url, &app.policy.get())
+        .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
+    if let Some(alias) = &req.custom_alias {
+        validate_alias(alias).map_err(|e| ApiError::bad_request("invalid_alias", e.to_string()))?;
+    }
+    let days = req
+        .expires_in_days
+        .unwrap_or(i64::from(DEFAULT_EXPIRES_IN_DAYS));
+    if !(i64::from(*EXPIRES_IN_DAYS.start())..=i64::from(*EXPIRES_IN_DAYS.end())).contains(&days) {
+        return Err(ApiError::bad_request(
+            "invalid_expiry",
+            format!(
+                "expires_in_days must be between {} and {}",
+                EXPIRES_IN_DAYS.start(),
+                EXPIRES_IN_DAYS.end()
+            ),
+        ));
+    }
+
+    let now = crate::now();
+    let mut link = Link {
+        code: String::new(),
+        long_url,
+        owner: who.map(|p| p.user),
+        custom_alias: req.custom_alias.is_some(),
+        created_at: now,
+        expires_at: now + days * 86_400,
+        disabled_at: None,
+        clicks: 0,
+        bot_clicks: 0,
+        created_ip: Some(ip.to_string()),
+    };
+    let link = match req.custom_alias {
+        Some(alias) => {
+            link.code = alias;
+            match app.store.insert_link(&link).await? {
+                InsertOutcome::Inserted => link,
+                InsertOutcome::CodeTaken => {
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        "alias_taken",
+                        format!("the alias {:?} is already taken", link.code),
+                    ));
+                }
+            }
+        }
+        None => {
+            app.allocator
+                .insert_generated(link, || {
+                    app.metrics.generated_code_skips.inc();
+                })
+                .await?
+        }
+    };
+    tracing::info!(
+        code = %link.code, owner = link.owner.as_deref().unwrap_or("-"), ip = %ip,
+        "link created"
+    );
+
+    let location = format!("/api/v1/links/{}", link.code);
+    let created = CreatedLink {
+        short_url: short_url(app, &link.code),
+        short_code: link.code,
+        long_url: link.long_url,
+        created_at: rfc3339(link.created_at),
+        expires_at: rfc3339(link.expires_at),
+    };
+    let mut response = (StatusCode::CREATED, axum::Json(created)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    if let Some(budget) = budget {
+        budget_headers(&mut response, budget);
+    }
+    Ok(response)
+}
+
+/// The link if it exists and `who` may see it; 404 otherwise, so that a token cannot probe
+/// for other users' links.
+async fn visible_link(app: &App, code: &str, who: &Principal) -> Result<Link, ApiError> {
+    if !could_be_code(code) {
+        return Err(ApiError::not_found());
+    }
+    match app.store.get_link(code).await? {
+        Some(link) if link.visible_to(who) => Ok(link),
+        _ => Err(ApiError::not_found()),
+    }
+}
+
+/// Metadata of a link (its owner or an admin).
+#[utoipa::path(
+    get, path = "/api/v1/links/{code}", tag = "links",
+    params(("code" = String, Path, description = "Short code or alias")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "The link", body = LinkInfo),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+    )
+)]
+pub(super) async fn info(
+    State(app): State<AppState>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+) -> Result<axum::Json<LinkInfo>, ApiError> {
+    let who = required_principal(&app, &headers).await?;
+    let link = visible_link(&app, &code, &who).await?;
+    Ok(axum::Json(LinkInfo {
+        short_url: short_url(&app, &link.code),
+        status: link.status(crate::now()).as_str(),
+        created_at: rfc3339(link.created_at),
+        expires_at: rfc3339(link.expires_at),
+        custom_alias: link.custom_alias,
+        total_clicks: link.clicks,
+        bot_clicks: link.bot_clicks,
+        short_code: link.code,
+        long_url: link.long_url,
+        owner: link.owner,
+    }))
+}
+
+/// Click analytics of a link (its owner or an admin).
+#[utoipa::path(
+    get, path = "/api/v1/links/{code}/analytics", tag = "links",
+    params(("code" = String, Path, description = "Short code or alias")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Totals and the last 30 days", body = Analytics),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+    )
+)]
+pub(super) async fn analytics(
+    State(app): State<AppState>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+) -> Result<axum::Json<Analytics>, ApiError> {
+    let who = required_principal(&app, &headers).await?;
+    let link = visible_link(&app, &code, &who).await?;
+    let today = Day::from_unix(crate::now());
+    let rows = app
+        .store
+        .daily_clicks(&link.code, today.minus(ANALYTICS_DAYS - 1))
+        .await?;
+    let counts: Vec<(Day, u64)> = rows.iter().map(|r| (r.day, r.human)).collect();
+    Ok(axum::Json(Analytics {
+        daily_clicks: zero_filled_window(today, &counts)
+            .into_iter()
+            .map(|(day, clicks)| DailyClicks {
+                date: day.to_string(),
+                clicks,
+            })
+            .collect(),
+        short_code: link.code,
+        total_clicks: link.clicks,
+        bot_clicks: link.bot_clicks,
+    }))
+}
+
+/// Disable a link (its owner or an admin): it answers 410 from then on.
+#[utoipa::path(
+    delete, path = "/api/v1/links/{code}", tag = "links",
+    params(("code" = String, Path, description = "Short code or alias")),
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Disabled (also when it already was)"),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+    )
+)]
+pub(super) async fn delete(
+    State(app): State<AppState>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let who = required_principal(&app, &headers).await?;
+    let link = visible_link(&app, &code, &who).await?;
+    app.store.disable_link(&link.code, crate::now()).await?;
+    tracing::info!(code = %link.code, by = %who.user, "link disabled");
+    Ok(StatusCode::NO_CONTENT)
+}

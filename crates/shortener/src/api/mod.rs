@@ -1,0 +1,65 @@
+//! The HTTP API: routes, shared state, and the handlers of each path.
+
+mod auth;
+mod error;
+mod json;
+mod links;
+mod openapi;
+mod ops;
+mod redirect;
+
+use crate::allocator::CodeAllocator;
+use crate::blocklist::PolicyCell;
+use crate::clicks::ClickRecorder;
+use crate::metrics::Metrics;
+use crate::ratelimit::CreateLimits;
+use crate::store::Store;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::HeaderValue;
+use axum::routing::{get, post};
+use std::sync::Arc;
+use tower_http::catch_panic::CatchPanicLayer;
+
+/// Largest accepted request body; a maximal create request is about 2.2 KiB.
+const BODY_LIMIT: usize = 16 * 1024;
+
+/// Everything the handlers share.
+#[derive(Debug)]
+pub(crate) struct App {
+    pub store: Arc<dyn Store>,
+    pub allocator: CodeAllocator,
+    pub clicks: ClickRecorder,
+    pub limits: CreateLimits,
+    pub policy: PolicyCell,
+    pub metrics: Arc<Metrics>,
+    /// Prefix of short URLs, without a trailing slash.
+    pub base_url: String,
+    pub no_anonymous: bool,
+    pub trust_forwarded_for: bool,
+    /// `Cache-Control` of redirects.
+    pub cache_control: HeaderValue,
+}
+
+pub(crate) type AppState = Arc<App>;
+
+/// The whole router.
+pub(crate) fn router(app: AppState) -> Router {
+    Router::new()
+        .route("/api/v1/links", post(links::create))
+        .route(
+            "/api/v1/links/{code}",
+            get(links::info).delete(links::delete),
+        )
+        .route("/api/v1/links/{code}/analytics", get(links::analytics))
+        .route("/api/v1/openapi.json", get(ops::openapi))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/{code}", get(redirect::follow))
+        .fallback(error::no_route)
+        .method_not_allowed_fallback(error::wrong_method)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(CatchPanicLayer::custom(error::panic_response))
+        .with_state(app)
+}

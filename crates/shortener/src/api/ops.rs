@@ -1,0 +1,47 @@
+//! Operations endpoints: liveness, readiness, metrics, the OpenAPI document.
+
+use super::AppState;
+use super::error::ApiError;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use serde_json::json;
+
+/// Alive: the process answers.
+pub(super) async fn healthz() -> impl IntoResponse {
+    axum::Json(json!({"status": "ok"}))
+}
+
+/// Ready: the store answers.
+pub(super) async fn readyz(State(app): State<AppState>) -> Result<impl IntoResponse, ApiError> {
+    match app.store.ping().await {
+        Ok(()) => Ok(axum::Json(json!({"status": "ready"}))),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check failed");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not_ready",
+                "the link store does not answer",
+            ))
+        }
+    }
+}
+
+/// Prometheus text exposition.
+pub(super) async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
+    app.metrics
+        .click_queue_depth
+        .set(i64::try_from(app.clicks.depth()).unwrap_or(i64::MAX));
+    (
+        [(
+            header::CONTENT_TYPE,
+            prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        )],
+        app.metrics.render(),
+    )
+}
+
+/// The OpenAPI 3 document of this API, generated from the handlers.
+pub(super) async fn openapi() -> impl IntoResponse {
+    axum::Json(super::openapi::document())
+}

@@ -1,0 +1,114 @@
+//! Command line: `shortener serve` and `shortener token create`.
+
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// A URL shortener: short links, fast redirects, per-day click analytics.
+#[derive(Debug, Parser)]
+#[command(name = "shortener", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API and the redirects.
+    Serve(ServeArgs),
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Issue a new bearer token; it is printed alone on the last line of stdout.
+    Create(TokenCreateArgs),
+}
+
+/// Flags of `serve`. Each is optional here: unset flags fall back to the environment
+/// (handled by clap), then to the `--config` file, then to the defaults in `config.rs`.
+#[derive(Debug, Args, Default)]
+pub struct ServeArgs {
+    /// TOML file with any of the settings below (flags and environment win over it).
+    #[arg(long, env = "SHORTENER_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8080].
+    #[arg(long, env = "SHORTENER_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Directory of the embedded store [default: ./data].
+    #[arg(long, env = "SHORTENER_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Public base of short links [default: http://<listen>].
+    #[arg(long, env = "SHORTENER_BASE_URL", value_name = "URL")]
+    pub base_url: Option<String>,
+    /// Refuse link creation without a token.
+    #[arg(long, env = "SHORTENER_NO_ANONYMOUS", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub no_anonymous: Option<bool>,
+    /// Links an anonymous client IP may create per hour [default: 100].
+    #[arg(long, env = "SHORTENER_ANON_CREATES_PER_HOUR", value_name = "N")]
+    pub anon_creates_per_hour: Option<u32>,
+    /// Links a user may create per hour [default: 1000].
+    #[arg(long, env = "SHORTENER_USER_CREATES_PER_HOUR", value_name = "N")]
+    pub user_creates_per_hour: Option<u32>,
+    /// File of blocked domains, one per line; re-read when it changes.
+    #[arg(long, env = "SHORTENER_BLOCKLIST", value_name = "FILE")]
+    pub blocklist: Option<PathBuf>,
+    /// Take the client IP from the last X-Forwarded-For entry (only behind a trusted proxy).
+    #[arg(long, env = "SHORTENER_TRUST_FORWARDED_FOR", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub trust_forwarded_for: Option<bool>,
+    /// Ids leased from the store per block [default: 10000].
+    #[arg(long, env = "SHORTENER_ID_BLOCK_SIZE", value_name = "N")]
+    pub id_block_size: Option<u64>,
+    /// max-age of the private Cache-Control sent with redirects, in seconds [default: 60].
+    #[arg(long, env = "SHORTENER_REDIRECT_MAX_AGE", value_name = "SECONDS")]
+    pub redirect_max_age: Option<u32>,
+    /// Click events buffered in memory before new ones are dropped (and counted) [default: 65536].
+    #[arg(long, env = "SHORTENER_CLICK_QUEUE", value_name = "N")]
+    pub click_queue: Option<usize>,
+    /// Longest wait before buffered clicks are written, in milliseconds [default: 1000].
+    #[arg(long, env = "SHORTENER_CLICK_FLUSH_MS", value_name = "MS")]
+    pub click_flush_ms: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct TokenCreateArgs {
+    /// TOML file; only `data_dir` is read from it.
+    #[arg(long, env = "SHORTENER_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Directory of the embedded store [default: ./data].
+    #[arg(long, env = "SHORTENER_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Who the token belongs to.
+    #[arg(long, value_name = "NAME")]
+    pub user: String,
+    /// Admin tokens read and delete every link.
+    #[arg(long)]
+    pub admin: bool,
+}
+
+/// Parses the command line, or explains the mistake in one line and exits 2.
+pub fn parse() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                e.exit();
+            }
+            let rendered = e.render().to_string();
+            let first = rendered
+                .lines()
+                .next()
+                .unwrap_or("error: invalid arguments");
+            eprintln!("{first} (see --help)");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The service's configuration: one typed struct resolved from flags, environment, a TOML
+//! file and defaults, in that order of precedence.
+
+use crate::cli::{ServeArgs, TokenCreateArgs};
+use anyhow::{Context, bail};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Everything `serve` needs, validated.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// `None` until the listener is bound: the default is `http://<bound address>`.
+    pub base_url: Option<String>,
+    pub no_anonymous: bool,
+    pub anon_creates_per_hour: NonZeroU32,
+    pub user_creates_per_hour: NonZeroU32,
+    pub blocklist: Option<PathBuf>,
+    pub trust_forwarded_for: bool,
+    pub id_block_size: u64,
+    pub redirect_max_age: u32,
+    pub click_queue: usize,
+    pub click_flush: Duration,
+}
+
+/// The TOML file: the same settings as the flags, with snake_case names.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    base_url: Option<String>,
+    no_anonymous: Option<bool>,
+    anon_creates_per_hour: Option<u32>,
+    user_creates_per_hour: Option<u32>,
+    blocklist: Option<PathBuf>,
+    trust_forwarded_for: Option<bool>,
+    id_block_size: Option<u64>,
+    redirect_max_age: Option<u32>,
+    click_queue: Option<usize>,
+    click_flush_ms: Option<u64>,
+}
+
+fn read_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
+    let Some(path) = path else {
+        return Ok(FileConfig::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    toml::from_str(&text).map_err(|e| {
+        // toml's message spans several lines (with a source excerpt); keep the gist.
+        let msg = e.message().to_owned();
+        let at = e
+            .span()
+            .map(|s| {
+                let line = text[..s.start].matches('\n').count() + 1;
+                format!(" at line {line}")
+            })
+            .unwrap_or_default();
+        anyhow::anyhow!("invalid config file {}{at}: {msg}", path.display())
+    })
+}
+
+fn positive(name: &str, value: u32) -> anyhow::Result<NonZeroU32> {
+    NonZeroU32::new(value).with_context(|| format!("{name} must be at least 1"))
+}
+
+impl ServeConfig {
+    /// Resolves the flags (which already include the environment) over the file and defaults.
+    pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
+        let file = read_file(args.config.as_deref())?;
+        let config = Self {
+            listen: args
+                .listen
+                .or(file.listen)
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))),
+            data_dir: args
+                .data_dir
+                .or(file.data_dir)
+                .unwrap_or_else(|| PathBuf::from("./data")),
+            base_url: args.base_url.or(file.base_url),
+            no_anonymous: args.no_anonymous.or(file.no_anonymous).unwrap_or(false),
+            anon_creates_per_hour: positive(
+                "anon-creates-per-hour",
+                args.anon_creates_per_hour
+                    .or(file.anon_creates_per_hour)
+                    .unwrap_or(100),
+            )?,
+            user_creates_per_hour: positive(
+                "user-creates-per-hour",
+                args.user_creates_per_hour
+                    .or(file.user_creates_per_hour)
+                    .unwrap_or(1000),
+            )?,
+            blocklist: args.blocklist.or(file.blocklist),
+            trust_forwarded_for: args
+                .trust_forwarded_for
+                .or(file.trust_forwarded_for)
+                .unwrap_or(false),
+            id_block_size: args.id_block_size.or(file.id_block_size).unwrap_or(10_000),
+            redirect_max_age: args
+                .redirect_max_age
+                .or(file.redirect_max_age)
+                .unwrap_or(60),
+            click_queue: args.click_queue.or(file.click_queue).unwrap_or(65_536),
+            click_flush: Duration::from_millis(
+                args.click_flush_ms.or(file.click_flush_ms).unwrap_or(1000),
+            ),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        if !(1..=1_000_000).contains(&self.id_block_size) {
+            bail!("id-block-size must be between 1 and 1000000");
+        }
+        if self.click_queue == 0 {
+            bail!("click-queue must be at least 1");
+        }
+        if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&self.click_flush) {
+            bail!("click-flush-ms must be between 10 and 60000");
+        }
+        if let Some(base) = &self.base_url {
+            check_base_url(base)?;
+        }
+        Ok(())
+    }
+}
+
+/// The base URL must be an absolute http(s) URL without query or fragment.
+pub fn check_base_url(base: &str) -> anyhow::Result<()> {
+    let url = url::Url::parse(base).with_context(|| format!("base-url {base:?} is not a URL"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        bail!("base-url {base:?} must be an http or https URL with a host");
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        bail!("base-url {base:?} must not have a query or fragment");
+    }
+    Ok(())
+}
+
+/// The data directory `token create` writes to.
+pub fn token_data_dir(args: &TokenCreateArgs) -> anyhow::Result<PathBuf> {
+    let file = read_file(args.config.as_deref())?;
+    Ok(args
+        .data_dir
+        .clone()
+        .or(file.data_dir)
+        .unwrap_or_else(|| PathBuf::from("./data")))
+}

@@ -1,0 +1,33 @@
+//! The `shortener` service: HTTP API, stores, click pipeline and CLI over `shortener-core`.
+//!
+//! The binary is a thin `main` over [`run`]; see ARCHITECTURE.md for the map.
+
+mod allocator;
+mod api;
+mod blocklist;
+pub mod cli;
+mod clicks;
+pub mod config;
+mod metrics;
+mod ratelimit;
+mod server;
+pub mod store;
+mod token;
+
+use shortener_core::day::UnixSeconds;
+
+/// Runs one parsed command to completion.
+pub async fn run(cli: cli::Cli) -> anyhow::Result<()> {
+    match cli.command {
+        cli::Command::Serve(args) => server::serve(config::ServeConfig::resolve(args)?).await,
+        cli::Command::Token(cli::TokenCommand::Create(args)) => token::create(args).await,
+    }
+}
+
+/// The wall clock in Unix seconds.
+pub(crate) fn now() -> UnixSeconds {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

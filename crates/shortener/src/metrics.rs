@@ -1,0 +1,126 @@
+//! Prometheus metrics of one process, in a registry of its own (no globals).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    outcome: &'static str,
+}
+
+/// Every metric the service exports. Hot-path counters are resolved once, up front, so that
+/// counting a redirect is one atomic add.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    registry: Registry,
+    pub redirect_found: Counter,
+    pub redirect_not_found: Counter,
+    pub redirect_gone: Counter,
+    pub redirect_error: Counter,
+    creates: Family<Outcome, Counter>,
+    pub generated_code_skips: Counter,
+    pub clicks_dropped: Counter,
+    pub clicks_flushed: Counter,
+    pub click_flushes: Counter,
+    pub click_flush_failures: Counter,
+    pub click_flush_seconds: Histogram,
+    pub click_queue_depth: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        let mut registry = Registry::with_prefix("shortener");
+        let redirects = Family::<Outcome, Counter>::default();
+        registry.register(
+            "redirects",
+            "Requests for short codes, by outcome",
+            redirects.clone(),
+        );
+        let outcome = |o| redirects.get_or_create(&Outcome { outcome: o }).clone();
+        let creates = Family::<Outcome, Counter>::default();
+        registry.register(
+            "link_creates",
+            "Link creation requests, by outcome",
+            creates.clone(),
+        );
+        let metrics = Self {
+            redirect_found: outcome("found"),
+            redirect_not_found: outcome("not_found"),
+            redirect_gone: outcome("gone"),
+            redirect_error: outcome("error"),
+            creates,
+            generated_code_skips: Counter::default(),
+            clicks_dropped: Counter::default(),
+            clicks_flushed: Counter::default(),
+            click_flushes: Counter::default(),
+            click_flush_failures: Counter::default(),
+            click_flush_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            click_queue_depth: Gauge::default(),
+            registry,
+        };
+        metrics.register_rest()
+    }
+
+    fn register_rest(mut self) -> Self {
+        let r = &mut self.registry;
+        r.register(
+            "generated_code_skips",
+            "Generated codes skipped because a custom alias already held them",
+            self.generated_code_skips.clone(),
+        );
+        r.register(
+            "click_events_dropped",
+            "Click events dropped because the click queue was full",
+            self.clicks_dropped.clone(),
+        );
+        r.register(
+            "click_events_flushed",
+            "Click events written to the store",
+            self.clicks_flushed.clone(),
+        );
+        r.register(
+            "click_flushes",
+            "Batches of clicks written to the store",
+            self.click_flushes.clone(),
+        );
+        r.register(
+            "click_flush_failures",
+            "Batches of clicks the store refused (retried later)",
+            self.click_flush_failures.clone(),
+        );
+        r.register(
+            "click_flush_seconds",
+            "Time to write one batch of clicks",
+            self.click_flush_seconds.clone(),
+        );
+        r.register(
+            "click_queue_depth",
+            "Click events waiting in the queue",
+            self.click_queue_depth.clone(),
+        );
+        self
+    }
+
+    /// Counts one link creation request by its outcome (`created`, `invalid`, `conflict`, …).
+    pub(crate) fn count_create(&self, outcome: &'static str) {
+        self.creates.get_or_create(&Outcome { outcome }).inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub(crate) fn render(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,110 @@
+//! Per-client limits on link creation (GCRA, in process).
+
+use governor::clock::Clock;
+use governor::middleware::StateInformationMiddleware;
+use governor::{DefaultKeyedRateLimiter, Quota};
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+type Limiter<K> = DefaultKeyedRateLimiter<K, StateInformationMiddleware>;
+
+/// Who is creating: an address for anonymous requests, a user otherwise.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Creator<'a> {
+    Anonymous(IpAddr),
+    User(&'a str),
+}
+
+/// The state of a client's budget, for the `RateLimit-*` headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Budget {
+    pub limit: u32,
+    pub remaining: u32,
+}
+
+/// A refused request: when to come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub limit: u32,
+    pub retry_after: Duration,
+}
+
+/// Hourly budgets of link creation, one bucket per client.
+#[derive(Debug)]
+pub(crate) struct CreateLimits {
+    anon: Limiter<IpAddr>,
+    anon_per_hour: u32,
+    user: Limiter<String>,
+    user_per_hour: u32,
+}
+
+impl CreateLimits {
+    pub(crate) fn new(anon_per_hour: NonZeroU32, user_per_hour: NonZeroU32) -> Self {
+        Self {
+            anon: DefaultKeyedRateLimiter::keyed(Quota::per_hour(anon_per_hour)).with_middleware(),
+            anon_per_hour: anon_per_hour.get(),
+            user: DefaultKeyedRateLimiter::keyed(Quota::per_hour(user_per_hour)).with_middleware(),
+            user_per_hour: user_per_hour.get(),
+        }
+    }
+
+    /// Takes one creation from the creator's budget, or says how long to wait.
+    pub(crate) fn check(&self, creator: Creator<'_>) -> Result<Budget, Refused> {
+        match creator {
+            Creator::Anonymous(ip) => check(&self.anon, &ip, self.anon_per_hour),
+            Creator::User(user) => check(&self.user, &user.to_owned(), self.user_per_hour),
+        }
+    }
+
+    /// Forgets clients whose budget is full again, so memory follows the active clients.
+    pub(crate) fn forget_idle(&self) {
+        self.anon.retain_recent();
+        self.anon.shrink_to_fit();
+        self.user.retain_recent();
+        self.user.shrink_to_fit();
+    }
+}
+
+fn check<K>(limiter: &Limiter<K>, key: &K, limit: u32) -> Result<Budget, Refused>
+where
+    K: std::hash::Hash + Eq + Clone,
+{
+    match limiter.check_key(key) {
+        Ok(state) => Ok(Budget {
+            limit,
+            remaining: state.remaining_burst_capacity(),
+        }),
+        Err(not_until) => Err(Refused {
+            limit,
+            retry_after: not_until.wait_time_from(limiter.clock().now()),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anonymous_budget_runs_out_and_says_when_to_retry() {
+        let limits = CreateLimits::new(NonZeroU32::new(3).unwrap(), NonZeroU32::new(10).unwrap());
+        let ip = IpAddr::from([10, 0, 0, 1]);
+        let remaining: Vec<u32> = (0..3)
+            .map(|_| limits.check(Creator::Anonymous(ip)).unwrap().remaining)
+            .collect();
+        assert_eq!(remaining, [2, 1, 0]);
+        let refused = limits.check(Creator::Anonymous(ip)).unwrap_err();
+        assert_eq!(refused.limit, 3);
+        // One cell of a 3-per-hour bucket comes back after 20 minutes.
+        assert!(refused.retry_after > Duration::from_secs(19 * 60));
+        assert!(refused.retry_after <= Duration::from_secs(20 * 60));
+        // Another address and a user have budgets of their own.
+        assert!(
+            limits
+                .check(Creator::Anonymous(IpAddr::from([10, 0, 0, 2])))
+                .is_ok()
+        );
+        assert_eq!(limits.check(Creator::User("alice")).unwrap().remaining, 9);
+    }
+}

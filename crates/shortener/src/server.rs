@@ -1,0 +1,127 @@
+//! `shortener serve`: wires the store, the pipeline and the router, and runs until a signal.
+
+use crate::allocator::CodeAllocator;
+use crate::api::{App, router};
+use crate::blocklist::{self, PolicyCell};
+use crate::clicks;
+use crate::config::ServeConfig;
+use crate::metrics::Metrics;
+use crate::ratelimit::CreateLimits;
+use crate::store::Store;
+use crate::store::sqlite::SqliteStore;
+use anyhow::Context;
+use axum::http::HeaderValue;
+use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How often idle rate-limit buckets are forgotten.
+const LIMITER_SWEEP: Duration = Duration::from_secs(60);
+
+pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
+    let blocklist = match &config.blocklist {
+        Some(path) => blocklist::load(path)
+            .with_context(|| format!("cannot read blocklist {}", path.display()))?,
+        None => Blocklist::default(),
+    };
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&config.data_dir)?);
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let bound = listener
+        .local_addr()
+        .context("cannot read the bound address")?;
+    let base_url = config
+        .base_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{bound}"))
+        .trim_end_matches('/')
+        .to_owned();
+
+    let mut own_hosts: Vec<String> = own_host_of(&base_url).into_iter().collect();
+    if !bound.ip().is_unspecified() {
+        own_hosts.push(bound.ip().to_string());
+    }
+    let policy = PolicyCell::new(UrlPolicy {
+        own_hosts,
+        blocklist,
+    });
+    if let Some(path) = &config.blocklist {
+        blocklist::spawn_reloader(path.clone(), policy.clone());
+    }
+
+    let metrics = Arc::new(Metrics::new());
+    let (stop_clicks, stop_rx) = watch::channel(false);
+    let (recorder, aggregator) = clicks::start(
+        store.clone(),
+        metrics.clone(),
+        config.click_queue,
+        config.click_flush,
+        stop_rx,
+    );
+    let app = Arc::new(App {
+        allocator: CodeAllocator::new(store.clone(), config.id_block_size).await?,
+        store,
+        clicks: recorder,
+        limits: CreateLimits::new(config.anon_creates_per_hour, config.user_creates_per_hour),
+        policy,
+        metrics,
+        base_url,
+        no_anonymous: config.no_anonymous,
+        trust_forwarded_for: config.trust_forwarded_for,
+        cache_control: HeaderValue::from_str(&format!(
+            "private, max-age={}",
+            config.redirect_max_age
+        ))
+        .context("invalid redirect-max-age")?,
+    });
+
+    let sweeper = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(LIMITER_SWEEP);
+            loop {
+                tick.tick().await;
+                app.limits.forget_idle();
+            }
+        })
+    };
+
+    tracing::info!(listen = %bound, data_dir = %config.data_dir.display(), "serving");
+    // Tests and scripts read the bound port from this line.
+    println!("listening on http://{bound}");
+    let _ = std::io::stdout().flush();
+
+    axum::serve(
+        listener,
+        router(app).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+    .context("server failed")?;
+
+    sweeper.abort();
+    tracing::info!("stopped accepting requests; flushing clicks");
+    let _ = stop_clicks.send(true);
+    aggregator.await.context("the click aggregator panicked")?;
+    tracing::info!("shut down cleanly");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}

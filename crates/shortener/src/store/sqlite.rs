@@ -1,0 +1,425 @@
+//! The embedded store: one SQLite file in WAL mode under the data directory.
+//!
+//! One writer thread owns the only writing connection and commits in groups: it takes every
+//! write that queued while the previous commit was syncing and applies them all in one
+//! transaction, so one fsync makes many writes durable. Reads go to a few reader threads with
+//! their own connections, which WAL lets run beside the writer.
+
+mod schema;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use shortener_core::day::{Day, UnixSeconds};
+use shortener_core::link::Link;
+use shortener_core::store::{
+    ClickDelta, ClickSink, DailyCount, InsertOutcome, LinkStore, StoreError, TokenRecord,
+};
+use shortener_core::token::{Principal, TokenHash};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// File name of the database inside the data directory.
+pub const DB_FILE: &str = "shortener.db";
+
+/// Most writes folded into one transaction.
+const MAX_GROUP: usize = 512;
+/// Reader threads; SQLite reads are short, and misses are all that reach them.
+const READERS: usize = 4;
+/// How long a connection waits for another process's lock (e.g. `token create`).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
+
+/// A write queued for the writer thread.
+trait WriteOp: Send {
+    /// Runs inside the group's transaction; `false` means it failed and is rolled back alone.
+    fn apply(&mut self, conn: &Connection) -> bool;
+    /// Replies once the group's commit is known.
+    fn finish(self: Box<Self>, commit: Result<(), &rusqlite::Error>);
+}
+
+struct Op<T, F> {
+    run: Option<F>,
+    result: Option<rusqlite::Result<T>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> WriteOp for Op<T, F>
+where
+    T: Send,
+    F: FnOnce(&Connection) -> rusqlite::Result<T> + Send,
+{
+    fn apply(&mut self, conn: &Connection) -> bool {
+        let result = self.run.take().map(|run| run(conn));
+        let ok = matches!(result, Some(Ok(_)));
+        self.result = result;
+        ok
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), &rusqlite::Error>) {
+        let out = match (commit, self.result) {
+            (Err(e), _) => Err(classify_message(e)),
+            (Ok(()), Some(result)) => result.map_err(classify),
+            (Ok(()), None) => Err(StoreError::Backend("write was never applied".into())),
+        };
+        // The caller may have gone away (request cancelled); the write stands regardless.
+        let _ = self.reply.send(out);
+    }
+}
+
+/// Handle to the embedded store; cheap to clone, every clone talks to the same threads.
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    writer: crossbeam_channel::Sender<Box<dyn WriteOp>>,
+    readers: crossbeam_channel::Sender<ReadJob>,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in `data_dir` and brings its schema up to date.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|e| {
+            StoreError::Unavailable(
+                format!("cannot create data directory {}: {e}", data_dir.display()).into(),
+            )
+        })?;
+        let path = data_dir.join(DB_FILE);
+        let mut writer_conn = open_connection(&path, false)?;
+        schema::migrate(&mut writer_conn).map_err(|e| StoreError::Backend(Box::new(e)))?;
+
+        let (writer, write_rx) = crossbeam_channel::unbounded::<Box<dyn WriteOp>>();
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || write_loop(writer_conn, write_rx))
+            .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+
+        let (readers, read_rx) = crossbeam_channel::unbounded::<ReadJob>();
+        for i in 0..READERS {
+            let conn = open_connection(&path, true)?;
+            let rx = read_rx.clone();
+            std::thread::Builder::new()
+                .name(format!("sqlite-reader-{i}"))
+                .spawn(move || {
+                    for job in rx {
+                        job(&conn);
+                    }
+                })
+                .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        }
+        Ok(Self {
+            writer,
+            readers,
+            path,
+        })
+    }
+
+    /// Path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    async fn write<T, F>(&self, run: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        let op = Box::new(Op {
+            run: Some(run),
+            result: None,
+            reply,
+        });
+        self.writer
+            .send(op)
+            .map_err(|_| StoreError::Unavailable("the writer thread has stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("the writer thread has stopped".into()))?
+    }
+
+    async fn read<T, F>(&self, run: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        let job: ReadJob = Box::new(move |conn| {
+            let _ = reply.send(run(conn).map_err(classify));
+        });
+        self.readers
+            .send(job)
+            .map_err(|_| StoreError::Unavailable("the reader threads have stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Unavailable("the reader threads have stopped".into()))?
+    }
+}
+
+fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let unavailable = |e: rusqlite::Error| {
+        StoreError::Unavailable(format!("cannot open {}: {e}", path.display()).into())
+    };
+    let conn = Connection::open_with_flags(path, flags).map_err(unavailable)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(unavailable)?;
+    if read_only {
+        // Readers open read-write (WAL needs the shared-memory file) but may not write.
+        conn.pragma_update(None, "query_only", true)
+            .map_err(unavailable)?;
+    } else {
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(unavailable)?;
+        // FULL syncs the WAL on every commit: a 201 survives a power cut, not just a crash.
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(unavailable)?;
+    }
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+fn write_loop(conn: Connection, rx: crossbeam_channel::Receiver<Box<dyn WriteOp>>) {
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(op) => group.push(op),
+                Err(_) => break,
+            }
+        }
+        let commit = run_group(&conn, &mut group);
+        if commit.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        for op in group {
+            op.finish(commit.as_ref().map(|_| ()));
+        }
+    }
+}
+
+fn run_group(conn: &Connection, group: &mut [Box<dyn WriteOp>]) -> rusqlite::Result<()> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    for op in group.iter_mut() {
+        conn.execute_batch("SAVEPOINT op")?;
+        if op.apply(conn) {
+            conn.execute_batch("RELEASE op")?;
+        } else {
+            conn.execute_batch("ROLLBACK TO op; RELEASE op")?;
+        }
+    }
+    conn.execute_batch("COMMIT")
+}
+
+fn classify(e: rusqlite::Error) -> StoreError {
+    match e.sqlite_error_code() {
+        Some(
+            rusqlite::ErrorCode::DatabaseBusy
+            | rusqlite::ErrorCode::DatabaseLocked
+            | rusqlite::ErrorCode::CannotOpen
+            | rusqlite::ErrorCode::DiskFull
+            | rusqlite::ErrorCode::SystemIoFailure,
+        ) => StoreError::Unavailable(Box::new(e)),
+        _ => StoreError::Backend(Box::new(e)),
+    }
+}
+
+fn classify_message(e: &rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(format!("commit failed: {e}").into())
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+const LINK_COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, expires_at, \
+                            disabled_at, clicks, bot_clicks, created_ip";
+
+fn link_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Link> {
+    Ok(Link {
+        code: row.get(0)?,
+        long_url: row.get(1)?,
+        owner: row.get(2)?,
+        custom_alias: row.get(3)?,
+        created_at: row.get(4)?,
+        expires_at: row.get(5)?,
+        disabled_at: row.get(6)?,
+        clicks: to_u64(row.get(7)?),
+        bot_clicks: to_u64(row.get(8)?),
+        created_ip: row.get(9)?,
+    })
+}
+
+#[async_trait]
+impl LinkStore for SqliteStore {
+    async fn lease_ids(&self, count: u64) -> Result<Range<u64>, StoreError> {
+        let count = to_i64(count);
+        let end: i64 = self
+            .write(move |c| {
+                c.prepare_cached("UPDATE id_counter SET next_id = next_id + ?1 RETURNING next_id")?
+                    .query_row([count], |r| r.get(0))
+            })
+            .await?;
+        Ok(to_u64(end - count)..to_u64(end))
+    }
+
+    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError> {
+        let stored: Vec<u8> = self
+            .write(move |c| {
+                c.execute(
+                    "INSERT INTO meta (key, value) VALUES ('code_key', ?1) ON CONFLICT DO NOTHING",
+                    [&candidate[..]],
+                )?;
+                c.query_row("SELECT value FROM meta WHERE key = 'code_key'", [], |r| {
+                    r.get(0)
+                })
+            })
+            .await?;
+        stored
+            .try_into()
+            .map_err(|_| StoreError::Backend("the stored code key is not 16 bytes".into()))
+    }
+
+    async fn insert_link(&self, link: &Link) -> Result<InsertOutcome, StoreError> {
+        let link = link.clone();
+        self.write(move |c| {
+            let inserted = c
+                .prepare_cached(&format!(
+                    "INSERT INTO links ({LINK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+                     ON CONFLICT (code) DO NOTHING"
+                ))?
+                .execute(params![
+                    link.code,
+                    link.long_url,
+                    link.owner,
+                    link.custom_alias,
+                    link.created_at,
+                    link.expires_at,
+                    link.disabled_at,
+                    to_i64(link.clicks),
+                    to_i64(link.bot_clicks),
+                    link.created_ip,
+                ])?;
+            Ok(if inserted == 1 {
+                InsertOutcome::Inserted
+            } else {
+                InsertOutcome::CodeTaken
+            })
+        })
+        .await
+    }
+
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
+        let code = code.to_owned();
+        self.read(move |c| {
+            c.prepare_cached(&format!("SELECT {LINK_COLUMNS} FROM links WHERE code = ?1"))?
+                .query_row([code], link_from_row)
+                .optional()
+        })
+        .await
+    }
+
+    async fn disable_link(&self, code: &str, at: UnixSeconds) -> Result<bool, StoreError> {
+        let code = code.to_owned();
+        self.write(move |c| {
+            let found = c
+                .prepare_cached(
+                    "UPDATE links SET disabled_at = COALESCE(disabled_at, ?2) WHERE code = ?1",
+                )?
+                .execute(params![code, at])?;
+            Ok(found == 1)
+        })
+        .await
+    }
+
+    async fn daily_clicks(&self, code: &str, since: Day) -> Result<Vec<DailyCount>, StoreError> {
+        let code = code.to_owned();
+        self.read(move |c| {
+            c.prepare_cached(
+                "SELECT day, clicks, bot_clicks FROM daily_clicks WHERE code = ?1 AND day >= ?2",
+            )?
+            .query_map(params![code, since.number()], |r| {
+                Ok(DailyCount {
+                    day: Day::from_number(r.get(0)?),
+                    human: to_u64(r.get(1)?),
+                    bot: to_u64(r.get(2)?),
+                })
+            })?
+            .collect()
+        })
+        .await
+    }
+
+    async fn insert_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
+        let token = token.clone();
+        self.write(move |c| {
+            c.execute(
+                "INSERT INTO tokens (hash, user_name, admin, created_at) VALUES (?1, ?2, ?3, ?4)",
+                params![
+                    &token.hash.0[..],
+                    token.principal.user,
+                    token.principal.admin,
+                    token.created_at
+                ],
+            )
+            .map(drop)
+        })
+        .await
+    }
+
+    async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError> {
+        let hash = *hash;
+        self.read(move |c| {
+            c.prepare_cached("SELECT user_name, admin FROM tokens WHERE hash = ?1")?
+                .query_row([&hash.0[..]], |r| {
+                    Ok(Principal {
+                        user: r.get(0)?,
+                        admin: r.get(1)?,
+                    })
+                })
+                .optional()
+        })
+        .await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.read(|c| c.query_row("SELECT 1", [], |_| Ok(()))).await
+    }
+}
+
+#[async_trait]
+impl ClickSink for SqliteStore {
+    async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError> {
+        let deltas = deltas.to_vec();
+        self.write(move |c| {
+            let mut daily = c.prepare_cached(
+                "INSERT INTO daily_clicks (code, day, clicks, bot_clicks) \
+                 SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM links WHERE code = ?1) \
+                 ON CONFLICT (code, day) DO UPDATE SET \
+                 clicks = clicks + excluded.clicks, bot_clicks = bot_clicks + excluded.bot_clicks",
+            )?;
+            let mut total = c.prepare_cached(
+                "UPDATE links SET clicks = clicks + ?2, bot_clicks = bot_clicks + ?3 WHERE code = ?1",
+            )?;
+            for d in &deltas {
+                let (human, bot) = (to_i64(d.human), to_i64(d.bot));
+                daily.execute(params![d.code, d.day.number(), human, bot])?;
+                total.execute(params![d.code, human, bot])?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn prune_clicks_before(&self, day: Day) -> Result<u64, StoreError> {
+        self.write(move |c| {
+            c.execute("DELETE FROM daily_clicks WHERE day < ?1", [day.number()])
+                .map(|n| n as u64)
+        })
+        .await
+    }
+}

@@ -1,0 +1,84 @@
+//! Versioned schema of the embedded store, tracked in SQLite's `user_version`.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+/// Migration `i` takes the schema from version `i` to `i + 1`. Append only: never edit one
+/// that has shipped.
+const MIGRATIONS: &[&str] = &[
+    // v1: links, daily clicks, tokens, the id counter and the secret key of codes.
+    "
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value BLOB NOT NULL
+    ) WITHOUT ROWID;
+
+    CREATE TABLE id_counter (
+        only    INTEGER PRIMARY KEY CHECK (only = 0),
+        next_id INTEGER NOT NULL
+    );
+    INSERT INTO id_counter (only, next_id) VALUES (0, 0);
+
+    CREATE TABLE links (
+        code         TEXT PRIMARY KEY,
+        long_url     TEXT NOT NULL,
+        owner        TEXT,
+        custom_alias INTEGER NOT NULL,
+        created_at   INTEGER NOT NULL,
+        expires_at   INTEGER NOT NULL,
+        disabled_at  INTEGER,
+        clicks       INTEGER NOT NULL DEFAULT 0,
+        bot_clicks   INTEGER NOT NULL DEFAULT 0,
+        created_ip   TEXT
+    ) WITHOUT ROWID;
+    CREATE INDEX links_owner ON links (owner);
+
+    CREATE TABLE daily_clicks (
+        code       TEXT NOT NULL,
+        day        INTEGER NOT NULL,
+        clicks     INTEGER NOT NULL DEFAULT 0,
+        bot_clicks INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (code, day)
+    ) WITHOUT ROWID;
+    CREATE INDEX daily_clicks_day ON daily_clicks (day);
+
+    CREATE TABLE tokens (
+        hash       BLOB PRIMARY KEY,
+        user_name  TEXT NOT NULL,
+        admin      INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    ",
+];
+
+/// Schema version this binary writes.
+pub(crate) const CURRENT_VERSION: usize = MIGRATIONS.len();
+
+/// Errors of bringing a database file to the current schema.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum MigrationError {
+    #[error(
+        "the database has schema version {found}, newer than this binary's {CURRENT_VERSION}; upgrade the binary"
+    )]
+    TooNew { found: usize },
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+/// Applies the missing migrations, each in its own immediate transaction so that two
+/// processes opening one file at once never apply one twice.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), MigrationError> {
+    loop {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let version: usize = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version > CURRENT_VERSION {
+            return Err(MigrationError::TooNew { found: version });
+        }
+        let Some(sql) = MIGRATIONS.get(version) else {
+            return Ok(());
+        };
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", version + 1)?;
+        tx.commit()?;
+        tracing::info!(version = version + 1, "applied schema migration");
+    }
+}
