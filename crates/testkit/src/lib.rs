@@ -1,1 +1,29 @@
-//! Dev-only helpers that start real servers on loopback for tests.
+//! Dev-only helpers that start real servers on loopback for tests and clean up after them.
+//!
+//! Every server is a child process bound to 127.0.0.1; a [`Process`] kills its child when
+//! dropped, so a failing test leaves nothing running.
+//!
+//! ```
+//! use std::process::Command;
+//! use std::time::Duration;
+//! use testkit::Process;
+//!
+//! let mut cmd = Command::new("sh");
+//! cmd.args(["-c", "echo ready at 42; exec sleep 30"]);
+//! let mut p = Process::spawn("demo", cmd).unwrap();
+//! let line = p.wait_for_line("ready at", Duration::from_secs(10)).unwrap();
+//! assert_eq!(line, "ready at 42");
+//! p.kill();
+//! ```
+
+mod process;
+
+pub use process::Process;
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (for servers that cannot bind port 0
+/// and report it back).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}

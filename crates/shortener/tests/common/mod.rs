@@ -1,0 +1,120 @@
+//! Starts the real `shortener` binary on loopback with its data in a temporary directory.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+use testkit::Process;
+
+/// Guard against a server that never comes up; not a performance bound.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_shortener");
+
+/// A running `shortener serve`.
+pub struct Shortener {
+    pub process: Process,
+    /// `http://127.0.0.1:PORT`
+    pub base: String,
+    pub addr: String,
+    pub data_dir: PathBuf,
+}
+
+impl Shortener {
+    /// Starts a server on a free port over `data_dir`, with extra flags.
+    pub fn start(data_dir: &Path, extra: &[&str]) -> Self {
+        Self::start_on(data_dir, "127.0.0.1:0", extra)
+    }
+
+    pub fn start_on(data_dir: &Path, listen: &str, extra: &[&str]) -> Self {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--listen", listen, "--data-dir"])
+            .arg(data_dir)
+            .args(extra)
+            .env("SHORTENER_LOG", "warn");
+        let mut process = Process::spawn("shortener", cmd).unwrap();
+        let line = process
+            .wait_for_line("listening on ", START_TIMEOUT)
+            .unwrap();
+        let base = line.trim_start_matches("listening on ").to_owned();
+        let addr = base.trim_start_matches("http://").to_owned();
+        Self {
+            process,
+            base,
+            addr,
+            data_dir: data_dir.to_owned(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+/// An HTTP client that does not follow redirects.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(64)
+        .build()
+        .unwrap()
+}
+
+/// Runs `shortener token create` and returns the token from the last line of stdout.
+pub fn token(data_dir: &Path, user: &str, admin: bool) -> String {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["token", "create", "--user", user, "--data-dir"])
+        .arg(data_dir)
+        .env("SHORTENER_LOG", "warn");
+    if admin {
+        cmd.arg("--admin");
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "token create failed: {out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    stdout.lines().last().unwrap().to_owned()
+}
+
+/// Creates a link and returns the parsed 201 body.
+pub async fn create(
+    client: &reqwest::Client,
+    server: &Shortener,
+    body: serde_json::Value,
+    token: Option<&str>,
+) -> reqwest::Response {
+    let mut req = client.post(server.url("/api/v1/links")).json(&body);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    req.send().await.unwrap()
+}
+
+/// Asserts the spec's error shape and returns the error code.
+pub async fn error_code(resp: reqwest::Response) -> String {
+    let body: serde_json::Value = resp.json().await.expect("error body is JSON");
+    let err = body.get("error").expect("body has an `error` object");
+    assert!(
+        err["message"].is_string(),
+        "error.message is a string: {body}"
+    );
+    err["code"]
+        .as_str()
+        .expect("error.code is a string")
+        .to_owned()
+}
+
+/// Polls `cond` until it holds; the limit only guards against a hang.
+pub async fn eventually<F, Fut>(what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !cond().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
