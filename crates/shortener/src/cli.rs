@@ -64,6 +64,23 @@ pub struct ServeArgs {
     /// max-age of the private Cache-Control sent with redirects, in seconds [default: 60].
     #[arg(long, env = "SHORTENER_REDIRECT_MAX_AGE", value_name = "SECONDS")]
     pub redirect_max_age: Option<u32>,
+    /// Let CDNs cache redirects: `Cache-Control: public, max-age=SECONDS` (clicks served by
+    /// the CDN are not counted).
+    #[arg(long, env = "SHORTENER_EDGE_CACHE_TTL", value_name = "SECONDS")]
+    pub edge_cache_ttl: Option<u32>,
+    /// Memory for the in-process link cache, in MiB [default: 64].
+    #[arg(long, env = "SHORTENER_CACHE_MB", value_name = "MIB")]
+    pub cache_mb: Option<u64>,
+    /// How long a cached link is trusted, in seconds [default: 300].
+    #[arg(long, env = "SHORTENER_CACHE_TTL", value_name = "SECONDS")]
+    pub cache_ttl: Option<u64>,
+    /// How long an unknown code is remembered as unknown, in seconds [default: 10].
+    #[arg(long, env = "SHORTENER_NEGATIVE_CACHE_TTL", value_name = "SECONDS")]
+    pub negative_cache_ttl: Option<u64>,
+    /// Do not record clicks of bots, link previews and HEAD requests at all (by default they
+    /// are counted apart, as `bot_clicks`).
+    #[arg(long, env = "SHORTENER_DROP_BOT_CLICKS", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub drop_bot_clicks: Option<bool>,
     /// Click events buffered in memory before new ones are dropped (and counted) [default: 65536].
     #[arg(long, env = "SHORTENER_CLICK_QUEUE", value_name = "N")]
     pub click_queue: Option<usize>,

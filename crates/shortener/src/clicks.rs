@@ -13,7 +13,8 @@ use tokio::sync::{mpsc, watch};
 /// One redirect, as the redirect handler saw it.
 #[derive(Debug)]
 pub(crate) struct ClickEvent {
-    pub code: Box<str>,
+    /// Shared with the cache entry: queuing a click allocates nothing.
+    pub code: Arc<str>,
     pub at: UnixSeconds,
     pub bot: bool,
 }
@@ -71,7 +72,7 @@ struct Aggregator {
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     /// (code, day) → (human, bot) clicks not yet written.
-    pending: HashMap<(Box<str>, Day), (u64, u64)>,
+    pending: HashMap<(Arc<str>, Day), (u64, u64)>,
     pending_events: u64,
     pruned_through: Option<Day>,
 }
@@ -154,6 +155,9 @@ impl Aggregator {
             Ok(()) => {
                 self.metrics.click_flushes.inc();
                 self.metrics.clicks_flushed.inc_by(self.pending_events);
+                self.metrics
+                    .click_flush_events
+                    .observe(self.pending_events as f64);
                 self.metrics
                     .click_flush_seconds
                     .observe(started.elapsed().as_secs_f64());

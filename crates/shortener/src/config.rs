@@ -23,6 +23,11 @@ pub struct ServeConfig {
     pub trust_forwarded_for: bool,
     pub id_block_size: u64,
     pub redirect_max_age: u32,
+    pub edge_cache_ttl: Option<u32>,
+    pub cache_mb: u64,
+    pub cache_ttl: Duration,
+    pub negative_cache_ttl: Duration,
+    pub drop_bot_clicks: bool,
     pub click_queue: usize,
     pub click_flush: Duration,
 }
@@ -41,6 +46,11 @@ struct FileConfig {
     trust_forwarded_for: Option<bool>,
     id_block_size: Option<u64>,
     redirect_max_age: Option<u32>,
+    edge_cache_ttl: Option<u32>,
+    cache_mb: Option<u64>,
+    cache_ttl: Option<u64>,
+    negative_cache_ttl: Option<u64>,
+    drop_bot_clicks: Option<bool>,
     click_queue: Option<usize>,
     click_flush_ms: Option<u64>,
 }
@@ -106,6 +116,18 @@ impl ServeConfig {
                 .redirect_max_age
                 .or(file.redirect_max_age)
                 .unwrap_or(60),
+            edge_cache_ttl: args.edge_cache_ttl.or(file.edge_cache_ttl),
+            cache_mb: args.cache_mb.or(file.cache_mb).unwrap_or(64),
+            cache_ttl: Duration::from_secs(args.cache_ttl.or(file.cache_ttl).unwrap_or(300)),
+            negative_cache_ttl: Duration::from_secs(
+                args.negative_cache_ttl
+                    .or(file.negative_cache_ttl)
+                    .unwrap_or(10),
+            ),
+            drop_bot_clicks: args
+                .drop_bot_clicks
+                .or(file.drop_bot_clicks)
+                .unwrap_or(false),
             click_queue: args.click_queue.or(file.click_queue).unwrap_or(65_536),
             click_flush: Duration::from_millis(
                 args.click_flush_ms.or(file.click_flush_ms).unwrap_or(1000),
@@ -118,6 +140,12 @@ impl ServeConfig {
     fn validate(&self) -> anyhow::Result<()> {
         if !(1..=1_000_000).contains(&self.id_block_size) {
             bail!("id-block-size must be between 1 and 1000000");
+        }
+        if !(1..=1_000_000).contains(&self.cache_mb) {
+            bail!("cache-mb must be between 1 and 1000000");
+        }
+        if self.cache_ttl.is_zero() || self.negative_cache_ttl.is_zero() {
+            bail!("cache-ttl and negative-cache-ttl must be at least 1 second");
         }
         if self.click_queue == 0 {
             bail!("click-queue must be at least 1");

@@ -5,6 +5,8 @@
 mod allocator;
 mod api;
 mod blocklist;
+mod bots;
+mod cache;
 pub mod cli;
 mod clicks;
 pub mod config;

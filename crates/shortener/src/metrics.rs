@@ -21,6 +21,13 @@ pub(crate) struct Metrics {
     pub redirect_not_found: Counter,
     pub redirect_gone: Counter,
     pub redirect_error: Counter,
+    pub redirect_seconds: Histogram,
+    pub cache_hit: Counter,
+    pub cache_negative_hit: Counter,
+    pub cache_miss: Counter,
+    pub store_link_reads: Counter,
+    pub cache_entries: Gauge,
+    pub cache_bytes: Gauge,
     creates: Family<Outcome, Counter>,
     pub generated_code_skips: Counter,
     pub clicks_dropped: Counter,
@@ -28,6 +35,7 @@ pub(crate) struct Metrics {
     pub click_flushes: Counter,
     pub click_flush_failures: Counter,
     pub click_flush_seconds: Histogram,
+    pub click_flush_events: Histogram,
     pub click_queue_depth: Gauge,
 }
 
@@ -47,6 +55,13 @@ impl Metrics {
             redirects.clone(),
         );
         let outcome = |o| redirects.get_or_create(&Outcome { outcome: o }).clone();
+        let lookups = Family::<Outcome, Counter>::default();
+        registry.register(
+            "cache_lookups",
+            "L1 cache lookups of the redirect path: hit, negative_hit (known unknown), miss (store read)",
+            lookups.clone(),
+        );
+        let lookup = |o| lookups.get_or_create(&Outcome { outcome: o }).clone();
         let creates = Family::<Outcome, Counter>::default();
         registry.register(
             "link_creates",
@@ -58,6 +73,13 @@ impl Metrics {
             redirect_not_found: outcome("not_found"),
             redirect_gone: outcome("gone"),
             redirect_error: outcome("error"),
+            redirect_seconds: Histogram::new(exponential_buckets(0.000_005, 2.0, 18)),
+            cache_hit: lookup("hit"),
+            cache_negative_hit: lookup("negative_hit"),
+            cache_miss: lookup("miss"),
+            store_link_reads: Counter::default(),
+            cache_entries: Gauge::default(),
+            cache_bytes: Gauge::default(),
             creates,
             generated_code_skips: Counter::default(),
             clicks_dropped: Counter::default(),
@@ -65,6 +87,7 @@ impl Metrics {
             click_flushes: Counter::default(),
             click_flush_failures: Counter::default(),
             click_flush_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            click_flush_events: Histogram::new(exponential_buckets(1.0, 4.0, 10)),
             click_queue_depth: Gauge::default(),
             registry,
         };
@@ -73,6 +96,26 @@ impl Metrics {
 
     fn register_rest(mut self) -> Self {
         let r = &mut self.registry;
+        r.register(
+            "redirect_duration_seconds",
+            "Time to answer GET/HEAD /{code}, from handler entry to response",
+            self.redirect_seconds.clone(),
+        );
+        r.register(
+            "store_link_reads",
+            "Links read from the store by the redirect path (concurrent misses of one code share one)",
+            self.store_link_reads.clone(),
+        );
+        r.register(
+            "cache_entries",
+            "Entries in the L1 link cache, negative ones included",
+            self.cache_entries.clone(),
+        );
+        r.register(
+            "cache_weight_bytes",
+            "Estimated memory held by the L1 link cache",
+            self.cache_bytes.clone(),
+        );
         r.register(
             "generated_code_skips",
             "Generated codes skipped because a custom alias already held them",
@@ -102,6 +145,11 @@ impl Metrics {
             "click_flush_seconds",
             "Time to write one batch of clicks",
             self.click_flush_seconds.clone(),
+        );
+        r.register(
+            "click_flush_events",
+            "Click events per batch written to the store",
+            self.click_flush_events.clone(),
         );
         r.register(
             "click_queue_depth",

@@ -3,6 +3,8 @@
 use crate::allocator::CodeAllocator;
 use crate::api::{App, router};
 use crate::blocklist::{self, PolicyCell};
+use crate::bots::BotDetector;
+use crate::cache::{CacheSettings, LinkCache};
 use crate::clicks;
 use crate::config::ServeConfig;
 use crate::metrics::Metrics;
@@ -62,9 +64,25 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         config.click_flush,
         stop_rx,
     );
+    let cache = LinkCache::new(
+        store.clone(),
+        metrics.clone(),
+        CacheSettings {
+            max_bytes: config.cache_mb * 1024 * 1024,
+            ttl: config.cache_ttl,
+            negative_ttl: config.negative_cache_ttl,
+        },
+    );
+    let cache_control = match config.edge_cache_ttl {
+        Some(ttl) => format!("public, max-age={ttl}"),
+        None => format!("private, max-age={}", config.redirect_max_age),
+    };
     let app = Arc::new(App {
         allocator: CodeAllocator::new(store.clone(), config.id_block_size).await?,
         store,
+        cache,
+        bots: BotDetector::default(),
+        drop_bot_clicks: config.drop_bot_clicks,
         clicks: recorder,
         limits: CreateLimits::new(config.anon_creates_per_hour, config.user_creates_per_hour),
         policy,
@@ -72,11 +90,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         base_url,
         no_anonymous: config.no_anonymous,
         trust_forwarded_for: config.trust_forwarded_for,
-        cache_control: HeaderValue::from_str(&format!(
-            "private, max-age={}",
-            config.redirect_max_age
-        ))
-        .context("invalid redirect-max-age")?,
+        cache_control: HeaderValue::from_str(&cache_control).context("invalid Cache-Control")?,
     });
 
     let sweeper = {

@@ -10,6 +10,8 @@ mod redirect;
 
 use crate::allocator::CodeAllocator;
 use crate::blocklist::PolicyCell;
+use crate::bots::BotDetector;
+use crate::cache::LinkCache;
 use crate::clicks::ClickRecorder;
 use crate::metrics::Metrics;
 use crate::ratelimit::CreateLimits;
@@ -28,6 +30,10 @@ const BODY_LIMIT: usize = 16 * 1024;
 #[derive(Debug)]
 pub(crate) struct App {
     pub store: Arc<dyn Store>,
+    pub cache: LinkCache,
+    pub bots: BotDetector,
+    /// Bots' clicks are not recorded at all (instead of counted apart).
+    pub drop_bot_clicks: bool,
     pub allocator: CodeAllocator,
     pub clicks: ClickRecorder,
     pub limits: CreateLimits,

@@ -32,6 +32,13 @@ pub(super) async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
     app.metrics
         .click_queue_depth
         .set(i64::try_from(app.clicks.depth()).unwrap_or(i64::MAX));
+    let (entries, bytes) = app.cache.size();
+    app.metrics
+        .cache_entries
+        .set(i64::try_from(entries).unwrap_or(i64::MAX));
+    app.metrics
+        .cache_bytes
+        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     (
         [(
             header::CONTENT_TYPE,

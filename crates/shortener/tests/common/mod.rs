@@ -51,9 +51,13 @@ impl Shortener {
     }
 }
 
-/// An HTTP client that does not follow redirects.
+/// What a person's browser sends; requests without a User-Agent count as bots.
+pub const BROWSER: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:131.0) Gecko/20100101 Firefox/131.0";
+
+/// An HTTP client that does not follow redirects and looks like a browser.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
+        .user_agent(BROWSER)
         .redirect(reqwest::redirect::Policy::none())
         .pool_max_idle_per_host(64)
         .build()
@@ -101,6 +105,49 @@ pub async fn error_code(resp: reqwest::Response) -> String {
         .as_str()
         .expect("error.code is a string")
         .to_owned()
+}
+
+/// The value of one un-labelled metric (or one exact `name{labels}` series).
+pub async fn metric(c: &reqwest::Client, server: &Shortener, series: &str) -> f64 {
+    let text = c
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+/// `GET /{code}` analytics with a token.
+pub async fn analytics(
+    c: &reqwest::Client,
+    server: &Shortener,
+    code: &str,
+    token: &str,
+) -> serde_json::Value {
+    let resp = c
+        .get(server.url(&format!("/api/v1/links/{code}/analytics")))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), reqwest::StatusCode::OK);
+    resp.json().await.unwrap()
+}
+
+/// Today's date in UTC, `YYYY-MM-DD`.
+pub fn today_utc() -> String {
+    let d = time::OffsetDateTime::now_utc().date();
+    format!("{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day())
 }
 
 /// Polls `cond` until it holds; the limit only guards against a hang.
