@@ -4,6 +4,7 @@ use axum::http::{HeaderMap, Method, header};
 
 /// Classifies requests by method and `User-Agent`, with the pattern list maintained by the
 /// `isbot` crate.
+#[derive(Default)]
 pub(crate) struct BotDetector {
     patterns: isbot::Bots,
 }
@@ -11,14 +12,6 @@ pub(crate) struct BotDetector {
 impl std::fmt::Debug for BotDetector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("BotDetector")
-    }
-}
-
-impl Default for BotDetector {
-    fn default() -> Self {
-        Self {
-            patterns: isbot::Bots::default(),
-        }
     }
 }
 

@@ -112,7 +112,8 @@ impl LinkCache {
     ) -> Self {
         let slots = Cache::builder()
             .max_capacity(settings.max_bytes)
-            .weigher(|code: &Box<str>, slot: &Slot| {
+            .weigher(|code, slot: &Slot| -> u32 {
+                let code: &str = code;
                 let url = slot
                     .link
                     .as_ref()
