@@ -95,6 +95,17 @@ fn to_cached(link: Link) -> Arc<CachedLink> {
     })
 }
 
+// moka hands the weigher `&K`, and K is `Box<str>`.
+#[allow(clippy::borrowed_box)]
+fn weigh(code: &Box<str>, slot: &Slot) -> u32 {
+    let url = slot
+        .link
+        .as_ref()
+        .and_then(|l| l.location.as_ref())
+        .map_or(0, HeaderValue::len);
+    u32::try_from(ENTRY_OVERHEAD + 2 * code.len() + url).unwrap_or(u32::MAX)
+}
+
 /// A store error shared by every waiter of one coalesced read, turned back into an owned one.
 fn shared_error(e: &StoreError) -> StoreError {
     match e {
@@ -112,15 +123,7 @@ impl LinkCache {
     ) -> Self {
         let slots = Cache::builder()
             .max_capacity(settings.max_bytes)
-            .weigher(|code, slot: &Slot| -> u32 {
-                let code: &str = code;
-                let url = slot
-                    .link
-                    .as_ref()
-                    .and_then(|l| l.location.as_ref())
-                    .map_or(0, HeaderValue::len);
-                u32::try_from(ENTRY_OVERHEAD + 2 * code.len() + url).unwrap_or(u32::MAX)
-            })
+            .weigher(weigh)
             .expire_after(SlotExpiry { settings })
             .build();
         Self {
