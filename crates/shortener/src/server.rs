@@ -13,6 +13,7 @@ use crate::store::Store;
 use crate::store::sqlite::SqliteStore;
 use anyhow::Context;
 use axum::http::HeaderValue;
+use axum::serve::ListenerExt;
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -109,6 +110,10 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     println!("listening on http://{bound}");
     let _ = std::io::stdout().flush();
 
+    // Small responses: send them at once rather than waiting to coalesce.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(
         listener,
         router(app).into_make_service_with_connect_info::<SocketAddr>(),

@@ -122,6 +122,23 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// An error answer of the redirect path, serialised once: unknown codes come in floods
+/// (scanners, typos, expired campaigns) and must cost no more than a redirect.
+pub(crate) fn fixed(status: StatusCode, body: &'static str) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        body,
+    )
+        .into_response()
+}
+
+pub(crate) const NOT_FOUND_BODY: &str = r#"{"error":{"code":"not_found","message":"no such link"}}"#;
+pub(crate) const EXPIRED_BODY: &str =
+    r#"{"error":{"code":"not_found","message":"this link has expired"}}"#;
+pub(crate) const GONE_BODY: &str =
+    r#"{"error":{"code":"gone","message":"this link has been disabled"}}"#;
+
 /// The router's answer for paths it does not serve.
 pub(super) async fn no_route() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
@@ -145,4 +162,17 @@ pub(super) fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) ->
         "internal error",
     )
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_bodies_have_the_error_shape() {
+        for body in [NOT_FOUND_BODY, EXPIRED_BODY, GONE_BODY] {
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert!(v["error"]["code"].is_string() && v["error"]["message"].is_string());
+        }
+    }
 }

@@ -51,7 +51,9 @@ pub(crate) type AppState = Arc<App>;
 
 /// The whole router.
 pub(crate) fn router(app: AppState) -> Router {
-    Router::new()
+    // Only the API reads bodies; the redirect route skips the body-limit layer's per-request
+    // bookkeeping.
+    let api = Router::new()
         .route("/api/v1/links", post(links::create))
         .route(
             "/api/v1/links/{code}",
@@ -59,13 +61,15 @@ pub(crate) fn router(app: AppState) -> Router {
         )
         .route("/api/v1/links/{code}/analytics", get(links::analytics))
         .route("/api/v1/openapi.json", get(ops::openapi))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT));
+    Router::new()
+        .merge(api)
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
         .route("/{code}", get(redirect::follow))
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::wrong_method)
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(CatchPanicLayer::custom(error::panic_response))
         .with_state(app)
 }

@@ -3,7 +3,7 @@
 //! are reference-counted clones from the cache entry.
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, EXPIRED_BODY, GONE_BODY, NOT_FOUND_BODY, fixed};
 use crate::clicks::ClickEvent;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
@@ -38,13 +38,13 @@ async fn answer(app: &super::App, request: &Parts) -> Response {
     let code = request.uri.path().trim_start_matches('/');
     if !could_be_code(code) {
         app.metrics.redirect_not_found.inc();
-        return ApiError::not_found().into_response();
+        return fixed(StatusCode::NOT_FOUND, NOT_FOUND_BODY);
     }
     let link = match app.cache.get(code).await {
         Ok(Some(link)) => link,
         Ok(None) => {
             app.metrics.redirect_not_found.inc();
-            return ApiError::not_found().into_response();
+            return fixed(StatusCode::NOT_FOUND, NOT_FOUND_BODY);
         }
         Err(e) => {
             app.metrics.redirect_error.inc();
@@ -53,14 +53,12 @@ async fn answer(app: &super::App, request: &Parts) -> Response {
     };
     if link.disabled {
         app.metrics.redirect_gone.inc();
-        return ApiError::new(StatusCode::GONE, "gone", "this link has been disabled")
-            .into_response();
+        return fixed(StatusCode::GONE, GONE_BODY);
     }
     let now = crate::now();
     if now >= link.expires_at {
         app.metrics.redirect_not_found.inc();
-        return ApiError::new(StatusCode::NOT_FOUND, "not_found", "this link has expired")
-            .into_response();
+        return fixed(StatusCode::NOT_FOUND, EXPIRED_BODY);
     }
     let Some(location) = link.location.clone() else {
         app.metrics.redirect_error.inc();

@@ -1,0 +1,331 @@
+//! `bench`: the shortener's load harness. Run it with `scripts/bench`, which builds the release
+//! binaries first.
+//!
+//! It starts the shortener (embedded store, fresh data directory) and a bare hyper server that
+//! answers every GET with a fixed 302, then, for each case, alternates the two under the same
+//! wrk load, several rounds, and prints requests/s, p50, p99 and the ratio shortener ÷ bare.
+//! Absolute numbers move with the machine's load; the ratio, measured in one run, is the figure.
+
+mod wrk;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_distr::Distribution;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use testkit::Process;
+use wrk::{Run, Wrk};
+
+#[derive(Debug, Parser)]
+#[command(about = "Load harness: shortener vs a bare hyper 302 server under wrk")]
+struct Args {
+    /// Seconds per wrk run.
+    #[arg(long, default_value_t = 8)]
+    duration: u64,
+    /// Rounds of each case (bare and shortener alternate within a round).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Links in the store for the Zipf case.
+    #[arg(long, default_value_t = 1_000_000)]
+    links: usize,
+    /// wrk connections.
+    #[arg(long, default_value_t = 64)]
+    connections: u32,
+    /// wrk threads (one leaves the other core to the server).
+    #[arg(long, default_value_t = 1)]
+    threads: u32,
+}
+
+const BROWSER: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:131.0) Gecko/20100101 Firefox/131.0";
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let bin_dir = std::env::current_exe()?
+        .parent()
+        .context("no directory for the bench binary")?
+        .to_owned();
+    let lua_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
+    let work = tempfile::TempDir::new()?;
+    let data = work.path().join("data");
+
+    let token = admin_token(&bin_dir, &data)?;
+    let mut shortener_cmd = Command::new(bin_dir.join("shortener"));
+    shortener_cmd
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .env("SHORTENER_LOG", "warn");
+    let mut shortener = Process::spawn("shortener", shortener_cmd)?;
+    let shortener_base = listening(&mut shortener)?;
+    let mut bare = Process::spawn("bare", Command::new(bin_dir.join("bare-redirect")))?;
+    let bare_base = listening(&mut bare)?;
+    let wrk = Wrk {
+        threads: args.threads,
+        connections: args.connections,
+        duration: Duration::from_secs(args.duration),
+    };
+    println!(
+        "shortener {shortener_base} · bare hyper {bare_base} · wrk -t{} -c{} -d{}s",
+        args.threads, args.connections, args.duration
+    );
+
+    // Case 4 first, on an empty store: durable creates per second.
+    let creates_lua = lua_dir.join("creates.lua");
+    let mut create_runs = Vec::new();
+    for round in 1..=args.rounds {
+        let run = wrk.run(&format!("{shortener_base}/"), Some(&creates_lua), &[("TOKEN", &token)])?;
+        println!("creates round {round}: {:.0} 201/s (non-2xx {})", run.ok_per_second(), run.non_2xx);
+        create_runs.push(run);
+    }
+
+    let db = data.join("shortener.db");
+    fill(&wrk, &shortener_base, &creates_lua, &token, &db, args.links)?;
+    let codes = read_codes(&db)?;
+    println!("store holds {} links", codes.len());
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let hot = codes[0].clone();
+    let zipf_file = work.path().join("zipf.paths");
+    write_zipf_paths(&zipf_file, &codes, 1_000_000, &mut rng)?;
+    let unknown_file = work.path().join("unknown.paths");
+    write_unknown_paths(&unknown_file, &codes, 100_000, &mut rng)?;
+    let paths_lua = lua_dir.join("paths.lua");
+
+    let cases: [(&str, Option<&Path>, f64); 3] = [
+        ("1 hot link", None, 0.80),
+        ("2 zipf over all links", Some(&zipf_file), 0.60),
+        ("3 unknown codes", Some(&unknown_file), 0.0),
+    ];
+    let mut results: Vec<(&str, f64, Vec<Run>, Vec<Run>)> = Vec::new();
+    for (name, paths, bar) in cases {
+        let mut bare_runs = Vec::new();
+        let mut ours = Vec::new();
+        let target = |base: &str| match paths {
+            None => format!("{base}/{hot}"),
+            Some(_) => format!("{base}/"),
+        };
+        let env: Vec<(&str, &str)> = paths
+            .map(|p| vec![("PATHS", p.to_str().unwrap_or_default())])
+            .unwrap_or_default();
+        let script = paths.map(|_| paths_lua.as_path());
+        // One unmeasured run each: the steady state of a long-running server, warm caches.
+        for base in [&bare_base, &shortener_base] {
+            wrk.run(&target(base), script, &env)?;
+        }
+        for round in 0..args.rounds {
+            // Alternate which server goes first so neither always gets the warmer machine.
+            let order = if round % 2 == 0 { [true, false] } else { [false, true] };
+            for is_bare in order {
+                let base = if is_bare { &bare_base } else { &shortener_base };
+                let run = wrk.run(&target(base), script, &env)?;
+                println!(
+                    "case {name}, round {}: {:<9} {:>9.0} req/s  p50 {:>8.3} ms  p99 {:>8.3} ms  non-3xx {}",
+                    round + 1,
+                    if is_bare { "bare" } else { "shortener" },
+                    run.requests_per_second,
+                    run.p50_ms,
+                    run.p99_ms,
+                    run.non_2xx
+                );
+                if is_bare { bare_runs.push(run) } else { ours.push(run) }
+            }
+        }
+        results.push((name, bar, bare_runs, ours));
+    }
+
+    let lag = click_lag(&shortener_base, &token)?;
+    let rss_mb = rss_mib(shortener.pid())?;
+
+    println!("\n== summary (medians of {} rounds) ==", args.rounds);
+    println!("{:<24} {:>12} {:>12} {:>7} {:>9} {:>9}  bar", "case", "bare req/s", "ours req/s", "ratio", "p50 ms", "p99 ms");
+    let mut failed = Vec::new();
+    for (name, bar, bare_runs, ours) in &results {
+        let b = median(bare_runs.iter().map(|r| r.requests_per_second));
+        let o = median(ours.iter().map(|r| r.requests_per_second));
+        let ratio = o / b;
+        let verdict = if *bar == 0.0 { "-".to_owned() } else if ratio >= *bar { format!("≥ {bar:.2} ok") } else { failed.push(*name); format!("≥ {bar:.2} FAIL") };
+        println!(
+            "{name:<24} {b:>12.0} {o:>12.0} {ratio:>7.2} {:>9.3} {:>9.3}  {verdict}",
+            median(ours.iter().map(|r| r.p50_ms)),
+            median(ours.iter().map(|r| r.p99_ms)),
+        );
+    }
+    let creates = median(create_runs.iter().map(Run::ok_per_second));
+    let verdict = |ok: bool, name: &'static str, failed: &mut Vec<&str>| {
+        if ok { "ok" } else { failed.push(name); "FAIL" }
+    };
+    println!(
+        "{:<24} {:>12} {creates:>12.0} {:>7} {:>9.3} {:>9.3}  ≥ 5000/s {}",
+        "4 creates (201/s)", "-", "-",
+        median(create_runs.iter().map(|r| r.p50_ms)),
+        median(create_runs.iter().map(|r| r.p99_ms)),
+        verdict(creates >= 5000.0, "creates", &mut failed)
+    );
+    println!("click → analytics lag: {:.3} s  (≤ 2 s {})", lag.as_secs_f64(), verdict(lag <= Duration::from_secs(2), "lag", &mut failed));
+    println!("shortener RSS with {} links: {rss_mb:.1} MiB  (≤ 150 MiB {})", codes.len(), verdict(rss_mb <= 150.0, "rss", &mut failed));
+    shortener.terminate()?;
+    if failed.is_empty() {
+        println!("all bars met");
+        Ok(())
+    } else {
+        bail!("bars missed: {}", failed.join(", "))
+    }
+}
+
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn listening(p: &mut Process) -> anyhow::Result<String> {
+    let line = p
+        .wait_for_line("listening on ", Duration::from_secs(60))
+        .map_err(anyhow::Error::msg)?;
+    Ok(line.trim_start_matches("listening on ").to_owned())
+}
+
+fn admin_token(bin_dir: &Path, data: &Path) -> anyhow::Result<String> {
+    let out = Command::new(bin_dir.join("shortener"))
+        .args(["token", "create", "--user", "bench", "--admin", "--data-dir"])
+        .arg(data)
+        .env("SHORTENER_LOG", "warn")
+        .output()?;
+    if !out.status.success() {
+        bail!("token create failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    String::from_utf8(out.stdout)?
+        .lines()
+        .last()
+        .map(str::to_owned)
+        .context("token create printed nothing")
+}
+
+fn count_links(db: &Path) -> anyhow::Result<usize> {
+    let conn = rusqlite::Connection::open(db)?;
+    let n: i64 = conn.query_row("SELECT count(*) FROM links", [], |r| r.get(0))?;
+    Ok(usize::try_from(n)?)
+}
+
+/// Creates links through the API until the store holds `target`.
+fn fill(wrk: &Wrk, base: &str, lua: &Path, token: &str, db: &Path, target: usize) -> anyhow::Result<()> {
+    let started = Instant::now();
+    loop {
+        let have = count_links(db)?;
+        if have >= target {
+            println!("filled to {have} links in {:.0} s", started.elapsed().as_secs_f64());
+            return Ok(());
+        }
+        let bulk = Wrk { duration: Duration::from_secs(20), ..*wrk };
+        let run = bulk.run(&format!("{base}/"), Some(lua), &[("TOKEN", token)])?;
+        println!("filling: {have} links, +{:.0}/s", run.ok_per_second());
+    }
+}
+
+fn read_codes(db: &Path) -> anyhow::Result<Vec<String>> {
+    let conn = rusqlite::Connection::open(db)?;
+    let mut stmt = conn.prepare("SELECT code FROM links")?;
+    let codes = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(codes)
+}
+
+/// Paths drawn from a Zipf distribution (s = 1.0) over all codes, ranks assigned at random.
+fn write_zipf_paths(file: &Path, codes: &[String], samples: usize, rng: &mut impl Rng) -> anyhow::Result<()> {
+    let mut ranked: Vec<&String> = codes.iter().collect();
+    ranked.shuffle(rng);
+    let zipf = rand_distr::Zipf::new(ranked.len() as f64, 1.0)?;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(file)?);
+    for _ in 0..samples {
+        // Zipf samples ranks 1..=n as floats.
+        let rank = (zipf.sample(rng) as usize).clamp(1, ranked.len());
+        writeln!(out, "/{}", ranked[rank - 1])?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Well-formed 7-character codes that are not in the store.
+fn write_unknown_paths(file: &Path, codes: &[String], n: usize, rng: &mut impl Rng) -> anyhow::Result<()> {
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let known: std::collections::HashSet<&str> = codes.iter().map(String::as_str).collect();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(file)?);
+    let mut written = 0;
+    while written < n {
+        let code: String = (0..7).map(|_| char::from(ALPHABET[rng.random_range(0..62)])).collect();
+        if !known.contains(code.as_str()) {
+            writeln!(out, "/{code}")?;
+            written += 1;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Time from the last of a burst of people's clicks to analytics showing all of them.
+fn click_lag(base: &str, token: &str) -> anyhow::Result<Duration> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let client = reqwest::Client::builder()
+            .user_agent(BROWSER)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()?;
+        let created: serde_json::Value = client
+            .post(format!("{base}/api/v1/links"))
+            .bearer_auth(token)
+            .json(&serde_json::json!({"long_url": "https://example.com/lag", "custom_alias": "lag-probe"}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        let code = created["short_code"].as_str().context("no short_code")?.to_owned();
+        let clicks = 2_000u64;
+        let mut tasks = Vec::new();
+        for _ in 0..16 {
+            let (client, url) = (client.clone(), format!("{base}/{code}"));
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..clicks / 16 {
+                    client.get(&url).send().await?;
+                }
+                Ok::<_, reqwest::Error>(())
+            }));
+        }
+        for t in tasks {
+            t.await??;
+        }
+        let last_click = Instant::now();
+        loop {
+            let a: serde_json::Value = client
+                .get(format!("{base}/api/v1/links/{code}/analytics"))
+                .bearer_auth(token)
+                .send()
+                .await?
+                .json()
+                .await?;
+            if a["total_clicks"].as_u64() == Some(clicks) {
+                return Ok(last_click.elapsed());
+            }
+            if last_click.elapsed() > Duration::from_secs(60) {
+                bail!("analytics never reached {clicks}: {a}");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+}
+
+fn rss_mib(pid: u32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(PathBuf::from(format!("/proc/{pid}/status")))?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .context("no VmRSS")?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()?;
+    Ok(kb / 1024.0)
+}
