@@ -167,7 +167,7 @@ impl Default for JudgementConfig {
     fn default() -> Self {
         Self {
             site_window: 64,
-            site_min_samples: 20,
+            site_min_samples: 10,
             site_min_addresses: 3,
             site_spread: 0.5,
         }

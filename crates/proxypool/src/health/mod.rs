@@ -102,6 +102,12 @@ impl Health {
         now.since(self.since) >= cfg.min_dwell
     }
 
+    /// Ramping back after a quarantine (P10), as opposed to a new address's slow start: only
+    /// then does a single failure send it back, and only then is a failure a failed cycle.
+    pub(crate) fn returning(&self) -> bool {
+        self.ramp_started.is_some() && self.quarantine_entries > 0
+    }
+
     /// Ends a finished ramp: the quarantine cycle that preceded it succeeded.
     pub(crate) fn refresh(&mut self, now: Timestamp, cfg: &HealthConfig) {
         if let Some(started) = self.ramp_started

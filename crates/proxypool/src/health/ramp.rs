@@ -26,7 +26,7 @@ mod tests {
     fn p10_ramp_steps_over_sixty_seconds() {
         let steps = [0.10, 0.25, 0.50, 1.0];
         let d = Duration::from_secs(60);
-        let at = |s| share(&steps, d, Timestamp::from_millis(0), Timestamp::from_millis(s * 1000));
+        let at = |s: u64| share(&steps, d, Timestamp::from_millis(0), Timestamp::from_millis(s * 1000));
         assert_eq!(at(0), Some(0.10));
         assert_eq!(at(19), Some(0.10));
         assert_eq!(at(20), Some(0.25));

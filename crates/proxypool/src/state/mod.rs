@@ -603,8 +603,7 @@ impl PoolState {
             HealthState::Healthy | HealthState::Degraded => {
                 let sites = &self.sites;
                 let fall = signals::fall(&rec.window, cfg, |s| sites.is_degraded(s));
-                let ramping = rec.health.ramp_started.is_some();
-                if ramping && class == Class::Failure && !site_degraded {
+                if rec.health.returning() && class == Class::Failure && !site_degraded {
                     Some(Act::Quarantine("failure during the ramp".into()))
                 } else if let Some(signal) = fall {
                     Some(Act::Quarantine(signal.to_string()))
@@ -673,7 +672,7 @@ impl PoolState {
     fn try_quarantine(&mut self, slot: Slot, now: Timestamp, reason: String) {
         let Some(rec) = self.record(slot) else { return };
         let state = rec.health.state;
-        let failed_cycle = state == HealthState::Probing || rec.health.ramp_started.is_some();
+        let failed_cycle = state == HealthState::Probing || rec.health.returning();
         match self.gate(rec).check() {
             Ok(()) => {
                 let (backoff_cfg, dead_after) = (&self.cfg.backoff, self.cfg.health.dead_after_cycles);
@@ -771,8 +770,9 @@ impl PoolState {
                 r.health.state == HealthState::Quarantined && r.health.quarantined_until == Some(due)
             });
             if still {
+                // Dated when the wait ended, not when a call noticed: the dwell counts from there.
                 let reason = "quarantine wait over; half-open".to_owned();
-                self.transition(slot, HealthState::Probing, reason, now);
+                self.transition(slot, HealthState::Probing, reason, due);
             }
         }
     }

@@ -75,7 +75,7 @@ impl Ring {
     /// The first address clockwise from `hash` that `accept` takes.
     pub(crate) fn place(&self, hash: u64, mut accept: impl FnMut(Slot) -> bool) -> Option<Slot> {
         let start = self.points.partition_point(|(p, _)| *p < hash);
-        let (after, before) = self.points.split_at(start);
+        let (before, after) = self.points.split_at(start);
         let mut last = None;
         for &(_, slot) in after.iter().chain(before) {
             // Neighbouring points often share an address: ask once.
