@@ -154,7 +154,9 @@ impl Default for BackoffConfig {
 pub struct JudgementConfig {
     /// Last outcomes kept per site, over all addresses.
     pub site_window: usize,
-    /// Outcomes needed in that window before the site is judged.
+    /// The site is also judged on its newest outcomes alone, to catch sudden spikes.
+    pub site_recent: usize,
+    /// Outcomes needed (in the window, or in the newest stretch) before the site is judged.
     pub site_min_samples: usize,
     /// Distinct addresses needed in that window before the site is judged.
     pub site_min_addresses: usize,
@@ -167,6 +169,7 @@ impl Default for JudgementConfig {
     fn default() -> Self {
         Self {
             site_window: 64,
+            site_recent: 16,
             site_min_samples: 10,
             site_min_addresses: 3,
             site_spread: 0.5,
@@ -208,9 +211,9 @@ impl PoolConfig {
                 "backoff.base must be <= cap and jitter in [0, 1)",
             ),
             (
-                self.judgement.site_window >= self.judgement.site_min_samples
+                self.judgement.site_window >= self.judgement.site_recent
                     && self.judgement.site_min_samples > 0,
-                "judgement.site_window must be >= site_min_samples > 0",
+                "judgement.site_window must be >= site_recent and site_min_samples > 0",
             ),
         ];
         match checks.iter().find(|(ok, _)| !ok) {

@@ -129,7 +129,7 @@ impl Health {
             HealthState::Healthy => {
                 self.quarantined_until = None;
                 self.stable_since = Some(now);
-                if from == HealthState::Probing || from == HealthState::Dead {
+                if !from.is_offered() || from == HealthState::Probing {
                     self.ramp_started = Some(now);
                 }
             }

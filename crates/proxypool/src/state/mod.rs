@@ -251,7 +251,26 @@ impl PoolState {
         for &sp in &rec.sub_pools {
             self.keep_minimum(sp, now);
         }
+        self.keep_cap(now);
         Ok(())
+    }
+
+    /// P7 after a removal: a smaller pool has a smaller cap; the excess returns to service on
+    /// a ramp (probing ones first, then those closest to the end of their wait).
+    fn keep_cap(&mut self, now: Timestamp) {
+        let cap = quarantine::cap(self.by_address.len(), self.cfg.quarantine_cap);
+        while self.quarantined() > cap {
+            let best = self
+                .records
+                .iter()
+                .enumerate()
+                .filter_map(|(slot, r)| r.as_ref().map(|r| (slot as Slot, &r.health)))
+                .filter(|(_, h)| h.state.counts_against_cap())
+                .min_by_key(|(_, h)| (h.state == HealthState::Quarantined, h.quarantined_until));
+            let Some((slot, _)) = best else { return };
+            let reason = format!("returned early: the pool shrank and its quarantine cap is {cap}");
+            self.transition(slot, HealthState::Healthy, reason, now);
+        }
     }
 
     /// P8 after a removal: bring back out-of-service members early until the sub-pool offers
@@ -599,7 +618,9 @@ impl PoolState {
             HealthState::Quarantined | HealthState::Dead => None,
             HealthState::Probing if site_degraded => None,
             HealthState::Probing if class == Class::Success => Some(Act::ProbeSuccess),
-            HealthState::Probing => Some(Act::Quarantine(format!("{} while probing", name(class)))),
+            // A captcha is reputation, judged by its rate, not a failed probe.
+            HealthState::Probing if class == Class::Captcha => None,
+            HealthState::Probing => Some(Act::Quarantine("failure while probing".into())),
             HealthState::Healthy | HealthState::Degraded => {
                 let sites = &self.sites;
                 let fall = signals::fall(&rec.window, cfg, |s| sites.is_degraded(s));
@@ -881,13 +902,5 @@ fn count(t: &mut crate::snapshot::Totals, class: Class) {
         Class::Success => t.successes += 1,
         Class::Failure => t.failures += 1,
         Class::Captcha => t.captchas += 1,
-    }
-}
-
-fn name(class: Class) -> &'static str {
-    match class {
-        Class::Success => "success",
-        Class::Failure => "failure",
-        Class::Captcha => "captcha",
     }
 }

@@ -84,25 +84,20 @@ impl Site {
 
     /// Why the site should be judged degraded now, if it should: its success or captcha rate
     /// crosses the thresholds an address would be judged by, and the bad outcomes are spread
-    /// over most of the addresses that worked on it (a few bad addresses do not make a bad site).
+    /// over most of the addresses that worked on it (a few bad addresses do not make a bad
+    /// site). Judged over the whole site window and over its newest outcomes, so that a sudden
+    /// site-wide spike is recognised within a few requests, before any one address has
+    /// gathered enough failures to be condemned for it.
     pub(crate) fn verdict(&self, h: &HealthConfig, j: &JudgementConfig) -> Option<String> {
-        let n = self.window.len();
-        let distinct = self.per_address.len();
-        if n < j.site_min_samples || distinct < j.site_min_addresses {
-            return None;
-        }
-        let success = self.successes as f64 / n as f64;
-        let captcha = self.captchas as f64 / n as f64;
-        let spread = self.with_bad as f64 / distinct as f64;
-        let bad = success < h.min_success_rate || captcha > h.max_captcha_rate;
-        (bad && spread > j.site_spread).then(|| {
-            format!(
-                "success {:.0}%, captcha {:.0}% over {n} outcomes; {} of {distinct} addresses affected",
-                success * 100.0,
-                captcha * 100.0,
-                self.with_bad
-            )
-        })
+        let whole = Tally {
+            n: self.window.len(),
+            successes: self.successes,
+            captchas: self.captchas,
+            distinct: self.per_address.len(),
+            with_bad: self.with_bad,
+        };
+        let recent = Tally::of(self.window.iter().rev().take(j.site_recent));
+        [whole, recent].into_iter().find_map(|t| t.verdict(h, j))
     }
 
     /// Whether the site has seen enough traffic to be judged at all.
@@ -122,6 +117,60 @@ impl Site {
             spread: (!self.per_address.is_empty())
                 .then(|| self.with_bad as f64 / self.per_address.len() as f64),
         }
+    }
+}
+
+/// Counts over a stretch of a site's window.
+#[derive(Debug, Clone, Copy)]
+struct Tally {
+    n: usize,
+    successes: usize,
+    captchas: usize,
+    distinct: usize,
+    with_bad: usize,
+}
+
+impl Tally {
+    fn of<'a>(entries: impl Iterator<Item = &'a (Slot, Class)>) -> Self {
+        let mut t = Self { n: 0, successes: 0, captchas: 0, distinct: 0, with_bad: 0 };
+        // Small stretch (a few dozen entries): a linear scan beats a map.
+        let mut seen: Vec<(Slot, bool)> = Vec::new();
+        for &(slot, class) in entries {
+            t.n += 1;
+            match class {
+                Class::Success => t.successes += 1,
+                Class::Captcha => t.captchas += 1,
+                Class::Failure => {}
+            }
+            let bad = class != Class::Success;
+            match seen.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, b)) => *b |= bad,
+                None => seen.push((slot, bad)),
+            }
+        }
+        t.distinct = seen.len();
+        t.with_bad = seen.iter().filter(|(_, b)| *b).count();
+        t
+    }
+
+    fn verdict(&self, h: &HealthConfig, j: &JudgementConfig) -> Option<String> {
+        if self.n < j.site_min_samples || self.distinct < j.site_min_addresses {
+            return None;
+        }
+        let success = self.successes as f64 / self.n as f64;
+        let captcha = self.captchas as f64 / self.n as f64;
+        let spread = self.with_bad as f64 / self.distinct as f64;
+        let bad = success < h.min_success_rate || captcha > h.max_captcha_rate;
+        (bad && spread > j.site_spread).then(|| {
+            format!(
+                "success {:.0}%, captcha {:.0}% over the last {} outcomes; {} of {} addresses affected",
+                success * 100.0,
+                captcha * 100.0,
+                self.n,
+                self.with_bad,
+                self.distinct
+            )
+        })
     }
 }
 
