@@ -14,7 +14,12 @@ use tokio::runtime::Runtime;
 const KEYS: usize = 100_000;
 
 fn url(i: usize) -> String {
-    format!("http://10.{}.{}.{}:3128", i / 65536, (i / 256) % 256, i % 256)
+    format!(
+        "http://10.{}.{}.{}:3128",
+        i / 65536,
+        (i / 256) % 256,
+        i % 256
+    )
 }
 
 fn pool(n: usize, strategy: Strategy) -> Pool {
@@ -28,7 +33,9 @@ fn pool(n: usize, strategy: Strategy) -> Pool {
 }
 
 fn rt() -> Runtime {
-    tokio::runtime::Builder::new_current_thread().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
 }
 
 const OK: Outcome = Outcome::Success {
@@ -60,11 +67,18 @@ fn keyless_round_robin(b: divan::Bencher, n: usize) {
 #[divan::bench(args = [1_000, 10_000], max_time = 2)]
 fn keyed_100k_keys(b: divan::Bencher, n: usize) {
     let (rt, pool) = (rt(), pool(n, Strategy::Weighted));
-    let tickets: Vec<Ticket> = (0..KEYS).map(|k| Ticket::new().key(format!("account-{k}"))).collect();
+    let tickets: Vec<Ticket> = (0..KEYS)
+        .map(|k| Ticket::new().key(format!("account-{k}")))
+        .collect();
     // Bind every key first: the timed pairs are session renewals, the common case.
     rt.block_on(async {
         for t in &tickets {
-            pool.acquire(t.clone()).await.unwrap().release(OK).await.unwrap();
+            pool.acquire(t.clone())
+                .await
+                .unwrap()
+                .release(OK)
+                .await
+                .unwrap();
         }
     });
     let mut i = 0;
@@ -78,7 +92,12 @@ fn keyed_100k_keys(b: divan::Bencher, n: usize) {
 }
 
 /// Binds `keys` keys on a pool of `n` addresses, optionally without address `skip`.
-fn placements(rt: &Runtime, n: usize, keys: usize, skip: Option<usize>) -> (HashMap<usize, String>, Pool) {
+fn placements(
+    rt: &Runtime,
+    n: usize,
+    keys: usize,
+    skip: Option<usize>,
+) -> (HashMap<usize, String>, Pool) {
     let pool = Pool::builder()
         .addresses((0..n).filter(|i| Some(*i) != skip).map(url))
         .clock(ManualClock::new())
@@ -88,7 +107,10 @@ fn placements(rt: &Runtime, n: usize, keys: usize, skip: Option<usize>) -> (Hash
     let mut placed = HashMap::new();
     rt.block_on(async {
         for k in 0..keys {
-            let lease = pool.acquire(Ticket::new().key(format!("account-{k}"))).await.unwrap();
+            let lease = pool
+                .acquire(Ticket::new().key(format!("account-{k}")))
+                .await
+                .unwrap();
             placed.insert(k, lease.address().as_str().to_owned());
             lease.release(OK).await.unwrap();
         }
@@ -103,7 +125,12 @@ fn hash_quality() {
         let (after, _) = placements(&rt, n, KEYS, Some(n / 2));
         let moved = before.iter().filter(|(k, a)| after[*k] != **a).count();
         let snap = rt.block_on(pool.snapshot());
-        let max = snap.addresses.iter().map(|a| a.bound_keys).max().unwrap_or(0);
+        let max = snap
+            .addresses
+            .iter()
+            .map(|a| a.bound_keys)
+            .max()
+            .unwrap_or(0);
         let mean = KEYS as f64 / n as f64;
         println!(
             "hash n={n}: removing 1 of {n} moved {:.4} of {KEYS} unbound keys (1/N = {:.4}); \

@@ -115,7 +115,9 @@ impl fmt::Display for ProxyAddress {
 
 impl fmt::Debug for ProxyAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("ProxyAddress").field(&&*self.redacted).finish()
+        f.debug_tuple("ProxyAddress")
+            .field(&&*self.redacted)
+            .finish()
     }
 }
 

@@ -185,19 +185,29 @@ impl PoolConfig {
                 self.quarantine_cap > 0.0 && self.quarantine_cap <= 1.0,
                 "quarantine_cap must be in (0, 1]",
             ),
-            (self.max_leases_per_address > 0, "max_leases_per_address must be > 0"),
+            (
+                self.max_leases_per_address > 0,
+                "max_leases_per_address must be > 0",
+            ),
             (self.ring_vnodes > 0, "ring_vnodes must be > 0"),
             (self.load_factor >= 1.0, "load_factor must be >= 1"),
-            (h.window > 0 && h.window <= u16::MAX as usize, "health.window must be in 1..=65535"),
+            (
+                h.window > 0 && h.window <= u16::MAX as usize,
+                "health.window must be in 1..=65535",
+            ),
             (
                 h.recent > 0 && h.recent <= h.window && h.recent_failures <= h.recent,
                 "health.recent must be in 1..=window and recent_failures <= recent",
             ),
             (
-                (0.0..=1.0).contains(&h.min_success_rate) && (0.0..=1.0).contains(&h.max_captcha_rate),
+                (0.0..=1.0).contains(&h.min_success_rate)
+                    && (0.0..=1.0).contains(&h.max_captcha_rate),
                 "health rates must be in [0, 1]",
             ),
-            (h.latency_factor >= 1.0, "health.latency_factor must be >= 1"),
+            (
+                h.latency_factor >= 1.0,
+                "health.latency_factor must be >= 1",
+            ),
             (
                 !h.ramp_steps.is_empty() && h.ramp_steps.iter().all(|s| *s > 0.0 && *s <= 1.0),
                 "health.ramp_steps must be non-empty shares in (0, 1]",

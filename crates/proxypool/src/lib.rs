@@ -60,6 +60,9 @@
 //! State lives in memory for now, behind an internal storage abstraction shaped so that a
 //! shared (Redis) store can run each acquire or release as one server-side script.
 
+// Tests may unwrap: a panic is the failure report there.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 mod address;
 mod clock;
 mod config;
@@ -83,7 +86,5 @@ pub use error::{AcquireError, BuildError, PoolError};
 pub use health::HealthState;
 pub use lease::{Choice, Lease, LeaseId, Outcome};
 pub use pool::{Pool, PoolBuilder};
-pub use snapshot::{
-    AddressSnapshot, CellSnapshot, PoolSnapshot, SiteSnapshot, Snapshot, Totals,
-};
+pub use snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, SiteSnapshot, Snapshot, Totals};
 pub use ticket::Ticket;

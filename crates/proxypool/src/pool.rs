@@ -193,7 +193,10 @@ impl PoolBuilder {
         let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         let mut batch = Vec::with_capacity(self.addresses.len());
         for (address, pools) in self.addresses {
-            batch.push((ProxyAddress::parse(&address).map_err(PoolError::from)?, pools));
+            batch.push((
+                ProxyAddress::parse(&address).map_err(PoolError::from)?,
+                pools,
+            ));
         }
         let mut state = PoolState::new(self.config, &self.sub_pools, rng);
         state.add(batch, clock.now())?;

@@ -50,8 +50,10 @@ async fn p1_weighted_prefers_fast_and_successful_addresses_without_starving_any(
     let clock = ManualClock::new();
     let pool = pool(4, &clock);
     let slow = addr(0);
-    let served = serve(&pool, &clock, &Ticket::new(), 2000, STEP, |a| Outcome::Success {
-        latency: Duration::from_millis(if a == slow { 400 } else { 100 }),
+    let served = serve(&pool, &clock, &Ticket::new(), 2000, STEP, |a| {
+        Outcome::Success {
+            latency: Duration::from_millis(if a == slow { 400 } else { 100 }),
+        }
     })
     .await;
     let mut count: HashMap<&str, usize> = HashMap::new();
@@ -86,7 +88,10 @@ async fn p1_keyed_tickets_hash_with_bounded_loads() {
     let clock = ManualClock::new();
     let pool = pool(10, &clock);
     for k in 0..1000 {
-        let lease = pool.acquire(Ticket::new().key(format!("acct-{k}"))).await.unwrap();
+        let lease = pool
+            .acquire(Ticket::new().key(format!("acct-{k}")))
+            .await
+            .unwrap();
         assert_eq!(lease.choice(), Choice::Hashed);
         lease.release(ok()).await.unwrap();
     }
@@ -114,7 +119,9 @@ async fn p1_sub_pools_serve_only_their_members() {
     let keyed = pool.acquire(t.clone().key("k")).await.unwrap();
     assert_ne!(keyed.address().as_str(), "http://10.9.0.1:8080");
     assert_eq!(
-        pool.acquire(Ticket::new().sub_pool("nope")).await.unwrap_err(),
+        pool.acquire(Ticket::new().sub_pool("nope"))
+            .await
+            .unwrap_err(),
         AcquireError::UnknownSubPool("nope".into())
     );
 }
@@ -155,7 +162,10 @@ async fn p2_quarantined_bound_address_breaks_the_session_once() {
         l.release(Outcome::ConnectError).await.unwrap();
     }
     let bound = bound.unwrap();
-    assert_eq!(state_of(&pool, bound.as_str()).await, HealthState::Quarantined);
+    assert_eq!(
+        state_of(&pool, bound.as_str()).await,
+        HealthState::Quarantined
+    );
     let err = pool.acquire(t.clone()).await.unwrap_err();
     assert_eq!(
         err,
@@ -198,7 +208,10 @@ async fn p2_removing_the_bound_address_breaks_the_session_and_moves_no_other_key
     let pool = pool(20, &clock);
     let mut bound = HashMap::new();
     for k in 0..300 {
-        let l = pool.acquire(Ticket::new().key(format!("k{k}"))).await.unwrap();
+        let l = pool
+            .acquire(Ticket::new().key(format!("k{k}")))
+            .await
+            .unwrap();
         bound.insert(k, l.address().as_str().to_owned());
     }
     let victim = bound[&0].clone();
@@ -231,7 +244,12 @@ async fn p3_a_new_address_starts_healthy_on_a_slow_start_ramp() {
     assert_eq!(new.ramp_share, Some(0.10));
     clock.advance(Duration::from_secs(60));
     let snap = pool.snapshot().await;
-    assert_eq!(snap.address("socks5://u:***@10.1.0.1:1080").unwrap().ramp_share, None);
+    assert_eq!(
+        snap.address("socks5://u:***@10.1.0.1:1080")
+            .unwrap()
+            .ramp_share,
+        None
+    );
     assert_eq!(
         pool.add("socks5://u:p@10.1.0.1:1080").await,
         Err(proxypool::PoolError::Duplicate(
@@ -247,7 +265,11 @@ async fn p4_one_error_is_noise() {
     let target = addr(0);
     let mut first = true;
     serve(&pool, &clock, &Ticket::new(), 200, STEP, |a| {
-        if a == target && std::mem::take(&mut first) { Outcome::ConnectError } else { ok() }
+        if a == target && std::mem::take(&mut first) {
+            Outcome::ConnectError
+        } else {
+            ok()
+        }
     })
     .await;
     assert_eq!(state_of(&pool, &target).await, HealthState::Healthy);
@@ -263,7 +285,11 @@ async fn p4_three_failures_of_the_last_five_quarantine() {
     let snap = pool.snapshot().await;
     let a = snap.address(&addr(0)).unwrap();
     assert_eq!(a.state, HealthState::Quarantined);
-    assert!(a.reason.contains("3 failures in the last 3"), "{}", a.reason);
+    assert!(
+        a.reason.contains("3 failures in the last 3"),
+        "{}",
+        a.reason
+    );
 }
 
 #[tokio::test]
@@ -295,7 +321,11 @@ async fn p4_success_rate_below_seventy_percent_over_ten_samples_quarantines() {
     let snap = pool.snapshot().await;
     let a = snap.address(&target).unwrap();
     assert_eq!(a.quarantine_entries, 1, "{}", a.reason);
-    let d = snap.decisions.iter().find(|d| d.to == "quarantined").unwrap();
+    let d = snap
+        .decisions
+        .iter()
+        .find(|d| d.to == "quarantined")
+        .unwrap();
     assert!(d.reason.starts_with("success rate 6"), "{}", d.reason);
 }
 
@@ -315,7 +345,11 @@ async fn p4_captcha_rate_above_twenty_percent_quarantines() {
     })
     .await;
     let snap = pool.snapshot().await;
-    let d = snap.decisions.iter().find(|d| d.to == "quarantined").unwrap();
+    let d = snap
+        .decisions
+        .iter()
+        .find(|d| d.to == "quarantined")
+        .unwrap();
     assert!(d.reason.starts_with("captcha rate"), "{}", d.reason);
 }
 
@@ -326,23 +360,42 @@ async fn p4_a_latency_tail_degrades_and_p5_recovery_waits_for_the_dwell() {
     let target = addr(0);
     let mut n = 0;
     // Address 0: every fifth request takes 2 s against a 100 ms norm: p95 > 3 × median.
-    serve(&pool, &clock, &Ticket::new(), 400, Duration::from_secs(1), |a| {
-        n += 1;
-        let slow = a == target && n % 20 < 4;
-        Outcome::Success {
-            latency: Duration::from_millis(if slow { 2000 } else { 100 }),
-        }
-    })
+    serve(
+        &pool,
+        &clock,
+        &Ticket::new(),
+        400,
+        Duration::from_secs(1),
+        |a| {
+            n += 1;
+            let slow = a == target && n % 20 < 4;
+            Outcome::Success {
+                latency: Duration::from_millis(if slow { 2000 } else { 100 }),
+            }
+        },
+    )
     .await;
     let snap = pool.snapshot().await;
     let a = snap.address(&target).unwrap();
     assert_eq!(a.state, HealthState::Degraded, "{}", a.reason);
     assert!(a.reason.starts_with("latency p95"));
     // Back to a steady 100 ms: the tail leaves the window, then the dwell must pass.
-    serve(&pool, &clock, &Ticket::new(), 400, Duration::from_secs(1), |_| ok()).await;
+    serve(
+        &pool,
+        &clock,
+        &Ticket::new(),
+        400,
+        Duration::from_secs(1),
+        |_| ok(),
+    )
+    .await;
     assert_eq!(state_of(&pool, &target).await, HealthState::Healthy);
     let snap = pool.snapshot().await;
-    let up = snap.decisions.iter().find(|d| d.from == "degraded").unwrap();
+    let up = snap
+        .decisions
+        .iter()
+        .find(|d| d.from == "degraded")
+        .unwrap();
     let down = snap.decisions.iter().find(|d| d.to == "degraded").unwrap();
     assert!(up.at_ms - down.at_ms >= 30_000);
 }
@@ -352,10 +405,19 @@ async fn quarantine_first(pool: &Pool, clock: &ManualClock) -> u64 {
     let snap = pool.snapshot().await;
     let a = snap.address(&addr(0)).unwrap();
     assert_eq!(a.state, HealthState::Quarantined);
-    let entered = snap.decisions.iter().rev().find(|d| d.to == "quarantined").unwrap().at_ms;
+    let entered = snap
+        .decisions
+        .iter()
+        .rev()
+        .find(|d| d.to == "quarantined")
+        .unwrap()
+        .at_ms;
     // The clock has moved on since: return what is left of the wait, check the whole wait.
     let wait = a.quarantined_until_ms.unwrap() - entered;
-    assert!((48_000..=72_000).contains(&wait) || a.backoff_level > 1, "{wait}");
+    assert!(
+        (48_000..=72_000).contains(&wait) || a.backoff_level > 1,
+        "{wait}"
+    );
     a.quarantined_until_ms.unwrap() - snap.at_ms
 }
 
@@ -413,7 +475,11 @@ async fn p6_backoff_doubles_with_jitter_and_resets_after_ten_stable_minutes() {
     clock.advance(Duration::from_secs(10 * 60));
     quarantine_first(&pool, &clock).await;
     let snap = pool.snapshot().await;
-    assert_eq!(snap.address(&addr(0)).unwrap().backoff_level, 1, "reset, then one entry");
+    assert_eq!(
+        snap.address(&addr(0)).unwrap().backoff_level,
+        1,
+        "reset, then one entry"
+    );
 }
 
 // ---- P7, P8 ---------------------------------------------------------------------------------
@@ -424,15 +490,27 @@ async fn p7_at_most_thirty_percent_quarantined_the_rest_lose_weight() {
     let pool = pool_with(10, &clock, rr());
     let bad: HashSet<String> = (0..4).map(addr).collect();
     serve(&pool, &clock, &Ticket::new(), 100, STEP, |a| {
-        if bad.contains(a) { Outcome::ConnectError } else { ok() }
+        if bad.contains(a) {
+            Outcome::ConnectError
+        } else {
+            ok()
+        }
     })
     .await;
     let snap = pool.snapshot().await;
     assert_eq!(snap.pool.quarantine_cap, 3);
     assert_eq!(snap.pool.quarantined, 3);
-    let held: Vec<_> = snap.addresses.iter().filter(|a| a.state == HealthState::Degraded).collect();
+    let held: Vec<_> = snap
+        .addresses
+        .iter()
+        .filter(|a| a.state == HealthState::Degraded)
+        .collect();
     assert_eq!(held.len(), 1);
-    assert!(held[0].reason.contains("quarantine cap of 3 reached"), "{}", held[0].reason);
+    assert!(
+        held[0].reason.contains("quarantine cap of 3 reached"),
+        "{}",
+        held[0].reason
+    );
     assert!(held[0].weight < 0.5);
 }
 
@@ -443,10 +521,17 @@ async fn p8_at_least_two_addresses_stay_offered() {
     cfg.quarantine_cap = 1.0;
     cfg.judgement.site_min_addresses = 100; // isolate P8 from site judgement
     let pool = pool_with(3, &clock, cfg);
-    serve(&pool, &clock, &Ticket::new(), 300, STEP, |_| Outcome::ConnectError).await;
+    serve(&pool, &clock, &Ticket::new(), 300, STEP, |_| {
+        Outcome::ConnectError
+    })
+    .await;
     let snap = pool.snapshot().await;
     assert_eq!(snap.pool.offered, 2);
-    assert!(snap.addresses.iter().any(|a| a.reason.contains("fewer than 2 in service")));
+    assert!(
+        snap.addresses
+            .iter()
+            .any(|a| a.reason.contains("fewer than 2 in service"))
+    );
     assert!(pool.acquire(Ticket::new()).await.is_ok());
 }
 
@@ -470,11 +555,18 @@ async fn p8_removing_an_address_brings_a_quarantined_one_back_early() {
 async fn p9_a_site_failing_on_every_address_is_blamed_not_the_addresses() {
     let clock = ManualClock::new();
     let pool = pool_with(10, &clock, rr());
-    let (flaky, good) = (Ticket::new().site("flaky.example"), Ticket::new().site("good.example"));
+    let (flaky, good) = (
+        Ticket::new().site("flaky.example"),
+        Ticket::new().site("good.example"),
+    );
     for i in 0..400 {
         let t = if i % 2 == 0 { &flaky } else { &good };
         let lease = pool.acquire(t.clone()).await.unwrap();
-        let o = if i % 2 == 0 && i % 6 != 0 { Outcome::Timeout } else { ok() };
+        let o = if i % 2 == 0 && i % 6 != 0 {
+            Outcome::Timeout
+        } else {
+            ok()
+        };
         lease.release(o).await.unwrap();
         clock.advance(STEP);
     }
@@ -490,7 +582,11 @@ async fn p9_a_site_failing_on_every_address_is_blamed_not_the_addresses() {
         .unwrap();
     assert_eq!((d.from.as_str(), d.to.as_str()), ("ok", "degraded"));
     // The matrix shows the column.
-    let cell = snap.matrix.iter().find(|c| c.site == "flaky.example").unwrap();
+    let cell = snap
+        .matrix
+        .iter()
+        .find(|c| c.site == "flaky.example")
+        .unwrap();
     assert!(cell.success_rate.unwrap() < 0.5);
 }
 
@@ -498,7 +594,10 @@ async fn p9_a_site_failing_on_every_address_is_blamed_not_the_addresses() {
 async fn p9_failures_towards_every_site_freeze_quarantining() {
     let clock = ManualClock::new();
     let pool = pool_with(10, &clock, rr());
-    let sites = [Ticket::new().site("a.example"), Ticket::new().site("b.example")];
+    let sites = [
+        Ticket::new().site("a.example"),
+        Ticket::new().site("b.example"),
+    ];
     for i in 0..300 {
         let lease = pool.acquire(sites[i % 2].clone()).await.unwrap();
         lease.release(Outcome::ConnectError).await.unwrap();
@@ -507,7 +606,11 @@ async fn p9_failures_towards_every_site_freeze_quarantining() {
     let snap = pool.snapshot().await;
     assert!(snap.pool.frozen);
     assert_eq!(snap.pool.quarantine_entries, 0);
-    assert!(snap.decisions.iter().any(|d| d.subject == Subject::Pool && d.to == "frozen"));
+    assert!(
+        snap.decisions
+            .iter()
+            .any(|d| d.subject == Subject::Pool && d.to == "frozen")
+    );
 }
 
 #[tokio::test]
@@ -516,9 +619,15 @@ async fn p9_one_bad_address_among_good_ones_is_still_quarantined() {
     let pool = pool_with(10, &clock, rr());
     let t = Ticket::new().site("shop.example");
     let target = addr(3);
-    serve(&pool, &clock, &t, 50, STEP, |a| if a == target { Outcome::Blocked } else { ok() }).await;
+    serve(&pool, &clock, &t, 50, STEP, |a| {
+        if a == target { Outcome::Blocked } else { ok() }
+    })
+    .await;
     let snap = pool.snapshot().await;
-    assert_eq!(snap.address(&target).unwrap().state, HealthState::Quarantined);
+    assert_eq!(
+        snap.address(&target).unwrap().state,
+        HealthState::Quarantined
+    );
     assert!(!snap.site("shop.example").unwrap().degraded);
 }
 
@@ -544,7 +653,11 @@ async fn p10_ramp_then_a_failure_during_it_sends_back_with_a_longer_wait() {
     let snap = pool.snapshot().await;
     let a = snap.address(&addr(0)).unwrap();
     assert_eq!(a.state, HealthState::Quarantined);
-    assert!(a.reason.starts_with("failure during the ramp"), "{}", a.reason);
+    assert!(
+        a.reason.starts_with("failure during the ramp"),
+        "{}",
+        a.reason
+    );
     let wait = a.quarantined_until_ms.unwrap() - snap.at_ms;
     assert!((96_000..=144_000).contains(&wait), "{wait}");
     assert_eq!(a.failed_cycles, 1);
@@ -557,15 +670,27 @@ async fn p11_dead_after_five_failed_cycles_and_only_probes_revive() {
     quarantine_first(&pool, &clock).await;
     for cycle in 1..=5 {
         let snap = pool.snapshot().await;
-        let until = snap.address(&addr(0)).unwrap().quarantined_until_ms.unwrap();
+        let until = snap
+            .address(&addr(0))
+            .unwrap()
+            .quarantined_until_ms
+            .unwrap();
         clock.set(proxypool::Timestamp::from_millis(until));
-        assert_eq!(state_of(&pool, &addr(0)).await, HealthState::Probing, "cycle {cycle}");
+        assert_eq!(
+            state_of(&pool, &addr(0)).await,
+            HealthState::Probing,
+            "cycle {cycle}"
+        );
         pool.report_probe(&addr(0), false).await.unwrap();
     }
     let snap = pool.snapshot().await;
     let a = snap.address(&addr(0)).unwrap();
     assert_eq!(a.state, HealthState::Dead);
-    assert!(a.reason.contains("5 failed quarantine cycles in a row"), "{}", a.reason);
+    assert!(
+        a.reason.contains("5 failed quarantine cycles in a row"),
+        "{}",
+        a.reason
+    );
     // Passive traffic never reaches it; five probe passes bring it back on a ramp.
     let served = serve(&pool, &clock, &Ticket::new(), 50, STEP, |_| ok()).await;
     assert!(!served.contains(&addr(0)));
@@ -590,7 +715,10 @@ async fn p13_an_address_at_its_lease_cap_is_skipped() {
     for _ in 0..3 {
         held.push(pool.acquire(Ticket::new()).await.unwrap());
     }
-    assert_eq!(pool.acquire(Ticket::new()).await.unwrap_err(), AcquireError::NoAddressAvailable);
+    assert_eq!(
+        pool.acquire(Ticket::new()).await.unwrap_err(),
+        AcquireError::NoAddressAvailable
+    );
     assert!(matches!(
         pool.acquire(Ticket::new().key("k")).await.unwrap_err(),
         AcquireError::BoundAddressBusy { .. }
@@ -637,22 +765,36 @@ async fn rate_limited_cools_the_address_for_that_site_only() {
     let shop = Ticket::new().site("shop.example");
     let l = pool.acquire(shop.clone()).await.unwrap();
     let cooled = l.address().clone();
-    l.release(Outcome::RateLimited { retry_after: Duration::from_secs(30) }).await.unwrap();
+    l.release(Outcome::RateLimited {
+        retry_after: Duration::from_secs(30),
+    })
+    .await
+    .unwrap();
     for _ in 0..4 {
         let l = pool.acquire(shop.clone()).await.unwrap();
         assert_ne!(l.address(), &cooled);
     }
-    let other: HashSet<_> = serve(&pool, &clock, &Ticket::new().site("news.example"), 4, STEP, |_| ok())
-        .await
-        .into_iter()
-        .collect();
+    let other: HashSet<_> = serve(
+        &pool,
+        &clock,
+        &Ticket::new().site("news.example"),
+        4,
+        STEP,
+        |_| ok(),
+    )
+    .await
+    .into_iter()
+    .collect();
     assert!(other.contains(cooled.as_str()));
     clock.advance(Duration::from_secs(30));
     let served = serve(&pool, &clock, &shop, 4, STEP, |_| ok()).await;
     assert!(served.contains(&cooled.as_str().to_owned()));
     let snap = pool.snapshot().await;
     assert_eq!(snap.pool.quarantine_entries, 0);
-    assert_eq!(snap.address(cooled.as_str()).unwrap().totals.rate_limited, 1);
+    assert_eq!(
+        snap.address(cooled.as_str()).unwrap().totals.rate_limited,
+        1
+    );
 }
 
 #[tokio::test]
@@ -661,7 +803,11 @@ async fn a_rate_limited_bound_address_keeps_the_session_and_says_how_long() {
     let pool = pool(4, &clock);
     let t = Ticket::new().key("k").site("shop.example");
     let l = pool.acquire(t.clone()).await.unwrap();
-    l.release(Outcome::RateLimited { retry_after: Duration::from_secs(20) }).await.unwrap();
+    l.release(Outcome::RateLimited {
+        retry_after: Duration::from_secs(20),
+    })
+    .await
+    .unwrap();
     clock.advance(Duration::from_secs(5));
     match pool.acquire(t.clone()).await.unwrap_err() {
         AcquireError::BoundAddressCooling { retry_in, .. } => {
@@ -702,7 +848,9 @@ fn p16_metrics_go_through_the_facade() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         rt.block_on(async {
             let clock = ManualClock::new();
             let pool = pool_with(10, &clock, rr());
@@ -737,7 +885,10 @@ async fn p16_the_decision_log_has_transitions_not_requests() {
     let pool = pool_with(10, &clock, rr());
     serve(&pool, &clock, &Ticket::new(), 500, STEP, |_| ok()).await;
     let before = pool.snapshot().await.decisions.len();
-    assert_eq!(before, 10, "one 'added' decision per address, none per request");
+    assert_eq!(
+        before, 10,
+        "one 'added' decision per address, none per request"
+    );
     quarantine_first(&pool, &clock).await;
     let snap = pool.snapshot().await;
     let last = snap.decisions.last().unwrap();

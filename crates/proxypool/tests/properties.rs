@@ -34,12 +34,16 @@ fn op() -> impl Strategy<Value = Op> {
 
 fn outcome(n: u8) -> Outcome {
     match n {
-        0..=4 => Outcome::Success { latency: Duration::from_millis(50 + u64::from(n) * 40) },
+        0..=4 => Outcome::Success {
+            latency: Duration::from_millis(50 + u64::from(n) * 40),
+        },
         5 | 6 => Outcome::ConnectError,
         7 => Outcome::Timeout,
         8 => Outcome::Blocked,
         9 | 10 => Outcome::Captcha,
-        _ => Outcome::RateLimited { retry_after: Duration::from_secs(20) },
+        _ => Outcome::RateLimited {
+            retry_after: Duration::from_secs(20),
+        },
     }
 }
 
@@ -74,7 +78,10 @@ impl Model {
                     t = t.key(format!("key{k}"));
                 }
                 let now = self.now();
-                let live = key.and_then(|k| self.bound.get(&k)).filter(|(_, used)| now < used + TTL_MS).cloned();
+                let live = key
+                    .and_then(|k| self.bound.get(&k))
+                    .filter(|(_, used)| now < used + TTL_MS)
+                    .cloned();
                 match self.pool.acquire(t).await {
                     Ok(lease) => {
                         if let Some(k) = key {
@@ -87,14 +94,20 @@ impl Model {
                             }
                             self.bound.insert(k, (a, now));
                         }
-                        self.held.push(Held { lease, deadline_ms: now + LEASE_MS });
+                        self.held.push(Held {
+                            lease,
+                            deadline_ms: now + LEASE_MS,
+                        });
                     }
                     Err(AcquireError::SessionBroken { address, .. }) => {
                         let k = key.unwrap();
                         assert_eq!(live.unwrap().0, address.as_str());
                         self.bound.remove(&k);
                     }
-                    Err(AcquireError::BoundAddressBusy { .. } | AcquireError::BoundAddressCooling { .. }) => {
+                    Err(
+                        AcquireError::BoundAddressBusy { .. }
+                        | AcquireError::BoundAddressCooling { .. },
+                    ) => {
                         assert!(live.is_some());
                     }
                     Err(AcquireError::NoAddressAvailable) => {}
@@ -135,7 +148,11 @@ impl Model {
         // Leases: exactly the ones we hold and that have not expired (P14).
         let out = self.held.iter().filter(|h| h.deadline_ms > now).count() as u64;
         assert_eq!(p.active_leases, out);
-        let per_address: u64 = snap.addresses.iter().map(|a| u64::from(a.active_leases)).sum();
+        let per_address: u64 = snap
+            .addresses
+            .iter()
+            .map(|a| u64::from(a.active_leases))
+            .sum();
         assert!(per_address <= out);
         let on_present = self
             .held
@@ -146,12 +163,17 @@ impl Model {
         // P7 and P8.
         assert!(p.quarantined <= p.quarantine_cap, "{p:?}");
         assert!(p.offered >= p.addresses.min(2), "{p:?}");
-        assert_eq!(snap.addresses.len(), self.present.iter().filter(|x| **x).count());
+        assert_eq!(
+            snap.addresses.len(),
+            self.present.iter().filter(|x| **x).count()
+        );
     }
 }
 
 fn run(ops: Vec<Op>) {
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let clock = ManualClock::new();
         let mut cfg = PoolConfig::default();
@@ -159,7 +181,13 @@ fn run(ops: Vec<Op>) {
         let pool = common::pool_with(8, &clock, cfg);
         let mut present = vec![false; 10];
         present[..8].iter_mut().for_each(|p| *p = true);
-        let mut m = Model { clock, pool, held: Vec::new(), present, bound: HashMap::new() };
+        let mut m = Model {
+            clock,
+            pool,
+            held: Vec::new(),
+            present,
+            bound: HashMap::new(),
+        };
         for op in ops {
             m.apply(op).await;
             m.check().await;
@@ -167,7 +195,11 @@ fn run(ops: Vec<Op>) {
         // Everything back: no lease counted anywhere.
         let held = std::mem::take(&mut m.held);
         for (i, h) in held.into_iter().enumerate() {
-            if i % 2 == 0 { h.lease.release(outcome(0)).await.unwrap() } else { drop(h) }
+            if i % 2 == 0 {
+                h.lease.release(outcome(0)).await.unwrap()
+            } else {
+                drop(h)
+            }
         }
         let snap = m.pool.snapshot().await;
         assert_eq!(snap.pool.active_leases, 0);

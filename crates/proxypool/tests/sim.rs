@@ -11,7 +11,11 @@ fn simulator_reports_every_case_and_policy_as_json_lines() {
         .args(["--json", "--requests", "3000", "--seed", "5"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -22,11 +26,19 @@ fn simulator_reports_every_case_and_policy_as_json_lines() {
         assert_eq!(line["case"], (i / 3 + 1) as u64);
         assert_eq!(line["policy"], ["random", "round_robin", "pool"][i % 3]);
         assert_eq!(line["requests"], 3000);
-        for field in ["success_rate", "oracle_success_rate", "max_quarantined_fraction"] {
+        for field in [
+            "success_rate",
+            "oracle_success_rate",
+            "max_quarantined_fraction",
+        ] {
             let v = line[field].as_f64().unwrap();
             assert!((0.0..=1.0).contains(&v), "{field} {v}");
         }
-        for field in ["false_quarantines", "sticky_violations", "min_in_service_violations"] {
+        for field in [
+            "false_quarantines",
+            "sticky_violations",
+            "min_in_service_violations",
+        ] {
             assert!(line[field].is_u64(), "{field}");
         }
         if line["policy"] == "pool" {

@@ -34,7 +34,11 @@ async fn stress_many_tasks_random_outcomes_and_drops() {
                 assert!(p.quarantined <= p.quarantine_cap);
                 assert!(p.offered >= 2);
                 assert!(snap.addresses.iter().all(|a| a.active_leases <= CAP));
-                let sum: u64 = snap.addresses.iter().map(|a| u64::from(a.active_leases)).sum();
+                let sum: u64 = snap
+                    .addresses
+                    .iter()
+                    .map(|a| u64::from(a.active_leases))
+                    .sum();
                 assert_eq!(sum, p.active_leases);
                 checks += 1;
                 tokio::task::yield_now().await;
@@ -63,8 +67,12 @@ async fn stress_many_tasks_random_outcomes_and_drops() {
                         0 => Outcome::ConnectError,
                         1 => Outcome::Timeout,
                         2 => Outcome::Captcha,
-                        3 => Outcome::RateLimited { retry_after: Duration::from_secs(1) },
-                        _ => Outcome::Success { latency: Duration::from_millis(rng.random_range(50..300)) },
+                        3 => Outcome::RateLimited {
+                            retry_after: Duration::from_secs(1),
+                        },
+                        _ => Outcome::Success {
+                            latency: Duration::from_millis(rng.random_range(50..300)),
+                        },
                     };
                     if rng.random_bool(0.1) {
                         drop(lease);

@@ -31,10 +31,20 @@ mod tests {
     fn doubles_then_caps_within_jitter() {
         let cfg = BackoffConfig::default();
         let mut rng = StdRng::seed_from_u64(7);
-        for (level, nominal) in [(0, 60.0), (1, 120.0), (2, 240.0), (5, 1920.0), (6, 3600.0), (40, 3600.0)] {
+        for (level, nominal) in [
+            (0, 60.0),
+            (1, 120.0),
+            (2, 240.0),
+            (5, 1920.0),
+            (6, 3600.0),
+            (40, 3600.0),
+        ] {
             for _ in 0..50 {
                 let w = wait(level, &cfg, &mut rng).as_secs_f64();
-                assert!(w >= nominal * 0.8 - 1e-9 && w <= nominal * 1.2 + 1e-9, "{level}: {w}");
+                assert!(
+                    w >= nominal * 0.8 - 1e-9 && w <= nominal * 1.2 + 1e-9,
+                    "{level}: {w}"
+                );
             }
         }
     }

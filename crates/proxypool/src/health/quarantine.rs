@@ -93,9 +93,39 @@ mod tests {
     #[test]
     fn p7_p8_refusals() {
         assert_eq!(gate().check(), Ok(()));
-        assert_eq!(Gate { quarantined: 3, ..gate() }.check(), Err(Refusal::Cap { cap: 3 }));
-        assert_eq!(Gate { quarantined: 3, candidate_counted: true, candidate_offered: false, ..gate() }.check(), Ok(()));
-        assert_eq!(Gate { offered: 2, ..gate() }.check(), Err(Refusal::MinimumInService { min: 2 }));
-        assert_eq!(Gate { frozen: true, ..gate() }.check(), Err(Refusal::Frozen));
+        assert_eq!(
+            Gate {
+                quarantined: 3,
+                ..gate()
+            }
+            .check(),
+            Err(Refusal::Cap { cap: 3 })
+        );
+        assert_eq!(
+            Gate {
+                quarantined: 3,
+                candidate_counted: true,
+                candidate_offered: false,
+                ..gate()
+            }
+            .check(),
+            Ok(())
+        );
+        assert_eq!(
+            Gate {
+                offered: 2,
+                ..gate()
+            }
+            .check(),
+            Err(Refusal::MinimumInService { min: 2 })
+        );
+        assert_eq!(
+            Gate {
+                frozen: true,
+                ..gate()
+            }
+            .check(),
+            Err(Refusal::Frozen)
+        );
     }
 }

@@ -7,7 +7,12 @@ use crate::clock::Timestamp;
 /// The share of its weight an address ramping since `started` gets at `now`: the steps are
 /// spread evenly over `duration` (10 %, 25 %, 50 %, then 100 % at the end by default);
 /// `None` once the ramp is over.
-pub(crate) fn share(steps: &[f64], duration: Duration, started: Timestamp, now: Timestamp) -> Option<f64> {
+pub(crate) fn share(
+    steps: &[f64],
+    duration: Duration,
+    started: Timestamp,
+    now: Timestamp,
+) -> Option<f64> {
     let elapsed = now.since(started);
     if elapsed >= duration || steps.len() < 2 {
         return None;
@@ -26,7 +31,14 @@ mod tests {
     fn p10_ramp_steps_over_sixty_seconds() {
         let steps = [0.10, 0.25, 0.50, 1.0];
         let d = Duration::from_secs(60);
-        let at = |s: u64| share(&steps, d, Timestamp::from_millis(0), Timestamp::from_millis(s * 1000));
+        let at = |s: u64| {
+            share(
+                &steps,
+                d,
+                Timestamp::from_millis(0),
+                Timestamp::from_millis(s * 1000),
+            )
+        };
         assert_eq!(at(0), Some(0.10));
         assert_eq!(at(19), Some(0.10));
         assert_eq!(at(20), Some(0.25));

@@ -21,10 +21,18 @@ impl fmt::Display for Signal {
                 write!(f, "{failures} failures in the last {of} outcomes")
             }
             Self::LowSuccess { rate, samples } => {
-                write!(f, "success rate {:.0}% over {samples} outcomes", rate * 100.0)
+                write!(
+                    f,
+                    "success rate {:.0}% over {samples} outcomes",
+                    rate * 100.0
+                )
             }
             Self::Captchas { rate, samples } => {
-                write!(f, "captcha rate {:.0}% over {samples} outcomes", rate * 100.0)
+                write!(
+                    f,
+                    "captcha rate {:.0}% over {samples} outcomes",
+                    rate * 100.0
+                )
             }
             Self::SlowTail { p95_ms, median_ms } => {
                 write!(f, "latency p95 {p95_ms} ms > 3x median {median_ms} ms")
@@ -34,7 +42,11 @@ impl fmt::Display for Signal {
 }
 
 /// A fall signal (failures or captchas), counting only outcomes not excused by a degraded site.
-pub(crate) fn fall(w: &Window, cfg: &HealthConfig, excused: impl Fn(u32) -> bool) -> Option<Signal> {
+pub(crate) fn fall(
+    w: &Window,
+    cfg: &HealthConfig,
+    excused: impl Fn(u32) -> bool,
+) -> Option<Signal> {
     let counted = w.newest_first().filter(|e| !e.excused && !excused(e.site));
     let (mut n, mut recent_failures, mut successes, mut captchas) = (0, 0, 0, 0);
     for e in counted {
@@ -122,7 +134,10 @@ mod tests {
     fn captchas_have_their_own_threshold() {
         let cfg = HealthConfig::default();
         let w = window(&[S, S, C, S, S, C, S, S, S, C]);
-        assert!(matches!(fall(&w, &cfg, |_| false), Some(Signal::Captchas { .. })));
+        assert!(matches!(
+            fall(&w, &cfg, |_| false),
+            Some(Signal::Captchas { .. })
+        ));
     }
 
     #[test]

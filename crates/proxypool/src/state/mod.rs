@@ -99,7 +99,13 @@ impl Candidates for Ctx<'_> {
 
     fn weight(&self, slot: Slot) -> f64 {
         self.record(slot).map_or(0.0, |r| {
-            weight::weight(&r.window, &r.health, &self.cfg.health, self.reference_ms, self.now)
+            weight::weight(
+                &r.window,
+                &r.health,
+                &self.cfg.health,
+                self.reference_ms,
+                self.now,
+            )
         })
     }
 
@@ -162,7 +168,8 @@ impl PoolState {
     }
 
     fn quarantined(&self) -> usize {
-        self.by_state[HealthState::Quarantined as usize] + self.by_state[HealthState::Probing as usize]
+        self.by_state[HealthState::Quarantined as usize]
+            + self.by_state[HealthState::Probing as usize]
     }
 
     // ---- membership -------------------------------------------------------------------------
@@ -201,7 +208,8 @@ impl PoolState {
                 p.keyless.join(slot);
             }
             let print = fingerprint(address.as_str());
-            let rec = AddressRecord::new(address.clone(), print, pools, self.cfg.health.window, now);
+            let rec =
+                AddressRecord::new(address.clone(), print, pools, self.cfg.health.window, now);
             let reason = rec.health.last_reason.clone();
             self.by_address.insert(address.clone(), slot);
             self.records.push(Some(rec));
@@ -209,14 +217,21 @@ impl PoolState {
             let subject = Subject::Address {
                 address: address.redacted().into(),
             };
-            self.decide(now, subject, "absent", HealthState::Healthy.as_str(), reason);
+            self.decide(
+                now,
+                subject,
+                "absent",
+                HealthState::Healthy.as_str(),
+                reason,
+            );
         }
         for (sp, pool) in self.sub_pools.iter_mut().enumerate() {
-            let added = self.records[first..].iter().flatten().enumerate().filter_map(|(i, r)| {
-                r.sub_pools
-                    .contains(&(sp as u32))
-                    .then(|| ((first + i) as Slot, r.address.as_str()))
-            });
+            let added = self.records[first..]
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| r.as_ref().map(|r| (i, r)))
+                .filter(|(_, r)| r.sub_pools.contains(&(sp as u32)))
+                .map(|(i, r)| ((first + i) as Slot, r.address.as_str()));
             pool.ring.insert_many(added);
         }
         Ok(())
@@ -224,7 +239,11 @@ impl PoolState {
 
     /// Removes an address. Its open leases are forgotten when they come back; sessions bound
     /// to it are reported broken on their next acquire.
-    pub(crate) fn remove(&mut self, address: &ProxyAddress, now: Timestamp) -> Result<(), PoolError> {
+    pub(crate) fn remove(
+        &mut self,
+        address: &ProxyAddress,
+        now: Timestamp,
+    ) -> Result<(), PoolError> {
         let slot = self
             .by_address
             .remove(address)
@@ -292,7 +311,11 @@ impl PoolState {
 
     // ---- acquire ----------------------------------------------------------------------------
 
-    pub(crate) fn acquire(&mut self, ticket: &Ticket, now: Timestamp) -> Result<Grant, AcquireError> {
+    pub(crate) fn acquire(
+        &mut self,
+        ticket: &Ticket,
+        now: Timestamp,
+    ) -> Result<Grant, AcquireError> {
         self.sweep(now);
         let sp = match &ticket.sub_pool {
             None => 0,
@@ -381,11 +404,14 @@ impl PoolState {
                 ctx.eligible(s) && ctx.record(s).is_some_and(|r| r.bound_keys < bound)
             })
             .ok_or(AcquireError::NoAddressAvailable)?;
-        let rec = self.record_mut(slot).ok_or(AcquireError::NoAddressAvailable)?;
+        let rec = self
+            .record_mut(slot)
+            .ok_or(AcquireError::NoAddressAvailable)?;
         rec.bound_keys += 1;
         let address = rec.address.clone();
         self.sub_pools[sp as usize].bound_keys += 1;
-        self.sessions.bind(Arc::clone(key), slot, address, sp, expires);
+        self.sessions
+            .bind(Arc::clone(key), slot, address, sp, expires);
         Ok((slot, Choice::Hashed))
     }
 
@@ -419,7 +445,9 @@ impl PoolState {
         }
         let lease = self.leases.open(slot, deadline);
         self.counters.acquired += 1;
-        let rec = self.record_mut(slot).ok_or(AcquireError::NoAddressAvailable)?;
+        let rec = self
+            .record_mut(slot)
+            .ok_or(AcquireError::NoAddressAvailable)?;
         rec.active_leases += 1;
         rec.totals.leases += 1;
         telemetry::acquired(&rec.label, choice, rec.active_leases);
@@ -462,7 +490,10 @@ impl PoolState {
                 None => return,
             },
         };
-        if self.record(slot).is_none_or(|r| r.address != release.address) {
+        if self
+            .record(slot)
+            .is_none_or(|r| r.address != release.address)
+        {
             return;
         }
         self.counters.released += 1;
@@ -563,9 +594,10 @@ impl PoolState {
         let verdict = s.verdict(h, j);
         let change = match (s.degraded, verdict) {
             (false, Some(reason)) => Some((true, reason)),
-            (true, None) if now.since(s.since) >= h.min_dwell => {
-                Some((false, "failures no longer spread over most addresses".to_owned()))
-            }
+            (true, None) if now.since(s.since) >= h.min_dwell => Some((
+                false,
+                "failures no longer spread over most addresses".to_owned(),
+            )),
             _ => None,
         };
         if let Some((degraded, reason)) = change {
@@ -574,7 +606,11 @@ impl PoolState {
             let subject = Subject::Site {
                 site: s.name.to_string(),
             };
-            let (from, to) = if degraded { ("ok", "degraded") } else { ("degraded", "ok") };
+            let (from, to) = if degraded {
+                ("ok", "degraded")
+            } else {
+                ("degraded", "ok")
+            };
             let reason = if degraded {
                 format!("{reason}: failures there are not held against addresses")
             } else {
@@ -589,7 +625,12 @@ impl PoolState {
     /// probes): quarantining is frozen until one recovers.
     fn judge_our_side(&mut self, now: Timestamp) {
         let j = &self.cfg.judgement;
-        let judged: Vec<_> = self.sites.list.iter().filter(|s| s.has_evidence(j)).collect();
+        let judged: Vec<_> = self
+            .sites
+            .list
+            .iter()
+            .filter(|s| s.has_evidence(j))
+            .collect();
         let degraded = judged.iter().filter(|s| s.degraded).count();
         let frozen = judged.len() >= 2 && degraded == judged.len();
         if frozen != self.frozen {
@@ -696,19 +737,25 @@ impl PoolState {
         let failed_cycle = state == HealthState::Probing || rec.health.returning();
         match self.gate(rec).check() {
             Ok(()) => {
-                let (backoff_cfg, dead_after) = (&self.cfg.backoff, self.cfg.health.dead_after_cycles);
+                let (backoff_cfg, dead_after) =
+                    (&self.cfg.backoff, self.cfg.health.dead_after_cycles);
                 let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
                     return;
                 };
                 let h = &mut rec.health;
-                if h.stable_since.is_some_and(|s| now.since(s) >= backoff_cfg.reset_after) {
+                if h.stable_since
+                    .is_some_and(|s| now.since(s) >= backoff_cfg.reset_after)
+                {
                     h.backoff_level = 0;
                 }
                 if failed_cycle {
                     h.failed_cycles += 1;
                 }
                 if h.failed_cycles >= dead_after {
-                    let reason = format!("{reason}; {} failed quarantine cycles in a row", h.failed_cycles);
+                    let reason = format!(
+                        "{reason}; {} failed quarantine cycles in a row",
+                        h.failed_cycles
+                    );
                     self.transition(slot, HealthState::Dead, reason, now);
                     return;
                 }
@@ -788,7 +835,8 @@ impl PoolState {
             }
             self.quarantine_ends.pop();
             let still = self.record(slot).is_some_and(|r| {
-                r.health.state == HealthState::Quarantined && r.health.quarantined_until == Some(due)
+                r.health.state == HealthState::Quarantined
+                    && r.health.quarantined_until == Some(due)
             });
             if still {
                 // Dated when the wait ended, not when a call noticed: the dwell counts from there.
@@ -826,7 +874,11 @@ impl PoolState {
                     state: r.health.state,
                     state_since_ms: r.health.since.as_millis(),
                     reason: r.health.last_reason.clone(),
-                    weight: if r.health.state.is_offered() { ctx.weight(slot) } else { 0.0 },
+                    weight: if r.health.state.is_offered() {
+                        ctx.weight(slot)
+                    } else {
+                        0.0
+                    },
                     ramp_share: r
                         .health
                         .ramp_started
@@ -859,7 +911,10 @@ impl PoolState {
                     window_samples: n,
                     success_rate: success,
                     captcha_rate: captcha,
-                    cooling_until_ms: cell.cooling_until.filter(|u| *u > now).map(Timestamp::as_millis),
+                    cooling_until_ms: cell
+                        .cooling_until
+                        .filter(|u| *u > now)
+                        .map(Timestamp::as_millis),
                     totals: cell.totals.clone(),
                 })
             })

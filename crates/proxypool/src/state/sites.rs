@@ -132,7 +132,13 @@ struct Tally {
 
 impl Tally {
     fn of<'a>(entries: impl Iterator<Item = &'a (Slot, Class)>) -> Self {
-        let mut t = Self { n: 0, successes: 0, captchas: 0, distinct: 0, with_bad: 0 };
+        let mut t = Self {
+            n: 0,
+            successes: 0,
+            captchas: 0,
+            distinct: 0,
+            with_bad: 0,
+        };
         // Small stretch (a few dozen entries): a linear scan beats a map.
         let mut seen: Vec<(Slot, bool)> = Vec::new();
         for &(slot, class) in entries {
@@ -274,7 +280,11 @@ mod tests {
         // 10 addresses, 3 always failing: success 70 %, but only 3 of 10 affected.
         for _ in 0..10 {
             for slot in 0..10u32 {
-                let class = if slot < 3 { Class::Failure } else { Class::Success };
+                let class = if slot < 3 {
+                    Class::Failure
+                } else {
+                    Class::Success
+                };
                 site.push(slot, class, j.site_window);
             }
         }
@@ -282,7 +292,11 @@ mod tests {
         // Now every address fails half the time: the site is to blame.
         for round in 0..10 {
             for slot in 0..10u32 {
-                let class = if (slot + round) % 2 == 0 { Class::Failure } else { Class::Success };
+                let class = if (slot + round) % 2 == 0 {
+                    Class::Failure
+                } else {
+                    Class::Success
+                };
                 site.push(slot, class, j.site_window);
             }
         }

@@ -96,9 +96,16 @@ mod tests {
     use super::*;
 
     fn ring(n: u32) -> (Ring, Vec<String>) {
-        let names: Vec<String> = (0..n).map(|i| format!("http://10.0.{}.{}:8080", i / 250, i % 250)).collect();
+        let names: Vec<String> = (0..n)
+            .map(|i| format!("http://10.0.{}.{}:8080", i / 250, i % 250))
+            .collect();
         let mut r = Ring::new(64);
-        r.insert_many(names.iter().enumerate().map(|(i, a)| (i as Slot, a.as_str())));
+        r.insert_many(
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (i as Slot, a.as_str())),
+        );
         (r, names)
     }
 
@@ -125,7 +132,12 @@ mod tests {
         let after: Vec<_> = keys.iter().map(|h| r.place(*h, |_| true)).collect();
         let moved = before.iter().zip(&after).filter(|(a, b)| a != b).count();
         // Exactly the keys of the removed address move, and they are about 1/50.
-        assert!(before.iter().zip(&after).all(|(a, b)| a == b || *a == Some(7)));
+        assert!(
+            before
+                .iter()
+                .zip(&after)
+                .all(|(a, b)| a == b || *a == Some(7))
+        );
         let fraction = moved as f64 / keys.len() as f64;
         assert!(fraction > 0.01 && fraction < 0.035, "{fraction}");
     }
@@ -137,7 +149,9 @@ mod tests {
         let mut total = 0;
         for k in 0..10_000 {
             let bound = load_bound(total, 40, 1.25);
-            let s = r.place(key_hash(&format!("k{k}")), |s| load[s as usize] < bound).unwrap();
+            let s = r
+                .place(key_hash(&format!("k{k}")), |s| load[s as usize] < bound)
+                .unwrap();
             load[s as usize] += 1;
             total += 1;
         }

@@ -68,7 +68,11 @@ mod tests {
             .max()
             .unwrap_or(0);
         assert!(longest_run <= 5, "{longest_run}");
-        assert!(picks[7..].windows(7).all(|win| win.contains(&1) && win.contains(&2)));
+        assert!(
+            picks[7..]
+                .windows(7)
+                .all(|win| win.contains(&1) && win.contains(&2))
+        );
     }
 
     #[test]

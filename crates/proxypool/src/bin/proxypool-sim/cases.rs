@@ -69,7 +69,11 @@ impl Truth for Accounts {
         &["platform.example"]
     }
     fn profile(&self, address: usize, _site: usize, t: u64) -> Profile {
-        if Self::dead(address, t) { Profile::DEAD } else { Profile::GOOD }
+        if Self::dead(address, t) {
+            Profile::DEAD
+        } else {
+            Profile::GOOD
+        }
     }
     fn address_fine(&self, address: usize, t: u64) -> bool {
         !Self::dead(address, t)

@@ -72,7 +72,9 @@ fn parse_args() -> Result<Args, String> {
                 args.case = Some(c as u8);
             }
             "-h" | "--help" => {
-                return Err("usage: proxypool-sim [--json] [--seed N] [--requests N] [--case 1-4]".into());
+                return Err(
+                    "usage: proxypool-sim [--json] [--seed N] [--requests N] [--case 1-4]".into(),
+                );
             }
             other => return Err(format!("unknown argument {other}")),
         }
@@ -105,7 +107,12 @@ async fn run(case: u8, kind: Kind, requests: u64, seed: u64) -> Report {
     };
     let n = truth.addresses();
     let urls: Vec<String> = (0..n).map(url).collect();
-    let index: HashMap<String, usize> = urls.iter().cloned().enumerate().map(|(i, u)| (u, i)).collect();
+    let index: HashMap<String, usize> = urls
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(i, u)| (u, i))
+        .collect();
     let clock = ManualClock::new();
     let mut cfg = PoolConfig::default();
     // The simulator reads a snapshot per request: keep the copied decision log short.
@@ -118,7 +125,7 @@ async fn run(case: u8, kind: Kind, requests: u64, seed: u64) -> Report {
         .build()
         .ok();
     let mut policy = match (kind, pool.clone()) {
-        (Kind::Random, _) => Policy::Random(StdRng::seed_from_u64(seed ^ 0x5eed)),
+        (Kind::Random, _) => Policy::Random(Box::new(StdRng::seed_from_u64(seed ^ 0x5eed))),
         (Kind::RoundRobin, _) => Policy::RoundRobin(0),
         (Kind::Pool, Some(p)) => Policy::Pool(p),
         (Kind::Pool, None) => unreachable!("the default configuration is valid"),
@@ -142,7 +149,9 @@ async fn run(case: u8, kind: Kind, requests: u64, seed: u64) -> Report {
             .fold(0.0, f64::max);
         let key_name = key.map(|k| format!("account-{k}"));
         let pick = policy
-            .pick(n, key_name.as_deref(), truth.sites()[site], |u| index.get(u).copied().unwrap_or(0))
+            .pick(n, key_name.as_deref(), truth.sites()[site], |u| {
+                index.get(u).copied().unwrap_or(0)
+            })
             .await;
         let (address, lease) = match pick {
             Pick::Address(a, l) => (a, l),

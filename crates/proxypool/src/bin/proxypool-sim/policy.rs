@@ -33,7 +33,7 @@ pub(crate) enum Pick {
 }
 
 pub(crate) enum Policy {
-    Random(StdRng),
+    Random(Box<StdRng>),
     RoundRobin(usize),
     Pool(Pool),
 }
