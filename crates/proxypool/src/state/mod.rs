@@ -27,7 +27,7 @@ use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, Snapshot};
 use crate::store::{Grant, Release};
 use crate::strategy::consistent_hash::{fingerprint, key_hash, load_bound};
 use crate::strategy::{Candidates, Slot};
-use crate::telemetry;
+use crate::telemetry::PoolMetrics;
 use crate::ticket::Ticket;
 
 use leases::Leases;
@@ -68,6 +68,7 @@ pub(crate) struct PoolState {
     reference_latency_ms: Option<f64>,
     counters: Counters,
     log: DecisionLog,
+    metrics: PoolMetrics,
 }
 
 /// What strategies see of the pool for one ticket.
@@ -146,6 +147,7 @@ impl PoolState {
             frozen: false,
             reference_latency_ms: None,
             counters: Counters::default(),
+            metrics: PoolMetrics::new(),
         }
     }
 
@@ -331,20 +333,21 @@ impl PoolState {
         };
         let result = picked.and_then(|(slot, choice)| self.grant(slot, choice, now));
         if let Err(e) = &result {
+            // Indices into `telemetry::FAILURES`.
             let reason = match e {
                 AcquireError::NoAddressAvailable => {
                     self.counters.unavailable += 1;
-                    "no_address"
+                    0
                 }
                 AcquireError::SessionBroken { .. } => {
                     self.counters.sessions_broken += 1;
-                    "session_broken"
+                    1
                 }
-                AcquireError::BoundAddressBusy { .. } => "bound_busy",
-                AcquireError::BoundAddressCooling { .. } => "bound_cooling",
-                AcquireError::UnknownSubPool(_) => "unknown_sub_pool",
+                AcquireError::BoundAddressBusy { .. } => 2,
+                AcquireError::BoundAddressCooling { .. } => 3,
+                AcquireError::UnknownSubPool(_) => 4,
             };
-            telemetry::acquire_failed(reason);
+            self.metrics.acquire_failed(reason);
         }
         result
     }
@@ -445,12 +448,13 @@ impl PoolState {
         }
         let lease = self.leases.open(slot, deadline);
         self.counters.acquired += 1;
+        self.metrics.acquired(choice);
         let rec = self
             .record_mut(slot)
             .ok_or(AcquireError::NoAddressAvailable)?;
         rec.active_leases += 1;
         rec.totals.leases += 1;
-        telemetry::acquired(&rec.label, choice, rec.active_leases);
+        rec.metrics.active(rec.active_leases);
         Ok(Grant {
             lease,
             address: rec.address.clone(),
@@ -480,7 +484,7 @@ impl PoolState {
             Some(slot) => {
                 if let Some(r) = self.record_mut(slot) {
                     r.active_leases -= 1;
-                    telemetry::active_leases(&r.label, r.active_leases);
+                    r.metrics.active(r.active_leases);
                 }
                 slot
             }
@@ -499,26 +503,27 @@ impl PoolState {
         self.counters.released += 1;
         let site = self.sites.intern(release.site.as_ref());
         let window = self.cfg.health.window;
-        let site_name = Arc::clone(&self.sites.list[site as usize].name);
         let (class, latency) = match release.outcome {
             Outcome::Success { latency } => (Class::Success, Some(latency)),
             Outcome::ConnectError | Outcome::Timeout | Outcome::Blocked => (Class::Failure, None),
             Outcome::Captcha => (Class::Captcha, None),
             Outcome::RateLimited { retry_after } => {
-                let cell = self.sites.cells.entry((slot, site)).or_default();
+                let cell = self.sites.cell(slot, site, release.address.redacted());
                 cell.cooling_until = Some(now.after(retry_after));
                 cell.totals.rate_limited += 1;
+                cell.metrics.outcome(&release.outcome);
                 if let Some(r) = self.record_mut(slot) {
                     r.totals.rate_limited += 1;
-                    telemetry::outcome(&r.label, &site_name, "rate_limited", None);
+                    r.metrics.outcome(&release.outcome);
                 }
                 return;
             }
         };
         let excused = self.sites.is_degraded(site);
         let latency_ms = latency.map_or(0, |l| u32::try_from(millis(l)).unwrap_or(u32::MAX));
-        let cell = self.sites.cells.entry((slot, site)).or_default();
+        let cell = self.sites.cell(slot, site, release.address.redacted());
         cell.push(class, window);
+        cell.metrics.outcome(&release.outcome);
         count(&mut cell.totals, class);
         let Some(rec) = self.record_mut(slot) else {
             return;
@@ -530,7 +535,7 @@ impl PoolState {
             latency_ms,
         });
         count(&mut rec.totals, class);
-        telemetry::outcome(&rec.label, &site_name, release.outcome.as_str(), latency);
+        rec.metrics.outcome(&release.outcome);
         if latency.is_some() {
             let ms = f64::from(latency_ms);
             self.reference_latency_ms = Some(match self.reference_latency_ms {
@@ -545,11 +550,11 @@ impl PoolState {
     pub(crate) fn abandon(&mut self, lease: LeaseId, _now: Timestamp) {
         if let Some(slot) = self.leases.close(lease) {
             self.counters.abandoned += 1;
-            telemetry::lease_lost("abandoned");
+            self.metrics.abandoned();
             if let Some(r) = self.record_mut(slot) {
                 r.active_leases -= 1;
                 r.totals.abandoned += 1;
-                telemetry::active_leases(&r.label, r.active_leases);
+                r.metrics.active(r.active_leases);
             }
         }
     }
@@ -801,7 +806,8 @@ impl PoolState {
         }
         if to == HealthState::Quarantined {
             self.counters.quarantine_entries += 1;
-            telemetry::quarantined(&rec.label);
+            rec.metrics.quarantined();
+            self.metrics.quarantined();
             if let Some(until) = rec.health.quarantined_until {
                 self.quarantine_ends.push(Reverse((until, slot)));
             }
@@ -811,7 +817,7 @@ impl PoolState {
         };
         self.decide(now, subject, from.as_str(), to.as_str(), reason);
         let cap = quarantine::cap(self.by_address.len(), self.cfg.quarantine_cap);
-        telemetry::states(&self.by_state, self.quarantined(), cap);
+        self.metrics.states(&self.by_state, self.quarantined(), cap);
     }
 
     /// Applies what time alone decides: expired leases (P14) and bindings (P2), ended
@@ -819,11 +825,11 @@ impl PoolState {
     fn sweep(&mut self, now: Timestamp) {
         for slot in self.leases.expire(now) {
             self.counters.expired += 1;
-            telemetry::lease_lost("expired");
+            self.metrics.expired();
             if let Some(r) = self.record_mut(slot) {
                 r.active_leases -= 1;
                 r.totals.expired += 1;
-                telemetry::active_leases(&r.label, r.active_leases);
+                r.metrics.active(r.active_leases);
             }
         }
         for b in self.sessions.expire(now) {

@@ -1,18 +1,16 @@
 //! Everything the pool keeps about one address.
 
-use metrics::SharedString;
-
 use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
 use crate::health::Health;
 use crate::health::window::Window;
 use crate::snapshot::Totals;
+use crate::telemetry::AddressMetrics;
 
 #[derive(Debug)]
 pub(crate) struct AddressRecord {
     pub(crate) address: ProxyAddress,
-    /// The redacted URL as a metrics label, built once.
-    pub(crate) label: SharedString,
+    pub(crate) metrics: AddressMetrics,
     pub(crate) fingerprint: u64,
     /// Indices of the sub-pools it belongs to; always includes 0, the whole pool.
     pub(crate) sub_pools: Vec<u32>,
@@ -32,7 +30,7 @@ impl AddressRecord {
         now: Timestamp,
     ) -> Self {
         Self {
-            label: SharedString::from(address.redacted().to_owned()),
+            metrics: AddressMetrics::new(address.redacted()),
             address,
             fingerprint,
             sub_pools,

@@ -13,6 +13,7 @@ use crate::config::{HealthConfig, JudgementConfig};
 use crate::health::window::Class;
 use crate::snapshot::{SiteSnapshot, Totals};
 use crate::strategy::Slot;
+use crate::telemetry::CellMetrics;
 
 /// The column of tickets that name no site.
 pub(crate) const NO_SITE: u32 = 0;
@@ -181,16 +182,28 @@ impl Tally {
 }
 
 /// One address × site pair.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Cell {
     window: VecDeque<Class>,
     successes: usize,
     captchas: usize,
     pub(crate) cooling_until: Option<Timestamp>,
     pub(crate) totals: Totals,
+    pub(crate) metrics: CellMetrics,
 }
 
 impl Cell {
+    pub(crate) fn new(metrics: CellMetrics) -> Self {
+        Self {
+            window: VecDeque::new(),
+            successes: 0,
+            captchas: 0,
+            cooling_until: None,
+            totals: Totals::default(),
+            metrics,
+        }
+    }
+
     pub(crate) fn push(&mut self, class: Class, keep: usize) {
         if self.window.len() >= keep
             && let Some(old) = self.window.pop_front()
@@ -262,6 +275,14 @@ impl Sites {
             .get(&(slot, site))
             .and_then(|c| c.cooling_until)
             .filter(|until| *until > now)
+    }
+
+    /// The cell of a pair, created (and its metrics registered) on first use.
+    pub(crate) fn cell(&mut self, slot: Slot, site: u32, address: &str) -> &mut Cell {
+        let name = self.list.get(site as usize).map_or("-", |s| &*s.name);
+        self.cells
+            .entry((slot, site))
+            .or_insert_with(|| Cell::new(CellMetrics::new(address, name)))
     }
 
     pub(crate) fn forget_address(&mut self, slot: Slot) {
