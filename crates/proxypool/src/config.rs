@@ -154,7 +154,8 @@ impl Default for BackoffConfig {
 pub struct JudgementConfig {
     /// Last outcomes kept per site, over all addresses.
     pub site_window: usize,
-    /// The site is also judged on its newest outcomes alone, to catch sudden spikes.
+    /// The site is also judged on its newest outcomes alone (at most 64), to catch sudden
+    /// spikes.
     pub site_recent: usize,
     /// Outcomes needed (in the window, or in the newest stretch) before the site is judged.
     pub site_min_samples: usize,
@@ -222,8 +223,9 @@ impl PoolConfig {
             ),
             (
                 self.judgement.site_window >= self.judgement.site_recent
+                    && self.judgement.site_recent <= crate::state::sites::MAX_RECENT
                     && self.judgement.site_min_samples > 0,
-                "judgement.site_window must be >= site_recent and site_min_samples > 0",
+                "judgement: site_recent <= min(site_window, 64) and site_min_samples > 0",
             ),
         ];
         match checks.iter().find(|(ok, _)| !ok) {

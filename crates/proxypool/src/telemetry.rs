@@ -15,10 +15,28 @@ use metrics::{Counter, Gauge, Histogram, SharedString, counter, gauge, histogram
 use crate::health::HealthState;
 use crate::lease::{Choice, Outcome};
 
-const OUTCOMES: [&str; 6] = ["success", "connect_error", "timeout", "blocked", "captcha", "rate_limited"];
-const CHOICES: [&str; 5] = ["bound", "hashed", "round_robin", "weighted", "least_connections"];
-const FAILURES: [&str; 5] =
-    ["no_address", "session_broken", "bound_busy", "bound_cooling", "unknown_sub_pool"];
+const OUTCOMES: [&str; 6] = [
+    "success",
+    "connect_error",
+    "timeout",
+    "blocked",
+    "captcha",
+    "rate_limited",
+];
+const CHOICES: [&str; 5] = [
+    "bound",
+    "hashed",
+    "round_robin",
+    "weighted",
+    "least_connections",
+];
+const FAILURES: [&str; 5] = [
+    "no_address",
+    "session_broken",
+    "bound_busy",
+    "bound_cooling",
+    "unknown_sub_pool",
+];
 
 fn outcome_index(o: &Outcome) -> usize {
     match o {
@@ -87,7 +105,10 @@ pub(crate) struct CellMetrics {
 
 impl CellMetrics {
     pub(crate) fn new(address: &str, site: &str) -> Self {
-        let (address, site) = (SharedString::from(address.to_owned()), SharedString::from(site.to_owned()));
+        let (address, site) = (
+            SharedString::from(address.to_owned()),
+            SharedString::from(site.to_owned()),
+        );
         Self {
             outcomes: OUTCOMES.map(|o| {
                 counter!(
@@ -153,7 +174,8 @@ impl PoolMetrics {
         for (gauge, n) in self.states.iter().zip(by_state) {
             gauge.set(*n as f64);
         }
-        self.cap_occupancy.set(quarantined as f64 / cap.max(1) as f64);
+        self.cap_occupancy
+            .set(quarantined as f64 / cap.max(1) as f64);
     }
 }
 
@@ -164,7 +186,9 @@ mod tests {
 
     #[test]
     fn indices_match_names() {
-        let o = Outcome::RateLimited { retry_after: Duration::ZERO };
+        let o = Outcome::RateLimited {
+            retry_after: Duration::ZERO,
+        };
         assert_eq!(OUTCOMES[outcome_index(&o)], o.as_str());
         assert_eq!(CHOICES[choice_index(Choice::Weighted)], "weighted");
     }

@@ -80,8 +80,8 @@ pub(crate) fn fall(
 }
 
 /// A latency tail far above the address's own median.
-pub(crate) fn slow_tail(w: &Window, cfg: &HealthConfig) -> Option<Signal> {
-    let (median_ms, p95_ms) = w.latency_quantiles(cfg.min_samples)?;
+pub(crate) fn slow_tail(w: &Window, cfg: &HealthConfig, scratch: &mut Vec<u32>) -> Option<Signal> {
+    let (median_ms, p95_ms) = w.latency_quantiles(cfg.min_samples, scratch)?;
     (f64::from(p95_ms) > cfg.latency_factor * f64::from(median_ms))
         .then_some(Signal::SlowTail { p95_ms, median_ms })
 }

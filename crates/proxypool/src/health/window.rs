@@ -88,19 +88,30 @@ impl Window {
     }
 
     /// (median, p95) of the successes' latencies, if there are at least `min` of them.
-    pub(crate) fn latency_quantiles(&self, min: usize) -> Option<(u32, u32)> {
+    /// `scratch` is reused between calls so the release path does not allocate.
+    pub(crate) fn latency_quantiles(
+        &self,
+        min: usize,
+        scratch: &mut Vec<u32>,
+    ) -> Option<(u32, u32)> {
         if (self.successes as usize) < min.max(1) {
             return None;
         }
-        let mut l: Vec<u32> = self
-            .entries
-            .iter()
-            .filter(|e| e.class == Class::Success)
-            .map(|e| e.latency_ms)
-            .collect();
-        l.sort_unstable();
-        let at = |q: f64| l[((l.len() - 1) as f64 * q).round() as usize];
-        Some((at(0.5), at(0.95)))
+        scratch.clear();
+        scratch.extend(
+            self.entries
+                .iter()
+                .filter(|e| e.class == Class::Success)
+                .map(|e| e.latency_ms),
+        );
+        let last = scratch.len() - 1;
+        let mut at = |q: f64| {
+            *scratch
+                .select_nth_unstable(((last as f64) * q).round() as usize)
+                .1
+        };
+        let p95 = at(0.95);
+        Some((at(0.5), p95))
     }
 }
 
@@ -137,7 +148,8 @@ mod tests {
         for ms in 1..=20 {
             w.push(e(Class::Success, ms * 10));
         }
-        assert_eq!(w.latency_quantiles(21), None);
-        assert_eq!(w.latency_quantiles(10), Some((110, 190)));
+        let mut scratch = Vec::new();
+        assert_eq!(w.latency_quantiles(21, &mut scratch), None);
+        assert_eq!(w.latency_quantiles(10, &mut scratch), Some((110, 190)));
     }
 }

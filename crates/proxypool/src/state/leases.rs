@@ -1,6 +1,8 @@
 //! P13 and P14: the leases out now, each with its deadline.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashMap;
 
 use crate::clock::Timestamp;
 use crate::lease::LeaseId;
@@ -11,7 +13,7 @@ use crate::strategy::Slot;
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
     next: u64,
-    open: HashMap<LeaseId, (Slot, Timestamp)>,
+    open: FxHashMap<LeaseId, (Slot, Timestamp)>,
     by_deadline: BTreeSet<(Timestamp, LeaseId)>,
 }
 

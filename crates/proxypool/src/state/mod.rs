@@ -69,6 +69,8 @@ pub(crate) struct PoolState {
     counters: Counters,
     log: DecisionLog,
     metrics: PoolMetrics,
+    /// Reused by latency quantiles, so releases do not allocate.
+    scratch: Vec<u32>,
 }
 
 /// What strategies see of the pool for one ticket.
@@ -148,6 +150,7 @@ impl PoolState {
             reference_latency_ms: None,
             counters: Counters::default(),
             metrics: PoolMetrics::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -676,7 +679,7 @@ impl PoolState {
                     Some(Act::Quarantine(signal.to_string()))
                 } else {
                     let slow = (class == Class::Success || state == HealthState::Degraded)
-                        .then(|| signals::slow_tail(&rec.window, cfg))
+                        .then(|| signals::slow_tail(&rec.window, cfg, &mut self.scratch))
                         .flatten();
                     let dwelt = rec.health.dwelt(now, cfg);
                     match (state, slow) {
@@ -861,6 +864,7 @@ impl PoolState {
             rec.health.refresh(now, cfg);
         }
         let ctx = self.ctx(None, now);
+        let mut scratch = Vec::new();
         let addresses = self
             .records
             .iter()
@@ -869,7 +873,7 @@ impl PoolState {
             .map(|(slot, r)| {
                 let n = r.window.len();
                 let rate = |x: u32| (n > 0).then(|| f64::from(x) / n as f64);
-                let quantiles = r.window.latency_quantiles(1);
+                let quantiles = r.window.latency_quantiles(1, &mut scratch);
                 AddressSnapshot {
                     address: r.address.redacted().into(),
                     fingerprint: format!("{:016x}", r.fingerprint),

@@ -6,6 +6,8 @@
 //! failures there are excused instead of quarantining them.
 
 use std::collections::{HashMap, VecDeque};
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use crate::clock::Timestamp;
@@ -27,7 +29,7 @@ pub(crate) struct Site {
     successes: usize,
     captchas: usize,
     /// Per address in the window: (outcomes, bad outcomes).
-    per_address: HashMap<Slot, (u32, u32)>,
+    per_address: FxHashMap<Slot, (u32, u32)>,
     with_bad: usize,
 }
 
@@ -40,7 +42,7 @@ impl Site {
             window: VecDeque::new(),
             successes: 0,
             captchas: 0,
-            per_address: HashMap::new(),
+            per_address: FxHashMap::default(),
             with_bad: 0,
         }
     }
@@ -121,6 +123,9 @@ impl Site {
     }
 }
 
+/// The longest newest stretch a site is judged on by itself (`JudgementConfig::site_recent`).
+pub(crate) const MAX_RECENT: usize = 64;
+
 /// Counts over a stretch of a site's window.
 #[derive(Debug, Clone, Copy)]
 struct Tally {
@@ -132,6 +137,7 @@ struct Tally {
 }
 
 impl Tally {
+    /// Tallies at most [`MAX_RECENT`] entries, on the stack: this runs on every release.
     fn of<'a>(entries: impl Iterator<Item = &'a (Slot, Class)>) -> Self {
         let mut t = Self {
             n: 0,
@@ -140,9 +146,8 @@ impl Tally {
             distinct: 0,
             with_bad: 0,
         };
-        // Small stretch (a few dozen entries): a linear scan beats a map.
-        let mut seen: Vec<(Slot, bool)> = Vec::new();
-        for &(slot, class) in entries {
+        let mut seen = [(0 as Slot, false); MAX_RECENT];
+        for &(slot, class) in entries.take(MAX_RECENT) {
             t.n += 1;
             match class {
                 Class::Success => t.successes += 1,
@@ -150,13 +155,15 @@ impl Tally {
                 Class::Failure => {}
             }
             let bad = class != Class::Success;
-            match seen.iter_mut().find(|(s, _)| *s == slot) {
+            match seen[..t.distinct].iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, b)) => *b |= bad,
-                None => seen.push((slot, bad)),
+                None => {
+                    seen[t.distinct] = (slot, bad);
+                    t.distinct += 1;
+                }
             }
         }
-        t.distinct = seen.len();
-        t.with_bad = seen.iter().filter(|(_, b)| *b).count();
+        t.with_bad = seen[..t.distinct].iter().filter(|(_, b)| *b).count();
         t
     }
 
@@ -235,7 +242,8 @@ impl Cell {
 pub(crate) struct Sites {
     index: HashMap<Arc<str>, u32>,
     pub(crate) list: Vec<Site>,
-    pub(crate) cells: HashMap<(Slot, u32), Cell>,
+    /// Internal integer keys: a fast hash is safe here (no caller controls them).
+    pub(crate) cells: FxHashMap<(Slot, u32), Cell>,
 }
 
 impl Sites {
@@ -243,7 +251,7 @@ impl Sites {
         Self {
             index: HashMap::new(),
             list: vec![Site::new("-".into())],
-            cells: HashMap::new(),
+            cells: FxHashMap::default(),
         }
     }
 

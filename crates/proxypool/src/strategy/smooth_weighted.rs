@@ -6,7 +6,9 @@
 //! but a pick costs O(log n) instead of SWRR's O(n), which matters at 10 000 addresses.
 //! Weights are read at pick time, so they may change between picks at no cost.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashMap;
 
 use super::{Candidates, Slot};
 
@@ -15,7 +17,7 @@ const SCALE: f64 = 1_000_000.0;
 #[derive(Debug, Default)]
 pub(crate) struct SmoothWeighted {
     queue: BTreeSet<(u64, Slot)>,
-    pass: HashMap<Slot, u64>,
+    pass: FxHashMap<Slot, u64>,
     /// Pass of the last pick: newcomers join here, so they get no burst of catch-up picks.
     vtime: u64,
 }
