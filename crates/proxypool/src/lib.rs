@@ -20,7 +20,8 @@
 //!   never returns them. Dropping a [`Lease`] without releasing it frees its slot at once.
 //! - **Observability** (P16): [`Pool::snapshot`] returns the whole state as plain data,
 //!   metrics go through the `metrics` facade, and every transition is logged with its reason
-//!   through `tracing` (target `proxypool::decision`).
+//!   through `tracing` (target `proxypool::decision`). Metric handles are registered when the
+//!   pool and its addresses are created: install the `metrics` recorder before building it.
 //!
 //! Time comes from a [`Clock`] and randomness from a seed, so tests drive the pool with a
 //! [`ManualClock`] and get the same decisions on every run:

@@ -25,7 +25,8 @@ pub enum HealthState {
     Quarantined,
     /// Half-open: offered a small share; enough successes in a row bring it back.
     Probing,
-    /// Failed too many quarantine cycles in a row; offered only to keep the minimum in service.
+    /// Failed too many quarantine cycles in a row; not offered. Probe reports revive it, and a
+    /// removal that would leave too few in service brings it back to probing.
     Dead,
 }
 
