@@ -1,0 +1,162 @@
+//! The identity of a proxy address: its full URL, scheme and credentials included.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use thiserror::Error;
+use url::Url;
+
+/// Schemes the pool accepts; the gateway that will use the addresses speaks these.
+const SCHEMES: [&str; 4] = ["http", "https", "socks5", "socks5h"];
+
+/// Why a string is not a usable proxy address.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AddressError {
+    /// Not a URL at all.
+    #[error("not a proxy URL: {0}")]
+    Malformed(String),
+    /// A scheme other than http, https, socks5 or socks5h.
+    #[error("unsupported proxy scheme {0:?} (expected http, https, socks5 or socks5h)")]
+    Scheme(String),
+    /// No host, or a path, query or fragment that would make two spellings of one proxy differ.
+    #[error("a proxy URL is scheme://[user[:password]@]host[:port] and nothing more: {0}")]
+    Shape(String),
+}
+
+/// One outbound proxy, identified by its full URL (`http://user:pass@host:port`,
+/// `socks5://host:port`).
+///
+/// Two addresses are the same address exactly when their normalised URLs are equal, so one host
+/// reached with two sets of credentials is two addresses. [`fmt::Display`] and [`fmt::Debug`]
+/// hide the password: logs, metrics and snapshots never carry it; [`ProxyAddress::as_str`] does.
+#[derive(Clone)]
+pub struct ProxyAddress {
+    full: Arc<str>,
+    redacted: Arc<str>,
+}
+
+impl ProxyAddress {
+    /// Parses and normalises (lower-case scheme and host, default port dropped) a proxy URL.
+    ///
+    /// ```
+    /// use proxypool::ProxyAddress;
+    /// let a = ProxyAddress::parse("HTTP://bob:secret@Proxy.example:8080").unwrap();
+    /// assert_eq!(a.as_str(), "http://bob:secret@proxy.example:8080");
+    /// assert_eq!(a.to_string(), "http://bob:***@proxy.example:8080");
+    /// assert!(ProxyAddress::parse("ftp://proxy.example:21").is_err());
+    /// ```
+    pub fn parse(input: &str) -> Result<Self, AddressError> {
+        let url = Url::parse(input.trim()).map_err(|_| AddressError::Malformed(input.into()))?;
+        if !SCHEMES.contains(&url.scheme()) {
+            return Err(AddressError::Scheme(url.scheme().into()));
+        }
+        let host = url
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| AddressError::Shape(input.into()))?;
+        let bare_path = matches!(url.path(), "" | "/");
+        if !bare_path || url.query().is_some() || url.fragment().is_some() {
+            return Err(AddressError::Shape(input.into()));
+        }
+        let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+        let (user, password) = (url.username(), url.password());
+        let (full, redacted) = match (user.is_empty(), password) {
+            (true, None) => {
+                let s = format!("{}://{host}{port}", url.scheme());
+                (s.clone(), s)
+            }
+            (_, None) => {
+                let s = format!("{}://{user}@{host}{port}", url.scheme());
+                (s.clone(), s)
+            }
+            (_, Some(pass)) => (
+                format!("{}://{user}:{pass}@{host}{port}", url.scheme()),
+                format!("{}://{user}:***@{host}{port}", url.scheme()),
+            ),
+        };
+        Ok(Self {
+            full: full.into(),
+            redacted: redacted.into(),
+        })
+    }
+
+    /// The full URL, credentials included: what a client needs to connect.
+    pub fn as_str(&self) -> &str {
+        &self.full
+    }
+
+    /// The URL with the password replaced by `***`.
+    pub fn redacted(&self) -> &str {
+        &self.redacted
+    }
+}
+
+impl PartialEq for ProxyAddress {
+    fn eq(&self, other: &Self) -> bool {
+        self.full == other.full
+    }
+}
+
+impl Eq for ProxyAddress {}
+
+impl Hash for ProxyAddress {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.full.hash(state);
+    }
+}
+
+impl fmt::Display for ProxyAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted)
+    }
+}
+
+impl fmt::Debug for ProxyAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ProxyAddress")
+            .field(&&*self.redacted)
+            .finish()
+    }
+}
+
+impl std::str::FromStr for ProxyAddress {
+    type Err = AddressError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_includes_scheme_and_credentials() {
+        let a = ProxyAddress::parse("http://u:p@h:1").unwrap();
+        let b = ProxyAddress::parse("http://u:q@h:1").unwrap();
+        let c = ProxyAddress::parse("socks5://u:p@h:1").unwrap();
+        assert_ne!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.redacted(), b.redacted());
+        assert_eq!(a, ProxyAddress::parse("http://u:p@H:1/").unwrap());
+    }
+
+    #[test]
+    fn rejects_paths_and_queries() {
+        assert!(ProxyAddress::parse("http://h:1/x").is_err());
+        assert!(ProxyAddress::parse("http://h:1?x=1").is_err());
+        assert!(ProxyAddress::parse("h:1").is_err());
+        assert_eq!(
+            ProxyAddress::parse("socks5h://h:1080").unwrap().as_str(),
+            "socks5h://h:1080"
+        );
+    }
+
+    #[test]
+    fn debug_hides_the_password() {
+        let a = ProxyAddress::parse("http://u:secret@h:1").unwrap();
+        assert!(!format!("{a:?}").contains("secret"));
+    }
+}

@@ -1,0 +1,48 @@
+//! P10: after quarantine an address earns its weight back in steps.
+
+use std::time::Duration;
+
+use crate::clock::Timestamp;
+
+/// The share of its weight an address ramping since `started` gets at `now`: the steps are
+/// spread evenly over `duration` (10 %, 25 %, 50 %, then 100 % at the end by default);
+/// `None` once the ramp is over.
+pub(crate) fn share(
+    steps: &[f64],
+    duration: Duration,
+    started: Timestamp,
+    now: Timestamp,
+) -> Option<f64> {
+    let elapsed = now.since(started);
+    if elapsed >= duration || steps.len() < 2 {
+        return None;
+    }
+    // The last step is full weight, reached when the ramp ends.
+    let ramping = steps.len() - 1;
+    let step = (elapsed.as_secs_f64() / duration.as_secs_f64() * ramping as f64) as usize;
+    steps.get(step.min(ramping - 1)).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn p10_ramp_steps_over_sixty_seconds() {
+        let steps = [0.10, 0.25, 0.50, 1.0];
+        let d = Duration::from_secs(60);
+        let at = |s: u64| {
+            share(
+                &steps,
+                d,
+                Timestamp::from_millis(0),
+                Timestamp::from_millis(s * 1000),
+            )
+        };
+        assert_eq!(at(0), Some(0.10));
+        assert_eq!(at(19), Some(0.10));
+        assert_eq!(at(20), Some(0.25));
+        assert_eq!(at(45), Some(0.50));
+        assert_eq!(at(60), None);
+    }
+}

@@ -1,0 +1,151 @@
+//! Reading a window: the accumulated signals that make an address fall or degrade (P4).
+
+use std::fmt;
+
+use super::window::{Class, Window};
+use crate::config::HealthConfig;
+
+/// A reason to think an address is unwell; its `Display` is the decision log's reason.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Signal {
+    RecentFailures { failures: usize, of: usize },
+    LowSuccess { rate: f64, samples: usize },
+    Captchas { rate: f64, samples: usize },
+    SlowTail { p95_ms: u32, median_ms: u32 },
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::RecentFailures { failures, of } => {
+                write!(f, "{failures} failures in the last {of} outcomes")
+            }
+            Self::LowSuccess { rate, samples } => {
+                write!(
+                    f,
+                    "success rate {:.0}% over {samples} outcomes",
+                    rate * 100.0
+                )
+            }
+            Self::Captchas { rate, samples } => {
+                write!(
+                    f,
+                    "captcha rate {:.0}% over {samples} outcomes",
+                    rate * 100.0
+                )
+            }
+            Self::SlowTail { p95_ms, median_ms } => {
+                write!(f, "latency p95 {p95_ms} ms > 3x median {median_ms} ms")
+            }
+        }
+    }
+}
+
+/// A fall signal (failures or captchas), counting only outcomes not excused by a degraded site.
+pub(crate) fn fall(
+    w: &Window,
+    cfg: &HealthConfig,
+    excused: impl Fn(u32) -> bool,
+) -> Option<Signal> {
+    let counted = w.newest_first().filter(|e| !e.excused && !excused(e.site));
+    let (mut n, mut recent_failures, mut successes, mut captchas) = (0, 0, 0, 0);
+    for e in counted {
+        if n < cfg.recent && e.class == Class::Failure {
+            recent_failures += 1;
+        }
+        n += 1;
+        match e.class {
+            Class::Success => successes += 1,
+            Class::Captcha => captchas += 1,
+            Class::Failure => {}
+        }
+    }
+    if recent_failures >= cfg.recent_failures && cfg.recent_failures > 0 {
+        return Some(Signal::RecentFailures {
+            failures: recent_failures,
+            of: cfg.recent.min(n),
+        });
+    }
+    if n >= cfg.min_samples && n > 0 {
+        let rate = f64::from(successes) / n as f64;
+        if rate < cfg.min_success_rate {
+            return Some(Signal::LowSuccess { rate, samples: n });
+        }
+        let rate = f64::from(captchas) / n as f64;
+        if rate > cfg.max_captcha_rate {
+            return Some(Signal::Captchas { rate, samples: n });
+        }
+    }
+    None
+}
+
+/// A latency tail far above the address's own median.
+pub(crate) fn slow_tail(w: &Window, cfg: &HealthConfig, scratch: &mut Vec<u32>) -> Option<Signal> {
+    let (median_ms, p95_ms) = w.latency_quantiles(cfg.min_samples, scratch)?;
+    (f64::from(p95_ms) > cfg.latency_factor * f64::from(median_ms))
+        .then_some(Signal::SlowTail { p95_ms, median_ms })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::window::Entry;
+    use super::*;
+
+    fn window(classes: &[Class]) -> Window {
+        let mut w = Window::new(50);
+        for (i, c) in classes.iter().enumerate() {
+            w.push(Entry {
+                class: *c,
+                site: (i % 2) as u32,
+                excused: false,
+                latency_ms: 100,
+            });
+        }
+        w
+    }
+
+    use Class::{Captcha as C, Failure as F, Success as S};
+
+    #[test]
+    fn one_error_is_noise_three_of_five_is_a_signal() {
+        let cfg = HealthConfig::default();
+        assert_eq!(fall(&window(&[S, S, S, S, F]), &cfg, |_| false), None);
+        assert_eq!(fall(&window(&[S, F, S, F, S]), &cfg, |_| false), None);
+        assert!(matches!(
+            fall(&window(&[S, F, S, F, F]), &cfg, |_| false),
+            Some(Signal::RecentFailures { failures: 3, of: 5 })
+        ));
+    }
+
+    #[test]
+    fn low_success_needs_ten_samples() {
+        let cfg = HealthConfig::default();
+        // 6 of 9 successes is below 70 % but too few samples; spaced so 3-of-5 never fires.
+        let nine = [S, F, S, S, F, S, S, F, S];
+        assert_eq!(fall(&window(&nine), &cfg, |_| false), None);
+        let ten = [S, F, S, S, F, S, S, F, S, S, F, S];
+        assert!(matches!(
+            fall(&window(&ten), &cfg, |_| false),
+            Some(Signal::LowSuccess { samples: 12, .. })
+        ));
+    }
+
+    #[test]
+    fn captchas_have_their_own_threshold() {
+        let cfg = HealthConfig::default();
+        let w = window(&[S, S, C, S, S, C, S, S, S, C]);
+        assert!(matches!(
+            fall(&w, &cfg, |_| false),
+            Some(Signal::Captchas { .. })
+        ));
+    }
+
+    #[test]
+    fn excused_sites_do_not_count() {
+        let cfg = HealthConfig::default();
+        // failures all on site 1 (odd positions)
+        let w = window(&[S, F, S, F, S, F]);
+        assert!(fall(&w, &cfg, |_| false).is_some());
+        assert_eq!(fall(&w, &cfg, |site| site == 1), None);
+    }
+}

@@ -1,0 +1,165 @@
+//! What acquire hands out and release takes back.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::address::ProxyAddress;
+use crate::error::PoolError;
+use crate::pool::Shared;
+use crate::store::Release;
+
+/// Identifies one lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct LeaseId(pub(crate) u64);
+
+impl LeaseId {
+    /// The number behind the id.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Why this address was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Choice {
+    /// The key's live session binding (P2).
+    Bound,
+    /// A new session: the key's place on the consistent-hash ring (P1).
+    Hashed,
+    /// Keyless, round-robin.
+    RoundRobin,
+    /// Keyless, smooth weighted.
+    Weighted,
+    /// Keyless, least connections.
+    LeastConnections,
+}
+
+/// How the work done through a lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// It worked; `latency` is how long the request took.
+    Success {
+        /// Request latency through the proxy.
+        latency: Duration,
+    },
+    /// The proxy could not be reached or dropped the connection.
+    ConnectError,
+    /// No answer in time.
+    Timeout,
+    /// The site refused the address (403-like).
+    Blocked,
+    /// The site answered with a captcha.
+    Captcha,
+    /// The site asked to slow down: the address cools for that site only, it is not a ban.
+    RateLimited {
+        /// How long the site asked to wait.
+        retry_after: Duration,
+    },
+}
+
+impl Outcome {
+    /// Lower-case name, as in metrics labels.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Success { .. } => "success",
+            Self::ConnectError => "connect_error",
+            Self::Timeout => "timeout",
+            Self::Blocked => "blocked",
+            Self::Captcha => "captcha",
+            Self::RateLimited { .. } => "rate_limited",
+        }
+    }
+}
+
+/// A lease on one address. Release it with the outcome; dropping it unreleased records it as
+/// abandoned and frees its slot.
+#[must_use = "a lease holds a slot of its address until released or dropped"]
+pub struct Lease {
+    id: LeaseId,
+    address: ProxyAddress,
+    choice: Choice,
+    site: Option<Arc<str>>,
+    /// `None` once released, so that `Drop` knows there is nothing left to do.
+    pool: Option<Arc<Shared>>,
+}
+
+impl Lease {
+    pub(crate) fn new(
+        id: LeaseId,
+        address: ProxyAddress,
+        choice: Choice,
+        site: Option<Arc<str>>,
+        pool: Arc<Shared>,
+    ) -> Self {
+        Self {
+            id,
+            address,
+            choice,
+            site,
+            pool: Some(pool),
+        }
+    }
+
+    /// The lease's id.
+    pub fn id(&self) -> LeaseId {
+        self.id
+    }
+
+    /// The address to send the work through.
+    pub fn address(&self) -> &ProxyAddress {
+        &self.address
+    }
+
+    /// Why the pool chose it.
+    pub fn choice(&self) -> Choice {
+        self.choice
+    }
+
+    /// Returns the address with the outcome of the work. Always `Ok` with the in-memory store;
+    /// a shared store can fail, and then the lease is recovered by its TTL (P14).
+    pub async fn release(mut self, outcome: Outcome) -> Result<(), PoolError> {
+        let Some(pool) = self.pool.take() else {
+            return Ok(());
+        };
+        let release = Release {
+            lease: self.id,
+            address: self.address.clone(),
+            site: self.site.clone(),
+            outcome,
+        };
+        pool.store.release(release, pool.clock.now()).await
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.store.abandon(self.id, pool.clock.now());
+        }
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("id", &self.id)
+            .field("address", &self.address)
+            .field("choice", &self.choice)
+            .field("site", &self.site)
+            .field("released", &self.pool.is_none())
+            .finish()
+    }
+}

@@ -1,0 +1,971 @@
+//! The pool's engine: every acquire, release and transition as synchronous code on plain data.
+//! It knows nothing of async, locks, HTTP or where it is stored; a store wraps it (the memory
+//! store puts it behind a mutex) and passes in the time.
+
+mod leases;
+mod record;
+mod sessions;
+pub(crate) mod sites;
+mod sub_pool;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+
+use crate::address::ProxyAddress;
+use crate::clock::{Timestamp, millis};
+use crate::config::{PoolConfig, Strategy};
+use crate::decision::{Decision, DecisionLog, Subject};
+use crate::error::{AcquireError, PoolError};
+use crate::health::quarantine::{self, Gate};
+use crate::health::window::{Class, Entry};
+use crate::health::{HealthState, backoff, ramp, signals, weight};
+use crate::lease::{Choice, LeaseId, Outcome};
+use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, Snapshot};
+use crate::store::{Grant, Release};
+use crate::strategy::consistent_hash::{fingerprint, key_hash, load_bound};
+use crate::strategy::{Candidates, Slot};
+use crate::telemetry::PoolMetrics;
+use crate::ticket::Ticket;
+
+use leases::Leases;
+use record::AddressRecord;
+use sessions::{Binding, Sessions};
+use sites::Sites;
+use sub_pool::SubPool;
+
+/// Smoothing of the pool's reference latency (the denominator of normalised latency).
+const REFERENCE_LATENCY_ALPHA: f64 = 0.02;
+
+#[derive(Debug, Default)]
+struct Counters {
+    acquired: u64,
+    released: u64,
+    abandoned: u64,
+    expired: u64,
+    unavailable: u64,
+    sessions_broken: u64,
+    quarantine_entries: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct PoolState {
+    cfg: PoolConfig,
+    rng: StdRng,
+    /// Indexed by slot; a removed address leaves `None` so slots are never reused.
+    records: Vec<Option<AddressRecord>>,
+    by_address: HashMap<ProxyAddress, Slot>,
+    sub_pools: Vec<SubPool>,
+    sub_pool_index: HashMap<Arc<str>, u32>,
+    sessions: Sessions,
+    leases: Leases,
+    sites: Sites,
+    quarantine_ends: BinaryHeap<Reverse<(Timestamp, Slot)>>,
+    by_state: [usize; 5],
+    frozen: bool,
+    reference_latency_ms: Option<f64>,
+    counters: Counters,
+    log: DecisionLog,
+    metrics: PoolMetrics,
+    /// Reused by latency quantiles, so releases do not allocate.
+    scratch: Vec<u32>,
+}
+
+/// What strategies see of the pool for one ticket.
+struct Ctx<'a> {
+    records: &'a [Option<AddressRecord>],
+    sites: &'a Sites,
+    cfg: &'a PoolConfig,
+    site: Option<u32>,
+    reference_ms: Option<f64>,
+    now: Timestamp,
+}
+
+impl Ctx<'_> {
+    fn record(&self, slot: Slot) -> Option<&AddressRecord> {
+        self.records.get(slot as usize).and_then(Option::as_ref)
+    }
+}
+
+impl Candidates for Ctx<'_> {
+    fn eligible(&self, slot: Slot) -> bool {
+        self.record(slot).is_some_and(|r| {
+            r.health.state.is_offered()
+                && r.active_leases < self.cfg.max_leases_per_address
+                && self
+                    .site
+                    .is_none_or(|site| self.sites.cooling(slot, site, self.now).is_none())
+        })
+    }
+
+    fn weight(&self, slot: Slot) -> f64 {
+        self.record(slot).map_or(0.0, |r| {
+            weight::weight(
+                &r.window,
+                &r.health,
+                &self.cfg.health,
+                self.reference_ms,
+                self.now,
+            )
+        })
+    }
+
+    fn active_leases(&self, slot: Slot) -> u32 {
+        self.record(slot).map_or(u32::MAX, |r| r.active_leases)
+    }
+}
+
+/// What one evaluation of an address decided.
+enum Act {
+    Quarantine(String),
+    Become(HealthState, String),
+    ProbeSuccess,
+}
+
+impl PoolState {
+    pub(crate) fn new(cfg: PoolConfig, sub_pools: &[(String, Strategy)], rng: StdRng) -> Self {
+        let mut pools = vec![SubPool::new("".into(), cfg.strategy, cfg.ring_vnodes)];
+        let mut index = HashMap::new();
+        for (name, strategy) in sub_pools {
+            let name: Arc<str> = name.as_str().into();
+            index.insert(Arc::clone(&name), pools.len() as u32);
+            pools.push(SubPool::new(name, *strategy, cfg.ring_vnodes));
+        }
+        Self {
+            log: DecisionLog::new(cfg.decision_log_len),
+            cfg,
+            rng,
+            records: Vec::new(),
+            by_address: HashMap::new(),
+            sub_pools: pools,
+            sub_pool_index: index,
+            sessions: Sessions::default(),
+            leases: Leases::default(),
+            sites: Sites::new(),
+            quarantine_ends: BinaryHeap::new(),
+            by_state: [0; 5],
+            frozen: false,
+            reference_latency_ms: None,
+            counters: Counters::default(),
+            metrics: PoolMetrics::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    fn record(&self, slot: Slot) -> Option<&AddressRecord> {
+        self.records.get(slot as usize).and_then(Option::as_ref)
+    }
+
+    fn record_mut(&mut self, slot: Slot) -> Option<&mut AddressRecord> {
+        self.records.get_mut(slot as usize).and_then(Option::as_mut)
+    }
+
+    fn decide(&mut self, at: Timestamp, subject: Subject, from: &str, to: &str, reason: String) {
+        self.log.record(Decision {
+            at_ms: at.as_millis(),
+            subject,
+            from: from.into(),
+            to: to.into(),
+            reason,
+        });
+    }
+
+    fn quarantined(&self) -> usize {
+        self.by_state[HealthState::Quarantined as usize]
+            + self.by_state[HealthState::Probing as usize]
+    }
+
+    // ---- membership -------------------------------------------------------------------------
+
+    /// Adds a batch of addresses (all or none), each starting healthy on a slow-start ramp.
+    pub(crate) fn add(
+        &mut self,
+        batch: Vec<(ProxyAddress, Vec<String>)>,
+        now: Timestamp,
+    ) -> Result<(), PoolError> {
+        let mut seen = HashSet::new();
+        let mut resolved = Vec::with_capacity(batch.len());
+        for (address, names) in batch {
+            if self.by_address.contains_key(&address) || !seen.insert(address.clone()) {
+                return Err(PoolError::Duplicate(address));
+            }
+            let mut pools = vec![0];
+            for name in names {
+                let id = self
+                    .sub_pool_index
+                    .get(name.as_str())
+                    .ok_or(PoolError::UnknownSubPool(name))?;
+                if !pools.contains(id) {
+                    pools.push(*id);
+                }
+            }
+            resolved.push((address, pools));
+        }
+        let first = self.records.len();
+        for (address, pools) in resolved {
+            let slot = self.records.len() as Slot;
+            for &sp in &pools {
+                let p = &mut self.sub_pools[sp as usize];
+                p.members.push(slot);
+                p.offered += 1;
+                p.keyless.join(slot);
+            }
+            let print = fingerprint(address.as_str());
+            let rec =
+                AddressRecord::new(address.clone(), print, pools, self.cfg.health.window, now);
+            let reason = rec.health.last_reason.clone();
+            self.by_address.insert(address.clone(), slot);
+            self.records.push(Some(rec));
+            self.by_state[HealthState::Healthy as usize] += 1;
+            let subject = Subject::Address {
+                address: address.redacted().into(),
+            };
+            self.decide(
+                now,
+                subject,
+                "absent",
+                HealthState::Healthy.as_str(),
+                reason,
+            );
+        }
+        for (sp, pool) in self.sub_pools.iter_mut().enumerate() {
+            let added = self.records[first..]
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| r.as_ref().map(|r| (i, r)))
+                .filter(|(_, r)| r.sub_pools.contains(&(sp as u32)))
+                .map(|(i, r)| ((first + i) as Slot, r.address.as_str()));
+            pool.ring.insert_many(added);
+        }
+        Ok(())
+    }
+
+    /// Removes an address. Its open leases are forgotten when they come back; sessions bound
+    /// to it are reported broken on their next acquire.
+    pub(crate) fn remove(
+        &mut self,
+        address: &ProxyAddress,
+        now: Timestamp,
+    ) -> Result<(), PoolError> {
+        let slot = self
+            .by_address
+            .remove(address)
+            .ok_or_else(|| PoolError::UnknownAddress(address.clone()))?;
+        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::take) else {
+            return Err(PoolError::UnknownAddress(address.clone()));
+        };
+        let state = rec.health.state;
+        self.by_state[state as usize] -= 1;
+        for &sp in &rec.sub_pools {
+            let p = &mut self.sub_pools[sp as usize];
+            p.members.retain(|s| *s != slot);
+            p.ring.remove(slot);
+            if state.is_offered() {
+                p.offered -= 1;
+                p.keyless.leave(slot);
+            }
+        }
+        self.sites.forget_address(slot);
+        let subject = Subject::Address {
+            address: address.redacted().into(),
+        };
+        self.decide(now, subject, state.as_str(), "absent", "removed".into());
+        for &sp in &rec.sub_pools {
+            self.keep_minimum(sp, now);
+        }
+        self.keep_cap(now);
+        Ok(())
+    }
+
+    /// P7 after a removal: a smaller pool has a smaller cap; the excess returns to service on
+    /// a ramp (probing ones first, then those closest to the end of their wait).
+    fn keep_cap(&mut self, now: Timestamp) {
+        let cap = quarantine::cap(self.by_address.len(), self.cfg.quarantine_cap);
+        while self.quarantined() > cap {
+            let best = self
+                .records
+                .iter()
+                .enumerate()
+                .filter_map(|(slot, r)| r.as_ref().map(|r| (slot as Slot, &r.health)))
+                .filter(|(_, h)| h.state.counts_against_cap())
+                .min_by_key(|(_, h)| (h.state == HealthState::Quarantined, h.quarantined_until));
+            let Some((slot, _)) = best else { return };
+            let reason = format!("returned early: the pool shrank and its quarantine cap is {cap}");
+            self.transition(slot, HealthState::Healthy, reason, now);
+        }
+    }
+
+    /// P8 after a removal: bring back out-of-service members early until the sub-pool offers
+    /// its minimum again (quarantined ones closest to their return first, the dead last).
+    fn keep_minimum(&mut self, sp: u32, now: Timestamp) {
+        let min = self.cfg.min_in_service as usize;
+        while self.sub_pools[sp as usize].spare(min) < 0 {
+            let best = self.sub_pools[sp as usize]
+                .members
+                .iter()
+                .filter_map(|s| self.record(*s).map(|r| (*s, &r.health)))
+                .filter(|(_, h)| !h.state.is_offered())
+                .min_by_key(|(_, h)| (h.state == HealthState::Dead, h.quarantined_until));
+            let Some((slot, _)) = best else { return };
+            let reason = format!("brought back early to keep {min} in service");
+            self.transition(slot, HealthState::Probing, reason, now);
+        }
+    }
+
+    // ---- acquire ----------------------------------------------------------------------------
+
+    pub(crate) fn acquire(
+        &mut self,
+        ticket: &Ticket,
+        now: Timestamp,
+    ) -> Result<Grant, AcquireError> {
+        self.sweep(now);
+        let sp = match &ticket.sub_pool {
+            None => 0,
+            Some(name) => *self
+                .sub_pool_index
+                .get(&**name)
+                .ok_or_else(|| AcquireError::UnknownSubPool(name.to_string()))?,
+        };
+        let site = self.sites.find(ticket.site.as_deref());
+        let picked = match &ticket.key {
+            Some(key) => self.pick_keyed(key, sp, site, now),
+            None => self.pick_keyless(sp, site, now),
+        };
+        let result = picked.and_then(|(slot, choice)| self.grant(slot, choice, now));
+        if let Err(e) = &result {
+            // Indices into `telemetry::FAILURES`.
+            let reason = match e {
+                AcquireError::NoAddressAvailable => {
+                    self.counters.unavailable += 1;
+                    0
+                }
+                AcquireError::SessionBroken { .. } => {
+                    self.counters.sessions_broken += 1;
+                    1
+                }
+                AcquireError::BoundAddressBusy { .. } => 2,
+                AcquireError::BoundAddressCooling { .. } => 3,
+                AcquireError::UnknownSubPool(_) => 4,
+            };
+            self.metrics.acquire_failed(reason);
+        }
+        result
+    }
+
+    fn ctx(&self, site: Option<u32>, now: Timestamp) -> Ctx<'_> {
+        Ctx {
+            records: &self.records,
+            sites: &self.sites,
+            cfg: &self.cfg,
+            site,
+            reference_ms: self.reference_latency_ms,
+            now,
+        }
+    }
+
+    fn pick_keyed(
+        &mut self,
+        key: &Arc<str>,
+        sp: u32,
+        site: Option<u32>,
+        now: Timestamp,
+    ) -> Result<(Slot, Choice), AcquireError> {
+        let expires = now.after(self.cfg.sticky_ttl);
+        if let Some(b) = self.sessions.get(key) {
+            let (slot, address) = (b.slot, b.address.clone());
+            let Some(rec) = self
+                .record(slot)
+                .filter(|r| matches!(r.health.state, HealthState::Healthy | HealthState::Degraded))
+            else {
+                // Never move a session silently (P2): the caller ends it, the next acquire
+                // starts a new one.
+                self.unbind(key);
+                let key = key.to_string();
+                return Err(AcquireError::SessionBroken { key, address });
+            };
+            if rec.active_leases >= self.cfg.max_leases_per_address {
+                let key = key.to_string();
+                return Err(AcquireError::BoundAddressBusy { key, address });
+            }
+            if let Some(until) = site.and_then(|site| self.sites.cooling(slot, site, now)) {
+                let (key, retry_in) = (key.to_string(), until.since(now));
+                return Err(AcquireError::BoundAddressCooling {
+                    key,
+                    address,
+                    retry_in,
+                });
+            }
+            self.sessions.renew(key, expires);
+            return Ok((slot, Choice::Bound));
+        }
+        let pool = &self.sub_pools[sp as usize];
+        let bound = load_bound(pool.bound_keys, pool.offered, self.cfg.load_factor);
+        let ctx = self.ctx(site, now);
+        let slot = pool
+            .ring
+            .place(key_hash(key), |s| {
+                ctx.eligible(s) && ctx.record(s).is_some_and(|r| r.bound_keys < bound)
+            })
+            .ok_or(AcquireError::NoAddressAvailable)?;
+        let rec = self
+            .record_mut(slot)
+            .ok_or(AcquireError::NoAddressAvailable)?;
+        rec.bound_keys += 1;
+        let address = rec.address.clone();
+        self.sub_pools[sp as usize].bound_keys += 1;
+        self.sessions
+            .bind(Arc::clone(key), slot, address, sp, expires);
+        Ok((slot, Choice::Hashed))
+    }
+
+    fn pick_keyless(
+        &mut self,
+        sp: u32,
+        site: Option<u32>,
+        now: Timestamp,
+    ) -> Result<(Slot, Choice), AcquireError> {
+        let ctx = Ctx {
+            records: &self.records,
+            sites: &self.sites,
+            cfg: &self.cfg,
+            site,
+            reference_ms: self.reference_latency_ms,
+            now,
+        };
+        let SubPool {
+            keyless, members, ..
+        } = &mut self.sub_pools[sp as usize];
+        let slot = keyless
+            .pick(members, &ctx, &mut self.rng)
+            .ok_or(AcquireError::NoAddressAvailable)?;
+        Ok((slot, keyless.choice()))
+    }
+
+    fn grant(&mut self, slot: Slot, choice: Choice, now: Timestamp) -> Result<Grant, AcquireError> {
+        let deadline = now.after(self.cfg.lease_ttl);
+        if self.record(slot).is_none() {
+            return Err(AcquireError::NoAddressAvailable);
+        }
+        let lease = self.leases.open(slot, deadline);
+        self.counters.acquired += 1;
+        self.metrics.acquired(choice);
+        let rec = self
+            .record_mut(slot)
+            .ok_or(AcquireError::NoAddressAvailable)?;
+        rec.active_leases += 1;
+        rec.totals.leases += 1;
+        rec.metrics.active(rec.active_leases);
+        Ok(Grant {
+            lease,
+            address: rec.address.clone(),
+            choice,
+        })
+    }
+
+    fn unbind(&mut self, key: &str) {
+        if let Some(b) = self.sessions.unbind(key) {
+            self.unbound(&b);
+        }
+    }
+
+    fn unbound(&mut self, b: &Binding) {
+        if let Some(r) = self.record_mut(b.slot) {
+            r.bound_keys = r.bound_keys.saturating_sub(1);
+        }
+        let pool = &mut self.sub_pools[b.sub_pool as usize];
+        pool.bound_keys = pool.bound_keys.saturating_sub(1);
+    }
+
+    // ---- release ----------------------------------------------------------------------------
+
+    pub(crate) fn release(&mut self, release: &Release, now: Timestamp) {
+        self.sweep(now);
+        let slot = match self.leases.close(release.lease) {
+            Some(slot) => {
+                if let Some(r) = self.record_mut(slot) {
+                    r.active_leases -= 1;
+                    r.metrics.active(r.active_leases);
+                }
+                slot
+            }
+            // Expired (P14): the slot is already free, but the outcome is real news.
+            None => match self.by_address.get(&release.address) {
+                Some(slot) => *slot,
+                None => return,
+            },
+        };
+        if self
+            .record(slot)
+            .is_none_or(|r| r.address != release.address)
+        {
+            return;
+        }
+        self.counters.released += 1;
+        let site = self.sites.intern(release.site.as_ref());
+        let window = self.cfg.health.window;
+        let (class, latency) = match release.outcome {
+            Outcome::Success { latency } => (Class::Success, Some(latency)),
+            Outcome::ConnectError | Outcome::Timeout | Outcome::Blocked => (Class::Failure, None),
+            Outcome::Captcha => (Class::Captcha, None),
+            Outcome::RateLimited { retry_after } => {
+                let cell = self.sites.cell(slot, site, release.address.redacted());
+                cell.cooling_until = Some(now.after(retry_after));
+                cell.totals.rate_limited += 1;
+                cell.metrics.outcome(&release.outcome);
+                if let Some(r) = self.record_mut(slot) {
+                    r.totals.rate_limited += 1;
+                    r.metrics.outcome(&release.outcome);
+                }
+                return;
+            }
+        };
+        let excused = self.sites.is_degraded(site);
+        let latency_ms = latency.map_or(0, |l| u32::try_from(millis(l)).unwrap_or(u32::MAX));
+        let cell = self.sites.cell(slot, site, release.address.redacted());
+        cell.push(class, window);
+        cell.metrics.outcome(&release.outcome);
+        count(&mut cell.totals, class);
+        let Some(rec) = self.record_mut(slot) else {
+            return;
+        };
+        rec.window.push(Entry {
+            class,
+            site,
+            excused,
+            latency_ms,
+        });
+        count(&mut rec.totals, class);
+        rec.metrics.outcome(&release.outcome);
+        if latency.is_some() {
+            let ms = f64::from(latency_ms);
+            self.reference_latency_ms = Some(match self.reference_latency_ms {
+                None => ms,
+                Some(r) => r + REFERENCE_LATENCY_ALPHA * (ms - r),
+            });
+        }
+        self.judge_site(site, slot, class, now);
+        self.evaluate(slot, site, class, now);
+    }
+
+    pub(crate) fn abandon(&mut self, lease: LeaseId, _now: Timestamp) {
+        if let Some(slot) = self.leases.close(lease) {
+            self.counters.abandoned += 1;
+            self.metrics.abandoned();
+            if let Some(r) = self.record_mut(slot) {
+                r.active_leases -= 1;
+                r.totals.abandoned += 1;
+                r.metrics.active(r.active_leases);
+            }
+        }
+    }
+
+    /// The result of an active probe: the hook for P12. It drives the half-open gate of a
+    /// probing address and is the only way back for a dead one.
+    pub(crate) fn report_probe(
+        &mut self,
+        address: &ProxyAddress,
+        passed: bool,
+        now: Timestamp,
+    ) -> Result<(), PoolError> {
+        self.sweep(now);
+        let slot = *self
+            .by_address
+            .get(address)
+            .ok_or_else(|| PoolError::UnknownAddress(address.clone()))?;
+        let state = self.record(slot).map(|r| r.health.state);
+        match (state, passed) {
+            (Some(HealthState::Probing | HealthState::Dead), true) => self.probe_success(slot, now),
+            (Some(HealthState::Probing), false) => {
+                self.try_quarantine(slot, now, "probe failed".into());
+            }
+            (Some(HealthState::Dead), false) => {
+                if let Some(r) = self.record_mut(slot) {
+                    r.health.probe_streak = 0;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    // ---- judgement --------------------------------------------------------------------------
+
+    fn judge_site(&mut self, site: u32, slot: Slot, class: Class, now: Timestamp) {
+        let (h, j) = (&self.cfg.health, &self.cfg.judgement);
+        let Some(s) = self.sites.list.get_mut(site as usize) else {
+            return;
+        };
+        s.push(slot, class, j.site_window);
+        let verdict = s.verdict(h, j);
+        let change = match (s.degraded, verdict) {
+            (false, Some(reason)) => Some((true, reason)),
+            (true, None) if now.since(s.since) >= h.min_dwell => Some((
+                false,
+                "failures no longer spread over most addresses".to_owned(),
+            )),
+            _ => None,
+        };
+        if let Some((degraded, reason)) = change {
+            s.degraded = degraded;
+            s.since = now;
+            let subject = Subject::Site {
+                site: s.name.to_string(),
+            };
+            let (from, to) = if degraded {
+                ("ok", "degraded")
+            } else {
+                ("degraded", "ok")
+            };
+            let reason = if degraded {
+                format!("{reason}: failures there are not held against addresses")
+            } else {
+                reason
+            };
+            self.decide(now, subject, from, to, reason);
+            self.judge_our_side(now);
+        }
+    }
+
+    /// P9: when every site with traffic is degraded, the common factor is our side (network,
+    /// probes): quarantining is frozen until one recovers.
+    fn judge_our_side(&mut self, now: Timestamp) {
+        let j = &self.cfg.judgement;
+        let judged: Vec<_> = self
+            .sites
+            .list
+            .iter()
+            .filter(|s| s.has_evidence(j))
+            .collect();
+        let degraded = judged.iter().filter(|s| s.degraded).count();
+        let frozen = judged.len() >= 2 && degraded == judged.len();
+        if frozen != self.frozen {
+            self.frozen = frozen;
+            let reason = format!("{degraded} of {} sites with traffic degraded", judged.len());
+            let (from, to) = if frozen {
+                ("quarantining", "frozen")
+            } else {
+                ("frozen", "quarantining")
+            };
+            self.decide(now, Subject::Pool, from, to, reason);
+        }
+    }
+
+    /// Reads the address's windows after an outcome and moves it if they say so (P3–P5, P10).
+    fn evaluate(&mut self, slot: Slot, site: u32, class: Class, now: Timestamp) {
+        let cfg = &self.cfg.health;
+        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        rec.health.refresh(now, cfg);
+        let rec = &*rec;
+        let site_degraded = self.sites.is_degraded(site);
+        let state = rec.health.state;
+        let act = match state {
+            HealthState::Quarantined | HealthState::Dead => None,
+            HealthState::Probing if site_degraded => None,
+            HealthState::Probing if class == Class::Success => Some(Act::ProbeSuccess),
+            // A captcha is reputation, judged by its rate, not a failed probe.
+            HealthState::Probing if class == Class::Captcha => None,
+            HealthState::Probing => Some(Act::Quarantine("failure while probing".into())),
+            HealthState::Healthy | HealthState::Degraded => {
+                let sites = &self.sites;
+                let fall = signals::fall(&rec.window, cfg, |s| sites.is_degraded(s));
+                if rec.health.returning() && class == Class::Failure && !site_degraded {
+                    Some(Act::Quarantine("failure during the ramp".into()))
+                } else if let Some(signal) = fall {
+                    Some(Act::Quarantine(signal.to_string()))
+                } else {
+                    let slow = (class == Class::Success || state == HealthState::Degraded)
+                        .then(|| signals::slow_tail(&rec.window, cfg, &mut self.scratch))
+                        .flatten();
+                    let dwelt = rec.health.dwelt(now, cfg);
+                    match (state, slow) {
+                        (HealthState::Healthy, Some(signal)) if dwelt => {
+                            Some(Act::Become(HealthState::Degraded, signal.to_string()))
+                        }
+                        (HealthState::Degraded, None) if dwelt => {
+                            Some(Act::Become(HealthState::Healthy, "signals cleared".into()))
+                        }
+                        _ => None,
+                    }
+                }
+            }
+        };
+        match act {
+            None => {}
+            Some(Act::Quarantine(reason)) => self.try_quarantine(slot, now, reason),
+            Some(Act::Become(to, reason)) => self.transition(slot, to, reason, now),
+            Some(Act::ProbeSuccess) => self.probe_success(slot, now),
+        }
+    }
+
+    fn probe_success(&mut self, slot: Slot, now: Timestamp) {
+        let cfg = &self.cfg.health;
+        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        rec.health.probe_streak += 1;
+        let streak = rec.health.probe_streak;
+        // Rise needs more evidence than fall (P5) and the minimum dwell.
+        if streak >= cfg.rise_successes && rec.health.dwelt(now, cfg) {
+            let reason = format!("{streak} successes in a row; ramping up");
+            self.transition(slot, HealthState::Healthy, reason, now);
+        }
+    }
+
+    fn gate(&self, rec: &AddressRecord) -> Gate {
+        let min = self.cfg.min_in_service as usize;
+        let tightest = rec
+            .sub_pools
+            .iter()
+            .map(|sp| &self.sub_pools[*sp as usize])
+            .min_by_key(|p| p.spare(min));
+        Gate {
+            frozen: self.frozen,
+            total: self.by_address.len(),
+            fraction: self.cfg.quarantine_cap,
+            quarantined: self.quarantined(),
+            candidate_counted: rec.health.state.counts_against_cap(),
+            offered: tightest.map_or(0, |p| p.offered),
+            members: tightest.map_or(0, |p| p.members.len()),
+            candidate_offered: rec.health.state.is_offered(),
+            min_in_service: min,
+        }
+    }
+
+    /// A fall: quarantine (P6), or death after too many failed cycles (P11), unless the cap,
+    /// the minimum in service or a freeze forbids it, in which case the address only loses
+    /// weight (P7, P8, P9).
+    fn try_quarantine(&mut self, slot: Slot, now: Timestamp, reason: String) {
+        let Some(rec) = self.record(slot) else { return };
+        let state = rec.health.state;
+        let failed_cycle = state == HealthState::Probing || rec.health.returning();
+        match self.gate(rec).check() {
+            Ok(()) => {
+                let (backoff_cfg, dead_after) =
+                    (&self.cfg.backoff, self.cfg.health.dead_after_cycles);
+                let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+                    return;
+                };
+                let h = &mut rec.health;
+                if h.stable_since
+                    .is_some_and(|s| now.since(s) >= backoff_cfg.reset_after)
+                {
+                    h.backoff_level = 0;
+                }
+                if failed_cycle {
+                    h.failed_cycles += 1;
+                }
+                if h.failed_cycles >= dead_after {
+                    let reason = format!(
+                        "{reason}; {} failed quarantine cycles in a row",
+                        h.failed_cycles
+                    );
+                    self.transition(slot, HealthState::Dead, reason, now);
+                    return;
+                }
+                let wait = backoff::wait(h.backoff_level, backoff_cfg, &mut self.rng);
+                h.backoff_level += 1;
+                h.quarantined_until = Some(now.after(wait));
+                let reason = format!("{reason}; quarantined for {} s", wait.as_secs());
+                self.transition(slot, HealthState::Quarantined, reason, now);
+            }
+            Err(refusal) => match state {
+                HealthState::Healthy => {
+                    let reason = format!("{reason}; kept in service at reduced weight: {refusal}");
+                    self.transition(slot, HealthState::Degraded, reason, now);
+                }
+                HealthState::Probing => {
+                    if let Some(r) = self.record_mut(slot) {
+                        r.health.probe_streak = 0;
+                    }
+                }
+                _ => {}
+            },
+        }
+    }
+
+    fn transition(&mut self, slot: Slot, to: HealthState, reason: String, now: Timestamp) {
+        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let from = rec.health.enter(to, now, reason.clone());
+        self.by_state[from as usize] -= 1;
+        self.by_state[to as usize] += 1;
+        if from.is_offered() != to.is_offered() {
+            for &sp in &rec.sub_pools {
+                let p = &mut self.sub_pools[sp as usize];
+                if to.is_offered() {
+                    p.offered += 1;
+                    p.keyless.join(slot);
+                } else {
+                    p.offered -= 1;
+                    p.keyless.leave(slot);
+                }
+            }
+        }
+        if to == HealthState::Quarantined {
+            self.counters.quarantine_entries += 1;
+            rec.metrics.quarantined();
+            self.metrics.quarantined();
+            if let Some(until) = rec.health.quarantined_until {
+                self.quarantine_ends.push(Reverse((until, slot)));
+            }
+        }
+        let subject = Subject::Address {
+            address: rec.address.redacted().into(),
+        };
+        self.decide(now, subject, from.as_str(), to.as_str(), reason);
+        let cap = quarantine::cap(self.by_address.len(), self.cfg.quarantine_cap);
+        self.metrics.states(&self.by_state, self.quarantined(), cap);
+    }
+
+    /// Applies what time alone decides: expired leases (P14) and bindings (P2), ended
+    /// quarantines (P3). Each check is O(1) when nothing is due.
+    fn sweep(&mut self, now: Timestamp) {
+        for slot in self.leases.expire(now) {
+            self.counters.expired += 1;
+            self.metrics.expired();
+            if let Some(r) = self.record_mut(slot) {
+                r.active_leases -= 1;
+                r.totals.expired += 1;
+                r.metrics.active(r.active_leases);
+            }
+        }
+        for b in self.sessions.expire(now) {
+            self.unbound(&b);
+        }
+        while let Some(Reverse((due, slot))) = self.quarantine_ends.peek().copied() {
+            if due > now {
+                break;
+            }
+            self.quarantine_ends.pop();
+            let still = self.record(slot).is_some_and(|r| {
+                r.health.state == HealthState::Quarantined
+                    && r.health.quarantined_until == Some(due)
+            });
+            if still {
+                // Dated when the wait ended, not when a call noticed: the dwell counts from there.
+                let reason = "quarantine wait over; half-open".to_owned();
+                self.transition(slot, HealthState::Probing, reason, due);
+            }
+        }
+    }
+
+    // ---- snapshot ---------------------------------------------------------------------------
+
+    pub(crate) fn snapshot(&mut self, now: Timestamp) -> Snapshot {
+        self.sweep(now);
+        let cfg = &self.cfg.health;
+        for rec in self.records.iter_mut().flatten() {
+            rec.health.refresh(now, cfg);
+        }
+        let ctx = self.ctx(None, now);
+        let mut scratch = Vec::new();
+        let addresses = self
+            .records
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, r)| r.as_ref().map(|r| (slot as Slot, r)))
+            .map(|(slot, r)| {
+                let n = r.window.len();
+                let rate = |x: u32| (n > 0).then(|| f64::from(x) / n as f64);
+                let quantiles = r.window.latency_quantiles(1, &mut scratch);
+                AddressSnapshot {
+                    address: r.address.redacted().into(),
+                    fingerprint: format!("{:016x}", r.fingerprint),
+                    sub_pools: r.sub_pools[1..]
+                        .iter()
+                        .map(|sp| self.sub_pools[*sp as usize].name.to_string())
+                        .collect(),
+                    state: r.health.state,
+                    state_since_ms: r.health.since.as_millis(),
+                    reason: r.health.last_reason.clone(),
+                    weight: if r.health.state.is_offered() {
+                        ctx.weight(slot)
+                    } else {
+                        0.0
+                    },
+                    ramp_share: r
+                        .health
+                        .ramp_started
+                        .and_then(|s| ramp::share(&cfg.ramp_steps, cfg.ramp_duration, s, now)),
+                    active_leases: r.active_leases,
+                    bound_keys: r.bound_keys,
+                    window_samples: n,
+                    success_rate: rate(r.window.successes()),
+                    captcha_rate: rate(r.window.captchas()),
+                    latency_p50_ms: quantiles.map(|q| q.0),
+                    latency_p95_ms: quantiles.map(|q| q.1),
+                    quarantined_until_ms: r.health.quarantined_until.map(Timestamp::as_millis),
+                    quarantine_entries: r.health.quarantine_entries,
+                    backoff_level: r.health.backoff_level,
+                    failed_cycles: r.health.failed_cycles,
+                    totals: r.totals.clone(),
+                }
+            })
+            .collect();
+        let mut matrix: Vec<CellSnapshot> = self
+            .sites
+            .cells
+            .iter()
+            .filter_map(|((slot, site), cell)| {
+                let r = self.record(*slot)?;
+                let (n, success, captcha) = cell.rates();
+                Some(CellSnapshot {
+                    address: r.address.redacted().into(),
+                    site: self.sites.list.get(*site as usize)?.name.to_string(),
+                    window_samples: n,
+                    success_rate: success,
+                    captcha_rate: captcha,
+                    cooling_until_ms: cell
+                        .cooling_until
+                        .filter(|u| *u > now)
+                        .map(Timestamp::as_millis),
+                    totals: cell.totals.clone(),
+                })
+            })
+            .collect();
+        matrix.sort_by(|a, b| (&a.address, &a.site).cmp(&(&b.address, &b.site)));
+        let c = &self.counters;
+        let pool = PoolSnapshot {
+            addresses: self.by_address.len(),
+            by_state: HealthState::ALL
+                .iter()
+                .map(|s| (*s, self.by_state[*s as usize]))
+                .collect(),
+            offered: self.sub_pools[0].offered,
+            quarantined: self.quarantined(),
+            quarantine_cap: quarantine::cap(self.by_address.len(), self.cfg.quarantine_cap),
+            quarantine_entries: c.quarantine_entries,
+            frozen: self.frozen,
+            active_leases: self.leases.len() as u64,
+            bindings: self.sessions.len(),
+            acquired: c.acquired,
+            released: c.released,
+            abandoned: c.abandoned,
+            expired: c.expired,
+            unavailable: c.unavailable,
+            sessions_broken: c.sessions_broken,
+        };
+        Snapshot {
+            at_ms: now.as_millis(),
+            addresses,
+            matrix,
+            sites: self.sites.list.iter().map(sites::Site::snapshot).collect(),
+            pool,
+            decisions: self.log.recent(),
+        }
+    }
+}
+
+fn count(t: &mut crate::snapshot::Totals, class: Class) {
+    match class {
+        Class::Success => t.successes += 1,
+        Class::Failure => t.failures += 1,
+        Class::Captcha => t.captchas += 1,
+    }
+}

@@ -1,0 +1,44 @@
+//! Everything the pool keeps about one address.
+
+use crate::address::ProxyAddress;
+use crate::clock::Timestamp;
+use crate::health::Health;
+use crate::health::window::Window;
+use crate::snapshot::Totals;
+use crate::telemetry::AddressMetrics;
+
+#[derive(Debug)]
+pub(crate) struct AddressRecord {
+    pub(crate) address: ProxyAddress,
+    pub(crate) metrics: AddressMetrics,
+    pub(crate) fingerprint: u64,
+    /// Indices of the sub-pools it belongs to; always includes 0, the whole pool.
+    pub(crate) sub_pools: Vec<u32>,
+    pub(crate) health: Health,
+    pub(crate) window: Window,
+    pub(crate) active_leases: u32,
+    pub(crate) bound_keys: u64,
+    pub(crate) totals: Totals,
+}
+
+impl AddressRecord {
+    pub(crate) fn new(
+        address: ProxyAddress,
+        fingerprint: u64,
+        sub_pools: Vec<u32>,
+        window: usize,
+        now: Timestamp,
+    ) -> Self {
+        Self {
+            metrics: AddressMetrics::new(address.redacted()),
+            address,
+            fingerprint,
+            sub_pools,
+            health: Health::slow_start(now),
+            window: Window::new(window),
+            active_leases: 0,
+            bound_keys: 0,
+            totals: Totals::default(),
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! P1: how an address is picked. Keyless work uses the sub-pool's configured strategy; keyed
+//! work uses the consistent-hash ring (see `consistent_hash`).
+
+pub(crate) mod consistent_hash;
+pub(crate) mod least_connections;
+pub(crate) mod round_robin;
+pub(crate) mod smooth_weighted;
+
+use rand::rngs::StdRng;
+
+use crate::config::Strategy;
+use crate::lease::Choice;
+
+/// Index of an address in the pool's table; never reused, so it identifies one address forever.
+pub(crate) type Slot = u32;
+
+/// What a strategy may ask about a candidate for the ticket at hand.
+pub(crate) trait Candidates {
+    /// Offered, below its lease cap, not cooling down for the ticket's site.
+    fn eligible(&self, slot: Slot) -> bool;
+    fn weight(&self, slot: Slot) -> f64;
+    fn active_leases(&self, slot: Slot) -> u32;
+}
+
+/// The keyless picker of one sub-pool.
+#[derive(Debug)]
+pub(crate) enum Keyless {
+    RoundRobin(round_robin::RoundRobin),
+    Weighted(smooth_weighted::SmoothWeighted),
+    LeastConnections,
+}
+
+impl Keyless {
+    pub(crate) fn new(strategy: Strategy) -> Self {
+        match strategy {
+            Strategy::RoundRobin => Self::RoundRobin(round_robin::RoundRobin::default()),
+            Strategy::Weighted => Self::Weighted(smooth_weighted::SmoothWeighted::default()),
+            Strategy::LeastConnections => Self::LeastConnections,
+        }
+    }
+
+    /// The address became offered.
+    pub(crate) fn join(&mut self, slot: Slot) {
+        if let Self::Weighted(w) = self {
+            w.join(slot);
+        }
+    }
+
+    /// The address stopped being offered or left the pool.
+    pub(crate) fn leave(&mut self, slot: Slot) {
+        if let Self::Weighted(w) = self {
+            w.leave(slot);
+        }
+    }
+
+    pub(crate) fn pick(
+        &mut self,
+        members: &[Slot],
+        c: &impl Candidates,
+        rng: &mut StdRng,
+    ) -> Option<Slot> {
+        match self {
+            Self::RoundRobin(rr) => rr.pick(members, c),
+            Self::Weighted(w) => w.pick(c),
+            Self::LeastConnections => least_connections::pick(members, c, rng),
+        }
+    }
+
+    pub(crate) fn choice(&self) -> Choice {
+        match self {
+            Self::RoundRobin(_) => Choice::RoundRobin,
+            Self::Weighted(_) => Choice::Weighted,
+            Self::LeastConnections => Choice::LeastConnections,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{Candidates, Slot};
+
+    /// Candidates described by plain vectors, for strategy unit tests.
+    #[derive(Debug, Default)]
+    pub(crate) struct Table {
+        pub(crate) eligible: Vec<bool>,
+        pub(crate) weight: Vec<f64>,
+        pub(crate) leases: Vec<u32>,
+    }
+
+    impl Table {
+        pub(crate) fn uniform(n: usize) -> Self {
+            Self {
+                eligible: vec![true; n],
+                weight: vec![1.0; n],
+                leases: vec![0; n],
+            }
+        }
+    }
+
+    impl Candidates for Table {
+        fn eligible(&self, slot: Slot) -> bool {
+            self.eligible[slot as usize]
+        }
+        fn weight(&self, slot: Slot) -> f64 {
+            self.weight[slot as usize]
+        }
+        fn active_leases(&self, slot: Slot) -> u32 {
+            self.leases[slot as usize]
+        }
+    }
+}
