@@ -82,7 +82,7 @@ pub(crate) struct Health {
 }
 
 impl Health {
-    /// A new address starts healthy on a slow-start ramp (see ARCHITECTURE-section.md).
+    /// A new address starts healthy on a slow-start ramp (see ARCHITECTURE.md, proxypool decisions).
     pub(crate) fn slow_start(now: Timestamp) -> Self {
         Self {
             state: HealthState::Healthy,
