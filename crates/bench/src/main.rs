@@ -76,8 +76,16 @@ fn main() -> anyhow::Result<()> {
     let creates_lua = lua_dir.join("creates.lua");
     let mut create_runs = Vec::new();
     for round in 1..=args.rounds {
-        let run = wrk.run(&format!("{shortener_base}/"), Some(&creates_lua), &[("TOKEN", &token)])?;
-        println!("creates round {round}: {:.0} 201/s (non-2xx {})", run.ok_per_second(), run.non_2xx);
+        let run = wrk.run(
+            &format!("{shortener_base}/"),
+            Some(&creates_lua),
+            &[("TOKEN", &token)],
+        )?;
+        println!(
+            "creates round {round}: {:.0} 201/s (non-2xx {})",
+            run.ok_per_second(),
+            run.non_2xx
+        );
         create_runs.push(run);
     }
 
@@ -117,7 +125,11 @@ fn main() -> anyhow::Result<()> {
         }
         for round in 0..args.rounds {
             // Alternate which server goes first so neither always gets the warmer machine.
-            let order = if round % 2 == 0 { [true, false] } else { [false, true] };
+            let order = if round % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            };
             for is_bare in order {
                 let base = if is_bare { &bare_base } else { &shortener_base };
                 let run = wrk.run(&target(base), script, &env)?;
@@ -130,7 +142,11 @@ fn main() -> anyhow::Result<()> {
                     run.p99_ms,
                     run.non_2xx
                 );
-                if is_bare { bare_runs.push(run) } else { ours.push(run) }
+                if is_bare {
+                    bare_runs.push(run)
+                } else {
+                    ours.push(run)
+                }
             }
         }
         results.push((name, bar, bare_runs, ours));
@@ -140,13 +156,23 @@ fn main() -> anyhow::Result<()> {
     let rss_mb = rss_mib(shortener.pid())?;
 
     println!("\n== summary (medians of {} rounds) ==", args.rounds);
-    println!("{:<24} {:>12} {:>12} {:>7} {:>9} {:>9}  bar", "case", "bare req/s", "ours req/s", "ratio", "p50 ms", "p99 ms");
+    println!(
+        "{:<24} {:>12} {:>12} {:>7} {:>9} {:>9}  bar",
+        "case", "bare req/s", "ours req/s", "ratio", "p50 ms", "p99 ms"
+    );
     let mut failed = Vec::new();
     for (name, bar, bare_runs, ours) in &results {
         let b = median(bare_runs.iter().map(|r| r.requests_per_second));
         let o = median(ours.iter().map(|r| r.requests_per_second));
         let ratio = o / b;
-        let verdict = if *bar == 0.0 { "-".to_owned() } else if ratio >= *bar { format!("≥ {bar:.2} ok") } else { failed.push(*name); format!("≥ {bar:.2} FAIL") };
+        let verdict = if *bar == 0.0 {
+            "-".to_owned()
+        } else if ratio >= *bar {
+            format!("≥ {bar:.2} ok")
+        } else {
+            failed.push(*name);
+            format!("≥ {bar:.2} FAIL")
+        };
         println!(
             "{name:<24} {b:>12.0} {o:>12.0} {ratio:>7.2} {:>9.3} {:>9.3}  {verdict}",
             median(ours.iter().map(|r| r.p50_ms)),
@@ -155,17 +181,32 @@ fn main() -> anyhow::Result<()> {
     }
     let creates = median(create_runs.iter().map(Run::ok_per_second));
     let verdict = |ok: bool, name: &'static str, failed: &mut Vec<&str>| {
-        if ok { "ok" } else { failed.push(name); "FAIL" }
+        if ok {
+            "ok"
+        } else {
+            failed.push(name);
+            "FAIL"
+        }
     };
     println!(
         "{:<24} {:>12} {creates:>12.0} {:>7} {:>9.3} {:>9.3}  ≥ 5000/s {}",
-        "4 creates (201/s)", "-", "-",
+        "4 creates (201/s)",
+        "-",
+        "-",
         median(create_runs.iter().map(|r| r.p50_ms)),
         median(create_runs.iter().map(|r| r.p99_ms)),
         verdict(creates >= 5000.0, "creates", &mut failed)
     );
-    println!("click → analytics lag: {:.3} s  (≤ 2 s {})", lag.as_secs_f64(), verdict(lag <= Duration::from_secs(2), "lag", &mut failed));
-    println!("shortener RSS with {} links: {rss_mb:.1} MiB  (≤ 150 MiB {})", codes.len(), verdict(rss_mb <= 150.0, "rss", &mut failed));
+    println!(
+        "click → analytics lag: {:.3} s  (≤ 2 s {})",
+        lag.as_secs_f64(),
+        verdict(lag <= Duration::from_secs(2), "lag", &mut failed)
+    );
+    println!(
+        "shortener RSS with {} links: {rss_mb:.1} MiB  (≤ 150 MiB {})",
+        codes.len(),
+        verdict(rss_mb <= 150.0, "rss", &mut failed)
+    );
     shortener.terminate()?;
     if failed.is_empty() {
         println!("all bars met");
@@ -190,12 +231,22 @@ fn listening(p: &mut Process) -> anyhow::Result<String> {
 
 fn admin_token(bin_dir: &Path, data: &Path) -> anyhow::Result<String> {
     let out = Command::new(bin_dir.join("shortener"))
-        .args(["token", "create", "--user", "bench", "--admin", "--data-dir"])
+        .args([
+            "token",
+            "create",
+            "--user",
+            "bench",
+            "--admin",
+            "--data-dir",
+        ])
         .arg(data)
         .env("SHORTENER_LOG", "warn")
         .output()?;
     if !out.status.success() {
-        bail!("token create failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "token create failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     String::from_utf8(out.stdout)?
         .lines()
@@ -211,15 +262,28 @@ fn count_links(db: &Path) -> anyhow::Result<usize> {
 }
 
 /// Creates links through the API until the store holds `target`.
-fn fill(wrk: &Wrk, base: &str, lua: &Path, token: &str, db: &Path, target: usize) -> anyhow::Result<()> {
+fn fill(
+    wrk: &Wrk,
+    base: &str,
+    lua: &Path,
+    token: &str,
+    db: &Path,
+    target: usize,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
         let have = count_links(db)?;
         if have >= target {
-            println!("filled to {have} links in {:.0} s", started.elapsed().as_secs_f64());
+            println!(
+                "filled to {have} links in {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
             return Ok(());
         }
-        let bulk = Wrk { duration: Duration::from_secs(20), ..*wrk };
+        let bulk = Wrk {
+            duration: Duration::from_secs(20),
+            ..*wrk
+        };
         let run = bulk.run(&format!("{base}/"), Some(lua), &[("TOKEN", token)])?;
         println!("filling: {have} links, +{:.0}/s", run.ok_per_second());
     }
@@ -235,7 +299,12 @@ fn read_codes(db: &Path) -> anyhow::Result<Vec<String>> {
 }
 
 /// Paths drawn from a Zipf distribution (s = 1.0) over all codes, ranks assigned at random.
-fn write_zipf_paths(file: &Path, codes: &[String], samples: usize, rng: &mut impl Rng) -> anyhow::Result<()> {
+fn write_zipf_paths(
+    file: &Path,
+    codes: &[String],
+    samples: usize,
+    rng: &mut impl Rng,
+) -> anyhow::Result<()> {
     let mut ranked: Vec<&String> = codes.iter().collect();
     ranked.shuffle(rng);
     let zipf = rand_distr::Zipf::new(ranked.len() as f64, 1.0)?;
@@ -250,13 +319,20 @@ fn write_zipf_paths(file: &Path, codes: &[String], samples: usize, rng: &mut imp
 }
 
 /// Well-formed 7-character codes that are not in the store.
-fn write_unknown_paths(file: &Path, codes: &[String], n: usize, rng: &mut impl Rng) -> anyhow::Result<()> {
+fn write_unknown_paths(
+    file: &Path,
+    codes: &[String],
+    n: usize,
+    rng: &mut impl Rng,
+) -> anyhow::Result<()> {
     const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
     let known: std::collections::HashSet<&str> = codes.iter().map(String::as_str).collect();
     let mut out = std::io::BufWriter::new(std::fs::File::create(file)?);
     let mut written = 0;
     while written < n {
-        let code: String = (0..7).map(|_| char::from(ALPHABET[rng.random_range(0..62)])).collect();
+        let code: String = (0..7)
+            .map(|_| char::from(ALPHABET[rng.random_range(0..62)]))
+            .collect();
         if !known.contains(code.as_str()) {
             writeln!(out, "/{code}")?;
             written += 1;

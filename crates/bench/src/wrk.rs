@@ -32,7 +32,12 @@ impl Run {
 }
 
 impl Wrk {
-    pub(crate) fn run(&self, url: &str, script: Option<&Path>, env: &[(&str, &str)]) -> anyhow::Result<Run> {
+    pub(crate) fn run(
+        &self,
+        url: &str,
+        script: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Run> {
         let mut cmd = Command::new("wrk");
         cmd.arg(format!("-t{}", self.threads))
             .arg(format!("-c{}", self.connections))
@@ -45,7 +50,9 @@ impl Wrk {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let out = cmd.output().context("cannot run wrk (apt-get install wrk)")?;
+        let out = cmd
+            .output()
+            .context("cannot run wrk (apt-get install wrk)")?;
         let text = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             bail!("wrk failed: {text}{}", String::from_utf8_lossy(&out.stderr));
@@ -68,7 +75,14 @@ fn millis(value: &str) -> Option<f64> {
 }
 
 fn parse(text: &str) -> Option<Run> {
-    let mut run = Run { requests: 0, seconds: 0.0, requests_per_second: 0.0, p50_ms: f64::NAN, p99_ms: f64::NAN, non_2xx: 0 };
+    let mut run = Run {
+        requests: 0,
+        seconds: 0.0,
+        requests_per_second: 0.0,
+        p50_ms: f64::NAN,
+        p99_ms: f64::NAN,
+        non_2xx: 0,
+    };
     for line in text.lines().map(str::trim) {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {

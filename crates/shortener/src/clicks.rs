@@ -1,14 +1,16 @@
-//! The click pipeline: redirects drop events into a bounded queue; one task folds them into
-//! per (code, UTC day) counts and writes each batch in one store transaction.
+//! The click pipeline: redirects push events into a bounded lock-free queue; one task empties
+//! it every few milliseconds, folds the events into per (code, UTC day) counts and writes each
+//! batch in one store transaction.
 
 use crate::metrics::Metrics;
 use crate::store::Store;
+use crossbeam_queue::ArrayQueue;
 use shortener_core::day::{ANALYTICS_DAYS, Day, UnixSeconds};
 use shortener_core::store::ClickDelta;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 /// One redirect, as the redirect handler saw it.
 #[derive(Debug)]
@@ -19,32 +21,36 @@ pub(crate) struct ClickEvent {
     pub bot: bool,
 }
 
-/// The redirect side of the pipeline: never waits, never fails.
+/// The redirect side of the pipeline: never waits, never fails, never wakes anyone.
 #[derive(Debug, Clone)]
 pub(crate) struct ClickRecorder {
-    tx: mpsc::Sender<ClickEvent>,
+    queue: Arc<ArrayQueue<ClickEvent>>,
     metrics: Arc<Metrics>,
 }
 
 impl ClickRecorder {
     /// Queues the event, or drops and counts it when the queue is full.
     pub(crate) fn record(&self, event: ClickEvent) {
-        if self.tx.try_send(event).is_err() {
+        if self.queue.push(event).is_err() {
             self.metrics.clicks_dropped.inc();
         }
     }
 
     /// Events waiting in the queue.
     pub(crate) fn depth(&self) -> usize {
-        self.tx.max_capacity() - self.tx.capacity()
+        self.queue.len()
     }
 }
 
 /// Events folded per batch before a write is forced, whatever the timer says.
 const MAX_PENDING_EVENTS: u64 = 50_000;
+/// How often the aggregator empties the queue. Polling (rather than a wake-up per event)
+/// keeps the redirect's cost at one lock-free push.
+const DRAIN_EVERY: Duration = Duration::from_millis(10);
 
-/// Creates the queue and spawns the aggregator. The aggregator flushes every `interval`
-/// and finishes (after a final flush of everything queued) once `shutdown` turns true.
+/// Creates the queue and spawns the aggregator. The aggregator writes what it folded every
+/// `interval` (or every [`MAX_PENDING_EVENTS`]) and finishes, after a final write of
+/// everything queued, once `shutdown` changes.
 pub(crate) fn start(
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
@@ -52,9 +58,9 @@ pub(crate) fn start(
     interval: Duration,
     shutdown: watch::Receiver<bool>,
 ) -> (ClickRecorder, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = mpsc::channel(capacity);
+    let queue = Arc::new(ArrayQueue::new(capacity));
     let recorder = ClickRecorder {
-        tx,
+        queue: queue.clone(),
         metrics: metrics.clone(),
     };
     let aggregator = Aggregator {
@@ -64,7 +70,7 @@ pub(crate) fn start(
         pending_events: 0,
         pruned_through: None,
     };
-    let handle = tokio::spawn(aggregator.run(rx, interval, shutdown));
+    let handle = tokio::spawn(aggregator.run(queue, interval, shutdown));
     (recorder, handle)
 }
 
@@ -80,34 +86,34 @@ struct Aggregator {
 impl Aggregator {
     async fn run(
         mut self,
-        mut rx: mpsc::Receiver<ClickEvent>,
+        queue: Arc<ArrayQueue<ClickEvent>>,
         interval: Duration,
         mut shutdown: watch::Receiver<bool>,
     ) {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut drain = tokio::time::interval(DRAIN_EVERY);
+        drain.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_write = tokio::time::Instant::now();
         loop {
             tokio::select! {
-                event = rx.recv() => match event {
-                    Some(event) => {
-                        self.fold(event);
-                        if self.pending_events >= MAX_PENDING_EVENTS {
-                            self.flush().await;
-                        }
-                    }
-                    None => break,
-                },
-                _ = tick.tick() => {
-                    self.flush().await;
-                    self.prune().await;
-                }
+                _ = drain.tick() => {}
                 // Any change (or the sender going away) means stop.
                 _ = shutdown.changed() => break,
             }
+            while let Some(event) = queue.pop() {
+                self.fold(event);
+                if self.pending_events >= MAX_PENDING_EVENTS {
+                    self.flush().await;
+                    last_write = tokio::time::Instant::now();
+                }
+            }
+            if last_write.elapsed() >= interval {
+                self.flush().await;
+                self.prune().await;
+                last_write = tokio::time::Instant::now();
+            }
         }
-        // Shutting down: refuse new events, take every queued one, write them all.
-        rx.close();
-        while let Some(event) = rx.recv().await {
+        // The server has stopped and finished its requests: take every queued event.
+        while let Some(event) = queue.pop() {
             self.fold(event);
         }
         for attempt in 1..=5u32 {

@@ -10,6 +10,7 @@ mod cache;
 pub mod cli;
 mod clicks;
 pub mod config;
+mod http;
 mod metrics;
 mod ratelimit;
 mod server;

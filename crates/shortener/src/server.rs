@@ -13,10 +13,8 @@ use crate::store::Store;
 use crate::store::sqlite::SqliteStore;
 use anyhow::Context;
 use axum::http::HeaderValue;
-use axum::serve::ListenerExt;
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
 use std::io::Write;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -110,17 +108,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     println!("listening on http://{bound}");
     let _ = std::io::stdout().flush();
 
-    // Small responses: send them at once rather than waiting to coalesce.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(
-        listener,
-        router(app).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown_signal())
-    .await
-    .context("server failed")?;
+    crate::http::serve(listener, app.clone(), router(app), shutdown_signal()).await;
 
     sweeper.abort();
     tracing::info!("stopped accepting requests; flushing clicks");

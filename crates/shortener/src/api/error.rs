@@ -122,18 +122,10 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// An error answer of the redirect path, serialised once: unknown codes come in floods
+/// Error bodies of the redirect path, serialised once: unknown codes come in floods
 /// (scanners, typos, expired campaigns) and must cost no more than a redirect.
-pub(crate) fn fixed(status: StatusCode, body: &'static str) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-        body,
-    )
-        .into_response()
-}
-
-pub(crate) const NOT_FOUND_BODY: &str = r#"{"error":{"code":"not_found","message":"no such link"}}"#;
+pub(crate) const NOT_FOUND_BODY: &str =
+    r#"{"error":{"code":"not_found","message":"no such link"}}"#;
 pub(crate) const EXPIRED_BODY: &str =
     r#"{"error":{"code":"not_found","message":"this link has expired"}}"#;
 pub(crate) const GONE_BODY: &str =

@@ -6,7 +6,7 @@ mod json;
 mod links;
 mod openapi;
 mod ops;
-mod redirect;
+pub(crate) mod redirect;
 
 use crate::allocator::CodeAllocator;
 use crate::blocklist::PolicyCell;
@@ -50,6 +50,10 @@ pub(crate) struct App {
 pub(crate) type AppState = Arc<App>;
 
 /// The whole router.
+/// Single-segment paths the router serves itself; every other `GET`/`HEAD /{segment}` is a
+/// redirect, answered before the router (see `server.rs`).
+pub(crate) const OWN_SINGLE_SEGMENT_PATHS: [&str; 3] = ["healthz", "readyz", "metrics"];
+
 pub(crate) fn router(app: AppState) -> Router {
     // Only the API reads bodies; the redirect route skips the body-limit layer's per-request
     // bookkeeping.

@@ -1,15 +1,23 @@
-//! `GET|HEAD /{code}`: the hot path. A hit in the L1 cache costs no allocation of ours: the
-//! code is a slice of the request path, the `Location` value and the code in the click event
-//! are reference-counted clones from the cache entry.
+//! `GET|HEAD /{code}`: the hot path.
+//!
+//! [`answer`] is the one implementation. The server calls it straight from its hyper service
+//! for every `GET`/`HEAD` of a single path segment (see `server.rs`), so that a redirect does
+//! not pay for the router; the axum route below calls the same function for the rest (it
+//! exists for the OpenAPI document and the 405 on other methods). A cache hit allocates
+//! nothing of ours: the code is a slice of the request path, the `Location` value and the code
+//! in the click event are reference-counted clones from the cache entry, and bodies are static.
 
+use super::App;
 use super::AppState;
-use super::error::{ApiError, EXPIRED_BODY, GONE_BODY, NOT_FOUND_BODY, fixed};
+use super::error::{EXPIRED_BODY, GONE_BODY, NOT_FOUND_BODY};
 use crate::clicks::ClickEvent;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderValue, Response, StatusCode, header};
+use bytes::Bytes;
+use http_body_util::Full;
 use shortener_core::alias::could_be_code;
+use shortener_core::store::StoreError;
 use std::time::Instant;
 
 /// Follow a short link: 302 to its destination.
@@ -23,18 +31,51 @@ use std::time::Instant;
         (status = 503, description = "Store unavailable", body = super::error::ErrorBody),
     )
 )]
-pub(super) async fn follow(State(app): State<AppState>, request: Request) -> Response {
-    let started = Instant::now();
+pub(super) async fn follow(
+    State(app): State<AppState>,
+    request: Request,
+) -> axum::response::Response {
     // Only the head is needed; the body type is not Sync, the head is.
     let (head, _) = request.into_parts();
-    let response = answer(&app, &head).await;
+    answer(&app, &head).await.map(axum::body::Body::new)
+}
+
+fn fixed(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn unavailable(e: &StoreError) -> Response<Full<Bytes>> {
+    let (status, body) = match e {
+        StoreError::Unavailable(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"error":{"code":"store_unavailable","message":"the link store is unavailable; try again shortly"}}"#,
+        ),
+        _ => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            r#"{"error":{"code":"internal","message":"internal error"}}"#,
+        ),
+    };
+    tracing::warn!(error = %e, "redirect lookup failed");
+    fixed(status, body)
+}
+
+/// Answers a redirect request; `request.uri` is `/{code}`.
+pub(crate) async fn answer(app: &App, request: &Parts) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let response = lookup(app, request).await;
     app.metrics
         .redirect_seconds
         .observe(started.elapsed().as_secs_f64());
     response
 }
 
-async fn answer(app: &super::App, request: &Parts) -> Response {
+async fn lookup(app: &App, request: &Parts) -> Response<Full<Bytes>> {
     let code = request.uri.path().trim_start_matches('/');
     if !could_be_code(code) {
         app.metrics.redirect_not_found.inc();
@@ -48,7 +89,7 @@ async fn answer(app: &super::App, request: &Parts) -> Response {
         }
         Err(e) => {
             app.metrics.redirect_error.inc();
-            return ApiError::from(e).into_response();
+            return unavailable(&e);
         }
     };
     if link.disabled {
@@ -63,12 +104,7 @@ async fn answer(app: &super::App, request: &Parts) -> Response {
     let Some(location) = link.location.clone() else {
         app.metrics.redirect_error.inc();
         tracing::error!(code = %link.code, "stored destination is not a valid header value");
-        return ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "internal error",
-        )
-        .into_response();
+        return unavailable(&StoreError::Backend("invalid stored destination".into()));
     };
     app.metrics.redirect_found.inc();
     let bot = app.bots.is_bot(&request.method, &request.headers);
@@ -79,12 +115,10 @@ async fn answer(app: &super::App, request: &Parts) -> Response {
             bot,
         });
     }
-    (
-        StatusCode::FOUND,
-        [
-            (header::LOCATION, location),
-            (header::CACHE_CONTROL, app.cache_control.clone()),
-        ],
-    )
-        .into_response()
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::FOUND;
+    let headers = response.headers_mut();
+    headers.insert(header::LOCATION, location);
+    headers.insert(header::CACHE_CONTROL, app.cache_control.clone());
+    response
 }

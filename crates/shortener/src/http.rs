@@ -1,0 +1,128 @@
+//! The HTTP/1.1 server: accepts connections, answers redirects straight from hyper and hands
+//! every other request to the axum router.
+//!
+//! Redirects skip the router on purpose: routing, its per-request extensions and boxed bodies
+//! cost a measurable share of a redirect's budget, and the redirect path is what the service
+//! is for. Everything else — the API, operations endpoints, the router's 404/405 — goes
+//! through axum.
+
+use crate::api::{App, OWN_SINGLE_SEGMENT_PATHS, redirect};
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::http::{Method, Request, Response};
+use bytes::Bytes;
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tower::ServiceExt;
+
+/// A client that has not sent its request head by then is dropped (slowloris).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long in-flight requests may take to finish once shutdown begins.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+type Body = Either<Full<Bytes>, axum::body::Body>;
+
+/// Whether a request is a redirect: `GET`/`HEAD` of one non-empty path segment that the
+/// router does not serve itself.
+fn is_redirect(method: &Method, path: &str) -> bool {
+    if !(method == Method::GET || method == Method::HEAD) {
+        return false;
+    }
+    match path.strip_prefix('/') {
+        Some(segment) => {
+            !segment.is_empty()
+                && !segment.contains('/')
+                && !OWN_SINGLE_SEGMENT_PATHS.contains(&segment)
+        }
+        None => false,
+    }
+}
+
+async fn handle(
+    app: Arc<App>,
+    router: Router,
+    peer: SocketAddr,
+    request: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let (mut head, body) = request.into_parts();
+    if is_redirect(&head.method, head.uri.path()) {
+        return Ok(redirect::answer(&app, &head).await.map(Either::Left));
+    }
+    head.extensions.insert(ConnectInfo(peer));
+    let response = router.oneshot(Request::from_parts(head, body)).await?;
+    Ok(response.map(Either::Right))
+}
+
+/// Serves until `shutdown` resolves, then stops accepting and waits (up to
+/// [`DRAIN_TIMEOUT`]) for in-flight requests; idle keep-alive connections are closed.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    router: Router,
+    shutdown: impl Future<Output = ()>,
+) {
+    let graceful = GracefulShutdown::new();
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Small responses: send them at once rather than waiting to coalesce.
+        let _ = stream.set_nodelay(true);
+        let (app, router) = (app.clone(), router.clone());
+        let service = service_fn(move |request| handle(app.clone(), router.clone(), peer, request));
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some requests were still running after {DRAIN_TIMEOUT:?}; closing them");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_single_segment_gets_that_the_router_does_not_own_are_redirects() {
+        assert!(is_redirect(&Method::GET, "/abcdefg"));
+        assert!(is_redirect(&Method::HEAD, "/spring-sale"));
+        assert!(is_redirect(&Method::GET, "/x"));
+        assert!(!is_redirect(&Method::POST, "/abcdefg"));
+        assert!(!is_redirect(&Method::GET, "/"));
+        assert!(!is_redirect(&Method::GET, "/api/v1/links"));
+        for own in OWN_SINGLE_SEGMENT_PATHS {
+            assert!(!is_redirect(&Method::GET, &format!("/{own}")));
+        }
+    }
+}
