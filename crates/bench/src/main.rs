@@ -38,6 +38,9 @@ struct Args {
     /// wrk threads (one leaves the other core to the server).
     #[arg(long, default_value_t = 1)]
     threads: u32,
+    /// Extra flags for `shortener serve`, to compare settings (e.g. `--drop-bot-clicks`).
+    #[arg(long = "serve-arg", allow_hyphen_values = true, value_name = "FLAG")]
+    serve_args: Vec<String>,
 }
 
 const BROWSER: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:131.0) Gecko/20100101 Firefox/131.0";
@@ -57,6 +60,7 @@ fn main() -> anyhow::Result<()> {
     shortener_cmd
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&data)
+        .args(&args.serve_args)
         .env("SHORTENER_LOG", "warn");
     let mut shortener = Process::spawn("shortener", shortener_cmd)?;
     let shortener_base = listening(&mut shortener)?;
