@@ -1,6 +1,18 @@
 //! Telling people from bots and link-preview crawlers.
 
 use axum::http::{HeaderMap, Method, header};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+
+/// Verdicts remembered per worker thread. Real traffic repeats a few hundred user agents, so
+/// nearly every request is answered from here: no regex run, no allocation.
+const MEMO_CAPACITY: usize = 4096;
+
+thread_local! {
+    static MEMO: RefCell<(std::collections::hash_map::RandomState, HashMap<u64, bool>)> =
+        RefCell::new(Default::default());
+}
 
 /// Classifies requests by method and `User-Agent`, with the pattern list maintained by the
 /// `isbot` crate.
@@ -24,9 +36,29 @@ impl BotDetector {
             return true;
         }
         match headers.get(header::USER_AGENT).map(|v| v.to_str()) {
-            Some(Ok(ua)) if !ua.trim().is_empty() => self.patterns.is_bot(ua),
+            Some(Ok(ua)) if !ua.trim().is_empty() => self.is_bot_agent(ua),
             _ => true,
         }
+    }
+
+    fn is_bot_agent(&self, ua: &str) -> bool {
+        MEMO.with(|memo| {
+            let mut memo = memo.borrow_mut();
+            let (hasher, seen) = &mut *memo;
+            let mut h = hasher.build_hasher();
+            h.write(ua.as_bytes());
+            let key = h.finish();
+            if let Some(&verdict) = seen.get(&key) {
+                return verdict;
+            }
+            let verdict = self.patterns.is_bot(ua);
+            if seen.len() >= MEMO_CAPACITY {
+                // Crude but bounded: a flood of unique agents only costs a regex run each.
+                seen.clear();
+            }
+            seen.insert(key, verdict);
+            verdict
+        })
     }
 }
 
@@ -64,6 +96,9 @@ mod tests {
         ] {
             assert!(d.is_bot(&get, &ua(bot)), "{bot}");
         }
+        // Asked again, from the memo: same answers.
+        assert!(!d.is_bot(&get, &ua("Mozilla/5.0 (X11; Linux x86_64; rv:131.0) Gecko/20100101 Firefox/131.0")));
+        assert!(d.is_bot(&get, &ua("Twitterbot/1.0")));
         assert!(d.is_bot(&get, &HeaderMap::new()));
         assert!(d.is_bot(&get, &ua("  ")));
         assert!(d.is_bot(
