@@ -38,10 +38,18 @@ struct Args {
     /// wrk threads (one leaves the other core to the server).
     #[arg(long, default_value_t = 1)]
     threads: u32,
+    /// Which redirect cases to run (1 hot, 2 Zipf, 3 unknown), e.g. `--cases 2`.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3])]
+    cases: Vec<u8>,
     /// Extra flags for `shortener serve`, to compare settings (e.g. `--drop-bot-clicks`).
     #[arg(long = "serve-arg", allow_hyphen_values = true, value_name = "FLAG")]
     serve_args: Vec<String>,
 }
+
+/// Zipf draws in the path list; a warm-up plays them all (about 600 k requests).
+const ZIPF_SAMPLES: usize = 600_000;
+/// Warm-up of the path-list cases: long enough to play the whole list once.
+const WARM_UP_PATHS: Duration = Duration::from_secs(20);
 
 const BROWSER: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:131.0) Gecko/20100101 Firefox/131.0";
 
@@ -101,7 +109,7 @@ fn main() -> anyhow::Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let hot = codes[0].clone();
     let zipf_file = work.path().join("zipf.paths");
-    write_zipf_paths(&zipf_file, &codes, 1_000_000, &mut rng)?;
+    write_zipf_paths(&zipf_file, &codes, ZIPF_SAMPLES, &mut rng)?;
     let unknown_file = work.path().join("unknown.paths");
     write_unknown_paths(&unknown_file, &codes, 100_000, &mut rng)?;
     let paths_lua = lua_dir.join("paths.lua");
@@ -112,7 +120,10 @@ fn main() -> anyhow::Result<()> {
         ("3 unknown codes", Some(&unknown_file), 0.0),
     ];
     let mut results: Vec<(&str, f64, Vec<Run>, Vec<Run>)> = Vec::new();
-    for (name, paths, bar) in cases {
+    for (index, (name, paths, bar)) in cases.into_iter().enumerate() {
+        if !args.cases.contains(&(index as u8 + 1)) {
+            continue;
+        }
         let mut bare_runs = Vec::new();
         let mut ours = Vec::new();
         let target = |base: &str| match paths {
@@ -123,9 +134,18 @@ fn main() -> anyhow::Result<()> {
             .map(|p| vec![("PATHS", p.to_str().unwrap_or_default())])
             .unwrap_or_default();
         let script = paths.map(|_| paths_lua.as_path());
-        // One unmeasured run each: the steady state of a long-running server, warm caches.
+        // Unmeasured runs first: the steady state of a long-running server, warm caches. A
+        // path list is played through at least once, so every code of it has been seen.
+        let warm = Wrk {
+            duration: if paths.is_some() {
+                WARM_UP_PATHS
+            } else {
+                wrk.duration
+            },
+            ..wrk
+        };
         for base in [&bare_base, &shortener_base] {
-            wrk.run(&target(base), script, &env)?;
+            warm.run(&target(base), script, &env)?;
         }
         for round in 0..args.rounds {
             // Alternate which server goes first so neither always gets the warmer machine.

@@ -97,7 +97,10 @@ mod tests {
             assert!(d.is_bot(&get, &ua(bot)), "{bot}");
         }
         // Asked again, from the memo: same answers.
-        assert!(!d.is_bot(&get, &ua("Mozilla/5.0 (X11; Linux x86_64; rv:131.0) Gecko/20100101 Firefox/131.0")));
+        assert!(!d.is_bot(
+            &get,
+            &ua("Mozilla/5.0 (X11; Linux x86_64; rv:131.0) Gecko/20100101 Firefox/131.0")
+        ));
         assert!(d.is_bot(&get, &ua("Twitterbot/1.0")));
         assert!(d.is_bot(&get, &HeaderMap::new()));
         assert!(d.is_bot(&get, &ua("  ")));
