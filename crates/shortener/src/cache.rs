@@ -21,11 +21,15 @@ use std::time::{Duration, Instant};
 
 /// Shards of write generations; many, so that one write stales few unrelated entries.
 const SHARDS: usize = 1 << 16;
-/// Bytes an entry costs beyond its strings (moka's node, the Arc, the header value).
-const ENTRY_OVERHEAD: usize = 160;
+/// Bytes an entry costs beyond its strings: moka's node, deque links and timestamps, the Arc,
+/// the header value. An estimate: measured RSS grows by about 1.5 × the weighed size once the
+/// cache is full (the frequency sketch, the hash table's slack, allocator size classes), which
+/// is why the default `--cache-mb` stays well below the memory budget.
+const ENTRY_OVERHEAD: usize = 270;
 
-/// What a redirect needs of a link, ready to send.
-#[derive(Debug)]
+/// What a redirect needs of a link, ready to send. Cloning it costs two reference-count
+/// increments (the code is shared with the cache key, the header value with the entry).
+#[derive(Debug, Clone)]
 pub(crate) struct CachedLink {
     pub(crate) code: Arc<str>,
     pub(crate) location: Option<HeaderValue>,
@@ -35,7 +39,7 @@ pub(crate) struct CachedLink {
 
 #[derive(Debug, Clone)]
 struct Slot {
-    link: Option<Arc<CachedLink>>,
+    link: Option<CachedLink>,
     generation: u32,
 }
 
@@ -51,8 +55,8 @@ struct SlotExpiry {
     settings: CacheSettings,
 }
 
-impl Expiry<Box<str>, Slot> for SlotExpiry {
-    fn expire_after_create(&self, _: &Box<str>, slot: &Slot, _: Instant) -> Option<Duration> {
+impl Expiry<Arc<str>, Slot> for SlotExpiry {
+    fn expire_after_create(&self, _: &Arc<str>, slot: &Slot, _: Instant) -> Option<Duration> {
         let Some(link) = &slot.link else {
             return Some(self.settings.negative_ttl);
         };
@@ -71,7 +75,7 @@ impl Expiry<Box<str>, Slot> for SlotExpiry {
 
 /// The L1 cache.
 pub(crate) struct LinkCache {
-    slots: Cache<Box<str>, Slot>,
+    slots: Cache<Arc<str>, Slot>,
     generations: Box<[AtomicU32]>,
     hasher: std::collections::hash_map::RandomState,
     store: Arc<dyn Store>,
@@ -86,18 +90,16 @@ impl std::fmt::Debug for LinkCache {
     }
 }
 
-fn to_cached(link: Link) -> Arc<CachedLink> {
-    Arc::new(CachedLink {
+fn to_cached(link: Link, code: Arc<str>) -> CachedLink {
+    CachedLink {
         location: HeaderValue::from_str(&link.long_url).ok(),
         expires_at: link.expires_at,
         disabled: link.disabled_at.is_some(),
-        code: Arc::from(link.code),
-    })
+        code,
+    }
 }
 
-// moka hands the weigher `&K`, and K is `Box<str>`.
-#[allow(clippy::borrowed_box)]
-fn weigh(code: &Box<str>, slot: &Slot) -> u32 {
+fn weigh(code: &Arc<str>, slot: &Slot) -> u32 {
     let url = slot
         .link
         .as_ref()
@@ -143,7 +145,7 @@ impl LinkCache {
     }
 
     /// The link with this code (`None`: no such link), from cache when possible.
-    pub(crate) async fn get(&self, code: &str) -> Result<Option<Arc<CachedLink>>, StoreError> {
+    pub(crate) async fn get(&self, code: &str) -> Result<Option<CachedLink>, StoreError> {
         let generation = self.generation(code);
         if let Some(slot) = self.slots.get(code).await {
             if slot.generation == generation.load(Ordering::Acquire) {
@@ -162,15 +164,15 @@ impl LinkCache {
             let seen = generation.load(Ordering::Acquire);
             let store = self.store.clone();
             let reads = self.metrics.store_link_reads.clone();
-            let owned: Box<str> = code.into();
-            let key = owned.clone();
+            let key: Arc<str> = Arc::from(code);
+            let owned = key.clone();
             let slot = self
                 .slots
                 .try_get_with(key, async move {
                     reads.inc();
                     let link = store.get_link(&owned).await?;
                     Ok::<_, StoreError>(Slot {
-                        link: link.map(to_cached),
+                        link: link.map(|l| to_cached(l, owned)),
                         generation: seen,
                     })
                 })

@@ -101,7 +101,7 @@ async fn lookup(app: &App, request: &Parts) -> Response<Full<Bytes>> {
         app.metrics.redirect_not_found.inc();
         return fixed(StatusCode::NOT_FOUND, EXPIRED_BODY);
     }
-    let Some(location) = link.location.clone() else {
+    let Some(location) = link.location else {
         app.metrics.redirect_error.inc();
         tracing::error!(code = %link.code, "stored destination is not a valid header value");
         return unavailable(&StoreError::Backend("invalid stored destination".into()));
@@ -110,7 +110,7 @@ async fn lookup(app: &App, request: &Parts) -> Response<Full<Bytes>> {
     let bot = app.bots.is_bot(&request.method, &request.headers);
     if !(bot && app.drop_bot_clicks) {
         app.clicks.record(ClickEvent {
-            code: link.code.clone(),
+            code: link.code,
             at: now,
             bot,
         });
