@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Shortener, client, create, eventually, token};
+use common::{Shortener, client, create, eventually, metric, token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use shortener_core::code::{CodePermutation, encode_id};
@@ -219,17 +219,9 @@ async fn a_generated_code_held_by_an_alias_is_skipped() {
     assert_ne!(body["short_code"], next.as_str());
     let resp = c.get(server.url(&format!("/{next}"))).send().await.unwrap();
     assert_eq!(resp.headers()["location"], "https://example.com/alias");
-    let metrics = c
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics.contains("shortener_generated_code_skips_total 1"),
-        "{metrics}"
+    assert_eq!(
+        metric(&c, &server, "shortener_generated_code_skips_total").await,
+        1.0
     );
 }
 
