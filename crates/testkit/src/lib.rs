@@ -19,11 +19,3 @@
 mod process;
 
 pub use process::Process;
-
-/// A TCP port on 127.0.0.1 that was free a moment ago (for servers that cannot bind port 0
-/// and report it back).
-pub fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}

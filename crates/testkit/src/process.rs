@@ -90,11 +90,6 @@ impl Process {
         let pid = i32::try_from(self.child.id()).map_err(std::io::Error::other)?;
         kill(Pid::from_raw(pid), signal).map_err(std::io::Error::from)
     }
-
-    /// Waits for the child to exit by itself.
-    pub fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        self.child.wait()
-    }
 }
 
 impl Drop for Process {
