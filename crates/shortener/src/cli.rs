@@ -1,4 +1,4 @@
-//! Command line: `shortener serve` and `shortener token create`.
+//! Command line: `shortener serve`, `shortener migrate` and `shortener token create`.
 
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -16,6 +16,8 @@ pub struct Cli {
 pub enum Command {
     /// Serve the HTTP API and the redirects.
     Serve(ServeArgs),
+    /// Create or update the store's schema (PostgreSQL; the embedded store does it on open).
+    Migrate(MigrateArgs),
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -27,19 +29,31 @@ pub enum TokenCommand {
     Create(TokenCreateArgs),
 }
 
+/// Where the links live; every subcommand takes these. Unset flags fall back to the
+/// environment (handled by clap), then to the `--config` file, then to the defaults.
+#[derive(Debug, Args, Default)]
+pub struct StoreArgs {
+    /// TOML file with any of the settings (flags and environment win over it).
+    #[arg(long, env = "SHORTENER_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Directory of the embedded store [default: ./data]; unused with --database.
+    #[arg(long, env = "SHORTENER_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// PostgreSQL instead of the embedded store: postgres://user[:password]@host[:port]/dbname
+    /// (`connect_timeout=SECONDS` and the other libpq URL parameters are accepted).
+    #[arg(long, env = "SHORTENER_DATABASE", value_name = "URL")]
+    pub database: Option<String>,
+}
+
 /// Flags of `serve`. Each is optional here: unset flags fall back to the environment
 /// (handled by clap), then to the `--config` file, then to the defaults in `config.rs`.
 #[derive(Debug, Args, Default)]
 pub struct ServeArgs {
-    /// TOML file with any of the settings below (flags and environment win over it).
-    #[arg(long, env = "SHORTENER_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// Address to listen on [default: 127.0.0.1:8080].
     #[arg(long, env = "SHORTENER_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
-    /// Directory of the embedded store [default: ./data].
-    #[arg(long, env = "SHORTENER_DATA_DIR", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
     /// Public base of short links [default: http://<listen>].
     #[arg(long, env = "SHORTENER_BASE_URL", value_name = "URL")]
     pub base_url: Option<String>,
@@ -92,13 +106,15 @@ pub struct ServeArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct TokenCreateArgs {
-    /// TOML file; only `data_dir` is read from it.
-    #[arg(long, env = "SHORTENER_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Directory of the embedded store [default: ./data].
-    #[arg(long, env = "SHORTENER_DATA_DIR", value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// Who the token belongs to.
     #[arg(long, value_name = "NAME")]
     pub user: String,

@@ -1,7 +1,8 @@
 //! The service's configuration: one typed struct resolved from flags, environment, a TOML
 //! file and defaults, in that order of precedence.
 
-use crate::cli::{ServeArgs, TokenCreateArgs};
+use crate::cli::{ServeArgs, StoreArgs};
+use crate::store::postgres::DatabaseUrl;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -13,7 +14,7 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub listen: SocketAddr,
-    pub data_dir: PathBuf,
+    pub store: StoreConfig,
     /// `None` until the listener is bound: the default is `http://<bound address>`.
     pub base_url: Option<String>,
     pub no_anonymous: bool,
@@ -32,12 +33,62 @@ pub struct ServeConfig {
     pub click_flush: Duration,
 }
 
+/// Where the links live: `--database` chooses PostgreSQL, otherwise the embedded store.
+#[derive(Debug, Clone)]
+pub enum StoreConfig {
+    /// The embedded SQLite file in this directory.
+    Embedded { data_dir: PathBuf },
+    /// A PostgreSQL database that any number of instances share.
+    Postgres(DatabaseUrl),
+}
+
+impl StoreConfig {
+    /// Resolves the store flags (which already include the environment) over the file.
+    pub fn resolve(args: &StoreArgs) -> anyhow::Result<Self> {
+        Self::from_layers(args, &read_file(args.config.as_deref())?)
+    }
+
+    fn from_layers(args: &StoreArgs, file: &FileConfig) -> anyhow::Result<Self> {
+        // An empty value (`SHORTENER_DATABASE=`) means unset, as with libpq's variables.
+        let database = args
+            .database
+            .as_deref()
+            .or(file.database.as_deref())
+            .filter(|url| !url.is_empty());
+        Ok(match database {
+            Some(url) => Self::Postgres(url.parse()?),
+            None => Self::Embedded {
+                data_dir: args
+                    .data_dir
+                    .clone()
+                    .or_else(|| file.data_dir.clone())
+                    .unwrap_or_else(|| PathBuf::from("./data")),
+            },
+        })
+    }
+}
+
+impl std::fmt::Display for StoreConfig {
+    /// Names the store for logs and messages, never with a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Embedded { data_dir } => write!(
+                f,
+                "{}",
+                data_dir.join(crate::store::sqlite::DB_FILE).display()
+            ),
+            Self::Postgres(url) => write!(f, "postgres {url}"),
+        }
+    }
+}
+
 /// The TOML file: the same settings as the flags, with snake_case names.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
+    database: Option<String>,
     base_url: Option<String>,
     no_anonymous: Option<bool>,
     anon_creates_per_hour: Option<u32>,
@@ -82,16 +133,13 @@ fn positive(name: &str, value: u32) -> anyhow::Result<NonZeroU32> {
 impl ServeConfig {
     /// Resolves the flags (which already include the environment) over the file and defaults.
     pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
-        let file = read_file(args.config.as_deref())?;
+        let file = read_file(args.store.config.as_deref())?;
         let config = Self {
             listen: args
                 .listen
                 .or(file.listen)
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))),
-            data_dir: args
-                .data_dir
-                .or(file.data_dir)
-                .unwrap_or_else(|| PathBuf::from("./data")),
+            store: StoreConfig::from_layers(&args.store, &file)?,
             base_url: args.base_url.or(file.base_url),
             no_anonymous: args.no_anonymous.or(file.no_anonymous).unwrap_or(false),
             anon_creates_per_hour: positive(
@@ -170,14 +218,4 @@ pub fn check_base_url(base: &str) -> anyhow::Result<()> {
         bail!("base-url {base:?} must not have a query or fragment");
     }
     Ok(())
-}
-
-/// The data directory `token create` writes to.
-pub fn token_data_dir(args: &TokenCreateArgs) -> anyhow::Result<PathBuf> {
-    let file = read_file(args.config.as_deref())?;
-    Ok(args
-        .data_dir
-        .clone()
-        .or(file.data_dir)
-        .unwrap_or_else(|| PathBuf::from("./data")))
 }

@@ -12,6 +12,7 @@ mod clicks;
 pub mod config;
 mod http;
 mod metrics;
+mod migrate;
 mod ratelimit;
 mod server;
 pub mod store;
@@ -23,6 +24,7 @@ use shortener_core::day::UnixSeconds;
 pub async fn run(cli: cli::Cli) -> anyhow::Result<()> {
     match cli.command {
         cli::Command::Serve(args) => server::serve(config::ServeConfig::resolve(args)?).await,
+        cli::Command::Migrate(args) => migrate::run(args).await,
         cli::Command::Token(cli::TokenCommand::Create(args)) => token::create(args).await,
     }
 }

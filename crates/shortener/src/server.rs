@@ -9,8 +9,6 @@ use crate::clicks;
 use crate::config::ServeConfig;
 use crate::metrics::Metrics;
 use crate::ratelimit::CreateLimits;
-use crate::store::Store;
-use crate::store::sqlite::SqliteStore;
 use anyhow::Context;
 use axum::http::HeaderValue;
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
@@ -28,7 +26,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .with_context(|| format!("cannot read blocklist {}", path.display()))?,
         None => Blocklist::default(),
     };
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&config.data_dir)?);
+    let store = crate::store::open(&config.store).await?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -103,7 +101,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         })
     };
 
-    tracing::info!(listen = %bound, data_dir = %config.data_dir.display(), "serving");
+    tracing::info!(listen = %bound, store = %config.store, "serving");
     // Tests and scripts read the bound port from this line.
     println!("listening on http://{bound}");
     let _ = std::io::stdout().flush();

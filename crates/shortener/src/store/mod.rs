@@ -1,10 +1,34 @@
-//! Stores of links and clicks. The embedded SQLite store is the default.
+//! Stores of links and clicks. The embedded SQLite store is the default; `--database` picks
+//! PostgreSQL.
 
+pub mod postgres;
 pub mod sqlite;
 
-use shortener_core::store::{ClickSink, LinkStore};
+use crate::config::StoreConfig;
+use shortener_core::store::{ClickSink, LinkStore, StoreError};
+use std::sync::Arc;
 
 /// Everything the service needs from one backend: links, tokens, ids and clicks.
 pub trait Store: LinkStore + ClickSink + std::fmt::Debug {}
 
 impl<T: LinkStore + ClickSink + std::fmt::Debug> Store for T {}
+
+/// Why the configured store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The embedded store.
+    #[error(transparent)]
+    Embedded(#[from] StoreError),
+    /// PostgreSQL: unreachable, or its schema is not this binary's.
+    #[error(transparent)]
+    Postgres(#[from] postgres::OpenError),
+}
+
+/// Opens the configured store, ready to serve: the embedded one brings its schema up to date,
+/// PostgreSQL's must already be current (`shortener migrate`).
+pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, OpenError> {
+    Ok(match config {
+        StoreConfig::Embedded { data_dir } => Arc::new(sqlite::SqliteStore::open(data_dir)?),
+        StoreConfig::Postgres(url) => Arc::new(postgres::PgStore::open(url).await?),
+    })
+}

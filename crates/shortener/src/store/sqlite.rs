@@ -7,6 +7,8 @@
 
 mod schema;
 
+pub(crate) use schema::CURRENT_VERSION;
+
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use shortener_core::day::{Day, UnixSeconds};
@@ -16,7 +18,7 @@ use shortener_core::store::{
 };
 use shortener_core::token::{Principal, TokenHash};
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -74,7 +76,6 @@ where
 pub struct SqliteStore {
     writer: crossbeam_channel::Sender<Box<dyn WriteOp>>,
     readers: crossbeam_channel::Sender<ReadJob>,
-    path: PathBuf,
 }
 
 impl SqliteStore {
@@ -108,16 +109,7 @@ impl SqliteStore {
                 })
                 .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         }
-        Ok(Self {
-            writer,
-            readers,
-            path,
-        })
-    }
-
-    /// Path of the database file.
-    pub fn path(&self) -> &Path {
-        &self.path
+        Ok(Self { writer, readers })
     }
 
     async fn write<T, F>(&self, run: F) -> Result<T, StoreError>

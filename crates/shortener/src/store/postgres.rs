@@ -1,0 +1,648 @@
+//! The scale-out store: PostgreSQL through a pool of connections (deadpool-postgres over
+//! tokio-postgres), every statement prepared once per connection and cached.
+//!
+//! Many processes share one database: the id counter is leased with one atomic
+//! `UPDATE … RETURNING`, aliases are put-if-absent with `INSERT … ON CONFLICT DO NOTHING`,
+//! and a batch of clicks is one transaction. The SQL stays within what CockroachDB also
+//! speaks; ARCHITECTURE.md lists the few places where that is not free.
+
+mod schema;
+
+use async_trait::async_trait;
+use deadpool_postgres::tokio_postgres::error::SqlState;
+use deadpool_postgres::tokio_postgres::{self, Config, NoTls, Row, config::Host};
+use deadpool_postgres::{
+    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
+};
+use shortener_core::day::{Day, UnixSeconds};
+use shortener_core::link::Link;
+use shortener_core::store::{
+    ClickDelta, ClickSink, DailyCount, InsertOutcome, LinkStore, StoreError, TokenRecord,
+};
+use shortener_core::token::{Principal, TokenHash};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::str::FromStr;
+use std::time::Duration;
+
+pub use schema::CURRENT_VERSION;
+
+/// Connections per process. Statements are short; a few connections carry thousands of
+/// requests per second, and many instances share the server's `max_connections`.
+const POOL_SIZE: usize = 16;
+/// Limit on establishing one connection unless the URL sets `connect_timeout`. A refused
+/// connection fails at once whatever this is; the limit matters for a server that does not
+/// answer at all.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a request waits for a free connection when all are busy before it gets a 503.
+const WAIT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Attempts of a click batch that lost a serialization race or a deadlock (CockroachDB
+/// retries, PostgreSQL's deadlock detector); the aggregator retries later beyond these.
+const CLICK_ATTEMPTS: u32 = 3;
+
+/// A parsed `postgres://` URL. Shown without its password.
+#[derive(Clone)]
+pub struct DatabaseUrl {
+    // Boxed: the parsed config is large and the URL travels inside small enums.
+    config: Box<Config>,
+}
+
+/// Why a `--database` value was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DatabaseUrlError {
+    /// Not a `postgres://` or `postgresql://` URL.
+    #[error(
+        "database must be a postgres:// or postgresql:// URL (leave it unset for the embedded store)"
+    )]
+    Scheme,
+    /// tokio-postgres could not parse it.
+    #[error("database URL is invalid: {0}")]
+    Invalid(String),
+    /// `sslmode=require` or stronger: this build speaks plain TCP only.
+    #[error("database URL asks for TLS (sslmode=require), which this build does not support")]
+    TlsRequired,
+}
+
+impl FromStr for DatabaseUrl {
+    type Err = DatabaseUrlError;
+
+    fn from_str(url: &str) -> Result<Self, Self::Err> {
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(DatabaseUrlError::Scheme);
+        }
+        // The parser's messages never quote the URL, so no password reaches a log.
+        let config = Config::from_str(url).map_err(|e| DatabaseUrlError::Invalid(describe(&e)))?;
+        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(DatabaseUrlError::TlsRequired);
+        }
+        Ok(Self {
+            config: Box::new(config),
+        })
+    }
+}
+
+impl fmt::Display for DatabaseUrl {
+    /// `user@host:port/dbname`, never the password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(user) = self.config.get_user() {
+            write!(f, "{user}@")?;
+        }
+        let hosts = self.config.get_hosts();
+        let ports = self.config.get_ports();
+        for (i, host) in hosts.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            match host {
+                Host::Tcp(name) => f.write_str(name)?,
+                Host::Unix(path) => write!(f, "{}", path.display())?,
+            }
+            if let Some(port) = ports.get(i).or(ports.first()) {
+                write!(f, ":{port}")?;
+            }
+        }
+        if hosts.is_empty() {
+            f.write_str("localhost")?;
+        }
+        write!(f, "/{}", self.config.get_dbname().unwrap_or(""))
+    }
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DatabaseUrl({self})")
+    }
+}
+
+/// Why the PostgreSQL store could not be opened; each says what to do in one line.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// No connection could be made.
+    #[error("cannot connect to PostgreSQL at {target}: {reason}")]
+    Unreachable { target: String, reason: String },
+    /// Connected, but the schema is not the one this binary uses.
+    #[error(
+        "PostgreSQL at {target} has schema version {found}, this binary needs {CURRENT_VERSION}; run `shortener migrate --database …` first"
+    )]
+    SchemaBehind { target: String, found: i32 },
+    /// The database was migrated by a newer binary.
+    #[error(
+        "PostgreSQL at {target} has schema version {found}, newer than this binary's {CURRENT_VERSION}; upgrade the binary"
+    )]
+    SchemaAhead { target: String, found: i32 },
+    /// Connected, then a statement failed.
+    #[error("PostgreSQL at {target}: {reason}")]
+    Failed { target: String, reason: String },
+}
+
+/// What `migrate` left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MigrateReport {
+    /// Migrations this run applied (0: the schema was already current).
+    pub applied: usize,
+    /// The schema version now.
+    pub version: i32,
+}
+
+/// Handle to the PostgreSQL store; cheap to clone, every clone shares one pool.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: Pool,
+    target: String,
+}
+
+impl fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgStore")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects and checks that the schema is exactly the one this binary uses. It never
+    /// changes the schema: that is `shortener migrate`'s job.
+    pub async fn open(url: &DatabaseUrl) -> Result<Self, OpenError> {
+        let store = Self::pool(url)?;
+        let client = store.connection_for_start().await?;
+        let found = schema::version(&client)
+            .await
+            .map_err(|e| store.failed(&e))?;
+        match found {
+            CURRENT_VERSION => Ok(store),
+            found if found > CURRENT_VERSION => Err(OpenError::SchemaAhead {
+                target: store.target.clone(),
+                found,
+            }),
+            found => Err(OpenError::SchemaBehind {
+                target: store.target.clone(),
+                found,
+            }),
+        }
+    }
+
+    /// Brings the schema up to date (idempotent; safe from several processes at once).
+    pub async fn migrate(url: &DatabaseUrl) -> Result<MigrateReport, OpenError> {
+        let store = Self::pool(url)?;
+        let mut client = store.connection_for_start().await?;
+        match schema::migrate(&mut client)
+            .await
+            .map_err(|e| store.failed(&e))?
+        {
+            schema::Migrated::Current { applied } => Ok(MigrateReport {
+                applied,
+                version: CURRENT_VERSION,
+            }),
+            schema::Migrated::TooNew { found } => Err(OpenError::SchemaAhead {
+                target: store.target.clone(),
+                found,
+            }),
+        }
+    }
+
+    fn pool(url: &DatabaseUrl) -> Result<Self, OpenError> {
+        let target = url.to_string();
+        let mut config = (*url.config).clone();
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let connect_timeout = config
+            .get_connect_timeout()
+            .copied()
+            .unwrap_or(CONNECT_TIMEOUT);
+        if config.get_application_name().is_none() {
+            config.application_name("shortener");
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                // A closed connection is noticed without a round trip; a half-open one fails
+                // its first statement, which maps to 503 like any other outage.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(WAIT_TIMEOUT))
+            // Per attempt for each host, plus authentication: bounded by the same limit
+            // twice over, so that a silent server never holds a request for long.
+            .create_timeout(Some(connect_timeout * 2))
+            .recycle_timeout(Some(WAIT_TIMEOUT))
+            .build()
+            .map_err(|e| OpenError::Failed {
+                target: target.clone(),
+                reason: e.to_string(),
+            })?;
+        Ok(Self { pool, target })
+    }
+
+    async fn connection_for_start(&self) -> Result<Object, OpenError> {
+        self.pool.get().await.map_err(|e| OpenError::Unreachable {
+            target: self.target.clone(),
+            reason: describe_pool(&e),
+        })
+    }
+
+    fn failed(&self, e: &tokio_postgres::Error) -> OpenError {
+        OpenError::Failed {
+            target: self.target.clone(),
+            reason: describe(e),
+        }
+    }
+
+    /// Where this store points, without the password.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    async fn client(&self) -> Result<Object, StoreError> {
+        // Every way of not getting a connection (refused, timed out, pool closed) means the
+        // database is out of reach: the API answers 503, and a later call tries again.
+        self.pool
+            .get()
+            .await
+            .map_err(|e| StoreError::Unavailable(describe_pool(&e).into()))
+    }
+}
+
+async fn apply_clicks_once(
+    client: &mut Object,
+    batch: &ClickBatch,
+) -> Result<(), tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    // Lock the links in code order first: two batches over overlapping codes then queue on
+    // their first common row instead of deadlocking on each other's.
+    let lock = tx
+        .prepare_cached(
+            "SELECT code FROM links WHERE code = ANY($1::TEXT[]) ORDER BY code FOR UPDATE",
+        )
+        .await?;
+    tx.query(&lock, &[&batch.codes]).await?;
+    let totals = tx
+        .prepare_cached(
+            "UPDATE links AS l SET clicks = l.clicks + t.clicks, \
+             bot_clicks = l.bot_clicks + t.bot_clicks \
+             FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[]) AS t (code, clicks, bot_clicks) \
+             WHERE l.code = t.code",
+        )
+        .await?;
+    tx.execute(&totals, &[&batch.codes, &batch.code_human, &batch.code_bot])
+        .await?;
+    // Unknown codes (deleted by hand, say) count nowhere: only days of existing links.
+    let daily = tx
+        .prepare_cached(
+            "INSERT INTO daily_clicks (code, day, clicks, bot_clicks) \
+             SELECT d.code, d.day, d.clicks, d.bot_clicks \
+             FROM unnest($1::TEXT[], $2::INT4[], $3::INT8[], $4::INT8[]) \
+                  AS d (code, day, clicks, bot_clicks) \
+             WHERE EXISTS (SELECT 1 FROM links AS l WHERE l.code = d.code) \
+             ON CONFLICT (code, day) DO UPDATE SET \
+             clicks = daily_clicks.clicks + excluded.clicks, \
+             bot_clicks = daily_clicks.bot_clicks + excluded.bot_clicks",
+        )
+        .await?;
+    tx.execute(
+        &daily,
+        &[
+            &batch.day_codes,
+            &batch.days,
+            &batch.day_human,
+            &batch.day_bot,
+        ],
+    )
+    .await?;
+    tx.commit().await
+}
+
+/// A click batch as column arrays: totals per code, counts per (code, day), each without
+/// duplicates (an upsert may not touch one row twice) and in key order.
+#[derive(Debug, Default)]
+struct ClickBatch {
+    codes: Vec<String>,
+    code_human: Vec<i64>,
+    code_bot: Vec<i64>,
+    day_codes: Vec<String>,
+    days: Vec<i32>,
+    day_human: Vec<i64>,
+    day_bot: Vec<i64>,
+}
+
+impl ClickBatch {
+    fn new(deltas: &[ClickDelta]) -> Self {
+        let mut per_day: BTreeMap<(&str, Day), (u64, u64)> = BTreeMap::new();
+        for d in deltas {
+            let entry = per_day.entry((d.code.as_str(), d.day)).or_default();
+            entry.0 = entry.0.saturating_add(d.human);
+            entry.1 = entry.1.saturating_add(d.bot);
+        }
+        let mut batch = Self::default();
+        for ((code, day), (human, bot)) in per_day {
+            if batch.codes.last().map(String::as_str) == Some(code) {
+                if let (Some(h), Some(b)) = (batch.code_human.last_mut(), batch.code_bot.last_mut())
+                {
+                    *h = h.saturating_add(to_i64(human));
+                    *b = b.saturating_add(to_i64(bot));
+                }
+            } else {
+                batch.codes.push(code.to_owned());
+                batch.code_human.push(to_i64(human));
+                batch.code_bot.push(to_i64(bot));
+            }
+            batch.day_codes.push(code.to_owned());
+            batch.days.push(day.number());
+            batch.day_human.push(to_i64(human));
+            batch.day_bot.push(to_i64(bot));
+        }
+        batch
+    }
+}
+
+/// One line for a driver error: its kind, then the server's message or the I/O cause.
+fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{} {}: {}", db.severity(), db.code().code(), db.message());
+    }
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        out.push_str(": ");
+        out.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    out.replace('\n', " ")
+}
+
+fn describe_pool(e: &PoolError) -> String {
+    match e {
+        PoolError::Backend(e) => describe(e),
+        other => other.to_string(),
+    }
+}
+
+/// Whether a failed statement means the database is out of reach (503) rather than that it
+/// refused the statement (500).
+fn is_unavailable(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(code) = e.code() {
+        let code = code.code();
+        // 08: connection exception; 57P0x: shutting down or starting; 53300: too many
+        // connections. A lost serialization race or deadlock (after our own retries) is
+        // also "try again shortly" rather than a fault.
+        return code.starts_with("08")
+            || code.starts_with("57P0")
+            || code == SqlState::TOO_MANY_CONNECTIONS.code()
+            || is_retryable(e);
+    }
+    // No server error: unavailable only if the socket itself failed.
+    std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+}
+
+fn is_retryable(e: &tokio_postgres::Error) -> bool {
+    matches!(
+        e.code(),
+        Some(&SqlState::T_R_SERIALIZATION_FAILURE | &SqlState::T_R_DEADLOCK_DETECTED)
+    )
+}
+
+fn classify(e: tokio_postgres::Error) -> StoreError {
+    let message = describe(&e);
+    if is_unavailable(&e) {
+        StoreError::Unavailable(message.into())
+    } else {
+        StoreError::Backend(message.into())
+    }
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+const LINK_COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, expires_at, \
+                            disabled_at, clicks, bot_clicks, created_ip";
+
+fn link_from_row(row: &Row) -> Result<Link, tokio_postgres::Error> {
+    Ok(Link {
+        code: row.try_get(0)?,
+        long_url: row.try_get(1)?,
+        owner: row.try_get(2)?,
+        custom_alias: row.try_get(3)?,
+        created_at: row.try_get(4)?,
+        expires_at: row.try_get(5)?,
+        disabled_at: row.try_get(6)?,
+        clicks: to_u64(row.try_get(7)?),
+        bot_clicks: to_u64(row.try_get(8)?),
+        created_ip: row.try_get(9)?,
+    })
+}
+
+#[async_trait]
+impl LinkStore for PgStore {
+    async fn lease_ids(&self, count: u64) -> Result<Range<u64>, StoreError> {
+        let count = to_i64(count);
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "UPDATE id_counter SET next_id = next_id + $1 WHERE id = 0 RETURNING next_id",
+            )
+            .await
+            .map_err(classify)?;
+        let end: i64 = client
+            .query_one(&stmt, &[&count])
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(classify)?;
+        Ok(to_u64(end - count)..to_u64(end))
+    }
+
+    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError> {
+        let client = self.client().await?;
+        // Two statements, not one: the SELECT must see a key that a racing process committed
+        // while our INSERT waited on it, which a single statement's snapshot would not.
+        client
+            .execute(
+                "INSERT INTO meta (key, value) VALUES ('code_key', $1) ON CONFLICT DO NOTHING",
+                &[&&candidate[..]],
+            )
+            .await
+            .map_err(classify)?;
+        let stored: Vec<u8> = client
+            .query_one("SELECT value FROM meta WHERE key = 'code_key'", &[])
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(classify)?;
+        stored
+            .try_into()
+            .map_err(|_| StoreError::Backend("the stored code key is not 16 bytes".into()))
+    }
+
+    async fn insert_link(&self, link: &Link) -> Result<InsertOutcome, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "INSERT INTO links ({LINK_COLUMNS}) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                 ON CONFLICT (code) DO NOTHING"
+            ))
+            .await
+            .map_err(classify)?;
+        let inserted = client
+            .execute(
+                &stmt,
+                &[
+                    &link.code,
+                    &link.long_url,
+                    &link.owner,
+                    &link.custom_alias,
+                    &link.created_at,
+                    &link.expires_at,
+                    &link.disabled_at,
+                    &to_i64(link.clicks),
+                    &to_i64(link.bot_clicks),
+                    &link.created_ip,
+                ],
+            )
+            .await
+            .map_err(classify)?;
+        Ok(if inserted == 1 {
+            InsertOutcome::Inserted
+        } else {
+            InsertOutcome::CodeTaken
+        })
+    }
+
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!("SELECT {LINK_COLUMNS} FROM links WHERE code = $1"))
+            .await
+            .map_err(classify)?;
+        client
+            .query_opt(&stmt, &[&code])
+            .await
+            .and_then(|row| row.as_ref().map(link_from_row).transpose())
+            .map_err(classify)
+    }
+
+    async fn disable_link(&self, code: &str, at: UnixSeconds) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "UPDATE links SET disabled_at = COALESCE(disabled_at, $2) WHERE code = $1",
+            )
+            .await
+            .map_err(classify)?;
+        let found = client
+            .execute(&stmt, &[&code, &at])
+            .await
+            .map_err(classify)?;
+        Ok(found == 1)
+    }
+
+    async fn daily_clicks(&self, code: &str, since: Day) -> Result<Vec<DailyCount>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT day, clicks, bot_clicks FROM daily_clicks WHERE code = $1 AND day >= $2",
+            )
+            .await
+            .map_err(classify)?;
+        let rows = client
+            .query(&stmt, &[&code, &since.number()])
+            .await
+            .map_err(classify)?;
+        rows.iter()
+            .map(|r| {
+                Ok(DailyCount {
+                    day: Day::from_number(r.try_get(0)?),
+                    human: to_u64(r.try_get(1)?),
+                    bot: to_u64(r.try_get(2)?),
+                })
+            })
+            .collect::<Result<_, tokio_postgres::Error>>()
+            .map_err(classify)
+    }
+
+    async fn insert_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO tokens (hash, user_name, admin, created_at) VALUES ($1, $2, $3, $4)",
+                &[
+                    &&token.hash.0[..],
+                    &token.principal.user,
+                    &token.principal.admin,
+                    &token.created_at,
+                ],
+            )
+            .await
+            .map(drop)
+            .map_err(classify)
+    }
+
+    async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached("SELECT user_name, admin FROM tokens WHERE hash = $1")
+            .await
+            .map_err(classify)?;
+        client
+            .query_opt(&stmt, &[&&hash.0[..]])
+            .await
+            .and_then(|row| {
+                row.map(|r| {
+                    Ok(Principal {
+                        user: r.try_get(0)?,
+                        admin: r.try_get(1)?,
+                    })
+                })
+                .transpose()
+            })
+            .map_err(classify)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .simple_query("SELECT 1")
+            .await
+            .map(drop)
+            .map_err(classify)
+    }
+}
+
+#[async_trait]
+impl ClickSink for PgStore {
+    async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError> {
+        if deltas.is_empty() {
+            return Ok(());
+        }
+        let batch = ClickBatch::new(deltas);
+        let mut client = self.client().await?;
+        let mut attempt = 1;
+        loop {
+            match apply_clicks_once(&mut client, &batch).await {
+                Ok(()) => return Ok(()),
+                // The transaction rolled back whole, so trying again cannot count twice.
+                Err(e) if is_retryable(&e) && attempt < CLICK_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(classify(e)),
+            }
+        }
+    }
+
+    async fn prune_clicks_before(&self, day: Day) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        client
+            .execute("DELETE FROM daily_clicks WHERE day < $1", &[&day.number()])
+            .await
+            .map_err(classify)
+    }
+}
