@@ -43,6 +43,9 @@ pub struct StoreArgs {
     /// (`connect_timeout=SECONDS` and the other libpq URL parameters are accepted).
     #[arg(long, env = "SHORTENER_DATABASE", value_name = "URL")]
     pub database: Option<String>,
+    /// Connections to PostgreSQL per process [default: 16].
+    #[arg(long, env = "SHORTENER_DATABASE_POOL_SIZE", value_name = "N")]
+    pub database_pool_size: Option<usize>,
 }
 
 /// Flags of `serve`. Each is optional here: unset flags fall back to the environment

@@ -2,7 +2,7 @@
 //! file and defaults, in that order of precedence.
 
 use crate::cli::{ServeArgs, StoreArgs};
-use crate::store::postgres::DatabaseUrl;
+use crate::store::postgres::{DEFAULT_POOL_SIZE, DatabaseUrl};
 use anyhow::{Context, bail};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -39,7 +39,7 @@ pub enum StoreConfig {
     /// The embedded SQLite file in this directory.
     Embedded { data_dir: PathBuf },
     /// A PostgreSQL database that any number of instances share.
-    Postgres(DatabaseUrl),
+    Postgres { url: DatabaseUrl, pool_size: usize },
 }
 
 impl StoreConfig {
@@ -55,8 +55,18 @@ impl StoreConfig {
             .as_deref()
             .or(file.database.as_deref())
             .filter(|url| !url.is_empty());
+        let pool_size = args
+            .database_pool_size
+            .or(file.database_pool_size)
+            .unwrap_or(DEFAULT_POOL_SIZE);
+        if !(1..=1000).contains(&pool_size) {
+            bail!("database-pool-size must be between 1 and 1000");
+        }
         Ok(match database {
-            Some(url) => Self::Postgres(url.parse()?),
+            Some(url) => Self::Postgres {
+                url: url.parse()?,
+                pool_size,
+            },
             None => Self::Embedded {
                 data_dir: args
                     .data_dir
@@ -77,7 +87,7 @@ impl std::fmt::Display for StoreConfig {
                 "{}",
                 data_dir.join(crate::store::sqlite::DB_FILE).display()
             ),
-            Self::Postgres(url) => write!(f, "postgres {url}"),
+            Self::Postgres { url, .. } => write!(f, "postgres {url}"),
         }
     }
 }
@@ -89,6 +99,7 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     database: Option<String>,
+    database_pool_size: Option<usize>,
     base_url: Option<String>,
     no_anonymous: Option<bool>,
     anon_creates_per_hour: Option<u32>,

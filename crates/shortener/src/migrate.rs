@@ -13,7 +13,7 @@ pub(crate) async fn run(args: MigrateArgs) -> anyhow::Result<()> {
             SqliteStore::open(data_dir)?;
             (None, sqlite::CURRENT_VERSION)
         }
-        StoreConfig::Postgres(url) => {
+        StoreConfig::Postgres { url, .. } => {
             let report = PgStore::migrate(url).await?;
             (Some(report.applied), usize::try_from(report.version)?)
         }

@@ -29,6 +29,8 @@ pub enum OpenError {
 pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, OpenError> {
     Ok(match config {
         StoreConfig::Embedded { data_dir } => Arc::new(sqlite::SqliteStore::open(data_dir)?),
-        StoreConfig::Postgres(url) => Arc::new(postgres::PgStore::open(url).await?),
+        StoreConfig::Postgres { url, pool_size } => {
+            Arc::new(postgres::PgStore::open(url, *pool_size).await?)
+        }
     })
 }

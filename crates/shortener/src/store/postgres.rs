@@ -9,8 +9,6 @@
 mod schema;
 
 use async_trait::async_trait;
-use deadpool_postgres::tokio_postgres::error::SqlState;
-use deadpool_postgres::tokio_postgres::{self, Config, NoTls, Row, config::Host};
 use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
 };
@@ -25,12 +23,15 @@ use std::fmt;
 use std::ops::Range;
 use std::str::FromStr;
 use std::time::Duration;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Config, NoTls, Row, config::Host};
 
 pub use schema::CURRENT_VERSION;
 
-/// Connections per process. Statements are short; a few connections carry thousands of
-/// requests per second, and many instances share the server's `max_connections`.
-const POOL_SIZE: usize = 16;
+/// Default connections per process. Statements are short, so a few connections carry
+/// thousands of requests per second, and many instances share the server's
+/// `max_connections` (100 by default).
+pub const DEFAULT_POOL_SIZE: usize = 16;
 /// Limit on establishing one connection unless the URL sets `connect_timeout`. A refused
 /// connection fails at once whatever this is; the limit matters for a server that does not
 /// answer at all.
@@ -163,8 +164,8 @@ impl fmt::Debug for PgStore {
 impl PgStore {
     /// Connects and checks that the schema is exactly the one this binary uses. It never
     /// changes the schema: that is `shortener migrate`'s job.
-    pub async fn open(url: &DatabaseUrl) -> Result<Self, OpenError> {
-        let store = Self::pool(url)?;
+    pub async fn open(url: &DatabaseUrl, pool_size: usize) -> Result<Self, OpenError> {
+        let store = Self::pool(url, pool_size)?;
         let client = store.connection_for_start().await?;
         let found = schema::version(&client)
             .await
@@ -184,7 +185,7 @@ impl PgStore {
 
     /// Brings the schema up to date (idempotent; safe from several processes at once).
     pub async fn migrate(url: &DatabaseUrl) -> Result<MigrateReport, OpenError> {
-        let store = Self::pool(url)?;
+        let store = Self::pool(url, 1)?;
         let mut client = store.connection_for_start().await?;
         match schema::migrate(&mut client)
             .await
@@ -201,7 +202,7 @@ impl PgStore {
         }
     }
 
-    fn pool(url: &DatabaseUrl) -> Result<Self, OpenError> {
+    fn pool(url: &DatabaseUrl, pool_size: usize) -> Result<Self, OpenError> {
         let target = url.to_string();
         let mut config = (*url.config).clone();
         if config.get_connect_timeout().is_none() {
@@ -224,7 +225,7 @@ impl PgStore {
             },
         );
         let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
+            .max_size(pool_size)
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(WAIT_TIMEOUT))
             // Per attempt for each host, plus authentication: bounded by the same limit

@@ -6,6 +6,8 @@ use std::process::Command;
 use std::time::Duration;
 use testkit::Process;
 
+pub mod pg;
+
 /// Guard against a server that never comes up; not a performance bound.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -66,9 +68,14 @@ pub fn client() -> reqwest::Client {
 
 /// Runs `shortener token create` and returns the token from the last line of stdout.
 pub fn token(data_dir: &Path, user: &str, admin: bool) -> String {
+    token_in(&["--data-dir", data_dir.to_str().unwrap()], user, admin)
+}
+
+/// `shortener token create` on the store that `store_flags` name (`--database URL`, say).
+pub fn token_in(store_flags: &[&str], user: &str, admin: bool) -> String {
     let mut cmd = Command::new(BIN);
-    cmd.args(["token", "create", "--user", user, "--data-dir"])
-        .arg(data_dir)
+    cmd.args(["token", "create", "--user", user])
+        .args(store_flags)
         .env("SHORTENER_LOG", "warn");
     if admin {
         cmd.arg("--admin");

@@ -3,8 +3,8 @@
 //! Applied only by `shortener migrate`; `serve` and `token create` check the version and refuse
 //! to start on a missing, older or newer schema (see ARCHITECTURE.md for why).
 
-use deadpool_postgres::tokio_postgres::error::SqlState;
-use deadpool_postgres::tokio_postgres::{Client, Error};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, Error};
 
 /// Migration `i` takes the schema from version `i` to `i + 1`. Append only: never edit one
 /// that has shipped. Plain PostgreSQL DDL that CockroachDB also accepts (no sequences, no

@@ -1,0 +1,188 @@
+//! The real PostgreSQL on loopback: a fresh database per test, dropped afterwards, and a TCP
+//! relay in front of the server that a test can cut to play an outage.
+
+use shortener::store::postgres::{DatabaseUrl, PgStore};
+use std::net::SocketAddr;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+
+/// Where the admin connection goes; `scripts/test` starts a server there if none answers.
+pub const ADMIN_URL_VAR: &str = "SHORTENER_TEST_POSTGRES_URL";
+const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+pub fn admin_url() -> String {
+    std::env::var(ADMIN_URL_VAR).unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned())
+}
+
+async fn admin() -> tokio_postgres::Client {
+    let url = admin_url();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "PostgreSQL does not answer at {url} ({e}); start it (scripts/test does) or set {ADMIN_URL_VAR}"
+            )
+        });
+    tokio::spawn(connection);
+    client
+}
+
+/// A database of its own, dropped (with any connection still open to it) on drop.
+pub struct TestDb {
+    pub name: String,
+    /// `postgres://…/name`
+    pub url: String,
+}
+
+impl TestDb {
+    /// An empty database: no schema.
+    pub async fn empty() -> Self {
+        let name = format!(
+            "shortener_test_{}_{:016x}",
+            std::process::id(),
+            rand::random::<u64>()
+        );
+        admin()
+            .await
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap();
+        let mut url = url::Url::parse(&admin_url()).unwrap();
+        url.set_path(&name);
+        Self {
+            name,
+            url: url.to_string(),
+        }
+    }
+
+    /// A database with the current schema.
+    pub async fn migrated() -> Self {
+        let db = Self::empty().await;
+        PgStore::migrate(&db.database_url()).await.unwrap();
+        db
+    }
+
+    pub fn database_url(&self) -> DatabaseUrl {
+        self.url.parse().unwrap()
+    }
+
+    /// A store on this database with its own pool.
+    pub async fn store(&self, pool_size: usize) -> PgStore {
+        PgStore::open(&self.database_url(), pool_size)
+            .await
+            .unwrap()
+    }
+
+    /// A plain connection for checks behind the store's back.
+    pub async fn client(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop runs inside the test's runtime, which cannot be blocked on: use a thread with
+        // a runtime of its own.
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                admin()
+                    .await
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .await
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop test database {}: {dropped:?}", self.name);
+        }
+    }
+}
+
+/// A TCP relay to PostgreSQL that can be cut (listener closed, every relayed connection
+/// reset) and restored on the same port.
+pub struct Relay {
+    pub addr: SocketAddr,
+    target: SocketAddr,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Relay {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let target = postgres_addr();
+        Self {
+            addr,
+            target,
+            task: Some(tokio::spawn(relay(listener, target))),
+        }
+    }
+
+    /// `url` with its host and port replaced by the relay's.
+    pub fn url_for(&self, url: &str) -> String {
+        let mut url = url::Url::parse(url).unwrap();
+        url.set_ip_host(self.addr.ip()).unwrap();
+        url.set_port(Some(self.addr.port())).unwrap();
+        url.to_string()
+    }
+
+    /// PostgreSQL "goes down": new connections are refused, open ones are closed.
+    pub async fn cut(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    /// PostgreSQL "comes back" on the same address.
+    pub async fn restore(&mut self) {
+        let listener = TcpListener::bind(self.addr).await.unwrap();
+        self.task = Some(tokio::spawn(relay(listener, self.target)));
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+fn postgres_addr() -> SocketAddr {
+    let url = url::Url::parse(&admin_url()).unwrap();
+    let host = url.host_str().unwrap_or("127.0.0.1");
+    let port = url.port().unwrap_or(5432);
+    std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .unwrap()
+        .next()
+        .unwrap()
+}
+
+/// Relays every accepted connection; aborting this task drops the listener and the
+/// `JoinSet`, which aborts (and so closes) every relayed connection.
+async fn relay(listener: TcpListener, target: SocketAddr) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((mut inbound, _)) = accepted else { continue };
+                connections.spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+            Some(_) = connections.join_next() => {}
+        }
+    }
+}
