@@ -93,11 +93,16 @@ pub(crate) enum Migrated {
 /// runner waits on that row and then skips the migration instead of applying it twice.
 pub(crate) async fn migrate(client: &mut Client) -> Result<Migrated, Error> {
     if let Err(e) = client.batch_execute(CREATE_MIGRATIONS_TABLE).await {
-        // Two concurrent `CREATE TABLE IF NOT EXISTS` can both miss the table and one then
-        // fails on the catalog's unique index; the table exists either way.
+        // Two concurrent `CREATE TABLE IF NOT EXISTS` can both miss the table, and the later
+        // one then fails on the catalog (its row type "already exists", or the catalog's
+        // unique index); the table exists either way.
         if !matches!(
             e.code(),
-            Some(&SqlState::UNIQUE_VIOLATION | &SqlState::DUPLICATE_TABLE)
+            Some(
+                &SqlState::UNIQUE_VIOLATION
+                    | &SqlState::DUPLICATE_TABLE
+                    | &SqlState::DUPLICATE_OBJECT
+            )
         ) {
             return Err(e);
         }

@@ -1,0 +1,316 @@
+//! The PostgreSQL store under concurrency, from many tasks over several pools (as many
+//! instances would be), and its schema handling. Each test has a database of its own.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::pg::TestDb;
+use shortener::store::postgres::{CURRENT_VERSION, OpenError, PgStore};
+use shortener_core::day::Day;
+use shortener_core::link::Link;
+use shortener_core::store::{ClickDelta, ClickSink, InsertOutcome, LinkStore, StoreError};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Pools per test and connections per pool: 4 × 4 stays far below `max_connections` while
+/// tests run side by side.
+const POOLS: usize = 4;
+const POOL_SIZE: usize = 4;
+
+async fn pools(db: &TestDb) -> Vec<Arc<PgStore>> {
+    let mut stores = Vec::new();
+    for _ in 0..POOLS {
+        stores.push(Arc::new(db.store(POOL_SIZE).await));
+    }
+    stores
+}
+
+fn link(code: &str, long_url: &str) -> Link {
+    Link {
+        code: code.to_owned(),
+        long_url: long_url.to_owned(),
+        owner: None,
+        custom_alias: true,
+        created_at: 1_700_000_000,
+        expires_at: 1_900_000_000,
+        disabled_at: None,
+        clicks: 0,
+        bot_clicks: 0,
+        created_ip: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn id_blocks_leased_concurrently_are_disjoint_and_leave_no_gap() {
+    let db = TestDb::migrated().await;
+    let stores = pools(&db).await;
+    let mut tasks = Vec::new();
+    for (i, store) in stores.iter().enumerate() {
+        for t in 0..8u64 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut ranges = Vec::new();
+                for n in 0..40u64 {
+                    // Varied sizes, so that an off-by-one in the arithmetic shows.
+                    let size = 1 + (i as u64 * 7 + t * 3 + n) % 97;
+                    let range = store.lease_ids(size).await.unwrap();
+                    assert_eq!(range.end - range.start, size);
+                    ranges.push(range);
+                }
+                ranges
+            }));
+        }
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort_by_key(|r| r.start);
+    let mut next = 0;
+    for r in &all {
+        assert_eq!(r.start, next, "gap or overlap at {r:?}");
+        next = r.end;
+    }
+    assert_eq!(all.len(), POOLS * 8 * 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_alias_inserted_concurrently_has_exactly_one_winner() {
+    let db = TestDb::migrated().await;
+    let stores = pools(&db).await;
+    for round in 0..5 {
+        let code = format!("contested-{round}");
+        let mut tasks = Vec::new();
+        for i in 0..64 {
+            let store = stores[i % POOLS].clone();
+            let code = code.clone();
+            tasks.push(tokio::spawn(async move {
+                let outcome = store
+                    .insert_link(&link(&code, &format!("https://example.com/{i}")))
+                    .await
+                    .unwrap();
+                (outcome, i)
+            }));
+        }
+        let mut winners = Vec::new();
+        for t in tasks {
+            if let (InsertOutcome::Inserted, i) = t.await.unwrap() {
+                winners.push(i);
+            }
+        }
+        assert_eq!(winners.len(), 1, "{code}: {winners:?}");
+        let stored = stores[0].get_link(&code).await.unwrap().unwrap();
+        assert_eq!(
+            stored.long_url,
+            format!("https://example.com/{}", winners[0])
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn click_batches_applied_concurrently_count_exactly() {
+    let db = TestDb::migrated().await;
+    let stores = pools(&db).await;
+    let codes: Vec<String> = (0..12).map(|i| format!("link-{i}")).collect();
+    for code in &codes {
+        stores[0]
+            .insert_link(&link(code, "https://example.com/"))
+            .await
+            .unwrap();
+    }
+    let codes = Arc::new(codes);
+    let mut tasks = Vec::new();
+    for w in 0..16usize {
+        let store = stores[w % POOLS].clone();
+        let codes = codes.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut applied: HashMap<(String, i32), (u64, u64)> = HashMap::new();
+            for n in 0..30usize {
+                // Overlapping code sets in different orders from every writer: the worst
+                // case for lock ordering.
+                let mut batch = Vec::new();
+                for k in 0..6 {
+                    let code = &codes[(w * 5 + n * 7 + k * 11) % codes.len()];
+                    let day = 20_000 + ((w + n + k) % 3) as i32;
+                    let (human, bot) = ((w + k) as u64 % 4 + 1, (n + k) as u64 % 2);
+                    batch.push(ClickDelta {
+                        code: code.clone(),
+                        day: Day::from_number(day),
+                        human,
+                        bot,
+                    });
+                    let e = applied.entry((code.clone(), day)).or_default();
+                    e.0 += human;
+                    e.1 += bot;
+                }
+                if w % 2 == 1 {
+                    batch.reverse();
+                }
+                store.apply_clicks(&batch).await.unwrap();
+            }
+            applied
+        }));
+    }
+    let mut expected: HashMap<(String, i32), (u64, u64)> = HashMap::new();
+    for t in tasks {
+        for (key, (h, b)) in t.await.unwrap() {
+            let e = expected.entry(key).or_default();
+            e.0 += h;
+            e.1 += b;
+        }
+    }
+    for code in codes.iter() {
+        let got = stores[1].get_link(code).await.unwrap().unwrap();
+        let (mut human, mut bot) = (0, 0);
+        let mut want_days: Vec<(i32, u64, u64)> = expected
+            .iter()
+            .filter(|((c, _), _)| c == code)
+            .map(|((_, d), &(h, b))| {
+                human += h;
+                bot += b;
+                (*d, h, b)
+            })
+            .collect();
+        want_days.sort_unstable();
+        assert_eq!((got.clicks, got.bot_clicks), (human, bot), "{code}");
+        let mut got_days: Vec<(i32, u64, u64)> = stores[2]
+            .daily_clicks(code, Day::from_number(0))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| (d.day.number(), d.human, d.bot))
+            .collect();
+        got_days.sort_unstable();
+        assert_eq!(got_days, want_days, "{code}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_click_batch_is_all_or_nothing() {
+    let db = TestDb::migrated().await;
+    let store = db.store(2).await;
+    store
+        .insert_link(&link("fine", "https://example.com/"))
+        .await
+        .unwrap();
+    // One more click overflows this link's BIGINT total: the statement fails.
+    let mut full = link("full", "https://example.com/");
+    full.clicks = i64::MAX as u64;
+    store.insert_link(&full).await.unwrap();
+    let day = Day::from_number(20_000);
+    let batch = [
+        ClickDelta {
+            code: "fine".into(),
+            day,
+            human: 3,
+            bot: 1,
+        },
+        ClickDelta {
+            code: "full".into(),
+            day,
+            human: 1,
+            bot: 0,
+        },
+    ];
+    assert!(matches!(
+        store.apply_clicks(&batch).await,
+        Err(StoreError::Backend(_))
+    ));
+    let fine = store.get_link("fine").await.unwrap().unwrap();
+    assert_eq!((fine.clicks, fine.bot_clicks), (0, 0));
+    assert!(store.daily_clicks("fine", day).await.unwrap().is_empty());
+    // The failed batch leaves the connection usable and nothing half-written.
+    store.apply_clicks(&batch[..1]).await.unwrap();
+    let fine = store.get_link("fine").await.unwrap().unwrap();
+    assert_eq!((fine.clicks, fine.bot_clicks), (3, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrations_are_idempotent_even_when_raced() {
+    let db = TestDb::empty().await;
+    let url = db.database_url();
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            PgStore::migrate(&url).await.unwrap()
+        }));
+    }
+    let mut applied = 0;
+    for t in tasks {
+        let report = t.await.unwrap();
+        assert_eq!(report.version, CURRENT_VERSION);
+        applied += report.applied;
+    }
+    assert_eq!(applied, usize::try_from(CURRENT_VERSION).unwrap());
+    let again = PgStore::migrate(&url).await.unwrap();
+    assert_eq!((again.applied, again.version), (0, CURRENT_VERSION));
+    // The seed row of the counter exists once: leasing starts at 0.
+    assert_eq!(db.store(1).await.lease_ids(3).await.unwrap(), 0..3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn open_refuses_a_missing_or_newer_schema() {
+    let db = TestDb::empty().await;
+    let url = db.database_url();
+    let err = PgStore::open(&url, 1).await.unwrap_err();
+    assert!(
+        matches!(err, OpenError::SchemaBehind { found: 0, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("shortener migrate"), "{err}");
+
+    PgStore::migrate(&url).await.unwrap();
+    PgStore::open(&url, 1).await.unwrap();
+
+    db.client()
+        .await
+        .execute(
+            "INSERT INTO schema_migrations (version) VALUES ($1)",
+            &[&(CURRENT_VERSION + 1)],
+        )
+        .await
+        .unwrap();
+    let err = PgStore::open(&url, 1).await.unwrap_err();
+    assert!(matches!(err, OpenError::SchemaAhead { .. }), "{err}");
+    let err = PgStore::migrate(&url).await.unwrap_err();
+    assert!(matches!(err, OpenError::SchemaAhead { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_database_is_unavailable_not_an_error() {
+    let db = TestDb::migrated().await;
+    let mut relay = common::pg::Relay::start().await;
+    let url = relay.url_for(&db.url).parse().unwrap();
+    let store = PgStore::open(&url, 2).await.unwrap();
+    store
+        .insert_link(&link("kept", "https://example.com/"))
+        .await
+        .unwrap();
+
+    relay.cut().await;
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        assert!(matches!(
+            store.get_link("kept").await,
+            Err(StoreError::Unavailable(_))
+        ));
+    }
+    assert!(matches!(
+        store.ping().await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        store.lease_ids(1).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Back up: the pool reconnects by itself.
+    relay.restore().await;
+    assert!(store.get_link("kept").await.unwrap().is_some());
+}
