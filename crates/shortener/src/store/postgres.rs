@@ -10,7 +10,7 @@ mod schema;
 
 use async_trait::async_trait;
 use deadpool_postgres::{
-    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
+    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
 };
 use shortener_core::day::{Day, UnixSeconds};
 use shortener_core::link::Link;
@@ -32,10 +32,13 @@ pub use schema::CURRENT_VERSION;
 /// thousands of requests per second, and many instances share the server's
 /// `max_connections` (100 by default).
 pub const DEFAULT_POOL_SIZE: usize = 16;
-/// Limit on establishing one connection unless the URL sets `connect_timeout`. A refused
-/// connection fails at once whatever this is; the limit matters for a server that does not
-/// answer at all.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Limit on each TCP connect unless the URL sets `connect_timeout`. A refused connection (the
+/// server is down, its host up) fails at once whatever this is; the limit bounds the wait on
+/// a host that does not answer at all.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
+/// Added to the connect limit for the rest of a new connection (startup, authentication),
+/// which tokio-postgres does not bound itself.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(750);
 /// How long a request waits for a free connection when all are busy before it gets a 503.
 const WAIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Attempts of a click batch that lost a serialization race or a deadlock (CockroachDB
@@ -228,9 +231,8 @@ impl PgStore {
             .max_size(pool_size)
             .runtime(Runtime::Tokio1)
             .wait_timeout(Some(WAIT_TIMEOUT))
-            // Per attempt for each host, plus authentication: bounded by the same limit
-            // twice over, so that a silent server never holds a request for long.
-            .create_timeout(Some(connect_timeout * 2))
+            // A server that accepts but never answers holds a request this long at most.
+            .create_timeout(Some(connect_timeout + HANDSHAKE_TIMEOUT))
             .recycle_timeout(Some(WAIT_TIMEOUT))
             .build()
             .map_err(|e| OpenError::Failed {
@@ -379,6 +381,13 @@ fn describe(e: &tokio_postgres::Error) -> String {
 fn describe_pool(e: &PoolError) -> String {
     match e {
         PoolError::Backend(e) => describe(e),
+        PoolError::Timeout(TimeoutType::Create) => {
+            "no answer within the connect timeout (set connect_timeout=SECONDS in the URL)".into()
+        }
+        PoolError::Timeout(TimeoutType::Wait) => {
+            format!("every pooled connection stayed busy for {WAIT_TIMEOUT:?}")
+        }
+        PoolError::Timeout(TimeoutType::Recycle) => "a pooled connection stopped answering".into(),
         other => other.to_string(),
     }
 }
