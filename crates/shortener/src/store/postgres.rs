@@ -39,6 +39,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
 /// Added to the connect limit for the rest of a new connection (startup, authentication),
 /// which tokio-postgres does not bound itself.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(750);
+/// How long sent bytes may stay unacknowledged before the kernel drops the connection (Linux
+/// `TCP_USER_TIMEOUT`), unless the URL sets `tcp_user_timeout`: a statement sent to a host that
+/// vanished fails after this instead of after TCP's retransmissions (~15 minutes).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request waits for a free connection when all are busy before it gets a 503.
 const WAIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Attempts of a click batch that lost a serialization race or a deadlock (CockroachDB
@@ -215,6 +219,9 @@ impl PgStore {
             .get_connect_timeout()
             .copied()
             .unwrap_or(CONNECT_TIMEOUT);
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(TCP_USER_TIMEOUT);
+        }
         if config.get_application_name().is_none() {
             config.application_name("shortener");
         }
