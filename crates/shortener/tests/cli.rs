@@ -9,7 +9,9 @@ use tempfile::TempDir;
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(BIN);
-    cmd.args(args).env("SHORTENER_LOG", "warn");
+    cmd.args(args)
+        .env("SHORTENER_LOG", "warn")
+        .env_remove("SHORTENER_DATABASE");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -180,4 +182,17 @@ async fn a_token_created_while_serving_works_at_once() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 201);
+}
+
+#[test]
+fn migrate_on_the_embedded_store_creates_it_and_says_so() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().join("data");
+    for _ in 0..2 {
+        let out = run(&["migrate", "--data-dir", data.to_str().unwrap()], &[]);
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert!(stdout.contains("schema version 1"), "{stdout}");
+    }
+    assert!(data.join("shortener.db").exists());
 }

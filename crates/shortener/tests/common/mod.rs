@@ -33,6 +33,8 @@ impl Shortener {
         cmd.args(["serve", "--listen", listen, "--data-dir"])
             .arg(data_dir)
             .args(extra)
+            // A developer's own setting must not send the tests to their database.
+            .env_remove("SHORTENER_DATABASE")
             .env("SHORTENER_LOG", "warn");
         let mut process = Process::spawn("shortener", cmd).unwrap();
         let line = process
@@ -76,6 +78,7 @@ pub fn token_in(store_flags: &[&str], user: &str, admin: bool) -> String {
     let mut cmd = Command::new(BIN);
     cmd.args(["token", "create", "--user", user])
         .args(store_flags)
+        .env_remove("SHORTENER_DATABASE")
         .env("SHORTENER_LOG", "warn");
     if admin {
         cmd.arg("--admin");
