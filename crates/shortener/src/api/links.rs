@@ -205,7 +205,7 @@ async fn create_inner(
                 .await?
         }
     };
-    app.cache.invalidate(&link.code).await;
+    app.cache.invalidate(&link.code);
     tracing::info!(
         code = %link.code, owner = link.owner.as_deref().unwrap_or("-"), ip = %ip,
         "link created"
@@ -330,7 +330,7 @@ pub(super) async fn delete(
     let who = required_principal(&app, &headers).await?;
     let link = visible_link(&app, &code, &who).await?;
     app.store.disable_link(&link.code, crate::now()).await?;
-    app.cache.invalidate(&link.code).await;
+    app.cache.invalidate(&link.code);
     tracing::info!(code = %link.code, by = %who.user, "link disabled");
     Ok(StatusCode::NO_CONTENT)
 }
