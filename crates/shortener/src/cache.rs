@@ -13,6 +13,8 @@
 //! the write, finished after the invalidation — can never pin a stale entry, negative or not.
 
 use crate::metrics::Metrics;
+use crate::scaleout::invalidation::Invalidations;
+use crate::scaleout::l2::{self, L2};
 use crate::store::Store;
 use axum::http::HeaderValue;
 use quick_cache::Weighter;
@@ -94,6 +96,13 @@ impl Weighter<Arc<str>, Slot> for SlotWeigher {
     }
 }
 
+/// The shared layer of the scale-out mode, between L1 and the store.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedLayer {
+    pub(crate) l2: Arc<L2>,
+    pub(crate) invalidations: Arc<Invalidations>,
+}
+
 /// The L1 cache.
 pub(crate) struct LinkCache {
     slots: Cache<Arc<str>, Slot, SlotWeigher>,
@@ -101,6 +110,7 @@ pub(crate) struct LinkCache {
     hasher: std::collections::hash_map::RandomState,
     settings: CacheSettings,
     store: Arc<dyn Store>,
+    shared: Option<SharedLayer>,
     metrics: Arc<Metrics>,
 }
 
@@ -112,18 +122,26 @@ impl std::fmt::Debug for LinkCache {
     }
 }
 
-fn to_cached(link: Link, code: Arc<str>) -> CachedLink {
-    CachedLink {
-        location: HeaderValue::from_str(&link.long_url).ok(),
-        expires_at: link.expires_at,
-        disabled: link.disabled_at.is_some(),
-        code,
+fn to_cached(entry: l2::Entry, code: Arc<str>) -> Option<CachedLink> {
+    match entry {
+        l2::Entry::Unknown => None,
+        l2::Entry::Link {
+            long_url,
+            expires_at,
+            disabled,
+        } => Some(CachedLink {
+            location: HeaderValue::from_str(&long_url).ok(),
+            expires_at,
+            disabled,
+            code,
+        }),
     }
 }
 
 impl LinkCache {
     pub(crate) fn new(
         store: Arc<dyn Store>,
+        shared: Option<SharedLayer>,
         metrics: Arc<Metrics>,
         settings: CacheSettings,
     ) -> Self {
@@ -134,6 +152,7 @@ impl LinkCache {
             hasher: std::collections::hash_map::RandomState::new(),
             settings,
             store,
+            shared,
             metrics,
         }
     }
@@ -182,13 +201,8 @@ impl LinkCache {
             // Read the generation before the store: a write that lands after this load
             // bumps it, and the slot we are about to fill is then recognised as stale.
             let seen = generation.load(Ordering::Acquire);
-            self.metrics.store_link_reads.inc();
             // On an error the guard drops unfilled and a waiter, if any, reads in its turn.
-            let link = self
-                .store
-                .get_link(code)
-                .await?
-                .map(|l| to_cached(l, key.clone()));
+            let link = to_cached(self.load(code, now).await?, key.clone());
             let slot = Slot {
                 fresh_until: self.settings.fresh_until(link.as_ref(), now),
                 link,
@@ -203,6 +217,25 @@ impl LinkCache {
         }
     }
 
+    /// What L2 (in the scale-out mode) or else the store says of `code`.
+    async fn load(&self, code: &str, now: UnixSeconds) -> Result<l2::Entry, StoreError> {
+        if let Some(shared) = &self.shared {
+            if let Some(entry) = shared.l2.get(code).await {
+                self.metrics.l2_hit.inc();
+                return Ok(entry);
+            }
+        }
+        self.metrics.store_link_reads.inc();
+        let entry = l2::Entry::of(self.store.get_link(code).await?.as_ref());
+        if let Some(shared) = &self.shared {
+            // Best effort: the script never lets this older read replace a later write.
+            if let Err(e) = shared.l2.fill(code, &entry, now).await {
+                tracing::debug!(error = %e, "cannot fill L2");
+            }
+        }
+        Ok(entry)
+    }
+
     /// Drops the entry of `code` if it is still `stale` (not one filled since).
     fn forget(&self, code: &str, stale: &Slot) {
         self.slots.remove_if(code, |slot| {
@@ -210,11 +243,31 @@ impl LinkCache {
         });
     }
 
-    /// Called after every write to `code` has committed: no lookup from now on returns what
-    /// was read before it.
+    /// Called after every write to a link has committed, with its new state: no lookup in
+    /// this instance from now on returns what was read before it; in the scale-out mode the
+    /// L2 entry is updated and every other instance told.
+    pub(crate) async fn written(&self, link: &Link) {
+        self.invalidate(&link.code);
+        if let Some(shared) = &self.shared {
+            shared
+                .invalidations
+                .announce(&link.code, l2::Entry::of(Some(link)), crate::now())
+                .await;
+        }
+    }
+
+    /// Forgets `code` in this instance.
     pub(crate) fn invalidate(&self, code: &str) {
         self.generation(code).fetch_add(1, Ordering::AcqRel);
         self.slots.remove(code);
+    }
+
+    /// Forgets everything in this instance (after missing announcements of others' writes).
+    pub(crate) fn invalidate_all(&self) {
+        for generation in &self.generations {
+            generation.fetch_add(1, Ordering::AcqRel);
+        }
+        self.slots.clear();
     }
 
     /// Entries and their weight, for the metrics.

@@ -13,6 +13,7 @@ pub mod config;
 mod http;
 mod metrics;
 mod ratelimit;
+mod scaleout;
 mod server;
 pub mod store;
 mod token;
