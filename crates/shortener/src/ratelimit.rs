@@ -71,7 +71,9 @@ impl CreateLimits {
             };
             match shared.check(&bucket, per_hour).await {
                 Ok(verdict) => return verdict,
-                Err(e) => tracing::debug!(error = %e, "shared create limit unavailable; limiting locally"),
+                Err(e) => {
+                    tracing::debug!(error = %e, "shared create limit unavailable; limiting locally")
+                }
             }
         }
         self.check_local(creator)
@@ -118,7 +120,12 @@ mod tests {
         let limits = CreateLimits::new(NonZeroU32::new(3).unwrap(), NonZeroU32::new(10).unwrap());
         let ip = IpAddr::from([10, 0, 0, 1]);
         let remaining: Vec<u32> = (0..3)
-            .map(|_| limits.check_local(Creator::Anonymous(ip)).unwrap().remaining)
+            .map(|_| {
+                limits
+                    .check_local(Creator::Anonymous(ip))
+                    .unwrap()
+                    .remaining
+            })
             .collect();
         assert_eq!(remaining, [2, 1, 0]);
         let refused = limits.check_local(Creator::Anonymous(ip)).unwrap_err();
@@ -132,6 +139,12 @@ mod tests {
                 .check_local(Creator::Anonymous(IpAddr::from([10, 0, 0, 2])))
                 .is_ok()
         );
-        assert_eq!(limits.check_local(Creator::User("alice")).unwrap().remaining, 9);
+        assert_eq!(
+            limits
+                .check_local(Creator::User("alice"))
+                .unwrap()
+                .remaining,
+            9
+        );
     }
 }

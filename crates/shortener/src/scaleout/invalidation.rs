@@ -46,7 +46,12 @@ impl Invalidations {
         self.subscribed.load(Ordering::Relaxed)
     }
 
-    async fn try_announce(&self, code: &str, entry: &Entry, now: UnixSeconds) -> Result<(), Unreachable> {
+    async fn try_announce(
+        &self,
+        code: &str,
+        entry: &Entry,
+        now: UnixSeconds,
+    ) -> Result<(), Unreachable> {
         self.l2.fill(code, entry, now).await?;
         self.redis
             .query::<i64>(redis::cmd("PUBLISH").arg(CHANNEL).arg(code))
@@ -62,7 +67,10 @@ impl Invalidations {
             if pending.len() < MAX_PENDING || pending.contains_key(code) {
                 pending.insert(code.to_owned(), entry);
             } else {
-                tracing::error!(code, "too many unannounced link changes; other instances rely on their cache TTL");
+                tracing::error!(
+                    code,
+                    "too many unannounced link changes; other instances rely on their cache TTL"
+                );
             }
         }
     }

@@ -106,8 +106,7 @@ impl L2 {
     /// The entry of `code`; `None` when Redis does not have it or does not answer (then the
     /// store is asked).
     pub(crate) async fn get(&self, code: &str) -> Option<Entry> {
-        let value: Option<String> = match self.redis.query(redis::cmd("GET").arg(key(code))).await
-        {
+        let value: Option<String> = match self.redis.query(redis::cmd("GET").arg(key(code))).await {
             Ok(value) => value,
             Err(e) => {
                 tracing::debug!(error = %e, "L2 read failed; asking the store");
@@ -178,8 +177,9 @@ mod tests {
             disabled: false,
         };
         let disabled = Entry::Link {
+            long_url: "https://example.com/".to_owned(),
+            expires_at: 1,
             disabled: true,
-            ..live.clone()
         };
         let ranks: Vec<u8> = [Entry::Unknown, live, disabled]
             .iter()

@@ -10,3 +10,6 @@ pub(crate) mod invalidation;
 pub(crate) mod l2;
 pub(crate) mod ratelimit;
 pub(crate) mod redis;
+
+#[cfg(test)]
+mod tests;

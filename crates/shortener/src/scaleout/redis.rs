@@ -44,7 +44,10 @@ impl RedisTarget {
                 .map(|node| format!("redis://{}", node.trim()))
                 .collect()
         } else if value.contains(',') {
-            value.split(',').map(|node| node.trim().to_owned()).collect()
+            value
+                .split(',')
+                .map(|node| node.trim().to_owned())
+                .collect()
         } else {
             let url = url::Url::parse(value).map_err(|e| bad(&e.to_string()))?;
             if url.scheme() != "redis" {
@@ -139,16 +142,16 @@ impl Redis {
                     .set_response_timeout(Some(TIMEOUT))
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_millis(500));
-                let manager =
-                    ConnectionManager::new_with_config(client.clone(), config).await?;
+                let manager = ConnectionManager::new_with_config(client.clone(), config).await?;
                 (Connection::Standalone(manager), client)
             }
             RedisTarget::Cluster(nodes) => {
-                let client = redis::cluster::ClusterClient::builder(nodes.iter().map(String::as_str))
-                    .connection_timeout(TIMEOUT)
-                    .response_timeout(TIMEOUT)
-                    .retries(1)
-                    .build()?;
+                let client =
+                    redis::cluster::ClusterClient::builder(nodes.iter().map(String::as_str))
+                        .connection_timeout(TIMEOUT)
+                        .response_timeout(TIMEOUT)
+                        .retries(1)
+                        .build()?;
                 let connection = client.get_async_connection().await?;
                 (
                     Connection::Cluster(connection),
@@ -162,10 +165,13 @@ impl Redis {
             epoch: Instant::now(),
             open_until: AtomicU64::new(0),
         };
-        redis.query::<String>(&redis::cmd("PING")).await.map_err(|e| match e {
-            Unreachable::Failed(e) => e,
-            Unreachable::BreakerOpen => RedisError::from((redis::ErrorKind::Io, "unreachable")),
-        })?;
+        redis
+            .query::<String>(&redis::cmd("PING"))
+            .await
+            .map_err(|e| match e {
+                Unreachable::Failed(e) => e,
+                Unreachable::BreakerOpen => RedisError::from((redis::ErrorKind::Io, "unreachable")),
+            })?;
         Ok(redis)
     }
 
@@ -199,7 +205,10 @@ impl Redis {
     }
 
     /// Runs one command.
-    pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Unreachable> {
+    pub(crate) async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+    ) -> Result<T, Unreachable> {
         let mut connection = self.connection()?;
         let result = cmd.query_async(&mut connection).await;
         self.judge(result)
