@@ -56,6 +56,15 @@ pub struct ClickDelta {
     pub bot: u64,
 }
 
+/// Deltas shipped together under one id: applying a batch twice counts it once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClickBatch {
+    /// Unique per batch, chosen by whoever assembled it.
+    pub id: String,
+    /// Its clicks.
+    pub deltas: Vec<ClickDelta>,
+}
+
 /// One day of analytics as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DailyCount {
@@ -111,6 +120,12 @@ pub trait ClickSink: Send + Sync + 'static {
     /// write: either every delta counts or none does. Deltas for unknown codes are ignored.
     async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError>;
 
-    /// Forgets daily counts older than `day` (totals stay); returns how many rows went.
+    /// Applies every batch whose id was never applied before, and records the ids, all in
+    /// one atomic write; returns how many batches were new. Replaying a batch (a retried
+    /// send, a redelivered stream entry) changes nothing.
+    async fn apply_click_batches(&self, batches: &[ClickBatch]) -> Result<usize, StoreError>;
+
+    /// Forgets daily counts older than `day` (totals stay), and the ids of batches applied
+    /// before it; returns how many rows of counts went.
     async fn prune_clicks_before(&self, day: Day) -> Result<u64, StoreError>;
 }

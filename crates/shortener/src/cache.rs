@@ -1,31 +1,40 @@
 //! The in-process link cache (L1) in front of the store, negative entries included.
 //!
-//! Lookups by `&str` on a hit allocate nothing. Concurrent misses on one code share one store
-//! read. Every write to a code (create, delete) bumps a generation counter of the code's
-//! shard before invalidating its entry; an entry remembers the generation it was read under
-//! and is ignored once that moved on. So a read that raced a write — started before the
-//! write, finished after the invalidation — can never pin a stale entry, negative or not.
+//! A [`quick_cache`] cache: size-bounded by weight, S3-FIFO-like eviction (scan resistant, as
+//! TinyLFU is), and a hit that takes one shard read lock and allocates nothing — cheaper than
+//! moka's read path, which records every hit in a channel. TTLs are ours: an entry carries
+//! the second until which it may be served and a hit past it is a miss, so no entry outlives
+//! its TTL, nor its link's expiry.
+//!
+//! Concurrent misses on one code share one store read (a placeholder that later readers
+//! wait on). Every write to a code (create, delete) bumps a generation counter of the
+//! code's shard before invalidating its entry; an entry remembers the generation it was read
+//! under and is ignored once that moved on. So a read that raced a write — started before
+//! the write, finished after the invalidation — can never pin a stale entry, negative or not.
 
 use crate::metrics::Metrics;
+use crate::scaleout::invalidation::Invalidations;
+use crate::scaleout::l2::{self, L2};
 use crate::store::Store;
 use axum::http::HeaderValue;
-use moka::Expiry;
-use moka::future::Cache;
+use quick_cache::Weighter;
+use quick_cache::sync::Cache;
 use shortener_core::day::UnixSeconds;
 use shortener_core::link::Link;
 use shortener_core::store::StoreError;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Shards of write generations; many, so that one write stales few unrelated entries.
 const SHARDS: usize = 1 << 16;
-/// Bytes an entry costs beyond its strings: moka's node, deque links and timestamps, the Arc,
-/// the header value. An estimate: measured RSS grows by about 1.5 × the weighed size once the
-/// cache is full (the frequency sketch, the hash table's slack, allocator size classes), which
-/// is why the default `--cache-mb` stays well below the memory budget.
-const ENTRY_OVERHEAD: usize = 270;
+/// Bytes an entry costs beyond its strings: the entry itself in the cache's slab and hash
+/// table, the code's `Arc` and the destination's shared buffer header, allocator size
+/// classes. An estimate, checked against RSS by the benchmark (`scripts/bench`).
+const ENTRY_OVERHEAD: usize = 200;
+/// For sizing the hash table up front: a typical entry's weight.
+const TYPICAL_ENTRY: u64 = 260;
 
 /// What a redirect needs of a link, ready to send. Cloning it costs two reference-count
 /// increments (the code is shared with the cache key, the header value with the entry).
@@ -41,6 +50,8 @@ pub(crate) struct CachedLink {
 struct Slot {
     link: Option<CachedLink>,
     generation: u32,
+    /// Served while `now < fresh_until` (Unix seconds).
+    fresh_until: UnixSeconds,
 }
 
 /// Sizes and lifetimes of the cache.
@@ -51,88 +62,97 @@ pub(crate) struct CacheSettings {
     pub(crate) negative_ttl: Duration,
 }
 
-struct SlotExpiry {
-    settings: CacheSettings,
-}
-
-impl Expiry<Arc<str>, Slot> for SlotExpiry {
-    fn expire_after_create(&self, _: &Arc<str>, slot: &Slot, _: Instant) -> Option<Duration> {
-        let Some(link) = &slot.link else {
-            return Some(self.settings.negative_ttl);
+impl CacheSettings {
+    /// Until when an entry read at `now` may be served.
+    fn fresh_until(&self, link: Option<&CachedLink>, now: UnixSeconds) -> UnixSeconds {
+        let seconds = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        let negative = now.saturating_add(seconds(self.negative_ttl));
+        let Some(link) = link else {
+            return negative;
         };
         if link.disabled {
             // Disabling is final; the entry can live its full TTL.
-            return Some(self.settings.ttl);
+            return now.saturating_add(seconds(self.ttl));
         }
-        let left = u64::try_from(link.expires_at - crate::now()).unwrap_or(0);
-        if left == 0 {
+        if link.expires_at <= now {
             // Expired: as cheap to answer as an unknown code, and as short-lived in cache.
-            return Some(self.settings.negative_ttl);
+            return negative;
         }
-        Some(self.settings.ttl.min(Duration::from_secs(left)))
+        now.saturating_add(seconds(self.ttl)).min(link.expires_at)
     }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SlotWeigher;
+
+impl Weighter<Arc<str>, Slot> for SlotWeigher {
+    fn weight(&self, code: &Arc<str>, slot: &Slot) -> u64 {
+        let url = slot
+            .link
+            .as_ref()
+            .and_then(|l| l.location.as_ref())
+            .map_or(0, HeaderValue::len);
+        (ENTRY_OVERHEAD + code.len() + url) as u64
+    }
+}
+
+/// The shared layer of the scale-out mode, between L1 and the store.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedLayer {
+    pub(crate) l2: Arc<L2>,
+    pub(crate) invalidations: Arc<Invalidations>,
 }
 
 /// The L1 cache.
 pub(crate) struct LinkCache {
-    slots: Cache<Arc<str>, Slot>,
+    slots: Cache<Arc<str>, Slot, SlotWeigher>,
     generations: Box<[AtomicU32]>,
     hasher: std::collections::hash_map::RandomState,
+    settings: CacheSettings,
     store: Arc<dyn Store>,
+    shared: Option<SharedLayer>,
     metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for LinkCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LinkCache")
-            .field("entries", &self.slots.entry_count())
+            .field("entries", &self.slots.len())
             .finish_non_exhaustive()
     }
 }
 
-fn to_cached(link: Link, code: Arc<str>) -> CachedLink {
-    CachedLink {
-        location: HeaderValue::from_str(&link.long_url).ok(),
-        expires_at: link.expires_at,
-        disabled: link.disabled_at.is_some(),
-        code,
-    }
-}
-
-fn weigh(code: &Arc<str>, slot: &Slot) -> u32 {
-    let url = slot
-        .link
-        .as_ref()
-        .and_then(|l| l.location.as_ref())
-        .map_or(0, HeaderValue::len);
-    u32::try_from(ENTRY_OVERHEAD + 2 * code.len() + url).unwrap_or(u32::MAX)
-}
-
-/// A store error shared by every waiter of one coalesced read, turned back into an owned one.
-fn shared_error(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::Unavailable(inner) => StoreError::Unavailable(inner.to_string().into()),
-        StoreError::Backend(inner) => StoreError::Backend(inner.to_string().into()),
-        StoreError::IdSpaceExhausted => StoreError::IdSpaceExhausted,
+fn to_cached(entry: l2::Entry, code: Arc<str>) -> Option<CachedLink> {
+    match entry {
+        l2::Entry::Unknown => None,
+        l2::Entry::Link {
+            long_url,
+            expires_at,
+            disabled,
+        } => Some(CachedLink {
+            location: HeaderValue::from_str(&long_url).ok(),
+            expires_at,
+            disabled,
+            code,
+        }),
     }
 }
 
 impl LinkCache {
     pub(crate) fn new(
         store: Arc<dyn Store>,
+        shared: Option<SharedLayer>,
         metrics: Arc<Metrics>,
         settings: CacheSettings,
     ) -> Self {
-        let slots = Cache::builder()
-            .max_capacity(settings.max_bytes)
-            .weigher(weigh)
-            .expire_after(SlotExpiry { settings })
-            .build();
+        let items = usize::try_from(settings.max_bytes / TYPICAL_ENTRY).unwrap_or(usize::MAX);
         Self {
-            slots,
+            slots: Cache::with_weighter(items.max(1), settings.max_bytes.max(1), SlotWeigher),
             generations: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
+            settings,
             store,
+            shared,
             metrics,
         }
     }
@@ -144,57 +164,168 @@ impl LinkCache {
         &self.generations[(h.finish() as usize) & (SHARDS - 1)]
     }
 
-    /// The link with this code (`None`: no such link), from cache when possible.
-    pub(crate) async fn get(&self, code: &str) -> Result<Option<CachedLink>, StoreError> {
+    fn usable(&self, slot: &Slot, generation: &AtomicU32, now: UnixSeconds) -> bool {
+        now < slot.fresh_until && slot.generation == generation.load(Ordering::Acquire)
+    }
+
+    /// The link with this code (`None`: no such link) as of `now`, from cache when possible.
+    pub(crate) async fn get(
+        &self,
+        code: &str,
+        now: UnixSeconds,
+    ) -> Result<Option<CachedLink>, StoreError> {
         let generation = self.generation(code);
-        if let Some(slot) = self.slots.get(code).await {
-            if slot.generation == generation.load(Ordering::Acquire) {
+        if let Some(slot) = self.slots.get(code) {
+            if self.usable(&slot, generation, now) {
                 match slot.link {
                     Some(_) => self.metrics.cache_hit.inc(),
                     None => self.metrics.cache_negative_hit.inc(),
                 };
                 return Ok(slot.link);
             }
-            self.slots.invalidate(code).await;
+            self.forget(code, &slot);
         }
         self.metrics.cache_miss.inc();
+        let key: Arc<str> = Arc::from(code);
         loop {
+            let guard = match self.slots.get_value_or_guard_async(&key).await {
+                Ok(slot) if self.usable(&slot, generation, now) => return Ok(slot.link),
+                Ok(slot) => {
+                    // We joined a read that started before a write to this code, or found
+                    // an entry past its time: read again.
+                    self.forget(code, &slot);
+                    continue;
+                }
+                Err(guard) => guard,
+            };
             // Read the generation before the store: a write that lands after this load
             // bumps it, and the slot we are about to fill is then recognised as stale.
             let seen = generation.load(Ordering::Acquire);
-            let store = self.store.clone();
-            let reads = self.metrics.store_link_reads.clone();
-            let key: Arc<str> = Arc::from(code);
-            let owned = key.clone();
-            let slot = self
-                .slots
-                .try_get_with(key, async move {
-                    reads.inc();
-                    let link = store.get_link(&owned).await?;
-                    Ok::<_, StoreError>(Slot {
-                        link: link.map(|l| to_cached(l, owned)),
-                        generation: seen,
-                    })
-                })
-                .await
-                .map_err(|e| shared_error(&e))?;
+            // On an error the guard drops unfilled and a waiter, if any, reads in its turn.
+            let link = to_cached(self.load(code, now).await?, key.clone());
+            let slot = Slot {
+                fresh_until: self.settings.fresh_until(link.as_ref(), now),
+                link,
+                generation: seen,
+            };
+            // Err only if an invalidation removed the placeholder meanwhile; the answer we
+            // return is still what the store said when asked.
+            let _ = guard.insert(slot.clone());
             if slot.generation == generation.load(Ordering::Acquire) {
                 return Ok(slot.link);
             }
-            // We joined a read that started before a write to this code: read again.
-            self.slots.invalidate(code).await;
         }
     }
 
-    /// Called after every write to `code` has committed: no lookup from now on returns what
-    /// was read before it.
-    pub(crate) async fn invalidate(&self, code: &str) {
+    /// What L2 (in the scale-out mode) or else the store says of `code`.
+    async fn load(&self, code: &str, now: UnixSeconds) -> Result<l2::Entry, StoreError> {
+        if let Some(shared) = &self.shared {
+            if let Some(entry) = shared.l2.get(code).await {
+                self.metrics.l2_hit.inc();
+                return Ok(entry);
+            }
+        }
+        self.metrics.store_link_reads.inc();
+        let entry = l2::Entry::of(self.store.get_link(code).await?.as_ref());
+        if let Some(shared) = &self.shared {
+            // Best effort: the script never lets this older read replace a later write.
+            if let Err(e) = shared.l2.fill(code, &entry, now).await {
+                tracing::debug!(error = %e, "cannot fill L2");
+            }
+        }
+        Ok(entry)
+    }
+
+    /// Drops the entry of `code` if it is still `stale` (not one filled since).
+    fn forget(&self, code: &str, stale: &Slot) {
+        self.slots.remove_if(code, |slot| {
+            slot.generation == stale.generation && slot.fresh_until == stale.fresh_until
+        });
+    }
+
+    /// Called after every write to a link has committed, with its new state: no lookup in
+    /// this instance from now on returns what was read before it; in the scale-out mode the
+    /// L2 entry is updated and every other instance told.
+    pub(crate) async fn written(&self, link: &Link) {
+        self.invalidate(&link.code);
+        if let Some(shared) = &self.shared {
+            shared
+                .invalidations
+                .announce(&link.code, l2::Entry::of(Some(link)), crate::now())
+                .await;
+        }
+    }
+
+    /// Forgets `code` in this instance.
+    pub(crate) fn invalidate(&self, code: &str) {
         self.generation(code).fetch_add(1, Ordering::AcqRel);
-        self.slots.invalidate(code).await;
+        self.slots.remove(code);
+    }
+
+    /// Forgets everything in this instance (after missing announcements of others' writes).
+    pub(crate) fn invalidate_all(&self) {
+        for generation in &self.generations {
+            generation.fetch_add(1, Ordering::AcqRel);
+        }
+        self.slots.clear();
     }
 
     /// Entries and their weight, for the metrics.
     pub(crate) fn size(&self) -> (u64, u64) {
-        (self.slots.entry_count(), self.slots.weighted_size())
+        (self.slots.len() as u64, self.slots.weight())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SETTINGS: CacheSettings = CacheSettings {
+        max_bytes: 1 << 20,
+        ttl: Duration::from_secs(300),
+        negative_ttl: Duration::from_secs(60),
+    };
+    const NOW: UnixSeconds = 1_700_000_000;
+
+    fn link(expires_at: UnixSeconds, disabled: bool) -> CachedLink {
+        CachedLink {
+            code: Arc::from("abcdefg"),
+            location: Some(HeaderValue::from_static("https://example.com/")),
+            expires_at,
+            disabled,
+        }
+    }
+
+    #[test]
+    fn a_live_link_is_kept_its_ttl_but_never_past_its_expiry() {
+        let far = link(NOW + 86_400, false);
+        assert_eq!(SETTINGS.fresh_until(Some(&far), NOW), NOW + 300);
+        let soon = link(NOW + 10, false);
+        assert_eq!(SETTINGS.fresh_until(Some(&soon), NOW), NOW + 10);
+    }
+
+    #[test]
+    fn unknown_and_expired_codes_get_the_negative_ttl_disabled_ones_the_full_ttl() {
+        assert_eq!(SETTINGS.fresh_until(None, NOW), NOW + 60);
+        assert_eq!(SETTINGS.fresh_until(Some(&link(NOW, false)), NOW), NOW + 60);
+        assert_eq!(
+            SETTINGS.fresh_until(Some(&link(NOW - 5, true)), NOW),
+            NOW + 300
+        );
+    }
+
+    #[test]
+    fn entries_weigh_their_strings_plus_the_overhead() {
+        let slot = Slot {
+            link: Some(link(NOW + 1, false)),
+            generation: 0,
+            fresh_until: NOW + 1,
+        };
+        let code: Arc<str> = Arc::from("abcdefg");
+        let url = "https://example.com/".len();
+        assert_eq!(
+            SlotWeigher.weight(&code, &slot),
+            (ENTRY_OVERHEAD + 7 + url) as u64
+        );
     }
 }

@@ -1,12 +1,18 @@
 //! The click pipeline: redirects push events into a bounded lock-free queue; one task empties
 //! it every few milliseconds, folds the events into per (code, UTC day) counts and writes each
-//! batch in one store transaction.
+//! batch in one store transaction — or, in the scale-out mode, ships it onto the Redis click
+//! stream for the aggregators (`scaleout::clickstream`).
+//!
+//! While the target fails, folded clicks wait (one frozen batch, so that a send whose answer
+//! was lost is retried as the very same batch) and then the queue stops being emptied: it
+//! fills, and further clicks are dropped and counted, never blocking a redirect.
 
 use crate::metrics::Metrics;
+use crate::scaleout::clickstream::ClickShipper;
 use crate::store::Store;
 use crossbeam_queue::ArrayQueue;
 use shortener_core::day::{ANALYTICS_DAYS, Day, UnixSeconds};
-use shortener_core::store::ClickDelta;
+use shortener_core::store::{ClickBatch, ClickDelta};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +59,7 @@ const DRAIN_EVERY: Duration = Duration::from_millis(10);
 /// everything queued, once `shutdown` changes.
 pub(crate) fn start(
     store: Arc<dyn Store>,
+    shipper: Option<Arc<ClickShipper>>,
     metrics: Arc<Metrics>,
     capacity: usize,
     interval: Duration,
@@ -65,9 +72,11 @@ pub(crate) fn start(
     };
     let aggregator = Aggregator {
         store,
+        shipper,
         metrics,
         pending: HashMap::new(),
         pending_events: 0,
+        unsent: None,
         pruned_through: None,
     };
     let handle = tokio::spawn(aggregator.run(queue, interval, shutdown));
@@ -76,10 +85,14 @@ pub(crate) fn start(
 
 struct Aggregator {
     store: Arc<dyn Store>,
+    /// Set in the scale-out mode: batches go to the click stream, not to the store.
+    shipper: Option<Arc<ClickShipper>>,
     metrics: Arc<Metrics>,
     /// (code, day) → (human, bot) clicks not yet written.
     pending: HashMap<(Arc<str>, Day), (u64, u64)>,
     pending_events: u64,
+    /// A shipped batch whose send failed, and its events: resent as is.
+    unsent: Option<(ClickBatch, u64)>,
     pruned_through: Option<Day>,
 }
 
@@ -99,9 +112,12 @@ impl Aggregator {
                 // Any change (or the sender going away) means stop.
                 _ = shutdown.changed() => break,
             }
-            while let Some(event) = queue.pop() {
+            while self.backlog() < MAX_PENDING_EVENTS {
+                let Some(event) = queue.pop() else { break };
                 self.fold(event);
-                if self.pending_events >= MAX_PENDING_EVENTS {
+                if self.backlog() >= MAX_PENDING_EVENTS {
+                    // Still full after this means the target is failing: the rest waits in
+                    // the queue (and past its capacity, is dropped and counted).
                     self.flush().await;
                     last_write = tokio::time::Instant::now();
                 }
@@ -118,15 +134,100 @@ impl Aggregator {
         }
         for attempt in 1..=5u32 {
             self.flush().await;
-            if self.pending.is_empty() {
+            if self.is_done() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
         }
+        if self.shipper.is_some() && self.write_stranded_batches().await {
+            return;
+        }
         tracing::error!(
-            events = self.pending_events,
+            events = self.backlog(),
             "could not write the last clicks before exit; they are lost"
         );
+    }
+
+    /// Events folded but not yet written or shipped.
+    fn backlog(&self) -> u64 {
+        self.pending_events + self.unsent.as_ref().map_or(0, |u| u.1)
+    }
+
+    fn is_done(&self) -> bool {
+        self.pending.is_empty() && self.unsent.is_none()
+    }
+
+    /// At exit with the stream unreachable: the store takes the batches directly, under the
+    /// ids they were (maybe) shipped with, so that one that did reach the stream still
+    /// counts once.
+    async fn write_stranded_batches(&mut self) -> bool {
+        let Some(shipper) = self.shipper.clone() else {
+            return false;
+        };
+        let mut batches: Vec<ClickBatch> = self.unsent.take().map(|u| u.0).into_iter().collect();
+        if !self.pending.is_empty() {
+            batches.push(shipper.batch(self.deltas()));
+        }
+        match self.store.apply_click_batches(&batches).await {
+            Ok(_) => {
+                tracing::info!(
+                    batches = batches.len(),
+                    "click stream unreachable at exit; wrote the last clicks to the store directly"
+                );
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the last clicks to the store either");
+                false
+            }
+        }
+    }
+
+    fn deltas(&self) -> Vec<ClickDelta> {
+        self.pending
+            .iter()
+            .map(|((code, day), &(human, bot))| ClickDelta {
+                code: code.to_string(),
+                day: *day,
+                human,
+                bot,
+            })
+            .collect()
+    }
+
+    /// Ships the frozen batch, then what is pending.
+    async fn ship(&mut self, shipper: &ClickShipper) {
+        if let Some((batch, events)) = &self.unsent {
+            if let Err(e) = shipper.ship(batch).await {
+                self.metrics.click_flush_failures.inc();
+                tracing::warn!(error = %e, "cannot ship clicks to the stream; will retry");
+                return;
+            }
+            self.metrics.clicks_shipped.inc_by(*events);
+            self.unsent = None;
+        }
+        if self.pending.is_empty() {
+            return;
+        }
+        let batch = shipper.batch(self.deltas());
+        let events = std::mem::take(&mut self.pending_events);
+        self.pending.clear();
+        let started = std::time::Instant::now();
+        match shipper.ship(&batch).await {
+            Ok(()) => {
+                self.metrics.click_flushes.inc();
+                self.metrics.clicks_shipped.inc_by(events);
+                self.metrics.click_flush_events.observe(events as f64);
+                self.metrics
+                    .click_flush_seconds
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            Err(e) => {
+                self.metrics.click_flush_failures.inc();
+                tracing::warn!(error = %e, events, "cannot ship clicks to the stream; will retry");
+                self.unsent = Some((batch, events));
+            }
+        }
     }
 
     fn fold(&mut self, event: ClickEvent) {
@@ -143,19 +244,13 @@ impl Aggregator {
     }
 
     async fn flush(&mut self) {
+        if let Some(shipper) = self.shipper.clone() {
+            return self.ship(&shipper).await;
+        }
         if self.pending.is_empty() {
             return;
         }
-        let deltas: Vec<ClickDelta> = self
-            .pending
-            .iter()
-            .map(|((code, day), &(human, bot))| ClickDelta {
-                code: code.to_string(),
-                day: *day,
-                human,
-                bot,
-            })
-            .collect();
+        let deltas = self.deltas();
         let started = std::time::Instant::now();
         match self.store.apply_clicks(&deltas).await {
             Ok(()) => {

@@ -14,6 +14,7 @@ mod http;
 mod metrics;
 mod migrate;
 mod ratelimit;
+mod scaleout;
 mod server;
 pub mod store;
 mod token;

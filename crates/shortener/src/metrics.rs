@@ -26,6 +26,7 @@ pub(crate) struct Metrics {
     pub cache_negative_hit: Counter,
     pub cache_miss: Counter,
     pub store_link_reads: Counter,
+    pub l2_hit: Counter,
     pub cache_entries: Gauge,
     pub cache_bytes: Gauge,
     creates: Family<Outcome, Counter>,
@@ -37,6 +38,10 @@ pub(crate) struct Metrics {
     pub click_flush_seconds: Histogram,
     pub click_flush_events: Histogram,
     pub click_queue_depth: Gauge,
+    pub click_batches_applied: Counter,
+    pub click_batches_replayed: Counter,
+    pub clicks_shipped: Counter,
+    pub redis_up: Gauge,
 }
 
 impl Default for Metrics {
@@ -58,7 +63,7 @@ impl Metrics {
         let lookups = Family::<Outcome, Counter>::default();
         registry.register(
             "cache_lookups",
-            "L1 cache lookups of the redirect path: hit, negative_hit (known unknown), miss (store read)",
+            "Cache lookups of the redirect path: L1 hit, negative_hit (known unknown), miss; l2_hit counts L1 misses answered by the shared Redis cache",
             lookups.clone(),
         );
         let lookup = |o| lookups.get_or_create(&Outcome { outcome: o }).clone();
@@ -78,6 +83,7 @@ impl Metrics {
             cache_negative_hit: lookup("negative_hit"),
             cache_miss: lookup("miss"),
             store_link_reads: Counter::default(),
+            l2_hit: lookup("l2_hit"),
             cache_entries: Gauge::default(),
             cache_bytes: Gauge::default(),
             creates,
@@ -89,6 +95,10 @@ impl Metrics {
             click_flush_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             click_flush_events: Histogram::new(exponential_buckets(1.0, 4.0, 10)),
             click_queue_depth: Gauge::default(),
+            click_batches_applied: Counter::default(),
+            click_batches_replayed: Counter::default(),
+            clicks_shipped: Counter::default(),
+            redis_up: Gauge::default(),
             registry,
         };
         metrics.register_rest()
@@ -115,6 +125,26 @@ impl Metrics {
             "cache_weight_bytes",
             "Estimated memory held by the L1 link cache",
             self.cache_bytes.clone(),
+        );
+        r.register(
+            "click_batches_applied",
+            "Click batches from the Redis stream applied to the store (scale-out mode)",
+            self.click_batches_applied.clone(),
+        );
+        r.register(
+            "click_batches_replayed",
+            "Click batches delivered again and ignored because already applied (scale-out mode)",
+            self.click_batches_replayed.clone(),
+        );
+        r.register(
+            "click_events_shipped",
+            "Click events shipped to the Redis stream (scale-out mode)",
+            self.clicks_shipped.clone(),
+        );
+        r.register(
+            "redis_up",
+            "1 while Redis answers, 0 while this instance runs on its local fallbacks (scale-out mode)",
+            self.redis_up.clone(),
         );
         r.register(
             "generated_code_skips",

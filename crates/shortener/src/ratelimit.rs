@@ -1,5 +1,7 @@
-//! Per-client limits on link creation (GCRA, in process).
+//! Per-client limits on link creation (GCRA): in process, or shared by every instance
+//! through Redis in the scale-out mode, with the local limiter as its fallback.
 
+use crate::scaleout::ratelimit::SharedLimits;
 use governor::clock::Clock;
 use governor::middleware::StateInformationMiddleware;
 use governor::{DefaultKeyedRateLimiter, Quota};
@@ -37,6 +39,7 @@ pub(crate) struct CreateLimits {
     anon_per_hour: u32,
     user: Limiter<String>,
     user_per_hour: u32,
+    shared: Option<SharedLimits>,
 }
 
 impl CreateLimits {
@@ -46,11 +49,37 @@ impl CreateLimits {
             anon_per_hour: anon_per_hour.get(),
             user: DefaultKeyedRateLimiter::keyed(Quota::per_hour(user_per_hour)).with_middleware(),
             user_per_hour: user_per_hour.get(),
+            shared: None,
+        }
+    }
+
+    /// Budgets kept in Redis, shared with every instance; the local ones serve while Redis
+    /// does not answer.
+    pub(crate) fn shared(self, shared: SharedLimits) -> Self {
+        Self {
+            shared: Some(shared),
+            ..self
         }
     }
 
     /// Takes one creation from the creator's budget, or says how long to wait.
-    pub(crate) fn check(&self, creator: Creator<'_>) -> Result<Budget, Refused> {
+    pub(crate) async fn check(&self, creator: Creator<'_>) -> Result<Budget, Refused> {
+        if let Some(shared) = &self.shared {
+            let (bucket, per_hour) = match creator {
+                Creator::Anonymous(ip) => (format!("anon:{ip}"), self.anon_per_hour),
+                Creator::User(user) => (format!("user:{user}"), self.user_per_hour),
+            };
+            match shared.check(&bucket, per_hour).await {
+                Ok(verdict) => return verdict,
+                Err(e) => {
+                    tracing::debug!(error = %e, "shared create limit unavailable; limiting locally")
+                }
+            }
+        }
+        self.check_local(creator)
+    }
+
+    fn check_local(&self, creator: Creator<'_>) -> Result<Budget, Refused> {
         match creator {
             Creator::Anonymous(ip) => check(&self.anon, &ip, self.anon_per_hour),
             Creator::User(user) => check(&self.user, &user.to_owned(), self.user_per_hour),
@@ -91,10 +120,15 @@ mod tests {
         let limits = CreateLimits::new(NonZeroU32::new(3).unwrap(), NonZeroU32::new(10).unwrap());
         let ip = IpAddr::from([10, 0, 0, 1]);
         let remaining: Vec<u32> = (0..3)
-            .map(|_| limits.check(Creator::Anonymous(ip)).unwrap().remaining)
+            .map(|_| {
+                limits
+                    .check_local(Creator::Anonymous(ip))
+                    .unwrap()
+                    .remaining
+            })
             .collect();
         assert_eq!(remaining, [2, 1, 0]);
-        let refused = limits.check(Creator::Anonymous(ip)).unwrap_err();
+        let refused = limits.check_local(Creator::Anonymous(ip)).unwrap_err();
         assert_eq!(refused.limit, 3);
         // One cell of a 3-per-hour bucket comes back after 20 minutes.
         assert!(refused.retry_after > Duration::from_secs(19 * 60));
@@ -102,9 +136,15 @@ mod tests {
         // Another address and a user have budgets of their own.
         assert!(
             limits
-                .check(Creator::Anonymous(IpAddr::from([10, 0, 0, 2])))
+                .check_local(Creator::Anonymous(IpAddr::from([10, 0, 0, 2])))
                 .is_ok()
         );
-        assert_eq!(limits.check(Creator::User("alice")).unwrap().remaining, 9);
+        assert_eq!(
+            limits
+                .check_local(Creator::User("alice"))
+                .unwrap()
+                .remaining,
+            9
+        );
     }
 }

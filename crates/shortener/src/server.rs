@@ -56,6 +56,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let (stop_clicks, stop_rx) = watch::channel(false);
     let (recorder, aggregator) = clicks::start(
         store.clone(),
+        None,
         metrics.clone(),
         config.click_queue,
         config.click_flush,
@@ -63,6 +64,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     );
     let cache = LinkCache::new(
         store.clone(),
+        None,
         metrics.clone(),
         CacheSettings {
             max_bytes: config.cache_mb * 1024 * 1024,

@@ -8,7 +8,9 @@ use common::pg::TestDb;
 use shortener::store::postgres::{CURRENT_VERSION, OpenError, PgStore};
 use shortener_core::day::Day;
 use shortener_core::link::Link;
-use shortener_core::store::{ClickDelta, ClickSink, InsertOutcome, LinkStore, StoreError};
+use shortener_core::store::{
+    ClickBatch, ClickDelta, ClickSink, InsertOutcome, LinkStore, StoreError,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -182,6 +184,73 @@ async fn click_batches_applied_concurrently_count_exactly() {
             .collect();
         got_days.sort_unstable();
         assert_eq!(got_days, want_days, "{code}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn click_batches_delivered_to_several_aggregators_at_once_count_once() {
+    let db = TestDb::migrated().await;
+    let stores = pools(&db).await;
+    let codes = ["one", "two", "three"];
+    for code in codes {
+        stores[0]
+            .insert_link(&link(code, "https://example.com/"))
+            .await
+            .unwrap();
+    }
+    // 120 batches, each of 1..=3 clicks on one code; every aggregator gets all of them, in
+    // chunks and orders of its own (a redelivered stream, consumers that overlap).
+    let batches: Vec<ClickBatch> = (0..120u64)
+        .map(|i| ClickBatch {
+            id: format!("stream-{i}"),
+            deltas: vec![ClickDelta {
+                code: codes[(i % 3) as usize].to_owned(),
+                day: Day::from_number(20_000 + (i % 2) as i32),
+                human: i % 3 + 1,
+                bot: i % 2,
+            }],
+        })
+        .collect();
+    let batches = Arc::new(batches);
+    let mut tasks = Vec::new();
+    for w in 0..8usize {
+        let (store, batches) = (stores[w % POOLS].clone(), batches.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut order: Vec<&ClickBatch> = batches.iter().collect();
+            order.rotate_left(w * 15);
+            if w % 2 == 1 {
+                order.reverse();
+            }
+            let mut fresh = 0;
+            for chunk in order.chunks(7 + w) {
+                let chunk: Vec<ClickBatch> = chunk.iter().map(|b| (*b).clone()).collect();
+                fresh += store.apply_click_batches(&chunk).await.unwrap();
+            }
+            fresh
+        }));
+    }
+    let mut fresh = 0;
+    for t in tasks {
+        fresh += t.await.unwrap();
+    }
+    assert_eq!(fresh, 120, "every batch is new exactly once");
+    for (k, code) in codes.iter().enumerate() {
+        let (human, bot) = batches
+            .iter()
+            .filter(|b| b.deltas[0].code == *code)
+            .fold((0, 0), |(h, b), batch| {
+                (h + batch.deltas[0].human, b + batch.deltas[0].bot)
+            });
+        let got = stores[k % POOLS].get_link(code).await.unwrap().unwrap();
+        assert_eq!((got.clicks, got.bot_clicks), (human, bot), "{code}");
+        let days: u64 = stores[0]
+            .daily_clicks(code, Day::from_number(0))
+            .await
+            .unwrap()
+            .iter()
+            .map(|d| d.human)
+            .sum();
+        assert_eq!(days, human, "{code}");
     }
 }
 

@@ -9,7 +9,9 @@ use shortener::store::Store;
 use shortener::store::sqlite::SqliteStore;
 use shortener_core::day::Day;
 use shortener_core::link::Link;
-use shortener_core::store::{ClickDelta, DailyCount, InsertOutcome, StoreError, TokenRecord};
+use shortener_core::store::{
+    ClickBatch, ClickDelta, DailyCount, InsertOutcome, StoreError, TokenRecord,
+};
 use shortener_core::token::{Principal, TokenHash};
 
 fn link(code: &str, long_url: &str) -> Link {
@@ -129,6 +131,34 @@ async fn contract(store: &dyn Store) {
     assert_eq!(store.get_link("ghost").await.unwrap(), None);
     let full_after = store.get_link("full-fields").await.unwrap().unwrap();
     assert_eq!((full_after.clicks, full_after.bot_clicks), (4, 4));
+
+    // Batches with ids count once, however often they come, in one call or several.
+    let batch = |id: &str, human: u64| ClickBatch {
+        id: id.to_owned(),
+        deltas: vec![delta("batched", 20_001, human, 1)],
+    };
+    store
+        .insert_link(&link("batched", "https://example.com/batched"))
+        .await
+        .unwrap();
+    assert_eq!(store.apply_click_batches(&[]).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .apply_click_batches(&[batch("a-1", 5), batch("a-2", 7)])
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        store
+            .apply_click_batches(&[batch("a-2", 7), batch("b-1", 100), batch("b-1", 100)])
+            .await
+            .unwrap(),
+        1
+    );
+    let batched = store.get_link("batched").await.unwrap().unwrap();
+    assert_eq!((batched.clicks, batched.bot_clicks), (112, 3));
+    assert_eq!(days(store, "batched", 0).await, vec![(20_001, 112, 3)]);
 
     // Pruning forgets old days, never totals.
     assert_eq!(

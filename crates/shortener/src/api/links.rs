@@ -144,8 +144,8 @@ async fn create_inner(
     let ip = client_ip(app, peer, headers);
     let budget = match &who {
         Some(Principal { admin: true, .. }) => None,
-        Some(p) => Some(app.limits.check(Creator::User(&p.user))),
-        None => Some(app.limits.check(Creator::Anonymous(ip))),
+        Some(p) => Some(app.limits.check(Creator::User(&p.user)).await),
+        None => Some(app.limits.check(Creator::Anonymous(ip)).await),
     }
     .transpose()
     .map_err(|refused| ApiError::rate_limited(refused.retry_after.as_secs().max(1)))?;
@@ -205,7 +205,7 @@ async fn create_inner(
                 .await?
         }
     };
-    app.cache.invalidate(&link.code).await;
+    app.cache.written(&link).await;
     tracing::info!(
         code = %link.code, owner = link.owner.as_deref().unwrap_or("-"), ip = %ip,
         "link created"
@@ -329,8 +329,13 @@ pub(super) async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let who = required_principal(&app, &headers).await?;
     let link = visible_link(&app, &code, &who).await?;
-    app.store.disable_link(&link.code, crate::now()).await?;
-    app.cache.invalidate(&link.code).await;
-    tracing::info!(code = %link.code, by = %who.user, "link disabled");
+    let now = crate::now();
+    app.store.disable_link(&link.code, now).await?;
+    let disabled = Link {
+        disabled_at: Some(link.disabled_at.unwrap_or(now)),
+        ..link
+    };
+    app.cache.written(&disabled).await;
+    tracing::info!(code = %disabled.code, by = %who.user, "link disabled");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -81,7 +81,8 @@ async fn lookup(app: &App, request: &Parts) -> Response<Full<Bytes>> {
         app.metrics.redirect_not_found.inc();
         return fixed(StatusCode::NOT_FOUND, NOT_FOUND_BODY);
     }
-    let link = match app.cache.get(code).await {
+    let now = crate::now();
+    let link = match app.cache.get(code, now).await {
         Ok(Some(link)) => link,
         Ok(None) => {
             app.metrics.redirect_not_found.inc();
@@ -96,7 +97,6 @@ async fn lookup(app: &App, request: &Parts) -> Response<Full<Bytes>> {
         app.metrics.redirect_gone.inc();
         return fixed(StatusCode::GONE, GONE_BODY);
     }
-    let now = crate::now();
     if now >= link.expires_at {
         app.metrics.redirect_not_found.inc();
         return fixed(StatusCode::NOT_FOUND, EXPIRED_BODY);

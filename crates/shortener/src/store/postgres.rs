@@ -11,14 +11,16 @@ mod schema;
 use async_trait::async_trait;
 use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
+    Transaction,
 };
 use shortener_core::day::{Day, UnixSeconds};
 use shortener_core::link::Link;
 use shortener_core::store::{
-    ClickDelta, ClickSink, DailyCount, InsertOutcome, LinkStore, StoreError, TokenRecord,
+    ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome, LinkStore, StoreError,
+    TokenRecord,
 };
 use shortener_core::token::{Principal, TokenHash};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::ops::Range;
 use std::str::FromStr;
@@ -278,11 +280,14 @@ impl PgStore {
     }
 }
 
-async fn apply_clicks_once(
-    client: &mut Object,
-    batch: &ClickBatch,
+/// Adds clicks to the links' totals and daily rows, inside the caller's transaction.
+async fn add_clicks(
+    tx: &Transaction<'_>,
+    clicks: &ClickColumns,
 ) -> Result<(), tokio_postgres::Error> {
-    let tx = client.transaction().await?;
+    if clicks.codes.is_empty() {
+        return Ok(());
+    }
     // Lock the links in code order first: two batches over overlapping codes then queue on
     // their first common row instead of deadlocking on each other's.
     let lock = tx
@@ -290,7 +295,7 @@ async fn apply_clicks_once(
             "SELECT code FROM links WHERE code = ANY($1::TEXT[]) ORDER BY code FOR UPDATE",
         )
         .await?;
-    tx.query(&lock, &[&batch.codes]).await?;
+    tx.query(&lock, &[&clicks.codes]).await?;
     let totals = tx
         .prepare_cached(
             "UPDATE links AS l SET clicks = l.clicks + t.clicks, \
@@ -299,8 +304,11 @@ async fn apply_clicks_once(
              WHERE l.code = t.code",
         )
         .await?;
-    tx.execute(&totals, &[&batch.codes, &batch.code_human, &batch.code_bot])
-        .await?;
+    tx.execute(
+        &totals,
+        &[&clicks.codes, &clicks.code_human, &clicks.code_bot],
+    )
+    .await?;
     // Unknown codes (deleted by hand, say) count nowhere: only days of existing links.
     let daily = tx
         .prepare_cached(
@@ -317,20 +325,65 @@ async fn apply_clicks_once(
     tx.execute(
         &daily,
         &[
-            &batch.day_codes,
-            &batch.days,
-            &batch.day_human,
-            &batch.day_bot,
+            &clicks.day_codes,
+            &clicks.days,
+            &clicks.day_human,
+            &clicks.day_bot,
         ],
     )
     .await?;
+    Ok(())
+}
+
+async fn apply_clicks_once(
+    client: &mut Object,
+    clicks: &ClickColumns,
+) -> Result<(), tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    add_clicks(&tx, clicks).await?;
     tx.commit().await
 }
 
-/// A click batch as column arrays: totals per code, counts per (code, day), each without
-/// duplicates (an upsert may not touch one row twice) and in key order.
+/// Marks the batches applied and adds the clicks of those that were not, in one transaction;
+/// returns how many were new. `batches` are distinct by id and in id order, so that racing
+/// callers claim ids in one order.
+async fn apply_batches_once(
+    client: &mut Object,
+    batches: &[&ClickBatch],
+    today: i32,
+) -> Result<usize, tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    let ids: Vec<&str> = batches.iter().map(|b| b.id.as_str()).collect();
+    // A batch id claimed by a concurrent transaction makes this one wait for its outcome:
+    // committed → not new here; rolled back → ours to apply.
+    let mark = tx
+        .prepare_cached(
+            "INSERT INTO applied_click_batches (id, day) \
+             SELECT id, $2 FROM unnest($1::TEXT[]) AS b (id) \
+             ON CONFLICT (id) DO NOTHING RETURNING id",
+        )
+        .await?;
+    let fresh: HashSet<String> = tx
+        .query(&mark, &[&ids, &today])
+        .await?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
+    let clicks = ClickColumns::new(
+        batches
+            .iter()
+            .filter(|b| fresh.contains(&b.id))
+            .flat_map(|b| &b.deltas),
+    );
+    add_clicks(&tx, &clicks).await?;
+    tx.commit().await?;
+    Ok(fresh.len())
+}
+
+/// Clicks as column arrays: totals per code, counts per (code, day), each without duplicates
+/// (an upsert may not touch one row twice) and in key order.
 #[derive(Debug, Default)]
-struct ClickBatch {
+struct ClickColumns {
     codes: Vec<String>,
     code_human: Vec<i64>,
     code_bot: Vec<i64>,
@@ -340,8 +393,8 @@ struct ClickBatch {
     day_bot: Vec<i64>,
 }
 
-impl ClickBatch {
-    fn new(deltas: &[ClickDelta]) -> Self {
+impl ClickColumns {
+    fn new<'a>(deltas: impl IntoIterator<Item = &'a ClickDelta>) -> Self {
         let mut per_day: BTreeMap<(&str, Day), (u64, u64)> = BTreeMap::new();
         for d in deltas {
             let entry = per_day.entry((d.code.as_str(), d.day)).or_default();
@@ -642,11 +695,11 @@ impl ClickSink for PgStore {
         if deltas.is_empty() {
             return Ok(());
         }
-        let batch = ClickBatch::new(deltas);
+        let clicks = ClickColumns::new(deltas);
         let mut client = self.client().await?;
         let mut attempt = 1;
         loop {
-            match apply_clicks_once(&mut client, &batch).await {
+            match apply_clicks_once(&mut client, &clicks).await {
                 Ok(()) => return Ok(()),
                 // The transaction rolled back whole, so trying again cannot count twice.
                 Err(e) if is_retryable(&e) && attempt < CLICK_ATTEMPTS => attempt += 1,
@@ -655,8 +708,37 @@ impl ClickSink for PgStore {
         }
     }
 
+    async fn apply_click_batches(&self, batches: &[ClickBatch]) -> Result<usize, StoreError> {
+        // The first of several batches with one id counts, as if they had come one by one.
+        let mut distinct: BTreeMap<&str, &ClickBatch> = BTreeMap::new();
+        for batch in batches {
+            distinct.entry(batch.id.as_str()).or_insert(batch);
+        }
+        if distinct.is_empty() {
+            return Ok(0);
+        }
+        let batches: Vec<&ClickBatch> = distinct.into_values().collect();
+        let today = Day::from_unix(crate::now()).number();
+        let mut client = self.client().await?;
+        let mut attempt = 1;
+        loop {
+            match apply_batches_once(&mut client, &batches, today).await {
+                Ok(fresh) => return Ok(fresh),
+                Err(e) if is_retryable(&e) && attempt < CLICK_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(classify(e)),
+            }
+        }
+    }
+
     async fn prune_clicks_before(&self, day: Day) -> Result<u64, StoreError> {
         let client = self.client().await?;
+        client
+            .execute(
+                "DELETE FROM applied_click_batches WHERE day < $1",
+                &[&day.number()],
+            )
+            .await
+            .map_err(classify)?;
         client
             .execute("DELETE FROM daily_clicks WHERE day < $1", &[&day.number()])
             .await

@@ -14,7 +14,8 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use shortener_core::day::{Day, UnixSeconds};
 use shortener_core::link::Link;
 use shortener_core::store::{
-    ClickDelta, ClickSink, DailyCount, InsertOutcome, LinkStore, StoreError, TokenRecord,
+    ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome, LinkStore, StoreError,
+    TokenRecord,
 };
 use shortener_core::token::{Principal, TokenHash};
 use std::ops::Range;
@@ -169,6 +170,29 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreErro
     }
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
+}
+
+/// Adds click deltas to daily rows and link totals (inside the caller's transaction).
+fn add_clicks(c: &Connection, mut deltas: Vec<ClickDelta>) -> rusqlite::Result<()> {
+    // In key order, consecutive updates land on the same or the next B-tree leaf: a batch
+    // over many codes reads each page once instead of once per code.
+    deltas.sort_unstable_by(|a, b| (&a.code, a.day).cmp(&(&b.code, b.day)));
+    let mut total = c.prepare_cached(
+        "UPDATE links SET clicks = clicks + ?2, bot_clicks = bot_clicks + ?3 WHERE code = ?1",
+    )?;
+    let mut daily = c.prepare_cached(
+        "INSERT INTO daily_clicks (code, day, clicks, bot_clicks) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (code, day) DO UPDATE SET \
+         clicks = clicks + excluded.clicks, bot_clicks = bot_clicks + excluded.bot_clicks",
+    )?;
+    for d in &deltas {
+        let (human, bot) = (to_i64(d.human), to_i64(d.bot));
+        // Unknown codes (deleted from the file by hand, say) count nowhere.
+        if total.execute(params![d.code, human, bot])? == 1 {
+            daily.execute(params![d.code, d.day.number(), human, bot])?;
+        }
+    }
+    Ok(())
 }
 
 fn write_loop(conn: Connection, rx: crossbeam_channel::Receiver<Box<dyn WriteOp>>) {
@@ -386,36 +410,95 @@ impl LinkStore for SqliteStore {
 #[async_trait]
 impl ClickSink for SqliteStore {
     async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError> {
-        let mut deltas = deltas.to_vec();
-        // In key order, consecutive updates land on the same or the next B-tree leaf: a batch
-        // over many codes reads each page once instead of once per code.
-        deltas.sort_unstable_by(|a, b| (&a.code, a.day).cmp(&(&b.code, b.day)));
+        let deltas = deltas.to_vec();
+        self.write(move |c| add_clicks(c, deltas)).await
+    }
+
+    async fn apply_click_batches(&self, batches: &[ClickBatch]) -> Result<usize, StoreError> {
+        let batches = batches.to_vec();
+        let today = Day::from_unix(crate::now()).number();
         self.write(move |c| {
-            let mut total = c.prepare_cached(
-                "UPDATE links SET clicks = clicks + ?2, bot_clicks = bot_clicks + ?3 WHERE code = ?1",
+            let mut mark = c.prepare_cached(
+                "INSERT INTO applied_click_batches (id, day) VALUES (?1, ?2) \
+                 ON CONFLICT (id) DO NOTHING",
             )?;
-            let mut daily = c.prepare_cached(
-                "INSERT INTO daily_clicks (code, day, clicks, bot_clicks) VALUES (?1, ?2, ?3, ?4) \
-                 ON CONFLICT (code, day) DO UPDATE SET \
-                 clicks = clicks + excluded.clicks, bot_clicks = bot_clicks + excluded.bot_clicks",
-            )?;
-            for d in &deltas {
-                let (human, bot) = (to_i64(d.human), to_i64(d.bot));
-                // Unknown codes (deleted from the file by hand, say) count nowhere.
-                if total.execute(params![d.code, human, bot])? == 1 {
-                    daily.execute(params![d.code, d.day.number(), human, bot])?;
+            let (mut fresh, mut deltas) = (0, Vec::new());
+            for batch in batches {
+                if mark.execute(params![batch.id, today])? == 1 {
+                    fresh += 1;
+                    deltas.extend(batch.deltas);
                 }
             }
-            Ok(())
+            add_clicks(c, deltas)?;
+            Ok(fresh)
         })
         .await
     }
 
     async fn prune_clicks_before(&self, day: Day) -> Result<u64, StoreError> {
         self.write(move |c| {
+            c.execute(
+                "DELETE FROM applied_click_batches WHERE day < ?1",
+                [day.number()],
+            )?;
             c.execute("DELETE FROM daily_clicks WHERE day < ?1", [day.number()])
                 .map(|n| n as u64)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(code: &str) -> Link {
+        Link {
+            code: code.to_owned(),
+            long_url: "https://example.com/".to_owned(),
+            owner: None,
+            custom_alias: true,
+            created_at: 0,
+            expires_at: i64::MAX,
+            disabled_at: None,
+            clicks: 0,
+            bot_clicks: 0,
+            created_ip: None,
+        }
+    }
+
+    fn batch(id: &str, code: &str, human: u64) -> ClickBatch {
+        ClickBatch {
+            id: id.to_owned(),
+            deltas: vec![ClickDelta {
+                code: code.to_owned(),
+                day: Day::from_unix(crate::now()),
+                human,
+                bot: 1,
+            }],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_click_batch_counts_once_however_often_it_is_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        store.insert_link(&link("promo")).await.unwrap();
+        let first = [batch("a-1", "promo", 5), batch("a-2", "promo", 7)];
+        assert_eq!(store.apply_click_batches(&first).await.unwrap(), 2);
+        // A replay of one, a new one, and the new one twice in the same call.
+        let again = [
+            batch("a-2", "promo", 7),
+            batch("b-1", "promo", 100),
+            batch("b-1", "promo", 100),
+        ];
+        assert_eq!(store.apply_click_batches(&again).await.unwrap(), 1);
+        let stored = store.get_link("promo").await.unwrap().unwrap();
+        assert_eq!((stored.clicks, stored.bot_clicks), (112, 3));
+        let daily = store
+            .daily_clicks("promo", Day::from_unix(crate::now()))
+            .await
+            .unwrap();
+        assert_eq!(daily.iter().map(|d| d.human).sum::<u64>(), 112);
     }
 }

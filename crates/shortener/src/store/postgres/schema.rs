@@ -54,6 +54,15 @@ const MIGRATIONS: &[&str] = &[
         created_at INT8 NOT NULL
     );
     ",
+    // v2: ids of click batches already applied (the scale-out click stream may deliver a
+    // batch twice; it must count once), as in the embedded store's v2.
+    "
+    CREATE TABLE applied_click_batches (
+        id  TEXT PRIMARY KEY,
+        day INT4 NOT NULL
+    );
+    CREATE INDEX applied_click_batches_day ON applied_click_batches (day);
+    ",
 ];
 
 /// Schema version this binary reads and writes.

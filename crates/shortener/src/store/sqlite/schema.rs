@@ -48,6 +48,15 @@ const MIGRATIONS: &[&str] = &[
         created_at INTEGER NOT NULL
     ) WITHOUT ROWID;
     ",
+    // v2: ids of click batches already applied (the scale-out click stream may deliver a
+    // batch twice; it must count once).
+    "
+    CREATE TABLE applied_click_batches (
+        id  TEXT PRIMARY KEY,
+        day INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX applied_click_batches_day ON applied_click_batches (day);
+    ",
 ];
 
 /// Schema version this binary writes.

@@ -1,0 +1,308 @@
+//! Clicks across instances: each instance ships its folded clicks as batches onto one Redis
+//! stream; aggregators (a consumer group: inside each instance, or `shortener aggregate`)
+//! apply them to the store.
+//!
+//! Exactly once, end to end: a batch carries an id chosen by its shipper, and the store
+//! records applied ids in the same transaction as the counts ([`ClickSink::apply_click_batches`]).
+//! So a send retried after a lost answer, an entry redelivered after an aggregator died
+//! between its commit and its `XACK`, or one claimed by another aggregator (`XAUTOCLAIM`)
+//! all count once. Acknowledged entries are deleted, so the stream holds only what is in
+//! flight.
+//!
+//! [`ClickSink::apply_click_batches`]: shortener_core::store::ClickSink::apply_click_batches
+
+use super::redis::{Redis, Unreachable};
+use crate::metrics::Metrics;
+use crate::store::Store;
+use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
+use shortener_core::day::Day;
+use shortener_core::store::{ClickBatch, ClickDelta};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::watch;
+
+const STREAM: &str = "shortener:clicks";
+const GROUP: &str = "aggregators";
+/// Entries read per round.
+const READ_COUNT: usize = 500;
+/// Blocking read; below the client's response timeout.
+const BLOCK_MS: u64 = 100;
+/// An entry delivered this long ago and still not acknowledged belongs to a dead (or very
+/// slow) aggregator and is taken over. Taking over a live one's entry is harmless: the
+/// batch id makes the second apply a no-op.
+const CLAIM_IDLE: Duration = Duration::from_secs(10);
+const CLAIM_EVERY: Duration = Duration::from_secs(2);
+const RETRY_AFTER: Duration = Duration::from_millis(200);
+
+/// The shipping side: one per instance.
+#[derive(Debug)]
+pub(crate) struct ClickShipper {
+    redis: Arc<Redis>,
+    instance: String,
+    sequence: AtomicU64,
+}
+
+impl ClickShipper {
+    pub(crate) fn new(redis: Arc<Redis>) -> Self {
+        Self {
+            redis,
+            instance: format!("{:032x}", rand::random::<u128>()),
+            sequence: AtomicU64::new(0),
+        }
+    }
+
+    /// Names a new batch; ids never repeat across processes.
+    pub(crate) fn batch(&self, deltas: Vec<ClickDelta>) -> ClickBatch {
+        let n = self.sequence.fetch_add(1, Ordering::Relaxed);
+        ClickBatch {
+            id: format!("{}-{n}", self.instance),
+            deltas,
+        }
+    }
+
+    /// Appends the batch to the stream.
+    pub(crate) async fn ship(&self, batch: &ClickBatch) -> Result<(), Unreachable> {
+        self.redis
+            .query::<String>(
+                redis::cmd("XADD")
+                    .arg(STREAM)
+                    .arg("*")
+                    .arg("id")
+                    .arg(&batch.id)
+                    .arg("d")
+                    .arg(encode(&batch.deltas)),
+            )
+            .await
+            .map(drop)
+    }
+}
+
+/// `code day human bot` per line; codes never contain spaces or newlines.
+fn encode(deltas: &[ClickDelta]) -> String {
+    let mut out = String::with_capacity(deltas.len() * 24);
+    for d in deltas {
+        use std::fmt::Write;
+        let _ = writeln!(out, "{} {} {} {}", d.code, d.day.number(), d.human, d.bot);
+    }
+    out
+}
+
+fn decode(text: &str) -> Option<Vec<ClickDelta>> {
+    text.lines()
+        .map(|line| {
+            let mut parts = line.split(' ');
+            let delta = ClickDelta {
+                code: parts.next()?.to_owned(),
+                day: Day::from_number(parts.next()?.parse().ok()?),
+                human: parts.next()?.parse().ok()?,
+                bot: parts.next()?.parse().ok()?,
+            };
+            parts.next().is_none().then_some(delta)
+        })
+        .collect()
+}
+
+fn to_batch(entry: &StreamId) -> Option<ClickBatch> {
+    let id: String = entry.get("id")?;
+    let deltas = decode(&entry.get::<String>("d")?)?;
+    Some(ClickBatch { id, deltas })
+}
+
+/// Runs one aggregator until `shutdown` changes: reads batches, applies them, acknowledges.
+pub(crate) async fn aggregate(
+    redis: Arc<Redis>,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+    consumer: String,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut aggregator = Aggregator {
+        redis,
+        store,
+        metrics,
+        consumer,
+        group_ready: false,
+        own_backlog: true,
+        last_claim: tokio::time::Instant::now(),
+    };
+    tracing::info!(consumer = %aggregator.consumer, "click aggregator running");
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let idle = match aggregator.round().await {
+            Ok(applied) => applied == 0,
+            Err(e) => {
+                tracing::warn!(error = %e, "click aggregation round failed; retrying");
+                aggregator.group_ready = false;
+                aggregator.own_backlog = true;
+                true
+            }
+        };
+        if idle {
+            // The blocking read already waited when the stream was empty; this only spaces
+            // out retries after errors and claim-only rounds.
+            tokio::select! {
+                _ = tokio::time::sleep(RETRY_AFTER) => {}
+                _ = shutdown.changed() => {}
+            }
+        }
+    }
+    tracing::info!("click aggregator stopped");
+}
+
+#[derive(Debug, thiserror::Error)]
+enum RoundError {
+    #[error(transparent)]
+    Redis(#[from] Unreachable),
+    #[error(transparent)]
+    Store(#[from] shortener_core::store::StoreError),
+}
+
+struct Aggregator {
+    redis: Arc<Redis>,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+    consumer: String,
+    group_ready: bool,
+    /// Entries delivered to this consumer name before (a restart) come first.
+    own_backlog: bool,
+    last_claim: tokio::time::Instant,
+}
+
+impl Aggregator {
+    async fn ensure_group(&mut self) -> Result<(), Unreachable> {
+        if self.group_ready {
+            return Ok(());
+        }
+        let created = self
+            .redis
+            .query::<String>(
+                redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(STREAM)
+                    .arg(GROUP)
+                    .arg("0")
+                    .arg("MKSTREAM"),
+            )
+            .await;
+        match created {
+            Ok(_) => {}
+            Err(Unreachable::Failed(e)) if e.code() == Some("BUSYGROUP") => {}
+            Err(e) => return Err(e),
+        }
+        self.group_ready = true;
+        Ok(())
+    }
+
+    /// One read, apply and acknowledge; returns how many entries were handled.
+    async fn round(&mut self) -> Result<usize, RoundError> {
+        self.ensure_group().await?;
+        let entries = if self.last_claim.elapsed() >= CLAIM_EVERY {
+            self.last_claim = tokio::time::Instant::now();
+            let claimed: StreamAutoClaimReply = self
+                .redis
+                .query(
+                    redis::cmd("XAUTOCLAIM")
+                        .arg(STREAM)
+                        .arg(GROUP)
+                        .arg(&self.consumer)
+                        .arg(CLAIM_IDLE.as_millis() as u64)
+                        .arg("0-0")
+                        .arg("COUNT")
+                        .arg(READ_COUNT),
+                )
+                .await?;
+            if !claimed.claimed.is_empty() {
+                tracing::info!(
+                    entries = claimed.claimed.len(),
+                    "took over click batches of an aggregator that stopped answering"
+                );
+            }
+            claimed.claimed
+        } else {
+            let mut read = redis::cmd("XREADGROUP");
+            read.arg("GROUP")
+                .arg(GROUP)
+                .arg(&self.consumer)
+                .arg("COUNT")
+                .arg(READ_COUNT);
+            if !self.own_backlog {
+                read.arg("BLOCK").arg(BLOCK_MS);
+            }
+            read.arg("STREAMS")
+                .arg(STREAM)
+                .arg(if self.own_backlog { "0" } else { ">" });
+            let reply: Option<StreamReadReply> = self.redis.query(&read).await?;
+            let entries: Vec<StreamId> = reply
+                .into_iter()
+                .flat_map(|r| r.keys)
+                .flat_map(|k| k.ids)
+                .collect();
+            if self.own_backlog && entries.is_empty() {
+                self.own_backlog = false;
+            }
+            entries
+        };
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        let batches: Vec<ClickBatch> = entries
+            .iter()
+            .filter_map(|entry| {
+                let batch = to_batch(entry);
+                if batch.is_none() {
+                    tracing::error!(entry = %entry.id, "unreadable click batch; discarding it");
+                }
+                batch
+            })
+            .collect();
+        let fresh = self.store.apply_click_batches(&batches).await?;
+        self.metrics.click_batches_applied.inc_by(fresh as u64);
+        self.metrics
+            .click_batches_replayed
+            .inc_by((batches.len() - fresh) as u64);
+        let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
+        let mut done = redis::pipe();
+        done.cmd("XACK")
+            .arg(STREAM)
+            .arg(GROUP)
+            .arg(&ids)
+            .ignore()
+            .cmd("XDEL")
+            .arg(STREAM)
+            .arg(&ids)
+            .ignore();
+        self.redis.pipeline::<()>(&done).await?;
+        Ok(entries.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas_survive_their_encoding_and_garbage_is_refused() {
+        let deltas = vec![
+            ClickDelta {
+                code: "abc1234".to_owned(),
+                day: Day::from_number(20_000),
+                human: 3,
+                bot: 0,
+            },
+            ClickDelta {
+                code: "spring-sale".to_owned(),
+                day: Day::from_number(20_001),
+                human: 0,
+                bot: 9,
+            },
+        ];
+        assert_eq!(decode(&encode(&deltas)), Some(deltas));
+        assert_eq!(decode(""), Some(vec![]));
+        assert_eq!(decode("abc 1 2"), None);
+        assert_eq!(decode("abc 1 2 3 4"), None);
+        assert_eq!(decode("abc x 2 3"), None);
+    }
+}

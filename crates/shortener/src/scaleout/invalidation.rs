@@ -1,0 +1,143 @@
+//! Telling every instance that a link changed: the writer updates the L2 entry and publishes
+//! the code on a pub/sub channel; every instance (the writer included) drops its L1 entry
+//! when the message arrives.
+//!
+//! An announcement that cannot reach Redis is kept and retried until it does, so that a
+//! Redis outage during a write cannot leave a stale L2 entry behind once Redis is back. A
+//! subscriber that lost its connection may have missed messages: after every (re)subscribe
+//! it drops its whole L1. L1 TTLs stay the last safety net.
+
+use super::l2::{Entry, L2};
+use super::redis::{Redis, Unreachable};
+use futures_util::StreamExt;
+use shortener_core::day::UnixSeconds;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+const CHANNEL: &str = "shortener:invalidate";
+/// Announcements kept for retry at most; past this, L1 TTLs are the safety net.
+const MAX_PENDING: usize = 100_000;
+const RETRY_EVERY: Duration = Duration::from_millis(500);
+const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(500);
+
+/// The writer side and the subscriber of invalidations.
+#[derive(Debug)]
+pub(crate) struct Invalidations {
+    redis: Arc<Redis>,
+    l2: Arc<L2>,
+    pending: std::sync::Mutex<HashMap<String, Entry>>,
+    subscribed: AtomicBool,
+}
+
+impl Invalidations {
+    pub(crate) fn new(redis: Arc<Redis>, l2: Arc<L2>) -> Self {
+        Self {
+            redis,
+            l2,
+            pending: std::sync::Mutex::default(),
+            subscribed: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether this instance currently hears other instances' writes.
+    pub(crate) fn is_subscribed(&self) -> bool {
+        self.subscribed.load(Ordering::Relaxed)
+    }
+
+    async fn try_announce(
+        &self,
+        code: &str,
+        entry: &Entry,
+        now: UnixSeconds,
+    ) -> Result<(), Unreachable> {
+        self.l2.fill(code, entry, now).await?;
+        self.redis
+            .query::<i64>(redis::cmd("PUBLISH").arg(CHANNEL).arg(code))
+            .await
+            .map(drop)
+    }
+
+    /// Called after a write to `code` committed; `entry` is the link's new state.
+    pub(crate) async fn announce(&self, code: &str, entry: Entry, now: UnixSeconds) {
+        if let Err(e) = self.try_announce(code, &entry, now).await {
+            tracing::warn!(code, error = %e, "cannot announce a link change yet; will retry");
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if pending.len() < MAX_PENDING || pending.contains_key(code) {
+                pending.insert(code.to_owned(), entry);
+            } else {
+                tracing::error!(
+                    code,
+                    "too many unannounced link changes; other instances rely on their cache TTL"
+                );
+            }
+        }
+    }
+
+    /// Announcements waiting for Redis.
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Retries failed announcements until they go through. Runs forever.
+    pub(crate) async fn retry_forever(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(RETRY_EVERY);
+        loop {
+            tick.tick().await;
+            let batch: Vec<(String, Entry)> = {
+                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                pending.drain().collect()
+            };
+            let mut failed = Vec::new();
+            let now = crate::now();
+            for (code, entry) in batch {
+                if failed.is_empty() {
+                    if self.try_announce(&code, &entry, now).await.is_ok() {
+                        continue;
+                    }
+                }
+                failed.push((code, entry));
+            }
+            if !failed.is_empty() {
+                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                for (code, entry) in failed {
+                    // A newer write to the same code, queued meanwhile, wins.
+                    pending.entry(code).or_insert(entry);
+                }
+            }
+        }
+    }
+
+    /// Listens for changes and calls `drop_one` for each code, `drop_all` after every
+    /// (re)subscribe. Runs forever, reconnecting as needed.
+    pub(crate) async fn listen_forever(
+        self: Arc<Self>,
+        drop_one: impl Fn(&str),
+        drop_all: impl Fn(),
+    ) {
+        loop {
+            match self.redis.pubsub().await {
+                Ok(mut pubsub) => match pubsub.subscribe(CHANNEL).await {
+                    Ok(()) => {
+                        self.subscribed.store(true, Ordering::Relaxed);
+                        drop_all();
+                        tracing::info!("listening for link changes of other instances");
+                        let mut messages = pubsub.on_message();
+                        while let Some(message) = messages.next().await {
+                            match message.get_payload::<String>() {
+                                Ok(code) => drop_one(&code),
+                                Err(e) => tracing::warn!(error = %e, "unreadable invalidation"),
+                            }
+                        }
+                        self.subscribed.store(false, Ordering::Relaxed);
+                        tracing::warn!("lost the invalidation channel; resubscribing");
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot subscribe to invalidations"),
+                },
+                Err(e) => tracing::debug!(error = %e, "cannot connect the invalidation subscriber"),
+            }
+            tokio::time::sleep(RESUBSCRIBE_AFTER).await;
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! The shared parts against real Redis servers (standalone and a three-master Cluster)
+//! started for each test.
+
+use super::clickstream::{ClickShipper, aggregate};
+use super::l2::{Entry, L2};
+use super::ratelimit::SharedLimits;
+use super::redis::{Redis, RedisTarget, Unreachable};
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::store::sqlite::SqliteStore;
+use shortener_core::day::Day;
+use shortener_core::link::Link;
+use shortener_core::store::ClickDelta;
+use std::sync::Arc;
+use std::time::Duration;
+use testkit::{RedisCluster, RedisServer};
+
+async fn connect(url: &str) -> Arc<Redis> {
+    Arc::new(
+        Redis::connect(&RedisTarget::parse(url).unwrap())
+            .await
+            .unwrap(),
+    )
+}
+
+fn live(url: &str) -> Entry {
+    Entry::Link {
+        long_url: url.to_owned(),
+        expires_at: i64::MAX,
+        disabled: false,
+    }
+}
+
+#[test]
+fn redis_targets_parse_or_say_why_not() {
+    assert_eq!(
+        RedisTarget::parse("redis://127.0.0.1:6379").unwrap(),
+        RedisTarget::Standalone("redis://127.0.0.1:6379".to_owned())
+    );
+    assert_eq!(
+        RedisTarget::parse("redis+cluster://127.0.0.1:7001,127.0.0.1:7002").unwrap(),
+        RedisTarget::Cluster(vec![
+            "redis://127.0.0.1:7001".to_owned(),
+            "redis://127.0.0.1:7002".to_owned()
+        ])
+    );
+    assert!(matches!(
+        RedisTarget::parse("redis://a:1,redis://b:2").unwrap(),
+        RedisTarget::Cluster(nodes) if nodes.len() == 2
+    ));
+    for bad in ["http://127.0.0.1:6379", "localhost", "redis+cluster://", ""] {
+        let e = RedisTarget::parse(bad).unwrap_err().to_string();
+        assert!(e.starts_with("invalid --redis"), "{bad}: {e}");
+    }
+}
+
+async fn l2_never_lets_an_older_read_replace_a_later_write(redis: Arc<Redis>) {
+    let l2 = L2::new(redis, Duration::from_secs(3600), Duration::from_secs(60));
+    let now = crate::now();
+    let disabled = Entry::Link {
+        long_url: "https://example.com/".to_owned(),
+        expires_at: i64::MAX,
+        disabled: true,
+    };
+    // The writer's create lands, then a reader's fill of what it saw before the create.
+    l2.fill("abc", &live("https://example.com/"), now)
+        .await
+        .unwrap();
+    l2.fill("abc", &Entry::Unknown, now).await.unwrap();
+    assert_eq!(l2.get("abc").await, Some(live("https://example.com/")));
+    // The delete lands; a reader's stale live fill afterwards changes nothing.
+    l2.fill("abc", &disabled, now).await.unwrap();
+    l2.fill("abc", &live("https://example.com/"), now)
+        .await
+        .unwrap();
+    assert_eq!(l2.get("abc").await, Some(disabled));
+    // Unknown codes are remembered as such; a later create replaces that.
+    l2.fill("new", &Entry::Unknown, now).await.unwrap();
+    assert_eq!(l2.get("new").await, Some(Entry::Unknown));
+    l2.fill("new", &live("https://example.org/"), now)
+        .await
+        .unwrap();
+    assert_eq!(l2.get("new").await, Some(live("https://example.org/")));
+    assert_eq!(l2.get("never").await, None);
+}
+
+async fn instances_share_one_create_budget(a: Arc<Redis>, b: Arc<Redis>) {
+    let limits = [
+        Arc::new(SharedLimits::new(a)),
+        Arc::new(SharedLimits::new(b)),
+    ];
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let limits = limits[i % 2].clone();
+            tokio::spawn(async move { limits.check("anon:10.0.0.1", 10).await.unwrap() })
+        })
+        .collect();
+    let mut allowed = 0;
+    let mut remaining = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(budget) => {
+                allowed += 1;
+                remaining.push(budget.remaining);
+            }
+            Err(refused) => {
+                // One cell of ten per hour comes back within six minutes.
+                assert!(refused.retry_after <= Duration::from_secs(360));
+                assert!(refused.retry_after > Duration::from_secs(300));
+            }
+        }
+    }
+    assert_eq!(allowed, 10, "exactly the budget, across both instances");
+    remaining.sort_unstable();
+    assert_eq!(remaining, (0..10).collect::<Vec<u32>>());
+    // Another client has a budget of its own.
+    assert!(limits[0].check("anon:10.0.0.2", 10).await.unwrap().is_ok());
+}
+
+fn link(code: &str) -> Link {
+    Link {
+        code: code.to_owned(),
+        long_url: "https://example.com/".to_owned(),
+        owner: None,
+        custom_alias: true,
+        created_at: 0,
+        expires_at: i64::MAX,
+        disabled_at: None,
+        clicks: 0,
+        bot_clicks: 0,
+        created_ip: None,
+    }
+}
+
+async fn every_shipped_click_counts_once(redis: Arc<Redis>, other: Arc<Redis>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).unwrap());
+    store.insert_link(&link("promo")).await.unwrap();
+    let today = Day::from_unix(crate::now());
+    let shippers = [
+        ClickShipper::new(redis.clone()),
+        ClickShipper::new(other.clone()),
+    ];
+    let mut expected = 0;
+    for round in 0..50u64 {
+        let shipper = &shippers[(round % 2) as usize];
+        let batch = shipper.batch(vec![ClickDelta {
+            code: "promo".to_owned(),
+            day: today,
+            human: round + 1,
+            bot: 1,
+        }]);
+        shipper.ship(&batch).await.unwrap();
+        // A send whose answer was lost is sent again: still one batch.
+        if round % 10 == 0 {
+            shipper.ship(&batch).await.unwrap();
+        }
+        expected += round + 1;
+    }
+    // Two aggregators share the stream.
+    let metrics = Arc::new(Metrics::new());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let aggregators = [
+        tokio::spawn(aggregate(
+            redis.clone(),
+            store.clone(),
+            metrics.clone(),
+            "one".into(),
+            stopped.clone(),
+        )),
+        tokio::spawn(aggregate(
+            other,
+            store.clone(),
+            metrics.clone(),
+            "two".into(),
+            stopped,
+        )),
+    ];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let stored = store.get_link("promo").await.unwrap().unwrap();
+        if stored.bot_clicks == 50 {
+            assert_eq!(stored.clicks, expected);
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "clicks never arrived: {stored:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.send(true).unwrap();
+    for a in aggregators {
+        a.await.unwrap();
+    }
+    assert_eq!(metrics.click_batches_applied.get(), 50);
+    assert_eq!(metrics.click_batches_replayed.get(), 5);
+    // Acknowledged entries are gone from the stream.
+    let left: i64 = redis
+        .query(redis::cmd("XLEN").arg("shortener:clicks"))
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standalone_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start(dir.path()).unwrap();
+    let (a, b) = (connect(&server.url()).await, connect(&server.url()).await);
+    l2_never_lets_an_older_read_replace_a_later_write(a.clone()).await;
+    instances_share_one_create_budget(a.clone(), b.clone()).await;
+    every_shipped_click_counts_once(a, b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::start(dir.path()).unwrap();
+    let (a, b) = (connect(&cluster.url()).await, connect(&cluster.url()).await);
+    l2_never_lets_an_older_read_replace_a_later_write(a.clone()).await;
+    instances_share_one_create_budget(a.clone(), b.clone()).await;
+    every_shipped_click_counts_once(a, b).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_fails_fast_then_is_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = RedisServer::start(dir.path()).unwrap();
+    let redis = connect(&server.url()).await;
+    assert!(redis.is_up());
+    server.stop();
+    let first = redis.query::<String>(&redis::cmd("PING")).await;
+    assert!(first.is_err());
+    assert!(!redis.is_up());
+    // While the breaker is open, callers do not wait for a timeout.
+    assert!(matches!(
+        redis.query::<String>(&redis::cmd("PING")).await,
+        Err(Unreachable::BreakerOpen)
+    ));
+    server.restart().unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while redis.query::<String>(&redis::cmd("PING")).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "never reconnected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(redis.is_up());
+}
