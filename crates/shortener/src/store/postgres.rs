@@ -265,11 +265,6 @@ impl PgStore {
         }
     }
 
-    /// Where this store points, without the password.
-    pub fn target(&self) -> &str {
-        &self.target
-    }
-
     async fn client(&self) -> Result<Object, StoreError> {
         // Every way of not getting a connection (refused, timed out, pool closed) means the
         // database is out of reach: the API answers 503, and a later call tries again.
