@@ -219,11 +219,11 @@ impl LinkCache {
 
     /// What L2 (in the scale-out mode) or else the store says of `code`.
     async fn load(&self, code: &str, now: UnixSeconds) -> Result<l2::Entry, StoreError> {
-        if let Some(shared) = &self.shared {
-            if let Some(entry) = shared.l2.get(code).await {
-                self.metrics.l2_hit.inc();
-                return Ok(entry);
-            }
+        if let Some(shared) = &self.shared
+            && let Some(entry) = shared.l2.get(code).await
+        {
+            self.metrics.l2_hit.inc();
+            return Ok(entry);
         }
         self.metrics.store_link_reads.inc();
         let entry = l2::Entry::of(self.store.get_link(code).await?.as_ref());

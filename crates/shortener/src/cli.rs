@@ -1,4 +1,5 @@
-//! Command line: `shortener serve`, `shortener migrate` and `shortener token create`.
+//! Command line: `shortener serve`, `shortener aggregate`, `shortener migrate` and
+//! `shortener token create`.
 
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -16,6 +17,8 @@ pub struct Cli {
 pub enum Command {
     /// Serve the HTTP API and the redirects.
     Serve(ServeArgs),
+    /// Apply clicks from the Redis click stream to the store, without serving (scale-out).
+    Aggregate(AggregateArgs),
     /// Create or update the store's schema (PostgreSQL; the embedded store does it on open).
     Migrate(MigrateArgs),
     /// Manage API tokens.
@@ -46,6 +49,11 @@ pub struct StoreArgs {
     /// Connections to PostgreSQL per process [default: 16].
     #[arg(long, env = "SHORTENER_DATABASE_POOL_SIZE", value_name = "N")]
     pub database_pool_size: Option<usize>,
+    /// Redis shared by every instance (scale-out): L2 link cache, invalidations, create
+    /// limits and the click stream. `redis://host:port`, or for a Cluster
+    /// `redis+cluster://host:port,host:port` or a comma-separated list of redis:// nodes.
+    #[arg(long, env = "SHORTENER_REDIS", value_name = "URL")]
+    pub redis: Option<String>,
 }
 
 /// Flags of `serve`. Each is optional here: unset flags fall back to the environment
@@ -106,6 +114,20 @@ pub struct ServeArgs {
     /// Longest wait before buffered clicks are written, in milliseconds [default: 1000].
     #[arg(long, env = "SHORTENER_CLICK_FLUSH_MS", value_name = "MS")]
     pub click_flush_ms: Option<u64>,
+    /// With --redis: do not apply the click stream in this process (run `shortener
+    /// aggregate` somewhere instead).
+    #[arg(long, env = "SHORTENER_NO_AGGREGATOR", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub no_aggregator: Option<bool>,
+}
+
+#[derive(Debug, Args)]
+pub struct AggregateArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Name of this aggregator in the Redis consumer group; a restarted aggregator with the
+    /// same name resumes its unacknowledged batches at once [default: aggregate-<hostname>].
+    #[arg(long, env = "SHORTENER_CONSUMER", value_name = "NAME")]
+    pub consumer: Option<String>,
 }
 
 #[derive(Debug, Args)]

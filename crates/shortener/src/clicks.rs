@@ -48,7 +48,8 @@ impl ClickRecorder {
     }
 }
 
-/// Events folded per batch before a write is forced, whatever the timer says.
+/// Events folded per batch before a write is forced, whatever the timer says (or fewer: at
+/// most the queue's capacity, so that `--click-queue` bounds what a failing target keeps).
 const MAX_PENDING_EVENTS: u64 = 50_000;
 /// How often the aggregator empties the queue. Polling (rather than a wake-up per event)
 /// keeps the redirect's cost at one lock-free push.
@@ -77,6 +78,7 @@ pub(crate) fn start(
         pending: HashMap::new(),
         pending_events: 0,
         unsent: None,
+        max_backlog: MAX_PENDING_EVENTS.min(capacity as u64).max(1),
         pruned_through: None,
     };
     let handle = tokio::spawn(aggregator.run(queue, interval, shutdown));
@@ -93,6 +95,7 @@ struct Aggregator {
     pending_events: u64,
     /// A shipped batch whose send failed, and its events: resent as is.
     unsent: Option<(ClickBatch, u64)>,
+    max_backlog: u64,
     pruned_through: Option<Day>,
 }
 
@@ -112,10 +115,10 @@ impl Aggregator {
                 // Any change (or the sender going away) means stop.
                 _ = shutdown.changed() => break,
             }
-            while self.backlog() < MAX_PENDING_EVENTS {
+            while self.backlog() < self.max_backlog {
                 let Some(event) = queue.pop() else { break };
                 self.fold(event);
-                if self.backlog() >= MAX_PENDING_EVENTS {
+                if self.backlog() >= self.max_backlog {
                     // Still full after this means the target is failing: the rest waits in
                     // the queue (and past its capacity, is dropped and counted).
                     self.flush().await;

@@ -1,7 +1,8 @@
 //! The service's configuration: one typed struct resolved from flags, environment, a TOML
 //! file and defaults, in that order of precedence.
 
-use crate::cli::{ServeArgs, StoreArgs};
+use crate::cli::{AggregateArgs, ServeArgs, StoreArgs};
+use crate::scaleout::redis::RedisTarget;
 use crate::store::postgres::{DEFAULT_POOL_SIZE, DatabaseUrl};
 use anyhow::{Context, bail};
 use serde::Deserialize;
@@ -31,6 +32,58 @@ pub struct ServeConfig {
     pub drop_bot_clicks: bool,
     pub click_queue: usize,
     pub click_flush: Duration,
+    /// Set: the scale-out mode's shared parts live there.
+    pub(crate) redis: Option<RedisTarget>,
+    /// With `redis`: whether this process applies the click stream.
+    pub aggregator: bool,
+}
+
+/// Everything `aggregate` needs, validated.
+#[derive(Debug, Clone)]
+pub struct AggregateConfig {
+    pub store: StoreConfig,
+    pub(crate) redis: RedisTarget,
+    pub consumer: String,
+}
+
+impl AggregateConfig {
+    pub fn resolve(args: AggregateArgs) -> anyhow::Result<Self> {
+        let file = read_file(args.store.config.as_deref())?;
+        let Some(redis) = redis_target(&args.store, &file)? else {
+            bail!("aggregate needs --redis (or SHORTENER_REDIS, or `redis` in the config file)");
+        };
+        let consumer = match args.consumer {
+            Some(name) if name.trim().is_empty() || name.contains(char::is_whitespace) => {
+                bail!("--consumer must be a non-empty name without spaces")
+            }
+            Some(name) => name,
+            None => format!("aggregate-{}", hostname()),
+        };
+        Ok(Self {
+            store: StoreConfig::from_layers(&args.store, &file)?,
+            redis,
+            consumer,
+        })
+    }
+}
+
+pub(crate) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// `--redis` over the file; an empty value means unset.
+fn redis_target(args: &StoreArgs, file: &FileConfig) -> anyhow::Result<Option<RedisTarget>> {
+    args.redis
+        .as_deref()
+        .or(file.redis.as_deref())
+        .filter(|url| !url.is_empty())
+        .map(RedisTarget::parse)
+        .transpose()
+        .map_err(Into::into)
 }
 
 /// Where the links live: `--database` chooses PostgreSQL, otherwise the embedded store.
@@ -100,6 +153,7 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     database: Option<String>,
     database_pool_size: Option<usize>,
+    redis: Option<String>,
     base_url: Option<String>,
     no_anonymous: Option<bool>,
     anon_creates_per_hour: Option<u32>,
@@ -115,6 +169,7 @@ struct FileConfig {
     drop_bot_clicks: Option<bool>,
     click_queue: Option<usize>,
     click_flush_ms: Option<u64>,
+    no_aggregator: Option<bool>,
 }
 
 fn read_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
@@ -145,6 +200,7 @@ impl ServeConfig {
     /// Resolves the flags (which already include the environment) over the file and defaults.
     pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
         let file = read_file(args.store.config.as_deref())?;
+        let redis = redis_target(&args.store, &file)?;
         let config = Self {
             listen: args
                 .listen
@@ -191,6 +247,8 @@ impl ServeConfig {
             click_flush: Duration::from_millis(
                 args.click_flush_ms.or(file.click_flush_ms).unwrap_or(1000),
             ),
+            redis,
+            aggregator: !args.no_aggregator.or(file.no_aggregator).unwrap_or(false),
         };
         config.validate()?;
         Ok(config)

@@ -25,6 +25,9 @@ use shortener_core::day::UnixSeconds;
 pub async fn run(cli: cli::Cli) -> anyhow::Result<()> {
     match cli.command {
         cli::Command::Serve(args) => server::serve(config::ServeConfig::resolve(args)?).await,
+        cli::Command::Aggregate(args) => {
+            server::aggregate(config::AggregateConfig::resolve(args)?).await
+        }
         cli::Command::Migrate(args) => migrate::run(args).await,
         cli::Command::Token(cli::TokenCommand::Create(args)) => token::create(args).await,
     }

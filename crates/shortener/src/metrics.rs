@@ -42,6 +42,7 @@ pub(crate) struct Metrics {
     pub click_batches_replayed: Counter,
     pub clicks_shipped: Counter,
     pub redis_up: Gauge,
+    pub unannounced_changes: Gauge,
 }
 
 impl Default for Metrics {
@@ -99,6 +100,7 @@ impl Metrics {
             click_batches_replayed: Counter::default(),
             clicks_shipped: Counter::default(),
             redis_up: Gauge::default(),
+            unannounced_changes: Gauge::default(),
             registry,
         };
         metrics.register_rest()
@@ -145,6 +147,11 @@ impl Metrics {
             "redis_up",
             "1 while Redis answers, 0 while this instance runs on its local fallbacks (scale-out mode)",
             self.redis_up.clone(),
+        );
+        r.register(
+            "unannounced_link_changes",
+            "Link changes not yet announced to other instances because Redis did not answer (retried)",
+            self.unannounced_changes.clone(),
         );
         r.register(
             "generated_code_skips",

@@ -4,11 +4,14 @@ use crate::allocator::CodeAllocator;
 use crate::api::{App, router};
 use crate::blocklist::{self, PolicyCell};
 use crate::bots::BotDetector;
-use crate::cache::{CacheSettings, LinkCache};
+use crate::cache::{CacheSettings, LinkCache, SharedLayer};
 use crate::clicks;
-use crate::config::ServeConfig;
+use crate::config::{self, AggregateConfig, ServeConfig};
 use crate::metrics::Metrics;
 use crate::ratelimit::CreateLimits;
+use crate::scaleout::Scaleout;
+use crate::scaleout::clickstream;
+use crate::scaleout::ratelimit::SharedLimits;
 use anyhow::Context;
 use axum::http::HeaderValue;
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
@@ -27,6 +30,10 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         None => Blocklist::default(),
     };
     let store = crate::store::open(&config.store).await?;
+    let scaleout = match &config.redis {
+        Some(target) => Some(Scaleout::connect(target, config.negative_cache_ttl).await?),
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -54,9 +61,9 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
 
     let metrics = Arc::new(Metrics::new());
     let (stop_clicks, stop_rx) = watch::channel(false);
-    let (recorder, aggregator) = clicks::start(
+    let (recorder, click_writer) = clicks::start(
         store.clone(),
-        None,
+        scaleout.as_ref().map(|s| s.shipper.clone()),
         metrics.clone(),
         config.click_queue,
         config.click_flush,
@@ -64,7 +71,10 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     );
     let cache = LinkCache::new(
         store.clone(),
-        None,
+        scaleout.as_ref().map(|s| SharedLayer {
+            l2: s.l2.clone(),
+            invalidations: s.invalidations.clone(),
+        }),
         metrics.clone(),
         CacheSettings {
             max_bytes: config.cache_mb * 1024 * 1024,
@@ -76,6 +86,10 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         Some(ttl) => format!("public, max-age={ttl}"),
         None => format!("private, max-age={}", config.redirect_max_age),
     };
+    let mut limits = CreateLimits::new(config.anon_creates_per_hour, config.user_creates_per_hour);
+    if let Some(scaleout) = &scaleout {
+        limits = limits.shared(SharedLimits::new(scaleout.redis.clone()));
+    }
     let app = Arc::new(App {
         allocator: CodeAllocator::new(store.clone(), config.id_block_size).await?,
         store,
@@ -83,14 +97,41 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         bots: BotDetector::default(),
         drop_bot_clicks: config.drop_bot_clicks,
         clicks: recorder,
-        limits: CreateLimits::new(config.anon_creates_per_hour, config.user_creates_per_hour),
+        limits,
         policy,
         metrics,
         base_url,
         no_anonymous: config.no_anonymous,
         trust_forwarded_for: config.trust_forwarded_for,
         cache_control: HeaderValue::from_str(&cache_control).context("invalid Cache-Control")?,
+        scaleout: scaleout.clone(),
     });
+    let (stop_stream, stream_stopped) = watch::channel(false);
+    let mut background = Vec::new();
+    let mut stream_aggregator = None;
+    if let Some(scaleout) = &scaleout {
+        let listener = scaleout.invalidations.clone().listen_forever(
+            {
+                let app = app.clone();
+                move |code: &str| app.cache.invalidate(code)
+            },
+            {
+                let app = app.clone();
+                move || app.cache.invalidate_all()
+            },
+        );
+        background.push(tokio::spawn(listener));
+        background.push(tokio::spawn(scaleout.invalidations.clone().retry_forever()));
+        if config.aggregator {
+            stream_aggregator = Some(tokio::spawn(clickstream::aggregate(
+                scaleout.redis.clone(),
+                app.store.clone(),
+                app.metrics.clone(),
+                format!("serve-{}-{}", config::hostname(), std::process::id()),
+                stream_stopped,
+            )));
+        }
+    }
 
     let sweeper = {
         let app = app.clone();
@@ -113,8 +154,37 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     sweeper.abort();
     tracing::info!("stopped accepting requests; flushing clicks");
     let _ = stop_clicks.send(true);
-    aggregator.await.context("the click aggregator panicked")?;
+    click_writer.await.context("the click writer panicked")?;
+    // After the last shipment, so that a lone instance applies its own last clicks.
+    let _ = stop_stream.send(true);
+    if let Some(aggregator) = stream_aggregator {
+        aggregator.await.context("the click aggregator panicked")?;
+    }
+    for task in background {
+        task.abort();
+    }
     tracing::info!("shut down cleanly");
+    Ok(())
+}
+
+/// `shortener aggregate`: applies the click stream until a signal.
+pub(crate) async fn aggregate(config: AggregateConfig) -> anyhow::Result<()> {
+    let store = crate::store::open(&config.store).await?;
+    let scaleout = Scaleout::connect(&config.redis, Duration::from_secs(60)).await?;
+    let (stop, stopped) = watch::channel(false);
+    let aggregator = tokio::spawn(clickstream::aggregate(
+        scaleout.redis.clone(),
+        store,
+        Arc::new(Metrics::new()),
+        config.consumer.clone(),
+        stopped,
+    ));
+    tracing::info!(consumer = %config.consumer, store = %config.store, redis = %config.redis, "aggregating clicks");
+    println!("aggregating as {}", config.consumer);
+    let _ = std::io::stdout().flush();
+    shutdown_signal().await;
+    let _ = stop.send(true);
+    aggregator.await.context("the click aggregator panicked")?;
     Ok(())
 }
 

@@ -45,6 +45,8 @@ pub(crate) struct App {
     pub trust_forwarded_for: bool,
     /// `Cache-Control` of redirects.
     pub cache_control: HeaderValue,
+    /// The shared parts, in the scale-out mode.
+    pub scaleout: Option<crate::scaleout::Scaleout>,
 }
 
 pub(crate) type AppState = Arc<App>;

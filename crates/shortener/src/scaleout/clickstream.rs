@@ -34,6 +34,8 @@ const BLOCK_MS: u64 = 100;
 const CLAIM_IDLE: Duration = Duration::from_secs(10);
 const CLAIM_EVERY: Duration = Duration::from_secs(2);
 const RETRY_AFTER: Duration = Duration::from_millis(200);
+/// How long a stopping aggregator keeps applying what is left.
+const DRAIN_AT_EXIT: Duration = Duration::from_secs(5);
 
 /// The shipping side: one per instance.
 #[derive(Debug)]
@@ -129,6 +131,7 @@ pub(crate) async fn aggregate(
     tracing::info!(consumer = %aggregator.consumer, "click aggregator running");
     loop {
         if *shutdown.borrow() {
+            aggregator.drain().await;
             break;
         }
         let idle = match aggregator.round().await {
@@ -172,6 +175,23 @@ struct Aggregator {
 }
 
 impl Aggregator {
+    /// At shutdown: applies what is already in the stream (this instance's last shipment
+    /// included), for a bounded time.
+    async fn drain(&mut self) {
+        let deadline = tokio::time::Instant::now() + DRAIN_AT_EXIT;
+        self.last_claim = tokio::time::Instant::now();
+        while tokio::time::Instant::now() < deadline {
+            match self.round().await {
+                Ok(0) if !self.own_backlog => return,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot drain the click stream at exit; other aggregators will");
+                    return;
+                }
+            }
+        }
+    }
+
     async fn ensure_group(&mut self) -> Result<(), Unreachable> {
         if self.group_ready {
             return Ok(());

@@ -92,10 +92,9 @@ impl Invalidations {
             let mut failed = Vec::new();
             let now = crate::now();
             for (code, entry) in batch {
-                if failed.is_empty() {
-                    if self.try_announce(&code, &entry, now).await.is_ok() {
-                        continue;
-                    }
+                // After one failure Redis is down: keep the rest for the next round.
+                if failed.is_empty() && self.try_announce(&code, &entry, now).await.is_ok() {
+                    continue;
                 }
                 failed.push((code, entry));
             }

@@ -11,5 +11,46 @@ pub(crate) mod l2;
 pub(crate) mod ratelimit;
 pub(crate) mod redis;
 
+use anyhow::Context;
+use clickstream::ClickShipper;
+use invalidation::Invalidations;
+use l2::L2;
+use redis::{Redis, RedisTarget};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long the L2 keeps a link (never past its expiry).
+const L2_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The shared parts of one instance.
+#[derive(Debug, Clone)]
+pub(crate) struct Scaleout {
+    pub(crate) redis: Arc<Redis>,
+    pub(crate) l2: Arc<L2>,
+    pub(crate) invalidations: Arc<Invalidations>,
+    pub(crate) shipper: Arc<ClickShipper>,
+}
+
+impl Scaleout {
+    /// Connects to Redis; fails (at start) when it does not answer.
+    pub(crate) async fn connect(
+        target: &RedisTarget,
+        negative_ttl: Duration,
+    ) -> anyhow::Result<Self> {
+        let redis = Arc::new(
+            Redis::connect(target)
+                .await
+                .with_context(|| format!("cannot reach Redis at {target}"))?,
+        );
+        let l2 = Arc::new(L2::new(redis.clone(), L2_TTL, negative_ttl));
+        Ok(Self {
+            invalidations: Arc::new(Invalidations::new(redis.clone(), l2.clone())),
+            shipper: Arc::new(ClickShipper::new(redis.clone())),
+            l2,
+            redis,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -24,6 +24,27 @@ pub(crate) enum RedisTarget {
     Cluster(Vec<String>),
 }
 
+impl std::fmt::Display for RedisTarget {
+    /// The nodes without credentials, for messages and logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hosts: Vec<String> = match self {
+            Self::Standalone(url) => vec![url.clone()],
+            Self::Cluster(nodes) => nodes.clone(),
+        }
+        .iter()
+        .map(|node| match url::Url::parse(node) {
+            Ok(u) => format!(
+                "{}:{}",
+                u.host_str().unwrap_or("?"),
+                u.port().unwrap_or(6379)
+            ),
+            Err(_) => "?".to_owned(),
+        })
+        .collect();
+        write!(f, "{}", hosts.join(","))
+    }
+}
+
 /// A `--redis` value that cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid --redis {value:?}: {reason}")]
@@ -232,6 +253,15 @@ impl Redis {
         let mut connection = self.connection()?;
         let result = invocation.invoke_async(&mut connection).await;
         self.judge(result)
+    }
+
+    /// Whether Redis answers a `PING` now (the breaker aside: this is the probe).
+    pub(crate) async fn ping(&self) -> bool {
+        let mut connection = self.connection.clone();
+        let result = redis::cmd("PING")
+            .query_async::<String>(&mut connection)
+            .await;
+        self.judge(result).is_ok()
     }
 
     /// A fresh connection for a subscriber.

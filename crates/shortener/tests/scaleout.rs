@@ -1,0 +1,366 @@
+//! The scale-out mode end to end: shortener processes and aggregators sharing one real
+//! PostgreSQL and one real Redis (standalone, or a three-master Cluster) started for the test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::pg::TestDb;
+use common::{BIN, Shortener, client, create, eventually, metric, today_utc, token_in};
+use futures_util::StreamExt;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tempfile::TempDir;
+use testkit::{Process, RedisCluster, RedisServer};
+
+/// `serve` on PostgreSQL and Redis.
+fn serve(dir: &TempDir, db: &TestDb, redis: &str, extra: &[&str]) -> Shortener {
+    let mut flags = vec![
+        "--database",
+        &db.url,
+        "--redis",
+        redis,
+        "--click-flush-ms",
+        "200",
+    ];
+    flags.extend_from_slice(extra);
+    Shortener::start(dir.path(), &flags)
+}
+
+fn aggregator(db: &TestDb, redis: &str, name: &str) -> Process {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "aggregate",
+        "--database",
+        &db.url,
+        "--redis",
+        redis,
+        "--consumer",
+        name,
+    ])
+    .env_remove("SHORTENER_DATABASE")
+    .env("SHORTENER_LOG", "warn");
+    let mut process = Process::spawn(name, cmd).unwrap();
+    process
+        .wait_for_line("aggregating as", Duration::from_secs(60))
+        .unwrap();
+    process
+}
+
+/// (people, bots) clicks: link totals, and today's daily rows, straight from PostgreSQL.
+async fn stored_clicks(db: &TestDb) -> ((i64, i64), (i64, i64)) {
+    let pg = db.client().await;
+    let totals = pg
+        .query_one(
+            "SELECT COALESCE(SUM(clicks), 0)::BIGINT, COALESCE(SUM(bot_clicks), 0)::BIGINT FROM links",
+            &[],
+        )
+        .await
+        .unwrap();
+    let daily = pg
+        .query_one(
+            "SELECT COALESCE(SUM(clicks), 0)::BIGINT, COALESCE(SUM(bot_clicks), 0)::BIGINT FROM daily_clicks",
+            &[],
+        )
+        .await
+        .unwrap();
+    ((totals.get(0), totals.get(1)), (daily.get(0), daily.get(1)))
+}
+
+/// Redirects `code` on `server`: `expect` is the status.
+async fn follow(c: &reqwest::Client, server: &Shortener, code: &str) -> StatusCode {
+    c.get(server.url(&format!("/{code}")))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_and_an_aggregator_count_exactly_and_see_each_others_writes() {
+    let db = TestDb::migrated().await;
+    let dir = TempDir::new().unwrap();
+    let redis = RedisServer::start(dir.path()).unwrap();
+    let admin = token_in(&["--database", &db.url], "ops", true);
+    let a = serve(&dir, &db, &redis.url(), &["--no-aggregator"]);
+    let b = serve(&dir, &db, &redis.url(), &["--no-aggregator"]);
+    let mut agg = aggregator(&db, &redis.url(), "agg-1");
+    let c = client();
+    let servers = [&a, &b];
+
+    // 10 000 creates split over both instances: every code distinct.
+    let codes: Vec<String> = futures_util::stream::iter(0..10_000)
+        .map(|i| {
+            let (c, admin, server) = (c.clone(), admin.clone(), servers[i % 2]);
+            async move {
+                let resp = create(
+                    &c,
+                    server,
+                    json!({"long_url": format!("https://example.com/{i}")}),
+                    Some(&admin),
+                )
+                .await;
+                assert_eq!(resp.status(), StatusCode::CREATED);
+                let body: Value = resp.json().await.unwrap();
+                body["short_code"].as_str().unwrap().to_owned()
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    assert_eq!(codes.iter().collect::<HashSet<_>>().len(), 10_000);
+
+    // Every link redirects on both (HEAD: counted as bots, apart from the people below).
+    futures_util::stream::iter(codes.iter().flat_map(|code| servers.map(|s| (s, code))))
+        .for_each_concurrent(32, |(server, code)| {
+            let c = c.clone();
+            async move {
+                let resp = c
+                    .head(server.url(&format!("/{code}")))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), StatusCode::FOUND, "{code}");
+            }
+        })
+        .await;
+
+    // 20 000 redirects by people spread over both; the aggregator is killed with -9 halfway
+    // and restarted under the same name.
+    let hot = &codes[..200];
+    let spread = |range: std::ops::Range<usize>| {
+        let c = c.clone();
+        futures_util::stream::iter(range).for_each_concurrent(32, move |i| {
+            let (c, code, server) = (c.clone(), &hot[i % hot.len()], servers[i % 2]);
+            async move { assert_eq!(follow(&c, server, code).await, StatusCode::FOUND) }
+        })
+    };
+    spread(0..10_000).await;
+    agg.kill();
+    spread(10_000..20_000).await;
+    let _agg = aggregator(&db, &redis.url(), "agg-1");
+    eventually("every click applied", || async {
+        stored_clicks(&db).await.0 == (20_000, 20_000)
+    })
+    .await;
+    let ((people, bots), (daily_people, daily_bots)) = stored_clicks(&db).await;
+    assert_eq!((people, bots), (20_000, 20_000));
+    assert_eq!(
+        (daily_people, daily_bots),
+        (20_000, 20_000),
+        "daily rows agree"
+    );
+    let pg = db.client().await;
+    let days: Vec<i32> = pg
+        .query("SELECT DISTINCT day FROM daily_clicks", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(days.len(), 1, "one UTC day");
+    let analytics: Value = c
+        .get(b.url(&format!("/api/v1/links/{}/analytics", hot[0])))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(analytics["total_clicks"], 100);
+    assert_eq!(analytics["bot_clicks"], 2);
+    assert_eq!(
+        analytics["daily_clicks"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["date"],
+        today_utc()
+    );
+
+    // A delete on A: B, which has the link in its cache, answers 410 within a second.
+    let victim = &codes[500];
+    assert_eq!(follow(&c, &b, victim).await, StatusCode::FOUND);
+    let resp = c
+        .delete(a.url(&format!("/api/v1/links/{victim}")))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    let deleted = Instant::now();
+    while follow(&c, &b, victim).await != StatusCode::GONE {
+        assert!(
+            deleted.elapsed() < Duration::from_secs(1),
+            "B still redirects after 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A create on B: A, which remembered the alias as unknown, redirects within a second.
+    assert_eq!(follow(&c, &a, "late-alias").await, StatusCode::NOT_FOUND);
+    let resp = create(
+        &c,
+        &b,
+        json!({"long_url": "https://example.com/late", "custom_alias": "late-alias"}),
+        Some(&admin),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let created = Instant::now();
+    while follow(&c, &a, "late-alias").await != StatusCode::FOUND {
+        assert!(
+            created.elapsed() < Duration::from_secs(1),
+            "A still says 404 after 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ready: Value = c
+        .get(a.url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["status"], "ready", "{ready}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_redis_an_instance_degrades_and_recovers() {
+    let db = TestDb::migrated().await;
+    let dir = TempDir::new().unwrap();
+    let mut redis = RedisServer::start(dir.path()).unwrap();
+    let admin = token_in(&["--database", &db.url], "ops", true);
+    let server = serve(&dir, &db, &redis.url(), &["--click-queue", "500"]);
+    let c = client();
+    for alias in ["cached", "cold"] {
+        let resp = create(
+            &c,
+            &server,
+            json!({"long_url": format!("https://example.com/{alias}"), "custom_alias": alias}),
+            Some(&admin),
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+    }
+    assert_eq!(follow(&c, &server, "cached").await, StatusCode::FOUND);
+    eventually("the click counted", || async {
+        stored_clicks(&db).await.0.0 == 1
+    })
+    .await;
+
+    redis.stop();
+    // Redirects: from L1, and from PostgreSQL for what L1 does not hold.
+    assert_eq!(follow(&c, &server, "cached").await, StatusCode::FOUND);
+    assert_eq!(follow(&c, &server, "cold").await, StatusCode::FOUND);
+    // Creates: with the local limiter.
+    let resp = create(
+        &c,
+        &server,
+        json!({"long_url": "https://example.com/while-down"}),
+        None,
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    assert!(resp.headers().contains_key("ratelimit-remaining"));
+    let ready: Value = c
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["status"], "degraded", "{ready}");
+    assert_eq!(ready["redis"], "unreachable");
+
+    // Clicks wait while Redis is away; past the queue, they are dropped and counted.
+    futures_util::stream::iter(0..3_000)
+        .for_each_concurrent(32, |_| {
+            let c = c.clone();
+            let server = &server;
+            async move { assert_eq!(follow(&c, server, "cached").await, StatusCode::FOUND) }
+        })
+        .await;
+    let dropped = metric(&c, &server, "shortener_click_events_dropped_total").await as i64;
+    assert!(dropped > 0, "a 500-event queue cannot hold 3 000 clicks");
+
+    redis.restart().unwrap();
+    eventually("ready again", || async {
+        let ready: Value = c
+            .get(server.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        ready["status"] == "ready"
+    })
+    .await;
+    // Everything not dropped arrives: 1 before the outage, 2 then 3 000 during it, less drops.
+    eventually("the buffered clicks applied", || async {
+        stored_clicks(&db).await.0.0 == 3_003 - dropped
+    })
+    .await;
+    assert_eq!(
+        stored_clicks(&db).await.0.0,
+        3_003 - dropped,
+        "exactly once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_redis_cluster_instances_share_links_limits_and_clicks() {
+    let db = TestDb::migrated().await;
+    let dir = TempDir::new().unwrap();
+    let cluster = RedisCluster::start(dir.path()).unwrap();
+    let limit = ["--anon-creates-per-hour", "5"];
+    let a = serve(&dir, &db, &cluster.url(), &limit);
+    let b = serve(&dir, &db, &cluster.url(), &limit);
+    let c = client();
+
+    // One budget of 5 anonymous creates per hour across both instances.
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let server = if i % 2 == 0 { &a } else { &b };
+        let resp = create(
+            &c,
+            server,
+            json!({"long_url": "https://example.com/x", "custom_alias": format!("cl-{i}")}),
+            None,
+        )
+        .await;
+        statuses.push(resp.status());
+    }
+    assert_eq!(&statuses[..5], [StatusCode::CREATED; 5]);
+    assert_eq!(statuses[5], StatusCode::TOO_MANY_REQUESTS);
+
+    for i in 0..1_000 {
+        let server = if i % 2 == 0 { &a } else { &b };
+        assert_eq!(
+            follow(&c, server, &format!("cl-{}", i % 5)).await,
+            StatusCode::FOUND
+        );
+    }
+    eventually("clicks applied by both instances' aggregators", || async {
+        stored_clicks(&db).await.0.0 == 1_000
+    })
+    .await;
+
+    let admin = token_in(&["--database", &db.url], "ops", true);
+    let resp = c
+        .delete(a.url("/api/v1/links/cl-0"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    eventually("B sees the delete", || async {
+        follow(&c, &b, "cl-0").await == StatusCode::GONE
+    })
+    .await;
+}
