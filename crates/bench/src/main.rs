@@ -6,9 +6,11 @@
 //! wrk load, several rounds, and prints requests/s, p50, p99 and the ratio shortener ÷ bare.
 //! Absolute numbers move with the machine's load; the ratio, measured in one run, is the figure.
 
+mod backend;
 mod wrk;
 
 use anyhow::{Context, bail};
+use backend::Backend;
 use clap::Parser;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -41,6 +43,13 @@ struct Args {
     /// Which redirect cases to run (1 hot, 2 Zipf, 3 unknown), e.g. `--cases 2`.
     #[arg(long, value_delimiter = ',', default_values_t = [1u8, 2, 3])]
     cases: Vec<u8>,
+    /// The scale-out mode: a fresh database on the PostgreSQL at `--postgres` and a Redis
+    /// started for the run, instead of the embedded store.
+    #[arg(long)]
+    scaleout: bool,
+    /// Admin URL of the PostgreSQL for `--scaleout` (a database is created and dropped).
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    postgres: String,
     /// Extra flags for `shortener serve`, to compare settings (e.g. `--drop-bot-clicks`).
     #[arg(long = "serve-arg", allow_hyphen_values = true, value_name = "FLAG")]
     serve_args: Vec<String>,
@@ -61,13 +70,18 @@ fn main() -> anyhow::Result<()> {
         .to_owned();
     let lua_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
     let work = tempfile::TempDir::new()?;
-    let data = work.path().join("data");
+    let backend = if args.scaleout {
+        Backend::scaleout(work.path(), &args.postgres, &bin_dir)?
+    } else {
+        Backend::embedded(work.path())
+    };
+    println!("store: {}", backend.name());
 
-    let token = admin_token(&bin_dir, &data)?;
+    let token = admin_token(&bin_dir, &backend)?;
     let mut shortener_cmd = Command::new(bin_dir.join("shortener"));
     shortener_cmd
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&data)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(backend.flags())
         .args(&args.serve_args)
         .env("SHORTENER_LOG", "warn");
     let mut shortener = Process::spawn("shortener", shortener_cmd)?;
@@ -101,9 +115,15 @@ fn main() -> anyhow::Result<()> {
         create_runs.push(run);
     }
 
-    let db = data.join("shortener.db");
-    fill(&wrk, &shortener_base, &creates_lua, &token, &db, args.links)?;
-    let codes = read_codes(&db)?;
+    fill(
+        &wrk,
+        &shortener_base,
+        &creates_lua,
+        &token,
+        &backend,
+        args.links,
+    )?;
+    let codes = backend.read_codes()?;
     println!(
         "store holds {} links; shortener RSS {:.1} MiB before any redirect",
         codes.len(),
@@ -276,17 +296,10 @@ fn listening(p: &mut Process) -> anyhow::Result<String> {
     Ok(line.trim_start_matches("listening on ").to_owned())
 }
 
-fn admin_token(bin_dir: &Path, data: &Path) -> anyhow::Result<String> {
+fn admin_token(bin_dir: &Path, backend: &Backend) -> anyhow::Result<String> {
     let out = Command::new(bin_dir.join("shortener"))
-        .args([
-            "token",
-            "create",
-            "--user",
-            "bench",
-            "--admin",
-            "--data-dir",
-        ])
-        .arg(data)
+        .args(["token", "create", "--user", "bench", "--admin"])
+        .args(backend.flags())
         .env("SHORTENER_LOG", "warn")
         .output()?;
     if !out.status.success() {
@@ -302,24 +315,18 @@ fn admin_token(bin_dir: &Path, data: &Path) -> anyhow::Result<String> {
         .context("token create printed nothing")
 }
 
-fn count_links(db: &Path) -> anyhow::Result<usize> {
-    let conn = rusqlite::Connection::open(db)?;
-    let n: i64 = conn.query_row("SELECT count(*) FROM links", [], |r| r.get(0))?;
-    Ok(usize::try_from(n)?)
-}
-
 /// Creates links through the API until the store holds `target`.
 fn fill(
     wrk: &Wrk,
     base: &str,
     lua: &Path,
     token: &str,
-    db: &Path,
+    backend: &Backend,
     target: usize,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     loop {
-        let have = count_links(db)?;
+        let have = backend.count_links()?;
         if have >= target {
             println!(
                 "filled to {have} links in {:.0} s",
@@ -334,15 +341,6 @@ fn fill(
         let run = bulk.run(&format!("{base}/"), Some(lua), &[("TOKEN", token)])?;
         println!("filling: {have} links, +{:.0}/s", run.ok_per_second());
     }
-}
-
-fn read_codes(db: &Path) -> anyhow::Result<Vec<String>> {
-    let conn = rusqlite::Connection::open(db)?;
-    let mut stmt = conn.prepare("SELECT code FROM links")?;
-    let codes = stmt
-        .query_map([], |r| r.get::<_, String>(0))?
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(codes)
 }
 
 /// Paths drawn from a Zipf distribution (s = 1.0) over all codes, ranks assigned at random.

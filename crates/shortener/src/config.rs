@@ -98,7 +98,10 @@ pub enum StoreConfig {
 impl StoreConfig {
     /// Resolves the store flags (which already include the environment) over the file.
     pub fn resolve(args: &StoreArgs) -> anyhow::Result<Self> {
-        Self::from_layers(args, &read_file(args.config.as_deref())?)
+        let file = read_file(args.config.as_deref())?;
+        // Every subcommand takes `--redis`; a wrong one is refused even where unused.
+        redis_target(args, &file)?;
+        Self::from_layers(args, &file)
     }
 
     fn from_layers(args: &StoreArgs, file: &FileConfig) -> anyhow::Result<Self> {

@@ -196,3 +196,55 @@ fn migrate_on_the_embedded_store_creates_it_and_says_so() {
     }
     assert!(data.join("shortener.db").exists());
 }
+
+#[test]
+fn a_bad_or_unreachable_redis_fails_with_one_line() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let line = one_line_failure(&run(
+        &[
+            "serve",
+            "--data-dir",
+            data,
+            "--redis",
+            "http://127.0.0.1:6379",
+        ],
+        &[],
+    ));
+    assert!(line.contains("invalid --redis"), "{line}");
+    let line = one_line_failure(&run(
+        &["serve", "--data-dir", data, "--listen", "127.0.0.1:0"],
+        &[("SHORTENER_REDIS", "redis+cluster://")],
+    ));
+    assert!(line.contains("invalid --redis"), "{line}");
+    // Nothing listens on port 1.
+    let line = one_line_failure(&run(
+        &[
+            "serve",
+            "--data-dir",
+            data,
+            "--listen",
+            "127.0.0.1:0",
+            "--redis",
+            "redis://127.0.0.1:1",
+        ],
+        &[],
+    ));
+    assert!(line.contains("cannot reach Redis at 127.0.0.1:1"), "{line}");
+    let line = one_line_failure(&run(&["aggregate", "--data-dir", data], &[]));
+    assert!(line.contains("aggregate needs --redis"), "{line}");
+    let line = one_line_failure(&run(
+        &[
+            "token",
+            "create",
+            "--user",
+            "x",
+            "--data-dir",
+            data,
+            "--redis",
+            "redis://",
+        ],
+        &[],
+    ));
+    assert!(line.contains("invalid --redis"), "{line}");
+}
