@@ -128,6 +128,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 app.store.clone(),
                 app.metrics.clone(),
                 format!("serve-{}-{}", config::hostname(), std::process::id()),
+                clickstream::CLAIM_IDLE,
                 stream_stopped,
             )));
         }
@@ -177,6 +178,7 @@ pub(crate) async fn aggregate(config: AggregateConfig) -> anyhow::Result<()> {
         store,
         Arc::new(Metrics::new()),
         config.consumer.clone(),
+        clickstream::CLAIM_IDLE,
         stopped,
     ));
     tracing::info!(consumer = %config.consumer, store = %config.store, redis = %config.redis, "aggregating clicks");

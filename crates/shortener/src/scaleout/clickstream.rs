@@ -31,7 +31,7 @@ const BLOCK_MS: u64 = 100;
 /// An entry delivered this long ago and still not acknowledged belongs to a dead (or very
 /// slow) aggregator and is taken over. Taking over a live one's entry is harmless: the
 /// batch id makes the second apply a no-op.
-const CLAIM_IDLE: Duration = Duration::from_secs(10);
+pub(crate) const CLAIM_IDLE: Duration = Duration::from_secs(10);
 const CLAIM_EVERY: Duration = Duration::from_secs(2);
 const RETRY_AFTER: Duration = Duration::from_millis(200);
 /// How long a stopping aggregator keeps applying what is left.
@@ -117,6 +117,7 @@ pub(crate) async fn aggregate(
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     consumer: String,
+    claim_idle: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut aggregator = Aggregator {
@@ -124,6 +125,7 @@ pub(crate) async fn aggregate(
         store,
         metrics,
         consumer,
+        claim_idle,
         group_ready: false,
         own_backlog: true,
         last_claim: tokio::time::Instant::now(),
@@ -168,6 +170,7 @@ struct Aggregator {
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     consumer: String,
+    claim_idle: Duration,
     group_ready: bool,
     /// Entries delivered to this consumer name before (a restart) come first.
     own_backlog: bool,
@@ -228,7 +231,7 @@ impl Aggregator {
                         .arg(STREAM)
                         .arg(GROUP)
                         .arg(&self.consumer)
-                        .arg(CLAIM_IDLE.as_millis() as u64)
+                        .arg(self.claim_idle.as_millis() as u64)
                         .arg("0-0")
                         .arg("COUNT")
                         .arg(READ_COUNT),

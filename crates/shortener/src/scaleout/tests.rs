@@ -1,7 +1,7 @@
 //! The shared parts against real Redis servers (standalone and a three-master Cluster)
 //! started for each test.
 
-use super::clickstream::{ClickShipper, aggregate};
+use super::clickstream::{CLAIM_IDLE, ClickShipper, aggregate};
 use super::l2::{Entry, L2};
 use super::ratelimit::SharedLimits;
 use super::redis::{Redis, RedisTarget, Unreachable};
@@ -166,6 +166,7 @@ async fn every_shipped_click_counts_once(redis: Arc<Redis>, other: Arc<Redis>) {
             store.clone(),
             metrics.clone(),
             "one".into(),
+            CLAIM_IDLE,
             stopped.clone(),
         )),
         tokio::spawn(aggregate(
@@ -173,6 +174,7 @@ async fn every_shipped_click_counts_once(redis: Arc<Redis>, other: Arc<Redis>) {
             store.clone(),
             metrics.clone(),
             "two".into(),
+            CLAIM_IDLE,
             stopped,
         )),
     ];
@@ -203,6 +205,68 @@ async fn every_shipped_click_counts_once(redis: Arc<Redis>, other: Arc<Redis>) {
     assert_eq!(left, 0);
 }
 
+async fn a_dead_aggregators_batches_are_taken_over(redis: Arc<Redis>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).unwrap());
+    store.insert_link(&link("orphan")).await.unwrap();
+    let shipper = ClickShipper::new(redis.clone());
+    for _ in 0..5 {
+        let batch = shipper.batch(vec![ClickDelta {
+            code: "orphan".to_owned(),
+            day: Day::from_unix(crate::now()),
+            human: 1,
+            bot: 0,
+        }]);
+        shipper.ship(&batch).await.unwrap();
+    }
+    // An aggregator reads them all, then dies before applying or acknowledging anything.
+    let _: redis::Value = redis
+        .query(
+            redis::cmd("XGROUP")
+                .arg("CREATE")
+                .arg("shortener:clicks")
+                .arg("aggregators")
+                .arg("0")
+                .arg("MKSTREAM"),
+        )
+        .await
+        .or_else(|e| match e {
+            Unreachable::Failed(e) if e.code() == Some("BUSYGROUP") => Ok(redis::Value::Nil),
+            e => Err(e),
+        })
+        .unwrap();
+    let _: redis::Value = redis
+        .query(
+            redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg("aggregators")
+                .arg("ghost")
+                .arg("STREAMS")
+                .arg("shortener:clicks")
+                .arg(">"),
+        )
+        .await
+        .unwrap();
+    // Another one, under another name, claims them once they have been idle long enough.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let live = tokio::spawn(aggregate(
+        redis.clone(),
+        store.clone(),
+        Arc::new(Metrics::new()),
+        "live".into(),
+        Duration::from_millis(100),
+        stopped,
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while store.get_link("orphan").await.unwrap().unwrap().clicks < 5 {
+        assert!(tokio::time::Instant::now() < deadline, "never taken over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.send(true).unwrap();
+    live.await.unwrap();
+    assert_eq!(store.get_link("orphan").await.unwrap().unwrap().clicks, 5);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standalone_redis() {
     let dir = tempfile::tempdir().unwrap();
@@ -210,7 +274,8 @@ async fn standalone_redis() {
     let (a, b) = (connect(&server.url()).await, connect(&server.url()).await);
     l2_never_lets_an_older_read_replace_a_later_write(a.clone()).await;
     instances_share_one_create_budget(a.clone(), b.clone()).await;
-    every_shipped_click_counts_once(a, b).await;
+    every_shipped_click_counts_once(a.clone(), b).await;
+    a_dead_aggregators_batches_are_taken_over(a).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
