@@ -228,10 +228,14 @@ impl LinkCache {
         self.metrics.store_link_reads.inc();
         let entry = l2::Entry::of(self.store.get_link(code).await?.as_ref());
         if let Some(shared) = &self.shared {
-            // Best effort: the script never lets this older read replace a later write.
-            if let Err(e) = shared.l2.fill(code, &entry, now).await {
-                tracing::debug!(error = %e, "cannot fill L2");
-            }
+            // Off the redirect's path, best effort: the script never lets this (possibly
+            // older) read replace a later write, whichever reaches Redis first.
+            let (l2, code, fill) = (shared.l2.clone(), code.to_owned(), entry.clone());
+            tokio::spawn(async move {
+                if let Err(e) = l2.fill(&code, &fill, now).await {
+                    tracing::debug!(error = %e, "cannot fill L2");
+                }
+            });
         }
         Ok(entry)
     }
@@ -253,6 +257,18 @@ impl LinkCache {
                 .invalidations
                 .announce(&link.code, l2::Entry::of(Some(link)), crate::now())
                 .await;
+            // A lookup here between the first invalidation and the L2 update may have
+            // cached L2's old state under the new generation.
+            self.invalidate(&link.code);
+        }
+    }
+
+    /// Called before a write that changes an existing link (a delete): in the scale-out
+    /// mode its L2 entry goes first, so a crash before [`Self::written`] cannot leave the
+    /// old state there for the L2 TTL.
+    pub(crate) async fn before_write(&self, code: &str) {
+        if let Some(shared) = &self.shared {
+            shared.invalidations.before_write(code).await;
         }
     }
 

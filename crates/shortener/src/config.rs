@@ -59,11 +59,24 @@ impl AggregateConfig {
             Some(name) => name,
             None => format!("aggregate-{}", hostname()),
         };
+        let store = StoreConfig::from_layers(&args.store, &file)?;
+        needs_database(&store)?;
         Ok(Self {
-            store: StoreConfig::from_layers(&args.store, &file)?,
+            store,
             redis,
             consumer,
         })
+    }
+}
+
+/// The scale-out mode shares one PostgreSQL: instances on separate embedded files would
+/// share L2 entries and click batches between unrelated stores.
+fn needs_database(store: &StoreConfig) -> anyhow::Result<()> {
+    match store {
+        StoreConfig::Postgres { .. } => Ok(()),
+        StoreConfig::Embedded { .. } => {
+            bail!("--redis needs --database: the scale-out mode shares one PostgreSQL database")
+        }
     }
 }
 
@@ -204,12 +217,16 @@ impl ServeConfig {
     pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
         let file = read_file(args.store.config.as_deref())?;
         let redis = redis_target(&args.store, &file)?;
+        let store = StoreConfig::from_layers(&args.store, &file)?;
+        if redis.is_some() {
+            needs_database(&store)?;
+        }
         let config = Self {
             listen: args
                 .listen
                 .or(file.listen)
                 .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8080))),
-            store: StoreConfig::from_layers(&args.store, &file)?,
+            store,
             base_url: args.base_url.or(file.base_url),
             no_anonymous: args.no_anonymous.or(file.no_anonymous).unwrap_or(false),
             anon_creates_per_hour: positive(

@@ -12,6 +12,7 @@ use crate::ratelimit::CreateLimits;
 use crate::scaleout::Scaleout;
 use crate::scaleout::clickstream;
 use crate::scaleout::ratelimit::SharedLimits;
+use crate::scaleout::redis::{self, Redis};
 use anyhow::Context;
 use axum::http::HeaderValue;
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
@@ -123,8 +124,11 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         background.push(tokio::spawn(listener));
         background.push(tokio::spawn(scaleout.invalidations.clone().retry_forever()));
         if config.aggregator {
+            let own = Redis::connect(&scaleout.target, redis::BACKGROUND_TIMEOUT)
+                .await
+                .with_context(|| format!("cannot reach Redis at {}", scaleout.target))?;
             stream_aggregator = Some(tokio::spawn(clickstream::aggregate(
-                scaleout.redis.clone(),
+                Arc::new(own),
                 app.store.clone(),
                 app.metrics.clone(),
                 format!("serve-{}-{}", config::hostname(), std::process::id()),
@@ -150,7 +154,13 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     println!("listening on http://{bound}");
     let _ = std::io::stdout().flush();
 
-    crate::http::serve(listener, app.clone(), router(app), shutdown_signal()).await;
+    crate::http::serve(
+        listener,
+        app.clone(),
+        router(app.clone()),
+        shutdown_signal(),
+    )
+    .await;
 
     sweeper.abort();
     tracing::info!("stopped accepting requests; flushing clicks");
@@ -164,6 +174,22 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     for task in background {
         task.abort();
     }
+    if let Some(scaleout) = &app.scaleout {
+        // Link changes other instances have not heard of yet: a last bounded try.
+        for _ in 0..5 {
+            if scaleout.invalidations.retry_pending().await == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let left = scaleout.invalidations.pending();
+        if left > 0 {
+            tracing::error!(
+                changes = left,
+                "exiting with link changes unannounced; other instances see them when their caches expire"
+            );
+        }
+    }
     tracing::info!("shut down cleanly");
     Ok(())
 }
@@ -171,10 +197,12 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
 /// `shortener aggregate`: applies the click stream until a signal.
 pub(crate) async fn aggregate(config: AggregateConfig) -> anyhow::Result<()> {
     let store = crate::store::open(&config.store).await?;
-    let scaleout = Scaleout::connect(&config.redis, Duration::from_secs(60)).await?;
+    let connection = Redis::connect(&config.redis, redis::BACKGROUND_TIMEOUT)
+        .await
+        .with_context(|| format!("cannot reach Redis at {}", config.redis))?;
     let (stop, stopped) = watch::channel(false);
     let aggregator = tokio::spawn(clickstream::aggregate(
-        scaleout.redis.clone(),
+        Arc::new(connection),
         store,
         Arc::new(Metrics::new()),
         config.consumer.clone(),

@@ -217,20 +217,29 @@ fn a_bad_or_unreachable_redis_fails_with_one_line() {
         &[("SHORTENER_REDIS", "redis+cluster://")],
     ));
     assert!(line.contains("invalid --redis"), "{line}");
-    // Nothing listens on port 1.
     let line = one_line_failure(&run(
         &[
             "serve",
             "--data-dir",
             data,
-            "--listen",
-            "127.0.0.1:0",
             "--redis",
-            "redis://127.0.0.1:1",
+            "redis://127.0.0.1:6379",
         ],
         &[],
     ));
-    assert!(line.contains("cannot reach Redis at 127.0.0.1:1"), "{line}");
+    assert!(line.contains("--redis needs --database"), "{line}");
+    let line = one_line_failure(&run(
+        &[
+            "serve",
+            "--redis",
+            "redis://user:hunter2@127.0.0.1:6379,http://x",
+        ],
+        &[],
+    ));
+    assert!(
+        !line.contains("hunter2"),
+        "credentials stay out of messages: {line}"
+    );
     let line = one_line_failure(&run(&["aggregate", "--data-dir", data], &[]));
     assert!(line.contains("aggregate needs --redis"), "{line}");
     let line = one_line_failure(&run(
@@ -247,4 +256,16 @@ fn a_bad_or_unreachable_redis_fails_with_one_line() {
         &[],
     ));
     assert!(line.contains("invalid --redis"), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_redis_fails_the_start_with_one_line() {
+    let db = common::pg::TestDb::migrated().await;
+    // Nothing listens on port 1.
+    for subcommand in [&["serve", "--listen", "127.0.0.1:0"][..], &["aggregate"]] {
+        let mut args = subcommand.to_vec();
+        args.extend(["--database", &db.url, "--redis", "redis://127.0.0.1:1"]);
+        let line = one_line_failure(&run(&args, &[]));
+        assert!(line.contains("cannot reach Redis at 127.0.0.1:1"), "{line}");
+    }
 }

@@ -235,6 +235,7 @@ async fn without_redis_an_instance_degrades_and_recovers() {
     let mut redis = RedisServer::start(dir.path()).unwrap();
     let admin = token_in(&["--database", &db.url], "ops", true);
     let server = serve(&dir, &db, &redis.url(), &["--click-queue", "500"]);
+    let other = serve(&dir, &db, &redis.url(), &["--no-aggregator"]);
     let c = client();
     for alias in ["cached", "cold"] {
         let resp = create(
@@ -247,8 +248,9 @@ async fn without_redis_an_instance_degrades_and_recovers() {
         assert_eq!(resp.status(), StatusCode::CREATED);
     }
     assert_eq!(follow(&c, &server, "cached").await, StatusCode::FOUND);
-    eventually("the click counted", || async {
-        stored_clicks(&db).await.0.0 == 1
+    assert_eq!(follow(&c, &other, "cached").await, StatusCode::FOUND);
+    eventually("the clicks counted", || async {
+        stored_clicks(&db).await.0.0 == 2
     })
     .await;
 
@@ -288,7 +290,25 @@ async fn without_redis_an_instance_degrades_and_recovers() {
     let dropped = metric(&c, &server, "shortener_click_events_dropped_total").await as i64;
     assert!(dropped > 0, "a 500-event queue cannot hold 3 000 clicks");
 
+    // A delete while Redis is away: the other instance cannot hear of it yet.
+    let resp = c
+        .delete(server.url("/api/v1/links/cached"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert_eq!(follow(&c, &server, "cached").await, StatusCode::GONE);
+
     redis.restart().unwrap();
+    // Once Redis is back, the delete is announced (or the other instance, resubscribing,
+    // drops its cache): it answers 410 too.
+    // (HEAD: polling must not add people's clicks.)
+    eventually("the other instance sees the delete", || async {
+        let resp = c.head(other.url("/cached")).send().await.unwrap();
+        resp.status() == StatusCode::GONE
+    })
+    .await;
     eventually("ready again", || async {
         let ready: Value = c
             .get(server.url("/readyz"))
@@ -301,14 +321,14 @@ async fn without_redis_an_instance_degrades_and_recovers() {
         ready["status"] == "ready"
     })
     .await;
-    // Everything not dropped arrives: 1 before the outage, 2 then 3 000 during it, less drops.
+    // Everything not dropped arrives: 2 before the outage, 2 then 3 000 during it, less drops.
     eventually("the buffered clicks applied", || async {
-        stored_clicks(&db).await.0.0 == 3_003 - dropped
+        stored_clicks(&db).await.0.0 == 3_004 - dropped
     })
     .await;
     assert_eq!(
         stored_clicks(&db).await.0.0,
-        3_003 - dropped,
+        3_004 - dropped,
         "exactly once"
     );
 }

@@ -330,6 +330,7 @@ pub(super) async fn delete(
     let who = required_principal(&app, &headers).await?;
     let link = visible_link(&app, &code, &who).await?;
     let now = crate::now();
+    app.cache.before_write(&link.code).await;
     app.store.disable_link(&link.code, now).await?;
     let disabled = Link {
         disabled_at: Some(link.disabled_at.unwrap_or(now)),

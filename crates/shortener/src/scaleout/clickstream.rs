@@ -112,6 +112,8 @@ fn to_batch(entry: &StreamId) -> Option<ClickBatch> {
 }
 
 /// Runs one aggregator until `shutdown` changes: reads batches, applies them, acknowledges.
+/// `redis` should be a connection of its own: the blocking read holds it for up to
+/// [`BLOCK_MS`], and a shared multiplexed connection would make every other command wait.
 pub(crate) async fn aggregate(
     redis: Arc<Redis>,
     store: Arc<dyn Store>,
@@ -136,18 +138,11 @@ pub(crate) async fn aggregate(
             aggregator.drain().await;
             break;
         }
-        let idle = match aggregator.round().await {
-            Ok(applied) => applied == 0,
-            Err(e) => {
-                tracing::warn!(error = %e, "click aggregation round failed; retrying");
-                aggregator.group_ready = false;
-                aggregator.own_backlog = true;
-                true
-            }
-        };
-        if idle {
-            // The blocking read already waited when the stream was empty; this only spaces
-            // out retries after errors and claim-only rounds.
+        if let Err(e) = aggregator.round().await {
+            tracing::warn!(error = %e, "click aggregation round failed; retrying");
+            aggregator.group_ready = false;
+            aggregator.own_backlog = true;
+            // Empty reads already wait in Redis (BLOCK); only failures are spaced out here.
             tokio::select! {
                 _ = tokio::time::sleep(RETRY_AFTER) => {}
                 _ = shutdown.changed() => {}
@@ -179,13 +174,14 @@ struct Aggregator {
 
 impl Aggregator {
     /// At shutdown: applies what is already in the stream (this instance's last shipment
-    /// included), for a bounded time.
+    /// included), for a bounded time: until a read of new entries comes back empty.
     async fn drain(&mut self) {
         let deadline = tokio::time::Instant::now() + DRAIN_AT_EXIT;
-        self.last_claim = tokio::time::Instant::now();
         while tokio::time::Instant::now() < deadline {
+            self.last_claim = tokio::time::Instant::now();
+            let reads_new = !self.own_backlog;
             match self.round().await {
-                Ok(0) if !self.own_backlog => return,
+                Ok(0) if reads_new => return,
                 Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot drain the click stream at exit; other aggregators will");

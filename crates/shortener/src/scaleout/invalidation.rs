@@ -21,6 +21,8 @@ const CHANNEL: &str = "shortener:invalidate";
 const MAX_PENDING: usize = 100_000;
 const RETRY_EVERY: Duration = Duration::from_millis(500);
 const RESUBSCRIBE_AFTER: Duration = Duration::from_millis(500);
+/// How often the subscriber checks that its connection still answers.
+const HEARTBEAT: Duration = Duration::from_secs(2);
 
 /// The writer side and the subscriber of invalidations.
 #[derive(Debug)]
@@ -52,11 +54,25 @@ impl Invalidations {
         entry: &Entry,
         now: UnixSeconds,
     ) -> Result<(), Unreachable> {
-        self.l2.fill(code, entry, now).await?;
+        if let Err(e) = self.l2.fill(code, entry, now).await {
+            // A refused script (out of memory under `noeviction`, say) must not silence the
+            // broadcast: drop the entry instead, which Redis still allows.
+            tracing::warn!(code, error = %e, "cannot fill L2 with a change; dropping the entry");
+            self.l2.forget(code).await?;
+        }
         self.redis
             .query::<i64>(redis::cmd("PUBLISH").arg(CHANNEL).arg(code))
             .await
             .map(drop)
+    }
+
+    /// Called before a write that makes a link's L2 entry wrong (a delete): if this process
+    /// dies between its commit and [`Self::announce`], readers find no entry and go to the
+    /// store, instead of the old state for the L2 TTL.
+    pub(crate) async fn before_write(&self, code: &str) {
+        if let Err(e) = self.l2.forget(code).await {
+            tracing::debug!(code, error = %e, "cannot drop the L2 entry before a write");
+        }
     }
 
     /// Called after a write to `code` committed; `entry` is the link's new state.
@@ -69,7 +85,7 @@ impl Invalidations {
             } else {
                 tracing::error!(
                     code,
-                    "too many unannounced link changes; other instances rely on their cache TTL"
+                    "too many unannounced link changes; this one reaches other instances only when their L1 and the L2 entry expire"
                 );
             }
         }
@@ -80,63 +96,88 @@ impl Invalidations {
         self.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
+    /// Tries every waiting announcement once; returns how many are still waiting.
+    pub(crate) async fn retry_pending(&self) -> usize {
+        let batch: Vec<(String, Entry)> = {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            pending.drain().collect()
+        };
+        let mut failed = Vec::new();
+        let now = crate::now();
+        for (code, entry) in batch {
+            // After one failure Redis is down: keep the rest for the next round.
+            if failed.is_empty() && self.try_announce(&code, &entry, now).await.is_ok() {
+                continue;
+            }
+            failed.push((code, entry));
+        }
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        for (code, entry) in failed {
+            // A newer write to the same code, queued meanwhile, wins.
+            pending.entry(code).or_insert(entry);
+        }
+        pending.len()
+    }
+
     /// Retries failed announcements until they go through. Runs forever.
     pub(crate) async fn retry_forever(self: Arc<Self>) {
         let mut tick = tokio::time::interval(RETRY_EVERY);
         loop {
             tick.tick().await;
-            let batch: Vec<(String, Entry)> = {
-                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-                pending.drain().collect()
-            };
-            let mut failed = Vec::new();
-            let now = crate::now();
-            for (code, entry) in batch {
-                // After one failure Redis is down: keep the rest for the next round.
-                if failed.is_empty() && self.try_announce(&code, &entry, now).await.is_ok() {
-                    continue;
-                }
-                failed.push((code, entry));
-            }
-            if !failed.is_empty() {
-                let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-                for (code, entry) in failed {
-                    // A newer write to the same code, queued meanwhile, wins.
-                    pending.entry(code).or_insert(entry);
-                }
-            }
+            self.retry_pending().await;
         }
     }
 
     /// Listens for changes and calls `drop_one` for each code, `drop_all` after every
-    /// (re)subscribe. Runs forever, reconnecting as needed.
+    /// (re)subscribe. Runs forever, reconnecting (to the next node of a Cluster) as needed;
+    /// a connection that stops answering pings counts as lost.
     pub(crate) async fn listen_forever(
         self: Arc<Self>,
         drop_one: impl Fn(&str),
         drop_all: impl Fn(),
     ) {
-        loop {
-            match self.redis.pubsub().await {
-                Ok(mut pubsub) => match pubsub.subscribe(CHANNEL).await {
-                    Ok(()) => {
-                        self.subscribed.store(true, Ordering::Relaxed);
-                        drop_all();
-                        tracing::info!("listening for link changes of other instances");
-                        let mut messages = pubsub.on_message();
-                        while let Some(message) = messages.next().await {
-                            match message.get_payload::<String>() {
-                                Ok(code) => drop_one(&code),
-                                Err(e) => tracing::warn!(error = %e, "unreadable invalidation"),
+        for attempt in 0.. {
+            match self.subscribe(attempt).await {
+                Ok((mut sink, mut messages)) => {
+                    self.subscribed.store(true, Ordering::Relaxed);
+                    drop_all();
+                    tracing::info!("listening for link changes of other instances");
+                    let mut heartbeat = tokio::time::interval(HEARTBEAT);
+                    heartbeat.tick().await;
+                    loop {
+                        tokio::select! {
+                            message = messages.next() => match message {
+                                Some(message) => match message.get_payload::<String>() {
+                                    Ok(code) => drop_one(&code),
+                                    Err(e) => tracing::warn!(error = %e, "unreadable invalidation"),
+                                },
+                                None => break,
+                            },
+                            _ = heartbeat.tick() => {
+                                let pong = tokio::time::timeout(HEARTBEAT, sink.ping::<redis::Value>()).await;
+                                if !matches!(pong, Ok(Ok(_))) {
+                                    break;
+                                }
                             }
                         }
-                        self.subscribed.store(false, Ordering::Relaxed);
-                        tracing::warn!("lost the invalidation channel; resubscribing");
                     }
-                    Err(e) => tracing::warn!(error = %e, "cannot subscribe to invalidations"),
-                },
-                Err(e) => tracing::debug!(error = %e, "cannot connect the invalidation subscriber"),
+                    self.subscribed.store(false, Ordering::Relaxed);
+                    tracing::warn!("lost the invalidation channel; resubscribing");
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot subscribe to invalidations");
+                }
             }
             tokio::time::sleep(RESUBSCRIBE_AFTER).await;
         }
+    }
+
+    async fn subscribe(
+        &self,
+        attempt: usize,
+    ) -> Result<(redis::aio::PubSubSink, redis::aio::PubSubStream), redis::RedisError> {
+        let mut pubsub = self.redis.pubsub(attempt).await?;
+        pubsub.subscribe(CHANNEL).await?;
+        Ok(pubsub.split())
     }
 }

@@ -120,6 +120,14 @@ impl L2 {
         entry
     }
 
+    /// Drops the entry of `code`.
+    pub(crate) async fn forget(&self, code: &str) -> Result<(), Unreachable> {
+        self.redis
+            .query::<i64>(redis::cmd("DEL").arg(key(code)))
+            .await
+            .map(drop)
+    }
+
     /// Stores `entry` for `code` unless Redis already holds a later state of the link.
     pub(crate) async fn fill(
         &self,

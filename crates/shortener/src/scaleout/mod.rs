@@ -25,6 +25,7 @@ const L2_TTL: Duration = Duration::from_secs(24 * 3600);
 /// The shared parts of one instance.
 #[derive(Debug, Clone)]
 pub(crate) struct Scaleout {
+    pub(crate) target: RedisTarget,
     pub(crate) redis: Arc<Redis>,
     pub(crate) l2: Arc<L2>,
     pub(crate) invalidations: Arc<Invalidations>,
@@ -38,12 +39,13 @@ impl Scaleout {
         negative_ttl: Duration,
     ) -> anyhow::Result<Self> {
         let redis = Arc::new(
-            Redis::connect(target)
+            Redis::connect(target, redis::TIMEOUT)
                 .await
                 .with_context(|| format!("cannot reach Redis at {target}"))?,
         );
         let l2 = Arc::new(L2::new(redis.clone(), L2_TTL, negative_ttl));
         Ok(Self {
+            target: target.clone(),
             invalidations: Arc::new(Invalidations::new(redis.clone(), l2.clone())),
             shipper: Arc::new(ClickShipper::new(redis.clone())),
             l2,

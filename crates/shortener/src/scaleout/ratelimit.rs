@@ -25,7 +25,8 @@ if allow_at > now then
   return {0, 0, math.ceil(allow_at - now)}
 end
 redis.call('SET', KEYS[1], string.format('%.3f', new_tat), 'PX', math.ceil(new_tat - now))
-return {1, math.floor((now - allow_at) / interval), 0}
+-- The epsilon absorbs the division's rounding (6 × (3600000 / 7) / (3600000 / 7) < 6).
+return {1, math.floor((now - allow_at) / interval + 1e-6), 0}
 ",
     )
 });

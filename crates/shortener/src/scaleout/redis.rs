@@ -1,8 +1,10 @@
 //! One handle on Redis, standalone or Cluster, with short timeouts and a breaker.
 //!
-//! Redis is a helper in the scale-out mode, never a dependency of a redirect: when it stops
-//! answering, the first failure opens the breaker and for [`BREAKER_OPEN`] every caller gets
-//! [`Unreachable`] at once instead of waiting for a timeout, then one request tries again.
+//! Redis is a helper in the scale-out mode, never a dependency of a redirect: every call is
+//! bounded by [`TIMEOUT`] (reconnects included), and when Redis stops answering the first
+//! failure opens the breaker: for [`BREAKER_OPEN`] every caller gets [`Unreachable`] at once,
+//! then a single caller probes (half-open) while the others keep getting it; the probe's
+//! success closes the breaker.
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
@@ -10,8 +12,10 @@ use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long a request may wait for Redis (connect or answer).
-const TIMEOUT: Duration = Duration::from_millis(250);
+/// How long a request may wait for Redis (connect or answer) on the request path.
+pub(crate) const TIMEOUT: Duration = Duration::from_millis(250);
+/// The same for background work that blocks in Redis on purpose (the click aggregator).
+pub(crate) const BACKGROUND_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long Redis is left alone after a connection-level failure.
 const BREAKER_OPEN: Duration = Duration::from_secs(1);
 
@@ -45,7 +49,7 @@ impl std::fmt::Display for RedisTarget {
     }
 }
 
-/// A `--redis` value that cannot be used.
+/// A `--redis` value that cannot be used (shown without its credentials).
 #[derive(Debug, thiserror::Error)]
 #[error("invalid --redis {value:?}: {reason}")]
 pub(crate) struct BadRedisUrl {
@@ -53,11 +57,21 @@ pub(crate) struct BadRedisUrl {
     reason: String,
 }
 
+/// `scheme://user:password@host` → `scheme://***@host`, for messages.
+fn without_credentials(value: &str) -> String {
+    match (value.find("://"), value.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}***{}", &value[..scheme_end + 3], &value[at..])
+        }
+        _ => value.to_owned(),
+    }
+}
+
 impl RedisTarget {
     pub(crate) fn parse(value: &str) -> Result<Self, BadRedisUrl> {
         let bad = |reason: &str| BadRedisUrl {
-            value: value.to_owned(),
-            reason: reason.to_owned(),
+            value: without_credentials(value),
+            reason: without_credentials(reason),
         };
         let value = value.trim();
         let nodes: Vec<String> = if let Some(rest) = value.strip_prefix("redis+cluster://") {
@@ -138,11 +152,13 @@ pub(crate) enum Unreachable {
 /// The shared Redis handle of one process.
 pub(crate) struct Redis {
     connection: Connection,
-    /// A plain client for the subscriber connection (pub/sub is cluster-wide, so one node of
-    /// a cluster is enough).
-    subscriber: redis::Client,
+    timeout: Duration,
+    /// Plain clients for subscriber connections, one per node: pub/sub is cluster-wide, so
+    /// any node that answers will do.
+    subscribers: Vec<redis::Client>,
     epoch: Instant,
-    /// Milliseconds since `epoch` until which the breaker stays open.
+    /// 0 while the breaker is closed; else milliseconds since `epoch` until which it stays
+    /// open (past that, the next caller is the probe).
     open_until: AtomicU64,
 }
 
@@ -154,17 +170,21 @@ impl std::fmt::Debug for Redis {
 
 impl Redis {
     /// Connects (failing if no node answers) so that a wrong address is caught at start.
-    pub(crate) async fn connect(target: &RedisTarget) -> Result<Self, RedisError> {
-        let (connection, subscriber) = match target {
+    /// `timeout` bounds every call: [`TIMEOUT`] or [`BACKGROUND_TIMEOUT`].
+    pub(crate) async fn connect(
+        target: &RedisTarget,
+        timeout: Duration,
+    ) -> Result<Self, RedisError> {
+        let (connection, subscribers) = match target {
             RedisTarget::Standalone(url) => {
                 let client = redis::Client::open(url.as_str())?;
                 let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(TIMEOUT))
-                    .set_response_timeout(Some(TIMEOUT))
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout))
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_millis(500));
                 let manager = ConnectionManager::new_with_config(client.clone(), config).await?;
-                (Connection::Standalone(manager), client)
+                (Connection::Standalone(manager), vec![client])
             }
             RedisTarget::Cluster(nodes) => {
                 let client =
@@ -174,15 +194,17 @@ impl Redis {
                         .retries(1)
                         .build()?;
                 let connection = client.get_async_connection().await?;
-                (
-                    Connection::Cluster(connection),
-                    redis::Client::open(nodes[0].as_str())?,
-                )
+                let subscribers = nodes
+                    .iter()
+                    .map(|node| redis::Client::open(node.as_str()))
+                    .collect::<Result<_, _>>()?;
+                (Connection::Cluster(connection), subscribers)
             }
         };
         let redis = Self {
             connection,
-            subscriber,
+            timeout,
+            subscribers,
             epoch: Instant::now(),
             open_until: AtomicU64::new(0),
         };
@@ -200,29 +222,72 @@ impl Redis {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Whether the last attempt reached Redis (the breaker is closed).
+    /// Whether the breaker is closed (the last attempt reached Redis).
     pub(crate) fn is_up(&self) -> bool {
-        self.open_until.load(Ordering::Relaxed) <= self.now_ms()
+        self.open_until.load(Ordering::Relaxed) == 0
     }
 
-    fn connection(&self) -> Result<Connection, Unreachable> {
-        if self.is_up() {
-            Ok(self.connection.clone())
-        } else {
-            Err(Unreachable::BreakerOpen)
+    fn open_breaker(&self, error: &dyn std::fmt::Display) {
+        let until = self
+            .now_ms()
+            .saturating_add(BREAKER_OPEN.as_millis() as u64)
+            .max(1);
+        if self.open_until.swap(until, Ordering::Relaxed) == 0 {
+            tracing::warn!(%error, "redis unreachable; using local fallbacks for a while");
         }
     }
 
-    fn judge<T>(&self, result: Result<T, RedisError>) -> Result<T, Unreachable> {
-        result.map_err(|e| {
-            if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
-                let until = self.now_ms().saturating_add(BREAKER_OPEN.as_millis() as u64);
-                if self.open_until.swap(until, Ordering::Relaxed) <= self.now_ms() {
-                    tracing::warn!(error = %e, "redis unreachable; using local fallbacks for a while");
+    /// The connection, if the breaker lets this caller through.
+    fn connection(&self) -> Result<Connection, Unreachable> {
+        let until = self.open_until.load(Ordering::Relaxed);
+        if until == 0 {
+            return Ok(self.connection.clone());
+        }
+        let now = self.now_ms();
+        // Half-open: the one caller that moves the deadline on is the probe.
+        let next = now.saturating_add(BREAKER_OPEN.as_millis() as u64);
+        if now >= until
+            && self
+                .open_until
+                .compare_exchange(until, next, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Ok(self.connection.clone());
+        }
+        Err(Unreachable::BreakerOpen)
+    }
+
+    /// Bounds `call` by the timeout and feeds the breaker with its outcome.
+    async fn run<T>(
+        &self,
+        call: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, Unreachable> {
+        let result = match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(RedisError::from((
+                redis::ErrorKind::Io,
+                "no answer within the timeout",
+            ))),
+        };
+        match result {
+            Ok(value) => {
+                if self.open_until.load(Ordering::Relaxed) != 0 {
+                    self.open_until.store(0, Ordering::Relaxed);
+                    tracing::info!("redis answers again");
                 }
+                Ok(value)
             }
-            Unreachable::Failed(e)
-        })
+            Err(e) => {
+                if e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                {
+                    self.open_breaker(&e);
+                }
+                Err(Unreachable::Failed(e))
+            }
+        }
     }
 
     /// Runs one command.
@@ -231,8 +296,7 @@ impl Redis {
         cmd: &Cmd,
     ) -> Result<T, Unreachable> {
         let mut connection = self.connection()?;
-        let result = cmd.query_async(&mut connection).await;
-        self.judge(result)
+        self.run(cmd.query_async(&mut connection)).await
     }
 
     /// Runs a pipeline (commands on keys of one hash slot when on a Cluster).
@@ -241,8 +305,7 @@ impl Redis {
         pipeline: &Pipeline,
     ) -> Result<T, Unreachable> {
         let mut connection = self.connection()?;
-        let result = pipeline.query_async(&mut connection).await;
-        self.judge(result)
+        self.run(pipeline.query_async(&mut connection)).await
     }
 
     /// Runs a Lua script by its digest, loading it first if the server does not know it.
@@ -251,21 +314,26 @@ impl Redis {
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, Unreachable> {
         let mut connection = self.connection()?;
-        let result = invocation.invoke_async(&mut connection).await;
-        self.judge(result)
+        self.run(invocation.invoke_async(&mut connection)).await
     }
 
-    /// Whether Redis answers a `PING` now (the breaker aside: this is the probe).
+    /// Whether Redis answers a `PING` now, breaker or not (for `/readyz`).
     pub(crate) async fn ping(&self) -> bool {
         let mut connection = self.connection.clone();
-        let result = redis::cmd("PING")
-            .query_async::<String>(&mut connection)
-            .await;
-        self.judge(result).is_ok()
+        self.run(redis::cmd("PING").query_async::<String>(&mut connection))
+            .await
+            .is_ok()
     }
 
-    /// A fresh connection for a subscriber.
-    pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub, RedisError> {
-        self.subscriber.get_async_pubsub().await
+    /// A fresh subscriber connection, from the `attempt`-th node on (round robin).
+    pub(crate) async fn pubsub(&self, attempt: usize) -> Result<redis::aio::PubSub, RedisError> {
+        let client = &self.subscribers[attempt % self.subscribers.len()];
+        match tokio::time::timeout(self.timeout, client.get_async_pubsub()).await {
+            Ok(result) => result,
+            Err(_) => Err(RedisError::from((
+                redis::ErrorKind::Io,
+                "no answer within the timeout",
+            ))),
+        }
     }
 }
