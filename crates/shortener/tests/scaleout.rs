@@ -127,8 +127,8 @@ async fn two_instances_and_an_aggregator_count_exactly_and_see_each_others_write
         })
         .await;
 
-    // 20 000 redirects by people spread over both; the aggregator is killed with -9 halfway
-    // and restarted under the same name.
+    // 20 000 redirects by people spread over both; the aggregator is killed with -9 in the
+    // middle of the second half and restarted under the same name.
     let hot = &codes[..200];
     let spread = |range: std::ops::Range<usize>| {
         let c = c.clone();
@@ -138,8 +138,15 @@ async fn two_instances_and_an_aggregator_count_exactly_and_see_each_others_write
         })
     };
     spread(0..10_000).await;
-    agg.kill();
-    spread(10_000..20_000).await;
+    // Killed while batches of the second half stream in and get applied.
+    let kill_mid_stream = async {
+        eventually("the aggregator applying the second half", || async {
+            stored_clicks(&db).await.0.0 > 11_000
+        })
+        .await;
+        agg.kill();
+    };
+    tokio::join!(spread(10_000..20_000), kill_mid_stream);
     let _agg = aggregator(&db, &redis.url(), "agg-1");
     eventually("every click applied", || async {
         stored_clicks(&db).await.0 == (20_000, 20_000)
