@@ -67,21 +67,40 @@ pub(super) async fn forward(
             Ok(pair) => pair,
             Err(e) => return upstream_failed(lease, &DialError::Broken(e)),
         };
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::debug!(error = %e, "upstream connection ended with an error");
+    // The connection is driven in this task until the answer's head is in (no hand-over to
+    // another worker on the way there), then in a task of its own for the body.
+    let mut connection = Box::pin(connection);
+    let mut connection_done = false;
+    let sent = tokio::time::timeout(gw.settings.response_timeout, async {
+        let answer = sender.send_request(Request::from_parts(parts, body));
+        tokio::pin!(answer);
+        tokio::select! {
+            biased;
+            answer = &mut answer => answer.map_err(DialError::Broken),
+            ended = connection.as_mut() => {
+                connection_done = true;
+                match ended {
+                    // An upstream that closes after answering ends the connection as soon as
+                    // the answer is read: the answer is still to be taken.
+                    Ok(()) => answer.await.map_err(DialError::Broken),
+                    Err(e) => Err(DialError::Broken(e)),
+                }
+            }
         }
-    });
-    let sent = tokio::time::timeout(
-        gw.settings.response_timeout,
-        sender.send_request(Request::from_parts(parts, body)),
-    )
+    })
     .await;
     let response = match sent {
         Ok(Ok(response)) => response,
-        Ok(Err(e)) => return upstream_failed(lease, &DialError::Broken(e)),
+        Ok(Err(e)) => return upstream_failed(lease, &e),
         Err(_) => return upstream_failed(lease, &DialError::Timeout),
     };
+    if !connection_done {
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
+            }
+        });
+    }
     let latency = started.elapsed();
     let (mut head, body) = response.into_parts();
     if head.status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
