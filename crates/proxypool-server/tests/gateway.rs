@@ -340,3 +340,64 @@ async fn upstream_file_is_reread_and_bad_lines_are_skipped() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks5_upstreams_with_credentials_and_remote_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let socks = common::Socks5Auth::start("127.0.0.6", "sam", "p@ss word");
+    let target = Target::start(&["127.0.0.1"]);
+    // socks5h: the proxy resolves `localhost`; the password is percent-encoded in the URL.
+    let good = socks.url("sam", "p%40ss%20word", "socks5h");
+    let server = Server::start(dir.path(), std::slice::from_ref(&good), "", &[]);
+    let url = format!("http://localhost:{}/", target.port);
+    let (status, _, body) = get(&server.client(None), &url).await;
+    assert_eq!((status, body.trim()), (200, "127.0.0.6"));
+    let (status, body) = get_via_connect(
+        server.gateway,
+        Some("ivy-session-1"),
+        "localhost",
+        target.port,
+        "/",
+    )
+    .await;
+    assert!(status.contains(" 200"), "{status}");
+    assert_eq!(body.trim(), "127.0.0.6");
+
+    // The same proxy with a wrong password: an upstream failure, reported as such.
+    let http = reqwest::Client::new();
+    let added: serde_json::Value = http
+        .post(format!("{}/v1/addresses", server.api))
+        .json(&serde_json::json!({"address": socks.url("sam", "wrong", "socks5")}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rows = server.api_get("/v1/addresses").await;
+    let good_id = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] != added["id"])
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let deleted = http
+        .delete(format!("{}/v1/addresses/{good_id}", server.api))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    let (status, error, body) = get(&server.client(None), &url).await;
+    assert_eq!(
+        (status, error.as_deref()),
+        (502, Some("upstream-failed")),
+        "{body}"
+    );
+    assert!(
+        !body.contains("wrong"),
+        "the upstream's password leaked: {body}"
+    );
+}

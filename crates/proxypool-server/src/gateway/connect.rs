@@ -3,7 +3,7 @@
 //! The lease is held for the tunnel's life, so active leases count open tunnels; clients
 //! report what they saw inside through `POST /v1/feedback`.
 
-use super::dial::{DialError, Upstream, tunnel as dial_tunnel};
+use super::dial::{DialError, tunnel as dial_tunnel};
 use super::report::release_now;
 use super::{Gateway, GatewayBody, Target, reply};
 use http_body_util::{Either, Full};
@@ -21,7 +21,7 @@ pub(super) async fn tunnel(
     lease: Lease,
     started: Instant,
 ) -> (Response<GatewayBody>, &'static str) {
-    let opened = match Upstream::parse(lease.address()) {
+    let opened = match gw.upstream(lease.address()) {
         Ok(upstream) => {
             dial_tunnel(
                 &upstream,

@@ -25,7 +25,7 @@ pub(super) async fn forward(
     lease: Lease,
     started: Instant,
 ) -> (Response<GatewayBody>, &'static str) {
-    let upstream = match Upstream::parse(lease.address()) {
+    let upstream = match gw.upstream(lease.address()) {
         Ok(u) => u,
         Err(e) => return upstream_failed(lease, &e),
     };
@@ -39,7 +39,7 @@ pub(super) async fn forward(
     }
     parts.version = Version::HTTP_11;
     let timeout = gw.settings.connect_timeout;
-    let stream = match &upstream {
+    let stream = match &*upstream {
         Upstream::Http { addr, auth } => {
             if let Some(auth) = auth.as_deref().and_then(|a| HeaderValue::from_str(a).ok()) {
                 parts.headers.insert(header::PROXY_AUTHORIZATION, auth);

@@ -20,6 +20,7 @@ use crate::config::GatewaySettings;
 use crate::sessions::{SessionTable, parse_username};
 use crate::site::site_of;
 use bytes::Bytes;
+use dial::{DialError, Upstream};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::header;
@@ -28,9 +29,10 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use memchr::memmem::Finder;
-use proxypool::{Pool, Ticket};
+use proxypool::{Pool, ProxyAddress, Ticket};
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -54,6 +56,8 @@ pub(crate) struct Gateway {
     pub(crate) credentials: Option<Arc<Credentials>>,
     pub(crate) settings: GatewaySettings,
     markers: Arc<[Finder<'static>]>,
+    /// Parsed upstreams by full URL, so a request does not parse its lease's URL again.
+    upstreams: RwLock<HashMap<Box<str>, Arc<Upstream>>>,
 }
 
 impl Gateway {
@@ -74,8 +78,37 @@ impl Gateway {
             credentials,
             settings,
             markers: markers.into(),
+            upstreams: RwLock::default(),
         }
     }
+
+    /// The upstream behind a leased address.
+    fn upstream(&self, address: &ProxyAddress) -> Result<Arc<Upstream>, DialError> {
+        if let Some(u) = read(&self.upstreams).get(address.as_str()) {
+            return Ok(u.clone());
+        }
+        let parsed = Arc::new(Upstream::parse(address)?);
+        let mut cache = write(&self.upstreams);
+        // Removed addresses leave stale entries behind; start over rather than grow forever.
+        if cache.len() >= UPSTREAM_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(address.as_str().into(), parsed.clone());
+        Ok(parsed)
+    }
+}
+
+/// More upstreams than any pool this server is meant for.
+const UPSTREAM_CACHE_MAX: usize = 100_000;
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Where a request goes.

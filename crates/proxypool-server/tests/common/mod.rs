@@ -386,3 +386,124 @@ pub async fn get_via_connect(
     let body = answer.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
     (status.trim().to_owned(), body)
 }
+
+/// A minimal SOCKS5 server with username/password authentication (RFC 1928, RFC 1929),
+/// CONNECT only, leaving from `bind`. Dante checks passwords against system accounts, which a
+/// test should not create; this one checks the pair it is given.
+pub struct Socks5Auth {
+    pub port: u16,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+async fn socks5_session(
+    mut client: tokio::net::TcpStream,
+    bind: std::net::Ipv4Addr,
+    user: &str,
+    password: &str,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut head = [0u8; 2];
+    client.read_exact(&mut head).await?;
+    let mut methods = vec![0u8; usize::from(head[1])];
+    client.read_exact(&mut methods).await?;
+    if head[0] != 5 || !methods.contains(&2) {
+        return client.write_all(&[5, 0xff]).await;
+    }
+    client.write_all(&[5, 2]).await?;
+    let field = async |c: &mut tokio::net::TcpStream| -> std::io::Result<Vec<u8>> {
+        let len = c.read_u8().await?;
+        let mut v = vec![0u8; usize::from(len)];
+        c.read_exact(&mut v).await?;
+        Ok(v)
+    };
+    let _version = client.read_u8().await?;
+    let (u, p) = (field(&mut client).await?, field(&mut client).await?);
+    if u != user.as_bytes() || p != password.as_bytes() {
+        return client.write_all(&[1, 1]).await;
+    }
+    client.write_all(&[1, 0]).await?;
+    let mut request = [0u8; 4];
+    client.read_exact(&mut request).await?;
+    let host: IpAddr = match request[3] {
+        1 => {
+            let mut ip = [0u8; 4];
+            client.read_exact(&mut ip).await?;
+            IpAddr::from(ip)
+        }
+        3 => {
+            let name = String::from_utf8(field(&mut client).await?).unwrap();
+            let port_probe = tokio::net::lookup_host((name.as_str(), 0)).await?;
+            port_probe
+                .map(|a| a.ip())
+                .find(IpAddr::is_ipv4)
+                .ok_or_else(|| std::io::Error::other("no IPv4 address"))?
+        }
+        _ => return client.write_all(&[5, 8, 0, 1, 0, 0, 0, 0, 0, 0]).await,
+    };
+    let port = client.read_u16().await?;
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::from((bind, 0)))?;
+    let Ok(mut upstream) = socket.connect(SocketAddr::new(host, port)).await else {
+        return client.write_all(&[5, 5, 0, 1, 0, 0, 0, 0, 0, 0]).await;
+    };
+    client.write_all(&[5, 0, 0, 1, 0, 0, 0, 0, 0, 0]).await?;
+    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+    Ok(())
+}
+
+impl Socks5Auth {
+    pub fn start(bind: &str, user: &str, password: &str) -> Self {
+        let listener = StdListener::bind(("127.0.0.1", 0)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let bind: std::net::Ipv4Addr = bind.parse().unwrap();
+        let (user, password) = (user.to_owned(), password.to_owned());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let serve = async {
+                    loop {
+                        let Ok((stream, _)) = listener.accept().await else {
+                            continue;
+                        };
+                        let (user, password) = (user.clone(), password.clone());
+                        tokio::spawn(async move {
+                            let _ = socks5_session(stream, bind, &user, &password).await;
+                        });
+                    }
+                };
+                tokio::select! {
+                    () = serve => {}
+                    _ = stopped => {}
+                }
+            });
+            rt.shutdown_background();
+        });
+        Self {
+            port,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn url(&self, user: &str, password: &str, scheme: &str) -> String {
+        format!("{scheme}://{user}:{password}@127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Socks5Auth {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
