@@ -401,3 +401,34 @@ async fn socks5_upstreams_with_credentials_and_remote_names() {
         "the upstream's password leaked: {body}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_stream_through_both_kinds_of_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let tinyproxy = Tinyproxy::start(dir.path(), "127.0.0.2");
+    let dante = Dante::start(dir.path(), "127.0.0.5");
+    let target = Target::start(&[SITE_A]);
+    let server = Server::start(dir.path(), &[tinyproxy.url(), dante.url()], "", &[]);
+    let client = server.client(None);
+    let size = 4 * 1024 * 1024;
+    for _ in 0..4 {
+        let (status, _, body) = get(&client, &target.url(SITE_A, &format!("/bytes/{size}"))).await;
+        assert_eq!((status, body.len()), (200, size));
+        assert!(body.bytes().all(|b| b == b'a'));
+    }
+    let rows = server.api_get("/v1/addresses").await;
+    let leases: u64 = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["successes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(leases, 4, "{rows}");
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["active_leases"] == 0),
+        "{rows}"
+    );
+}

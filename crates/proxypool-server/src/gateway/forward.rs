@@ -67,8 +67,8 @@ pub(super) async fn forward(
             Ok(pair) => pair,
             Err(e) => return upstream_failed(lease, &DialError::Broken(e)),
         };
-    // The connection is driven in this task until the answer's head is in (no hand-over to
-    // another worker on the way there), then in a task of its own for the body.
+    // The connection is driven in this task until the answer's head is in, then by the
+    // response body (`Reported`): no task and no hand-over between workers per request.
     let mut connection = Box::pin(connection);
     let mut connection_done = false;
     let sent = tokio::time::timeout(gw.settings.response_timeout, async {
@@ -94,13 +94,6 @@ pub(super) async fn forward(
         Ok(Err(e)) => return upstream_failed(lease, &e),
         Err(_) => return upstream_failed(lease, &DialError::Timeout),
     };
-    if !connection_done {
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "upstream connection ended with an error");
-            }
-        });
-    }
     let latency = started.elapsed();
     let (mut head, body) = response.into_parts();
     if head.status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
@@ -135,7 +128,14 @@ pub(super) async fn forward(
         ),
     };
     (
-        Response::from_parts(head, Either::Right(Reported::new(body, pending))),
+        Response::from_parts(
+            head,
+            Either::Right(Reported::new(
+                body,
+                pending,
+                (!connection_done).then_some(connection),
+            )),
+        ),
         label,
     )
 }

@@ -3,13 +3,16 @@
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::rt::TokioIo;
 use memchr::memmem::Finder;
 use proxypool::{Lease, Outcome};
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
+use tokio::net::TcpStream;
 
 /// Releases the lease without awaiting: the in-memory pool answers on the first poll, so the
 /// common case costs no task; a store that has to wait gets a task of its own.
@@ -92,18 +95,43 @@ pub(super) struct Pending {
     pub(super) scan: Option<CaptchaScan>,
 }
 
+/// The client side of a connection to an upstream, still to be driven.
+pub(super) type UpstreamConnection =
+    Pin<Box<hyper::client::conn::http1::Connection<TokioIo<TcpStream>, Incoming>>>;
+
 /// An upstream response body on its way to the client. With a pending report it releases the
 /// lease when the body ends: captcha if a marker went by, a failure if the upstream broke off,
 /// success otherwise (also when the client stops reading: the upstream did its part).
-#[derive(Debug)]
+///
+/// It also drives the upstream connection that feeds it: no task of its own, no hand-over
+/// between workers per request. The connection is never reused, so it is dropped (closed)
+/// with the body.
 pub(crate) struct Reported {
     inner: Incoming,
     pending: Option<Pending>,
+    connection: Option<UpstreamConnection>,
+}
+
+impl fmt::Debug for Reported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reported")
+            .field("pending", &self.pending)
+            .field("connection", &self.connection.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Reported {
-    pub(super) fn new(inner: Incoming, pending: Option<Pending>) -> Self {
-        Self { inner, pending }
+    pub(super) fn new(
+        inner: Incoming,
+        pending: Option<Pending>,
+        connection: Option<UpstreamConnection>,
+    ) -> Self {
+        Self {
+            inner,
+            pending,
+            connection,
+        }
     }
 
     fn finish(&mut self, outcome: impl FnOnce(Duration) -> Outcome) {
@@ -122,6 +150,14 @@ impl Body for Reported {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
+        if let Some(connection) = this.connection.as_mut()
+            && let Poll::Ready(ended) = connection.as_mut().poll(cx)
+        {
+            if let Err(e) = ended {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
+            }
+            this.connection = None;
+        }
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {

@@ -131,7 +131,7 @@ impl Dante {
 /// The target: answers on every given loopback address (one site per address) with the
 /// caller's source address, or — when the query says so for that source — a 403, a 429 or a
 /// captcha page. Query: `do=403|429|captcha`, `for=IP[,IP…]` (default: every source).
-/// `/headers` answers with the request's header names, one per line.
+/// `/headers` answers with the request's header names, one per line; `/bytes/N` with N bytes.
 pub struct Target {
     pub port: u16,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -149,6 +149,10 @@ fn answer(source: IpAddr, request: &Request<Incoming>) -> Response<Full<Bytes>> 
             .map(|k| k.as_str().to_owned())
             .collect();
         return Response::new(Full::from(names.join("\n")));
+    }
+    if let Some(n) = request.uri().path().strip_prefix("/bytes/") {
+        let n: usize = n.parse().unwrap_or(0);
+        return Response::new(Full::from(vec![b'a'; n]));
     }
     let query = request.uri().query().unwrap_or("");
     let param = |name: &str| {
