@@ -62,8 +62,6 @@ struct Entry {
     pool_key: Arc<str>,
     ttl: Duration,
     idle_until: Instant,
-    /// The upstream of the session's last granted lease (full URL).
-    address: Option<Arc<str>>,
 }
 
 /// Live sessions. Cheap to clone; clones share one table.
@@ -98,7 +96,6 @@ impl SessionTable {
                 if now > e.idle_until {
                     e.generation += 1;
                     e.pool_key = format!("{}~{}", session.key, e.generation).into();
-                    e.address = None;
                 }
                 e.ttl = ttl;
                 e.idle_until = now + ttl;
@@ -113,7 +110,6 @@ impl SessionTable {
                         pool_key: key.clone(),
                         ttl,
                         idle_until: now + ttl,
-                        address: None,
                     },
                 );
                 key
@@ -121,20 +117,11 @@ impl SessionTable {
         }
     }
 
-    /// Remembers the upstream a session's request was granted.
-    pub(crate) fn record_address(&self, session: &str, address: &str) {
-        if let Some(e) = self.entries().get_mut(session)
-            && e.address.as_deref() != Some(address)
-        {
-            e.address = Some(address.into());
-        }
-    }
-
-    /// A live session's pool key and last upstream, without renewing it.
-    pub(crate) fn lookup(&self, session: &str) -> Option<(Arc<str>, Option<Arc<str>>)> {
+    /// A live session's pool key, without renewing it.
+    pub(crate) fn lookup(&self, session: &str) -> Option<Arc<str>> {
         let entries = self.entries();
         let e = entries.get(session)?;
-        (Instant::now() <= e.idle_until).then(|| (e.pool_key.clone(), e.address.clone()))
+        (Instant::now() <= e.idle_until).then(|| e.pool_key.clone())
     }
 
     /// Forgets sessions idle past their TTL.

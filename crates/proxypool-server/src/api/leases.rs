@@ -240,7 +240,7 @@ pub(super) async fn feedback(
         req.retry_after_s,
     )
     .ok_or_else(|| ApiError::bad_request("invalid_body", "latency_ms is required for success"))?;
-    let (pool_key, _) = api.sessions.lookup(session.key).ok_or_else(|| {
+    let pool_key = api.sessions.lookup(session.key).ok_or_else(|| {
         ApiError::not_found(
             "unknown_session",
             format!("no live gateway session {}", session.key),

@@ -161,9 +161,6 @@ async fn handle(gw: Arc<Gateway>, request: Request<Incoming>) -> Response<Gatewa
             return response;
         }
     };
-    if let Some(s) = &session {
-        gw.sessions.record_address(s.key, lease.address().as_str());
-    }
     let started = Instant::now();
     let (response, label) = if connect {
         connect::tunnel(&gw, request, &target, lease, started).await
