@@ -31,7 +31,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let pool = Pool::builder()
         .config(config.pool.clone())
         .build()
-        .map_err(|e| anyhow::anyhow!("invalid pool configuration: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("[pool] {e}"))?;
     let registry = Registry::new(pool.clone());
     upstreams::apply(&config.upstreams, &registry)
         .await
