@@ -185,6 +185,13 @@ async fn the_dashboard_renders_real_data_in_chromium() {
         .script("return document.querySelector('.count[data-state=quarantined] b').textContent")
         .await;
     assert_eq!(quarantined, "1");
+    let history = browser
+        .script("return [...document.querySelectorAll('td.history')].map(td => td.title).join('|')")
+        .await;
+    assert!(
+        history.as_str().unwrap().contains("failures"),
+        "no quarantine history with its reason: {history}"
+    );
     let transitions = browser
         .script("return document.querySelectorAll('#decisions tbody tr').length")
         .await;
