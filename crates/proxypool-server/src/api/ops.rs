@@ -1,0 +1,28 @@
+//! Operations endpoints: liveness, Prometheus metrics, the OpenAPI document.
+
+use super::ApiState;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use serde_json::json;
+
+/// Alive: the process answers.
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "alive")))]
+pub(super) async fn healthz() -> impl IntoResponse {
+    axum::Json(json!({"status": "ok"}))
+}
+
+/// Prometheus text exposition: the library's metrics and the gateway's.
+#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text")))]
+pub(super) async fn metrics(State(api): State<ApiState>) -> impl IntoResponse {
+    metrics::gauge!("proxypool_gateway_sessions").set(api.sessions.len() as f64);
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        api.prometheus.render(),
+    )
+}
+
+/// The OpenAPI 3 document of this API.
+pub(super) async fn openapi() -> impl IntoResponse {
+    axum::Json(super::openapi::document())
+}

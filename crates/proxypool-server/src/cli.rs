@@ -1,0 +1,71 @@
+//! Command line: `proxypool serve`.
+
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// A pool of outbound proxies behind a rotating gateway, a JSON API and a dashboard.
+#[derive(Debug, Parser)]
+#[command(name = "proxypool", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the gateway (forward proxy) and the API with its dashboard.
+    Serve(Box<ServeArgs>),
+}
+
+/// Flags of `serve`. Unset flags fall back to the environment (handled by clap), then to the
+/// `--config` file, then to the defaults in `config.rs`.
+#[derive(Debug, Args, Default)]
+pub struct ServeArgs {
+    /// TOML file with any of these settings and the pool's tunables (flags and environment
+    /// win over it).
+    #[arg(long, env = "PROXYPOOL_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Upstream proxies, one URL per line (`http://`, `socks5://`, `socks5h://`, optional
+    /// `user:password@`); `#` comments. Re-read on SIGHUP and when it changes.
+    #[arg(long, env = "PROXYPOOL_UPSTREAMS", value_name = "FILE")]
+    pub upstreams: Option<PathBuf>,
+    /// Address of the gateway (the forward proxy clients use) [default: 127.0.0.1:8899].
+    #[arg(long, env = "PROXYPOOL_PROXY_LISTEN", value_name = "ADDR")]
+    pub proxy_listen: Option<SocketAddr>,
+    /// Address of the JSON API and the dashboard [default: 127.0.0.1:8898].
+    #[arg(long, env = "PROXYPOOL_API_LISTEN", value_name = "ADDR")]
+    pub api_listen: Option<SocketAddr>,
+    /// Client credentials, one `user:password` per line. Required when a listen address is
+    /// not loopback.
+    #[arg(long, env = "PROXYPOOL_AUTH_FILE", value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
+    /// Shared state in Redis: not supported yet (it comes with the library's Redis store).
+    #[arg(long, env = "PROXYPOOL_REDIS", value_name = "URL")]
+    pub redis: Option<String>,
+}
+
+/// Parses the command line, or explains the mistake in one line and exits 2.
+pub fn parse() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                e.exit();
+            }
+            let rendered = e.render().to_string();
+            let first = rendered
+                .lines()
+                .next()
+                .unwrap_or("error: invalid arguments");
+            eprintln!("{first} (see --help)");
+            std::process::exit(2);
+        }
+    }
+}

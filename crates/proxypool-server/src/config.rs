@@ -1,0 +1,322 @@
+//! The server's configuration: one typed struct resolved from flags, environment, a TOML file
+//! and defaults, in that order of precedence. The pool's tunables live in the file's `[pool]`
+//! tables; durations are given in milliseconds (`*_ms`) so tests can shrink them.
+
+use crate::cli::ServeArgs;
+use anyhow::{Context, bail};
+use proxypool::{PoolConfig, Strategy};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Everything `serve` needs, validated.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub upstreams: PathBuf,
+    pub proxy_listen: SocketAddr,
+    pub api_listen: SocketAddr,
+    pub auth_file: Option<PathBuf>,
+    /// How often the upstream file's modification time is checked.
+    pub upstreams_poll: Duration,
+    pub gateway: GatewaySettings,
+    pub pool: PoolConfig,
+}
+
+/// How the gateway talks to upstreams and judges answers.
+#[derive(Debug, Clone)]
+pub struct GatewaySettings {
+    /// Reaching the upstream and opening the tunnel through it.
+    pub connect_timeout: Duration,
+    /// From sending a plain HTTP request to its response head.
+    pub response_timeout: Duration,
+    /// Byte strings that mark a plain HTTP response body as a captcha page.
+    pub captcha_markers: Vec<String>,
+    /// Only this many leading body bytes are searched for captcha markers.
+    pub captcha_scan_bytes: usize,
+    /// Used for a 429 without a usable `Retry-After`.
+    pub default_retry_after: Duration,
+}
+
+/// The TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    upstreams: Option<PathBuf>,
+    proxy_listen: Option<SocketAddr>,
+    api_listen: Option<SocketAddr>,
+    auth_file: Option<PathBuf>,
+    upstreams_poll_ms: Option<u64>,
+    #[serde(default)]
+    gateway: GatewayFile,
+    #[serde(default)]
+    pool: PoolFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GatewayFile {
+    connect_timeout_ms: Option<u64>,
+    response_timeout_ms: Option<u64>,
+    captcha_markers: Option<Vec<String>>,
+    captcha_scan_bytes: Option<usize>,
+    default_retry_after_ms: Option<u64>,
+}
+
+/// `[pool]`: the library's `PoolConfig`, every field optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoolFile {
+    strategy: Option<Strategy>,
+    sticky_ttl_ms: Option<u64>,
+    lease_ttl_ms: Option<u64>,
+    max_leases_per_address: Option<u32>,
+    min_in_service: Option<u32>,
+    quarantine_cap: Option<f64>,
+    ring_vnodes: Option<u32>,
+    load_factor: Option<f64>,
+    decision_log_len: Option<usize>,
+    #[serde(default)]
+    health: HealthFile,
+    #[serde(default)]
+    backoff: BackoffFile,
+    #[serde(default)]
+    judgement: JudgementFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HealthFile {
+    window: Option<usize>,
+    recent: Option<usize>,
+    recent_failures: Option<usize>,
+    min_success_rate: Option<f64>,
+    min_samples: Option<usize>,
+    max_captcha_rate: Option<f64>,
+    latency_factor: Option<f64>,
+    rise_successes: Option<u32>,
+    min_dwell_ms: Option<u64>,
+    degraded_weight: Option<f64>,
+    probing_weight: Option<f64>,
+    ramp_steps: Option<Vec<f64>>,
+    ramp_duration_ms: Option<u64>,
+    dead_after_cycles: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackoffFile {
+    base_ms: Option<u64>,
+    cap_ms: Option<u64>,
+    jitter: Option<f64>,
+    reset_after_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JudgementFile {
+    site_window: Option<usize>,
+    site_recent: Option<usize>,
+    site_min_samples: Option<usize>,
+    site_min_addresses: Option<usize>,
+    site_spread: Option<f64>,
+}
+
+fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *field = v;
+    }
+}
+
+fn set_ms(field: &mut Duration, value: Option<u64>) {
+    if let Some(ms) = value {
+        *field = Duration::from_millis(ms);
+    }
+}
+
+impl PoolFile {
+    /// The library's defaults with the file's values laid over them.
+    fn apply(self) -> PoolConfig {
+        let mut c = PoolConfig::default();
+        set(&mut c.strategy, self.strategy);
+        set_ms(&mut c.sticky_ttl, self.sticky_ttl_ms);
+        set_ms(&mut c.lease_ttl, self.lease_ttl_ms);
+        set(&mut c.max_leases_per_address, self.max_leases_per_address);
+        set(&mut c.min_in_service, self.min_in_service);
+        set(&mut c.quarantine_cap, self.quarantine_cap);
+        set(&mut c.ring_vnodes, self.ring_vnodes);
+        set(&mut c.load_factor, self.load_factor);
+        set(&mut c.decision_log_len, self.decision_log_len);
+        let (h, f) = (&mut c.health, self.health);
+        set(&mut h.window, f.window);
+        set(&mut h.recent, f.recent);
+        set(&mut h.recent_failures, f.recent_failures);
+        set(&mut h.min_success_rate, f.min_success_rate);
+        set(&mut h.min_samples, f.min_samples);
+        set(&mut h.max_captcha_rate, f.max_captcha_rate);
+        set(&mut h.latency_factor, f.latency_factor);
+        set(&mut h.rise_successes, f.rise_successes);
+        set_ms(&mut h.min_dwell, f.min_dwell_ms);
+        set(&mut h.degraded_weight, f.degraded_weight);
+        set(&mut h.probing_weight, f.probing_weight);
+        set(&mut h.ramp_steps, f.ramp_steps);
+        set_ms(&mut h.ramp_duration, f.ramp_duration_ms);
+        set(&mut h.dead_after_cycles, f.dead_after_cycles);
+        let (b, f) = (&mut c.backoff, self.backoff);
+        set_ms(&mut b.base, f.base_ms);
+        set_ms(&mut b.cap, f.cap_ms);
+        set(&mut b.jitter, f.jitter);
+        set_ms(&mut b.reset_after, f.reset_after_ms);
+        let (j, f) = (&mut c.judgement, self.judgement);
+        set(&mut j.site_window, f.site_window);
+        set(&mut j.site_recent, f.site_recent);
+        set(&mut j.site_min_samples, f.site_min_samples);
+        set(&mut j.site_min_addresses, f.site_min_addresses);
+        set(&mut j.site_spread, f.site_spread);
+        c
+    }
+}
+
+/// Markers of the common captcha and challenge pages, used unless the file sets its own.
+const DEFAULT_CAPTCHA_MARKERS: [&str; 4] = [
+    "g-recaptcha",
+    "h-captcha",
+    "cf-challenge",
+    "/cdn-cgi/challenge-platform/",
+];
+
+fn read_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
+    let Some(path) = path else {
+        return Ok(FileConfig::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    toml::from_str(&text).map_err(|e| {
+        // toml's message spans several lines (with a source excerpt); keep the gist.
+        let msg = e.message().to_owned();
+        let at = e
+            .span()
+            .map(|s| {
+                let line = text[..s.start].matches('\n').count() + 1;
+                format!(" at line {line}")
+            })
+            .unwrap_or_default();
+        anyhow::anyhow!("invalid config file {}{at}: {msg}", path.display())
+    })
+}
+
+impl ServeConfig {
+    /// Resolves the flags (which already include the environment) over the file and defaults.
+    pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
+        if args.redis.is_some() {
+            bail!(
+                "--redis is not yet supported: shared state in Redis comes with the library's Redis store (issue 5); run without it for an in-memory pool"
+            );
+        }
+        let file = read_file(args.config.as_deref())?;
+        let g = file.gateway;
+        let config = Self {
+            upstreams: args
+                .upstreams
+                .or(file.upstreams)
+                .context("--upstreams FILE is required (or `upstreams` in the config file)")?,
+            proxy_listen: args
+                .proxy_listen
+                .or(file.proxy_listen)
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8899))),
+            api_listen: args
+                .api_listen
+                .or(file.api_listen)
+                .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 8898))),
+            auth_file: args.auth_file.or(file.auth_file),
+            upstreams_poll: Duration::from_millis(file.upstreams_poll_ms.unwrap_or(2000)),
+            gateway: GatewaySettings {
+                connect_timeout: Duration::from_millis(g.connect_timeout_ms.unwrap_or(10_000)),
+                response_timeout: Duration::from_millis(g.response_timeout_ms.unwrap_or(30_000)),
+                captcha_markers: g
+                    .captcha_markers
+                    .unwrap_or_else(|| DEFAULT_CAPTCHA_MARKERS.map(str::to_owned).to_vec()),
+                captcha_scan_bytes: g.captcha_scan_bytes.unwrap_or(64 * 1024),
+                default_retry_after: Duration::from_millis(
+                    g.default_retry_after_ms.unwrap_or(60_000),
+                ),
+            },
+            pool: file.pool.apply(),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        let g = &self.gateway;
+        if g.connect_timeout.is_zero() || g.response_timeout.is_zero() {
+            bail!("gateway.connect_timeout_ms and gateway.response_timeout_ms must be at least 1");
+        }
+        if g.captcha_markers.iter().any(String::is_empty) {
+            bail!("gateway.captcha_markers must not contain an empty marker");
+        }
+        if !(Duration::from_millis(50)..=Duration::from_secs(3600)).contains(&self.upstreams_poll) {
+            bail!("upstreams_poll_ms must be between 50 and 3600000");
+        }
+        if self.auth_file.is_none() {
+            for (name, addr) in [
+                ("--proxy-listen", self.proxy_listen),
+                ("--api-listen", self.api_listen),
+            ] {
+                if !addr.ip().is_loopback() {
+                    bail!(
+                        "{name} {addr} is not a loopback address: give --auth-file so that the server is not open to anyone"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn pool_tables_override_library_defaults() {
+        let file: FileConfig = toml::from_str(
+            "[pool]\nstrategy = \"round_robin\"\nmin_in_service = 1\n[pool.health]\nmin_dwell_ms = 500\n[pool.backoff]\nbase_ms = 2000\n",
+        )
+        .unwrap();
+        let pool = file.pool.apply();
+        assert_eq!(pool.strategy, Strategy::RoundRobin);
+        assert_eq!(pool.min_in_service, 1);
+        assert_eq!(pool.health.min_dwell, Duration::from_millis(500));
+        assert_eq!(pool.backoff.base, Duration::from_secs(2));
+        assert_eq!(pool.lease_ttl, PoolConfig::default().lease_ttl);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        assert!(toml::from_str::<FileConfig>("[pool]\nquarantine_capp = 0.2\n").is_err());
+    }
+
+    #[test]
+    fn public_listen_without_credentials_is_refused() {
+        let args = ServeArgs {
+            upstreams: Some("u.txt".into()),
+            proxy_listen: Some("0.0.0.0:8899".parse().unwrap()),
+            ..ServeArgs::default()
+        };
+        let err = ServeConfig::resolve(args).unwrap_err().to_string();
+        assert!(err.contains("--auth-file"), "{err}");
+    }
+
+    #[test]
+    fn redis_is_refused_with_a_reason() {
+        let args = ServeArgs {
+            upstreams: Some("u.txt".into()),
+            redis: Some("redis://127.0.0.1".into()),
+            ..ServeArgs::default()
+        };
+        let err = ServeConfig::resolve(args).unwrap_err().to_string();
+        assert!(err.contains("not yet supported"), "{err}");
+    }
+}

@@ -1,0 +1,211 @@
+//! The dashboard in headless Chromium, driven through chromedriver's WebDriver protocol: the
+//! page renders real data from a running server. The screenshot is kept under
+//! `target/tmp/proxypool-dashboard.png`.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{Server, Target, Tinyproxy, get, require};
+use serde_json::{Value, json};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use testkit::Process;
+
+/// A WebDriver session on a chromedriver of our own.
+struct Browser {
+    base: String,
+    http: reqwest::Client,
+    _driver: Process,
+}
+
+impl Browser {
+    async fn start() -> Self {
+        require("chromedriver", "chromium-driver");
+        require("chromium", "chromium");
+        let port = common::free_port("127.0.0.1");
+        let mut cmd = Command::new("chromedriver");
+        cmd.arg(format!("--port={port}"));
+        let mut driver = Process::spawn("chromedriver", cmd).unwrap();
+        driver
+            .wait_for_line("ChromeDriver was started", Duration::from_secs(30))
+            .unwrap();
+        let http = reqwest::Client::new();
+        let created: Value = http
+            .post(format!("http://127.0.0.1:{port}/session"))
+            .json(&json!({"capabilities": {"alwaysMatch": {
+                "browserName": "chrome",
+                "goog:chromeOptions": {
+                    "binary": "/usr/bin/chromium",
+                    "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                             "--disable-dev-shm-usage", "--window-size=1500,1100"]
+                }
+            }}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let id = created["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no WebDriver session: {created}"));
+        Self {
+            base: format!("http://127.0.0.1:{port}/session/{id}"),
+            http,
+            _driver: driver,
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let v: Value = request.send().await.unwrap().json().await.unwrap();
+        v["value"].clone()
+    }
+
+    async fn script(&self, script: &str) -> Value {
+        self.call(
+            reqwest::Method::POST,
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+        .await
+    }
+}
+
+impl Drop for Browser {
+    /// Ends the WebDriver session, which closes Chromium (killing chromedriver alone could
+    /// leave the browser behind). Plain blocking HTTP: `Drop` cannot await.
+    fn drop(&mut self) {
+        use std::io::{Read, Write};
+        let Some(rest) = self.base.strip_prefix("http://") else {
+            return;
+        };
+        let Some((host, path)) = rest.split_once('/') else {
+            return;
+        };
+        if let Ok(mut stream) = std::net::TcpStream::connect(host) {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+            let _ = write!(
+                stream,
+                "DELETE /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+            );
+            let _ = stream.read_to_end(&mut Vec::new());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_renders_real_data_in_chromium() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tinyproxies: Vec<Tinyproxy> = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+        .iter()
+        .map(|ip| Tinyproxy::start(dir.path(), ip))
+        .collect();
+    let target = Target::start(&["127.0.20.1", "127.0.20.2"]);
+    let upstreams: Vec<String> = tinyproxies.iter().map(Tinyproxy::url).collect();
+    let server = Server::start(dir.path(), &upstreams, common::FAST_POOL, &[]);
+
+    // Traffic: a healthy site, a site that shows one address captchas, a stopped upstream.
+    let client = server.client(None);
+    for _ in 0..30 {
+        get(&client, &target.url("127.0.20.1", "/")).await;
+        get(
+            &client,
+            &target.url("127.0.20.2", "/?do=captcha&for=127.0.0.3"),
+        )
+        .await;
+    }
+    tinyproxies[2].stop();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while server.state_of(&tinyproxies[2].url()).await != "quarantined" {
+        assert!(
+            Instant::now() < deadline,
+            "the stopped upstream was never quarantined"
+        );
+        get(&client, &target.url("127.0.20.1", "/")).await;
+    }
+    for s in 0..5 {
+        get(
+            &server.client(Some(&format!("gina-session-{s}"))),
+            &target.url("127.0.20.1", "/"),
+        )
+        .await;
+    }
+
+    let browser = Browser::start().await;
+    browser
+        .call(
+            reqwest::Method::POST,
+            "/url",
+            Some(json!({"url": format!("{}/", server.api)})),
+        )
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let v = browser
+            .script("return document.body.dataset.loaded === '1' ? document.body.innerText : null")
+            .await;
+        if let Some(text) = v.as_str() {
+            break text.to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the dashboard never rendered: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for url in &upstreams {
+        assert!(
+            text.contains(url.as_str()),
+            "{url} missing from the page:\n{text}"
+        );
+    }
+    assert!(text.contains("quarantined"), "{text}");
+    assert!(text.contains("127.0.20.2"), "site column missing:\n{text}");
+    let rows = browser
+        .script("return document.querySelectorAll('#addresses tbody tr').length")
+        .await;
+    assert_eq!(rows, 3);
+    let sites = browser
+        .script("return [...document.querySelectorAll('#matrix thead th')].slice(1).map(th => th.textContent)")
+        .await;
+    let cells = browser
+        .script("return document.querySelectorAll('#matrix td.cell').length")
+        .await;
+    assert_eq!(
+        cells.as_u64().unwrap(),
+        3 * sites.as_array().unwrap().len() as u64,
+        "one cell per address × site {sites}"
+    );
+    let quarantined = browser
+        .script("return document.querySelector('.count[data-state=quarantined] b').textContent")
+        .await;
+    assert_eq!(quarantined, "1");
+    let history = browser
+        .script("return [...document.querySelectorAll('td.history')].map(td => td.title).join('|')")
+        .await;
+    assert!(
+        history.as_str().unwrap().contains("failures"),
+        "no quarantine history with its reason: {history}"
+    );
+    let transitions = browser
+        .script("return document.querySelectorAll('#decisions tbody tr').length")
+        .await;
+    assert!(transitions.as_u64().unwrap() >= 4, "{transitions}");
+
+    let png = browser
+        .call(reqwest::Method::GET, "/screenshot", None)
+        .await;
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(png.as_str().unwrap())
+        .unwrap();
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("proxypool-dashboard.png");
+    std::fs::write(&path, &bytes).unwrap();
+    eprintln!("dashboard screenshot: {}", path.display());
+    assert!(bytes.starts_with(b"\x89PNG"));
+}
