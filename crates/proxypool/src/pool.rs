@@ -18,7 +18,7 @@ use crate::ticket::Ticket;
 
 /// What a pool and its leases share.
 pub(crate) struct Shared {
-    pub(crate) store: Box<dyn Store>,
+    pub(crate) store: Store,
     pub(crate) clock: Arc<dyn Clock>,
 }
 
@@ -59,13 +59,7 @@ impl Pool {
     pub async fn acquire(&self, ticket: Ticket) -> Result<Lease, AcquireError> {
         let now = self.shared.clock.now();
         let grant = self.shared.store.acquire(&ticket, now).await?;
-        Ok(Lease::new(
-            grant.lease,
-            grant.address,
-            grant.choice,
-            ticket.site,
-            Arc::clone(&self.shared),
-        ))
+        Ok(Lease::new(grant, Arc::clone(&self.shared)))
     }
 
     /// Adds an address at runtime, to the whole pool only.
@@ -202,7 +196,7 @@ impl PoolBuilder {
         state.add(batch, clock.now())?;
         Ok(Pool {
             shared: Arc::new(Shared {
-                store: Box::new(MemoryStore::new(state)),
+                store: Store::Memory(MemoryStore::new(state)),
                 clock,
             }),
         })

@@ -126,6 +126,91 @@ async fn p1_sub_pools_serve_only_their_members() {
     );
 }
 
+/// Two sites, alternating; address 0 is blocked on `bad` from request `from` on, the rest
+/// succeed. Returns, per site, how often address 0 served it after `from` + `settle`.
+async fn bad_on_one_site(
+    pool: &Pool,
+    clock: &ManualClock,
+    rounds: usize,
+    from: usize,
+    settle: usize,
+    bad_everywhere: bool,
+) -> (usize, usize) {
+    let target = addr(0);
+    let sites = [
+        Ticket::new().site("a.example"),
+        Ticket::new().site("b.example"),
+    ];
+    let mut served = [0, 0];
+    for i in 0..rounds {
+        let which = i % 2;
+        let lease = pool.acquire(sites[which].clone()).await.unwrap();
+        let is_target = lease.address().as_str() == target;
+        let fails = is_target && i >= from && (which == 0 || bad_everywhere);
+        if is_target && i >= from + settle {
+            served[which] += 1;
+        }
+        let o = if fails { Outcome::Blocked } else { ok() };
+        lease.release(o).await.unwrap();
+        clock.advance(STEP);
+    }
+    (served[0], served[1])
+}
+
+#[tokio::test]
+async fn p1_p9_weights_are_per_address_and_site_so_a_bad_pair_is_avoided_there_only() {
+    let clock = ManualClock::new();
+    let pool = pool(4, &clock);
+    // 400 requests of good history on both sites, then address 0 is blocked on a.example.
+    let (on_a, on_b) = bad_on_one_site(&pool, &clock, 2400, 400, 200, false).await;
+    // 1 000 tickets per site after settling: a quarter would be 250.
+    assert!(on_a <= 10, "address 0 still served a.example {on_a} times");
+    assert!(on_b >= 150, "address 0 served b.example only {on_b} times");
+    let snap = pool.snapshot().await;
+    let a = snap.address(&addr(0)).unwrap();
+    assert_eq!(a.quarantine_entries, 0, "{}", a.reason);
+    let pair = |site: &str| {
+        snap.matrix
+            .iter()
+            .find(|c| c.address == addr(0) && c.site == site)
+            .unwrap()
+            .avoided
+    };
+    assert!(pair("a.example") && !pair("b.example"));
+    assert!(snap.decisions.iter().any(|d| d.to == "avoided"
+        && d.subject
+            == Subject::Cell {
+                address: addr(0),
+                site: "a.example".into()
+            }));
+}
+
+#[tokio::test]
+async fn p1_p9_an_address_bad_on_every_site_is_still_quarantined() {
+    let clock = ManualClock::new();
+    let pool = pool(4, &clock);
+    bad_on_one_site(&pool, &clock, 600, 400, 0, true).await;
+    let snap = pool.snapshot().await;
+    assert_eq!(snap.address(&addr(0)).unwrap().quarantine_entries, 1);
+}
+
+#[tokio::test]
+async fn p1_p9_without_enough_samples_on_a_site_the_address_weight_decides() {
+    let clock = ManualClock::new();
+    let pool = pool(4, &clock);
+    let slow = addr(0);
+    let latency = |a: &str| Outcome::Success {
+        latency: Duration::from_millis(if a == slow { 800 } else { 100 }),
+    };
+    let a = Ticket::new().site("a.example");
+    serve(&pool, &clock, &a, 800, STEP, latency).await;
+    // A new site: no pair has evidence there, so the address's own (slow) record weighs it.
+    let c = Ticket::new().site("c.example");
+    let served = serve(&pool, &clock, &c, 40, STEP, latency).await;
+    let share = served.iter().filter(|x| **x == slow).count();
+    assert!(share <= 4, "the slow address took {share} of the first 40");
+}
+
 // ---- P2 -------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -398,6 +483,69 @@ async fn p4_a_latency_tail_degrades_and_p5_recovery_waits_for_the_dwell() {
         .unwrap();
     let down = snap.decisions.iter().find(|d| d.to == "degraded").unwrap();
     assert!(up.at_ms - down.at_ms >= 30_000);
+}
+
+#[tokio::test]
+async fn p4_outcomes_older_than_the_window_age_stop_counting() {
+    let clock = ManualClock::new();
+    let pool = pool_with(10, &clock, rr());
+    let t = Ticket::new().site("shop.example");
+    let target = addr(0);
+    // Two failures, then eleven quiet minutes, then a third: only one is recent.
+    serve(&pool, &clock, &t, 20, STEP, |a| {
+        if a == target { Outcome::Timeout } else { ok() }
+    })
+    .await;
+    clock.advance(Duration::from_secs(11 * 60));
+    serve(&pool, &clock, &t, 10, STEP, |a| {
+        if a == target { Outcome::Timeout } else { ok() }
+    })
+    .await;
+    let snap = pool.snapshot().await;
+    let a = snap.address(&target).unwrap();
+    assert_eq!(a.state, HealthState::Healthy, "{}", a.reason);
+    assert_eq!(a.window_samples, 1);
+    let pair = snap
+        .matrix
+        .iter()
+        .find(|c| c.address == target && c.site == "shop.example")
+        .unwrap();
+    assert_eq!(pair.window_samples, 1);
+}
+
+#[tokio::test]
+async fn p4_p9_an_avoided_pair_is_forgiven_once_its_window_ages_out() {
+    let clock = ManualClock::new();
+    let mut cfg = PoolConfig::default();
+    cfg.health.window_max_age = Duration::from_secs(120);
+    let pool = pool_with(4, &clock, cfg);
+    bad_on_one_site(&pool, &clock, 1200, 400, 0, false).await;
+    let avoided = |snap: &proxypool::Snapshot| {
+        snap.matrix
+            .iter()
+            .find(|c| c.address == addr(0) && c.site == "a.example")
+            .map(|c| (c.avoided, c.window_samples))
+    };
+    let snap = pool.snapshot().await;
+    assert!(avoided(&snap).unwrap().0);
+    // The configured two minutes without an outcome there: the pair starts afresh and the
+    // address takes its share of a.example again.
+    clock.advance(Duration::from_secs(120));
+    assert_eq!(avoided(&pool.snapshot().await), Some((false, 0)));
+    let served = serve(
+        &pool,
+        &clock,
+        &Ticket::new().site("a.example"),
+        40,
+        STEP,
+        |_| ok(),
+    )
+    .await;
+    let share = served.iter().filter(|a| **a == addr(0)).count();
+    assert!(
+        share >= 5,
+        "address 0 took {share} of 40 after being forgiven"
+    );
 }
 
 async fn quarantine_first(pool: &Pool, clock: &ManualClock) -> u64 {

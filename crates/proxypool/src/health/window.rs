@@ -1,6 +1,11 @@
-//! The sliding window of an address's last outcomes, with running sums for O(1) rates.
+//! A sliding window of outcomes: the last `capacity` of them that are also younger than
+//! `max_age` (P4, P16). Running sums make rates, weights and latency quantiles O(1), so the
+//! acquire and release paths never scan a window.
 
 use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::clock::{Timestamp, millis};
 
 /// What an outcome says about health. Rate limits are not health and never enter a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,105 +18,233 @@ pub(crate) enum Class {
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Entry {
+    pub(crate) at: Timestamp,
     pub(crate) class: Class,
     pub(crate) site: u32,
-    /// Recorded while its site was judged degraded: never held against the address (P9).
-    pub(crate) excused: bool,
     pub(crate) latency_ms: u32,
+    /// Recorded while its site was judged degraded, or in the stretch that convicted it: says
+    /// nothing about the address and never counts against it (P9).
+    pub(crate) excused: bool,
+}
+
+/// Sums over a set of entries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    pub(crate) n: u32,
+    pub(crate) successes: u32,
+    pub(crate) captchas: u32,
+    pub(crate) latency_sum_ms: u64,
+}
+
+impl Tally {
+    fn add(&mut self, e: &Entry) {
+        self.n += 1;
+        match e.class {
+            Class::Success => {
+                self.successes += 1;
+                self.latency_sum_ms += u64::from(e.latency_ms);
+            }
+            Class::Captcha => self.captchas += 1,
+            Class::Failure => {}
+        }
+    }
+
+    fn sub(&mut self, e: &Entry) {
+        self.n -= 1;
+        match e.class {
+            Class::Success => {
+                self.successes -= 1;
+                self.latency_sum_ms -= u64::from(e.latency_ms);
+            }
+            Class::Captcha => self.captchas -= 1,
+            Class::Failure => {}
+        }
+    }
+
+    pub(crate) fn rate(&self, x: u32) -> Option<f64> {
+        (self.n > 0).then(|| f64::from(x) / f64::from(self.n))
+    }
+
+    /// Mean latency of the successes.
+    pub(crate) fn mean_latency_ms(&self) -> Option<f64> {
+        (self.successes > 0).then(|| self.latency_sum_ms as f64 / f64::from(self.successes))
+    }
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct Window {
     entries: VecDeque<Entry>,
     capacity: usize,
-    successes: u32,
-    captchas: u32,
-    latency_sum_ms: u64,
+    max_age_ms: u64,
+    /// When the oldest entry ages out (ms): before it, reads need not look at the entries.
+    horizon_ms: u64,
+    /// Every entry: what the snapshot shows.
+    all: Tally,
+    /// Entries not excused: what health and weights are judged on.
+    counted: Tally,
+    /// Latencies of the counted successes, kept sorted so quantiles are a lookup; `None` for
+    /// windows that never need them.
+    sorted: Option<Vec<u32>>,
 }
 
 impl Window {
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize, max_age: Duration, quantiles: bool) -> Self {
         Self {
-            entries: VecDeque::with_capacity(capacity),
+            // Allocated on first use: most address × site pairs see few outcomes.
+            entries: VecDeque::new(),
             capacity,
-            successes: 0,
-            captchas: 0,
-            latency_sum_ms: 0,
+            max_age_ms: millis(max_age),
+            horizon_ms: u64::MAX,
+            all: Tally::default(),
+            counted: Tally::default(),
+            sorted: quantiles.then(Vec::new),
         }
     }
 
-    pub(crate) fn push(&mut self, entry: Entry) {
-        if self.entries.len() == self.capacity
+    fn expired(&self, e: &Entry, now: Timestamp) -> bool {
+        now.as_millis().saturating_sub(e.at.as_millis()) >= self.max_age_ms
+    }
+
+    pub(crate) fn push(&mut self, e: Entry) {
+        self.expire(e.at);
+        if self.entries.capacity() == 0 {
+            self.entries.reserve_exact(self.capacity);
+            if let Some(sorted) = &mut self.sorted {
+                sorted.reserve_exact(self.capacity);
+            }
+        }
+        if self.entries.len() >= self.capacity
             && let Some(old) = self.entries.pop_front()
         {
-            self.account(old, false);
+            self.forget(&old);
         }
-        self.account(entry, true);
-        self.entries.push_back(entry);
+        self.remember(&e);
+        self.entries.push_back(e);
+        self.set_horizon();
     }
 
-    fn account(&mut self, e: Entry, add: bool) {
-        let (counter, latency) = match e.class {
-            Class::Success => (&mut self.successes, u64::from(e.latency_ms)),
-            Class::Captcha => (&mut self.captchas, 0),
-            Class::Failure => return,
-        };
-        if add {
-            *counter += 1;
-            self.latency_sum_ms += latency;
-        } else {
-            *counter -= 1;
-            self.latency_sum_ms -= latency;
+    /// When the oldest entry ages out, if there is one.
+    pub(crate) fn horizon(&self) -> Option<Timestamp> {
+        (self.horizon_ms != u64::MAX).then_some(Timestamp::from_millis(self.horizon_ms))
+    }
+
+    fn set_horizon(&mut self) {
+        self.horizon_ms = self.entries.front().map_or(u64::MAX, |e| {
+            e.at.as_millis().saturating_add(self.max_age_ms)
+        });
+    }
+
+    /// Drops the outcomes older than the maximum age.
+    pub(crate) fn expire(&mut self, now: Timestamp) {
+        while let Some(front) = self.entries.front().copied() {
+            if !self.expired(&front, now) {
+                break;
+            }
+            self.entries.pop_front();
+            self.forget(&front);
+        }
+        self.set_horizon();
+    }
+
+    fn remember(&mut self, e: &Entry) {
+        self.all.add(e);
+        if e.excused {
+            return;
+        }
+        self.counted.add(e);
+        if let (Some(sorted), Class::Success) = (&mut self.sorted, e.class) {
+            let at = sorted.partition_point(|x| *x < e.latency_ms);
+            sorted.insert(at, e.latency_ms);
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+    fn forget(&mut self, e: &Entry) {
+        self.all.sub(e);
+        if !e.excused {
+            self.uncount(e);
+        }
     }
 
-    pub(crate) fn successes(&self) -> u32 {
-        self.successes
+    fn uncount(&mut self, e: &Entry) {
+        self.counted.sub(e);
+        if let (Some(sorted), Class::Success) = (&mut self.sorted, e.class)
+            && let Ok(at) = sorted.binary_search(&e.latency_ms)
+        {
+            sorted.remove(at);
+        }
     }
 
-    pub(crate) fn captchas(&self) -> u32 {
-        self.captchas
+    /// The sums over (all, counted) entries as of `now`: outcomes that aged out since the
+    /// window last changed are left out without mutating it (usually none, so O(1)).
+    pub(crate) fn tallies(&self, now: Timestamp) -> (Tally, Tally) {
+        let (mut all, mut counted) = (self.all, self.counted);
+        if now.as_millis() < self.horizon_ms {
+            return (all, counted);
+        }
+        for e in self.entries.iter().take_while(|e| self.expired(e, now)) {
+            all.sub(e);
+            if !e.excused {
+                counted.sub(e);
+            }
+        }
+        (all, counted)
     }
 
-    /// Mean latency of the successes in the window.
-    pub(crate) fn mean_latency_ms(&self) -> Option<f64> {
-        (self.successes > 0).then(|| self.latency_sum_ms as f64 / f64::from(self.successes))
+    /// The counted sums as of `now` (see [`Window::tallies`]).
+    pub(crate) fn counted(&self, now: Timestamp) -> Tally {
+        self.tallies(now).1
     }
 
-    /// Newest first.
-    pub(crate) fn newest_first(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.iter().rev()
+    /// The sums over the young entries of one site (a scan: for snapshots).
+    pub(crate) fn site_tally(&self, site: u32, now: Timestamp) -> Tally {
+        let mut t = Tally::default();
+        for e in self.newest_first(now).filter(|e| e.site == site) {
+            t.add(e);
+        }
+        t
     }
 
-    /// (median, p95) of the successes' latencies, if there are at least `min` of them.
-    /// `scratch` is reused between calls so the release path does not allocate.
-    pub(crate) fn latency_quantiles(
-        &self,
-        min: usize,
-        scratch: &mut Vec<u32>,
-    ) -> Option<(u32, u32)> {
-        if (self.successes as usize) < min.max(1) {
+    /// Entries still young at `now`, newest first.
+    pub(crate) fn newest_first(&self, now: Timestamp) -> impl Iterator<Item = &Entry> {
+        self.entries
+            .iter()
+            .rev()
+            .take_while(move |e| !self.expired(e, now))
+    }
+
+    /// Excuses the entries of `site` recorded at or after `from` (P9: the stretch that convicted
+    /// the site). Returns whether any changed.
+    pub(crate) fn excuse(&mut self, site: u32, from: Timestamp) -> bool {
+        let mut changed = false;
+        for i in (0..self.entries.len()).rev() {
+            let Some(e) = self.entries.get(i).copied() else {
+                break;
+            };
+            if e.at < from {
+                break;
+            }
+            if e.site == site && !e.excused {
+                self.uncount(&e);
+                if let Some(slot) = self.entries.get_mut(i) {
+                    slot.excused = true;
+                }
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// (median, p95) of the counted successes' latencies, if there are at least `min` of them.
+    /// Call after [`Window::expire`] so aged outcomes are gone.
+    pub(crate) fn latency_quantiles(&self, min: usize) -> Option<(u32, u32)> {
+        let sorted = self.sorted.as_ref()?;
+        if sorted.len() < min.max(1) {
             return None;
         }
-        scratch.clear();
-        scratch.extend(
-            self.entries
-                .iter()
-                .filter(|e| e.class == Class::Success)
-                .map(|e| e.latency_ms),
-        );
-        let last = scratch.len() - 1;
-        let mut at = |q: f64| {
-            *scratch
-                .select_nth_unstable(((last as f64) * q).round() as usize)
-                .1
-        };
-        let p95 = at(0.95);
-        Some((at(0.5), p95))
+        // Nearest rank, rounded half up, in integers: this runs on every success.
+        let last = sorted.len() - 1;
+        let at = |percent: usize| sorted.get((last * percent + 50) / 100).copied();
+        Some((at(50)?, at(95)?))
     }
 }
 
@@ -119,37 +252,77 @@ impl Window {
 mod tests {
     use super::*;
 
-    fn e(class: Class, latency_ms: u32) -> Entry {
+    const AGE: Duration = Duration::from_secs(600);
+
+    fn e(at_s: u64, class: Class, latency_ms: u32) -> Entry {
         Entry {
+            at: Timestamp::from_millis(at_s * 1000),
             class,
             site: 0,
-            excused: false,
             latency_ms,
+            excused: false,
         }
     }
 
     #[test]
     fn sums_follow_the_window() {
-        let mut w = Window::new(3);
-        w.push(e(Class::Success, 100));
-        w.push(e(Class::Captcha, 0));
-        w.push(e(Class::Success, 300));
-        assert_eq!((w.successes(), w.captchas()), (2, 1));
-        assert_eq!(w.mean_latency_ms(), Some(200.0));
-        w.push(e(Class::Failure, 0));
-        w.push(e(Class::Failure, 0));
-        assert_eq!((w.len(), w.successes(), w.captchas()), (3, 1, 0));
-        assert_eq!(w.mean_latency_ms(), Some(300.0));
+        let mut w = Window::new(3, AGE, true);
+        w.push(e(0, Class::Success, 100));
+        w.push(e(0, Class::Captcha, 0));
+        w.push(e(0, Class::Success, 300));
+        let t = w.counted(Timestamp::default());
+        assert_eq!((t.n, t.successes, t.captchas), (3, 2, 1));
+        assert_eq!(t.mean_latency_ms(), Some(200.0));
+        w.push(e(0, Class::Failure, 0));
+        w.push(e(0, Class::Failure, 0));
+        let t = w.counted(Timestamp::default());
+        assert_eq!((t.n, t.successes, t.captchas), (3, 1, 0));
+        assert_eq!(t.mean_latency_ms(), Some(300.0));
+        assert_eq!(w.latency_quantiles(1), Some((300, 300)));
     }
 
     #[test]
     fn quantiles_need_enough_samples() {
-        let mut w = Window::new(50);
-        for ms in 1..=20 {
-            w.push(e(Class::Success, ms * 10));
+        let mut w = Window::new(50, AGE, true);
+        for ms in (1..=20).rev() {
+            w.push(e(0, Class::Success, ms * 10));
         }
-        let mut scratch = Vec::new();
-        assert_eq!(w.latency_quantiles(21, &mut scratch), None);
-        assert_eq!(w.latency_quantiles(10, &mut scratch), Some((110, 190)));
+        assert_eq!(w.latency_quantiles(21), None);
+        assert_eq!(w.latency_quantiles(10), Some((110, 190)));
+    }
+
+    #[test]
+    fn p4_window_outcomes_age_out_after_the_maximum_age() {
+        let mut w = Window::new(50, AGE, true);
+        w.push(e(0, Class::Failure, 0));
+        w.push(e(300, Class::Success, 100));
+        // Read without mutation: the failure is 600 s old at 600 s and no longer counts.
+        let at = |s: u64| Timestamp::from_millis(s * 1000);
+        assert_eq!(w.counted(at(599)).n, 2);
+        assert_eq!(w.counted(at(600)).n, 1);
+        assert_eq!(w.newest_first(at(600)).count(), 1);
+        assert_eq!(w.counted(at(900)).n, 0);
+        w.expire(at(900));
+        assert_eq!(w.latency_quantiles(1), None);
+        assert_eq!(w.tallies(at(900)), (Tally::default(), Tally::default()));
+    }
+
+    #[test]
+    fn p9_excused_entries_are_shown_but_not_counted() {
+        let mut w = Window::new(50, AGE, true);
+        w.push(e(1, Class::Failure, 0));
+        w.push(Entry {
+            site: 1,
+            ..e(2, Class::Failure, 0)
+        });
+        w.push(Entry {
+            site: 1,
+            ..e(3, Class::Success, 100)
+        });
+        assert!(w.excuse(1, Timestamp::from_millis(2000)));
+        let (all, counted) = w.tallies(Timestamp::from_millis(3000));
+        assert_eq!((all.n, counted.n), (3, 1));
+        assert_eq!(w.latency_quantiles(1), None);
+        assert!(!w.excuse(1, Timestamp::from_millis(2000)));
     }
 }

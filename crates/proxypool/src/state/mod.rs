@@ -20,9 +20,10 @@ use crate::config::{PoolConfig, Strategy};
 use crate::decision::{Decision, DecisionLog, Subject};
 use crate::error::{AcquireError, PoolError};
 use crate::health::quarantine::{self, Gate};
-use crate::health::window::{Class, Entry};
+use crate::health::signals::Signal;
+use crate::health::window::{Class, Entry, Window};
 use crate::health::{HealthState, backoff, ramp, signals, weight};
-use crate::lease::{Choice, LeaseId, Outcome};
+use crate::lease::{Choice, Outcome};
 use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, Snapshot};
 use crate::store::{Grant, Release};
 use crate::strategy::consistent_hash::{fingerprint, key_hash, load_bound};
@@ -30,10 +31,11 @@ use crate::strategy::{Candidates, Slot};
 use crate::telemetry::PoolMetrics;
 use crate::ticket::Ticket;
 
+pub(crate) use leases::LeaseRef;
 use leases::Leases;
 use record::AddressRecord;
 use sessions::{Binding, Sessions};
-use sites::Sites;
+use sites::{NO_SITE, Sites};
 use sub_pool::SubPool;
 
 /// Smoothing of the pool's reference latency (the denominator of normalised latency).
@@ -63,14 +65,17 @@ pub(crate) struct PoolState {
     leases: Leases,
     sites: Sites,
     quarantine_ends: BinaryHeap<Reverse<(Timestamp, Slot)>>,
+    /// Avoided address × site pairs, by when their oldest outcome ages out: each is judged
+    /// again then, so a pair is forgiven when its evidence is gone, not at its next outcome.
+    pair_checks: BinaryHeap<Reverse<(Timestamp, Slot, u32)>>,
     by_state: [usize; 5],
     frozen: bool,
     reference_latency_ms: Option<f64>,
     counters: Counters,
     log: DecisionLog,
     metrics: PoolMetrics,
-    /// Reused by latency quantiles, so releases do not allocate.
-    scratch: Vec<u32>,
+    /// Reused by the fall judgement, so releases do not allocate.
+    scratch_sites: Vec<u32>,
 }
 
 /// What strategies see of the pool for one ticket.
@@ -78,7 +83,8 @@ struct Ctx<'a> {
     records: &'a [Option<AddressRecord>],
     sites: &'a Sites,
     cfg: &'a PoolConfig,
-    site: Option<u32>,
+    /// The ticket's site.
+    site: u32,
     reference_ms: Option<f64>,
     now: Timestamp,
 }
@@ -87,6 +93,31 @@ impl Ctx<'_> {
     fn record(&self, slot: Slot) -> Option<&AddressRecord> {
         self.records.get(slot as usize).and_then(Option::as_ref)
     }
+
+    /// Success rate ÷ normalised latency for the ticket's site (P1, P9): nothing when the
+    /// address × site pair alone looks bad (the address is avoided there), the pair's window
+    /// when it has enough samples, else the address's own window.
+    fn quality(&self, slot: Slot, r: &AddressRecord) -> f64 {
+        let health = &self.cfg.health;
+        let pair = (self.site != NO_SITE)
+            .then(|| self.sites.get(slot, self.site))
+            .flatten();
+        if let Some(window) = pair.and_then(|c| c.window.as_ref()) {
+            if signals::fall(window, health, self.now, &[]).is_some() {
+                return 0.0;
+            }
+            let t = window.counted(self.now);
+            if t.n as usize >= health.min_samples {
+                let reference = self
+                    .sites
+                    .list
+                    .get(self.site as usize)
+                    .and_then(|s| s.reference_ms);
+                return weight::quality(&t, reference);
+            }
+        }
+        weight::quality(&r.window.counted(self.now), self.reference_ms)
+    }
 }
 
 impl Candidates for Ctx<'_> {
@@ -94,21 +125,14 @@ impl Candidates for Ctx<'_> {
         self.record(slot).is_some_and(|r| {
             r.health.state.is_offered()
                 && r.active_leases < self.cfg.max_leases_per_address
-                && self
-                    .site
-                    .is_none_or(|site| self.sites.cooling(slot, site, self.now).is_none())
+                && (r.cooling_until <= self.now
+                    || self.sites.cooling(slot, self.site, self.now).is_none())
         })
     }
 
     fn weight(&self, slot: Slot) -> f64 {
         self.record(slot).map_or(0.0, |r| {
-            weight::weight(
-                &r.window,
-                &r.health,
-                &self.cfg.health,
-                self.reference_ms,
-                self.now,
-            )
+            weight::weight(self.quality(slot, r), &r.health, &self.cfg.health, self.now)
         })
     }
 
@@ -145,12 +169,13 @@ impl PoolState {
             leases: Leases::default(),
             sites: Sites::new(),
             quarantine_ends: BinaryHeap::new(),
+            pair_checks: BinaryHeap::new(),
             by_state: [0; 5],
             frozen: false,
             reference_latency_ms: None,
             counters: Counters::default(),
             metrics: PoolMetrics::new(),
-            scratch: Vec::new(),
+            scratch_sites: Vec::new(),
         }
     }
 
@@ -213,8 +238,9 @@ impl PoolState {
                 p.keyless.join(slot);
             }
             let print = fingerprint(address.as_str());
-            let rec =
-                AddressRecord::new(address.clone(), print, pools, self.cfg.health.window, now);
+            let h = &self.cfg.health;
+            let window = Window::new(h.window, h.window_max_age, true);
+            let rec = AddressRecord::new(address.clone(), print, pools, window, now);
             let reason = rec.health.last_reason.clone();
             self.by_address.insert(address.clone(), slot);
             self.records.push(Some(rec));
@@ -329,12 +355,12 @@ impl PoolState {
                 .get(&**name)
                 .ok_or_else(|| AcquireError::UnknownSubPool(name.to_string()))?,
         };
-        let site = self.sites.find(ticket.site.as_deref());
+        let site = self.sites.intern(ticket.site.as_ref());
         let picked = match &ticket.key {
             Some(key) => self.pick_keyed(key, sp, site, now),
             None => self.pick_keyless(sp, site, now),
         };
-        let result = picked.and_then(|(slot, choice)| self.grant(slot, choice, now));
+        let result = picked.and_then(|(slot, choice)| self.grant(slot, site, choice, now));
         if let Err(e) = &result {
             // Indices into `telemetry::FAILURES`.
             let reason = match e {
@@ -355,7 +381,7 @@ impl PoolState {
         result
     }
 
-    fn ctx(&self, site: Option<u32>, now: Timestamp) -> Ctx<'_> {
+    fn ctx(&self, site: u32, now: Timestamp) -> Ctx<'_> {
         Ctx {
             records: &self.records,
             sites: &self.sites,
@@ -370,36 +396,49 @@ impl PoolState {
         &mut self,
         key: &Arc<str>,
         sp: u32,
-        site: Option<u32>,
+        site: u32,
         now: Timestamp,
     ) -> Result<(Slot, Choice), AcquireError> {
         let expires = now.after(self.cfg.sticky_ttl);
-        if let Some(b) = self.sessions.get(key) {
-            let (slot, address) = (b.slot, b.address.clone());
-            let Some(rec) = self
-                .record(slot)
-                .filter(|r| matches!(r.health.state, HealthState::Healthy | HealthState::Degraded))
-            else {
+        if let Some(b) = self.sessions.get_mut(key) {
+            let slot = b.slot;
+            let live = self
+                .records
+                .get(slot as usize)
+                .and_then(Option::as_ref)
+                .filter(|r| matches!(r.health.state, HealthState::Healthy | HealthState::Degraded));
+            let refusal = match live {
                 // Never move a session silently (P2): the caller ends it, the next acquire
                 // starts a new one.
-                self.unbind(key);
-                let key = key.to_string();
-                return Err(AcquireError::SessionBroken { key, address });
+                None => Err(AcquireError::SessionBroken {
+                    key: key.to_string(),
+                    address: b.address.clone(),
+                }),
+                Some(r) if r.active_leases >= self.cfg.max_leases_per_address => {
+                    Err(AcquireError::BoundAddressBusy {
+                        key: key.to_string(),
+                        address: b.address.clone(),
+                    })
+                }
+                Some(r) => match (r.cooling_until > now)
+                    .then(|| self.sites.cooling(slot, site, now))
+                    .flatten()
+                {
+                    Some(until) => Err(AcquireError::BoundAddressCooling {
+                        key: key.to_string(),
+                        address: b.address.clone(),
+                        retry_in: until.since(now),
+                    }),
+                    None => {
+                        b.expires = expires;
+                        Ok((slot, Choice::Bound))
+                    }
+                },
             };
-            if rec.active_leases >= self.cfg.max_leases_per_address {
-                let key = key.to_string();
-                return Err(AcquireError::BoundAddressBusy { key, address });
+            if matches!(refusal, Err(AcquireError::SessionBroken { .. })) {
+                self.unbind(key);
             }
-            if let Some(until) = site.and_then(|site| self.sites.cooling(slot, site, now)) {
-                let (key, retry_in) = (key.to_string(), until.since(now));
-                return Err(AcquireError::BoundAddressCooling {
-                    key,
-                    address,
-                    retry_in,
-                });
-            }
-            self.sessions.renew(key, expires);
-            return Ok((slot, Choice::Bound));
+            return refusal;
         }
         let pool = &self.sub_pools[sp as usize];
         let bound = load_bound(pool.bound_keys, pool.offered, self.cfg.load_factor);
@@ -424,7 +463,7 @@ impl PoolState {
     fn pick_keyless(
         &mut self,
         sp: u32,
-        site: Option<u32>,
+        site: u32,
         now: Timestamp,
     ) -> Result<(Slot, Choice), AcquireError> {
         let ctx = Ctx {
@@ -439,12 +478,18 @@ impl PoolState {
             keyless, members, ..
         } = &mut self.sub_pools[sp as usize];
         let slot = keyless
-            .pick(members, &ctx, &mut self.rng)
+            .pick(members, site, &ctx, &mut self.rng)
             .ok_or(AcquireError::NoAddressAvailable)?;
         Ok((slot, keyless.choice()))
     }
 
-    fn grant(&mut self, slot: Slot, choice: Choice, now: Timestamp) -> Result<Grant, AcquireError> {
+    fn grant(
+        &mut self,
+        slot: Slot,
+        site: u32,
+        choice: Choice,
+        now: Timestamp,
+    ) -> Result<Grant, AcquireError> {
         let deadline = now.after(self.cfg.lease_ttl);
         if self.record(slot).is_none() {
             return Err(AcquireError::NoAddressAvailable);
@@ -460,6 +505,8 @@ impl PoolState {
         rec.metrics.active(rec.active_leases);
         Ok(Grant {
             lease,
+            slot,
+            site,
             address: rec.address.clone(),
             choice,
         })
@@ -483,74 +530,83 @@ impl PoolState {
 
     pub(crate) fn release(&mut self, release: &Release, now: Timestamp) {
         self.sweep(now);
-        let slot = match self.leases.close(release.lease) {
-            Some(slot) => {
-                if let Some(r) = self.record_mut(slot) {
-                    r.active_leases -= 1;
-                    r.metrics.active(r.active_leases);
-                }
-                slot
-            }
-            // Expired (P14): the slot is already free, but the outcome is real news.
-            None => match self.by_address.get(&release.address) {
-                Some(slot) => *slot,
-                None => return,
-            },
-        };
-        if self
-            .record(slot)
-            .is_none_or(|r| r.address != release.address)
+        let slot = release.slot;
+        if let Some(r) = self
+            .leases
+            .close(release.lease)
+            .and_then(|s| self.records.get_mut(s as usize))
+            .and_then(Option::as_mut)
         {
+            r.active_leases -= 1;
+            r.metrics.active(r.active_leases);
+        }
+        // A lease that expired (P14) already freed its slot, but its outcome is still real
+        // news; an address removed meanwhile has nothing left to update.
+        if self.record(slot).is_none() {
             return;
         }
         self.counters.released += 1;
-        let site = self.sites.intern(release.site.as_ref());
-        let window = self.cfg.health.window;
+        let site = release.site;
         let (class, latency) = match release.outcome {
             Outcome::Success { latency } => (Class::Success, Some(latency)),
             Outcome::ConnectError | Outcome::Timeout | Outcome::Blocked => (Class::Failure, None),
             Outcome::Captcha => (Class::Captcha, None),
             Outcome::RateLimited { retry_after } => {
-                let cell = self.sites.cell(slot, site, release.address.redacted());
-                cell.cooling_until = Some(now.after(retry_after));
-                cell.totals.rate_limited += 1;
-                cell.metrics.outcome(&release.outcome);
-                if let Some(r) = self.record_mut(slot) {
-                    r.totals.rate_limited += 1;
-                    r.metrics.outcome(&release.outcome);
-                }
+                self.cool(slot, site, now.after(retry_after), &release.outcome);
                 return;
             }
         };
-        let excused = self.sites.is_degraded(site);
         let latency_ms = latency.map_or(0, |l| u32::try_from(millis(l)).unwrap_or(u32::MAX));
-        let cell = self.sites.cell(slot, site, release.address.redacted());
-        cell.push(class, window);
-        cell.metrics.outcome(&release.outcome);
-        count(&mut cell.totals, class);
-        let Some(rec) = self.record_mut(slot) else {
-            return;
-        };
-        rec.window.push(Entry {
+        let entry = Entry {
+            at: now,
             class,
             site,
-            excused,
             latency_ms,
-        });
+            excused: self.sites.is_degraded(site),
+        };
+        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let cell = self
+            .sites
+            .cell(slot, site, rec.address.redacted(), &self.cfg.health);
+        if let Some(w) = &mut cell.window {
+            w.push(entry);
+        }
+        cell.metrics.outcome(&release.outcome);
+        count(&mut cell.totals, class);
+        rec.window.push(entry);
         count(&mut rec.totals, class);
         rec.metrics.outcome(&release.outcome);
         if latency.is_some() {
             let ms = f64::from(latency_ms);
-            self.reference_latency_ms = Some(match self.reference_latency_ms {
-                None => ms,
-                Some(r) => r + REFERENCE_LATENCY_ALPHA * (ms - r),
-            });
+            follow(&mut self.reference_latency_ms, ms);
+            if let Some(s) = self.sites.list.get_mut(site as usize) {
+                follow(&mut s.reference_ms, ms);
+            }
         }
         self.judge_site(site, slot, class, now);
+        self.judge_cell(slot, site, now);
         self.evaluate(slot, site, class, now);
     }
 
-    pub(crate) fn abandon(&mut self, lease: LeaseId, _now: Timestamp) {
+    /// A rate limit: the address cools for that site only; it is not health (no window).
+    fn cool(&mut self, slot: Slot, site: u32, until: Timestamp, outcome: &Outcome) {
+        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        rec.cooling_until = rec.cooling_until.max(until);
+        rec.totals.rate_limited += 1;
+        rec.metrics.outcome(outcome);
+        let cell = self
+            .sites
+            .cell(slot, site, rec.address.redacted(), &self.cfg.health);
+        cell.cooling_until = Some(until);
+        cell.totals.rate_limited += 1;
+        cell.metrics.outcome(outcome);
+    }
+
+    pub(crate) fn abandon(&mut self, lease: LeaseRef, _now: Timestamp) {
         if let Some(slot) = self.leases.close(lease) {
             self.counters.abandoned += 1;
             self.metrics.abandoned();
@@ -598,34 +654,119 @@ impl PoolState {
         let Some(s) = self.sites.list.get_mut(site as usize) else {
             return;
         };
-        s.push(slot, class, j.site_window);
+        s.push(slot, class, now, h, j);
         let verdict = s.verdict(h, j);
         let change = match (s.degraded, verdict) {
-            (false, Some(reason)) => Some((true, reason)),
+            (false, Some(v)) => Some((true, v.reason, Some(v.from))),
             (true, None) if now.since(s.since) >= h.min_dwell => Some((
                 false,
                 "failures no longer spread over most addresses".to_owned(),
+                None,
             )),
             _ => None,
         };
-        if let Some((degraded, reason)) = change {
-            s.degraded = degraded;
-            s.since = now;
-            let subject = Subject::Site {
-                site: s.name.to_string(),
-            };
-            let (from, to) = if degraded {
-                ("ok", "degraded")
-            } else {
-                ("degraded", "ok")
-            };
-            let reason = if degraded {
-                format!("{reason}: failures there are not held against addresses")
-            } else {
-                reason
-            };
-            self.decide(now, subject, from, to, reason);
-            self.judge_our_side(now);
+        let Some((degraded, reason, from)) = change else {
+            return;
+        };
+        s.degraded = degraded;
+        s.since = now;
+        let subject = Subject::Site {
+            site: s.name.to_string(),
+        };
+        let (from_state, to_state, reason) = if degraded {
+            let reason = format!("{reason}: failures there are not held against addresses");
+            ("ok", "degraded", reason)
+        } else {
+            ("degraded", "ok", reason)
+        };
+        if let Some(from) = from {
+            self.excuse(site, from);
+        }
+        self.decide(now, subject, from_state, to_state, reason);
+        self.judge_our_side(now);
+    }
+
+    /// P9: the outcomes at `site` since `from` (the stretch that convicted it) say nothing
+    /// about the addresses: excuse them in the address and address × site windows. Every such
+    /// outcome is still in the site window, so its addresses are the ones to visit.
+    fn excuse(&mut self, site: u32, from: Timestamp) {
+        let Some(s) = self.sites.list.get(site as usize) else {
+            return;
+        };
+        for slot in s.slots_since(from) {
+            if let Some(r) = self.records.get_mut(slot as usize).and_then(Option::as_mut) {
+                r.window.excuse(site, from);
+            }
+            if let Some(w) = self
+                .sites
+                .cells
+                .get_mut(&(slot, site))
+                .and_then(|c| c.window.as_mut())
+            {
+                w.excuse(site, from);
+            }
+        }
+    }
+
+    /// P9 per address × site: the pair's own window says the address is bad for this site.
+    /// It is then avoided there (its weight for the site drops to the floor), and if it does
+    /// well elsewhere its failures there are not held against it (see `fall_signal`). Judged
+    /// on every outcome of the pair; logged when the verdict changes.
+    fn judge_cell(&mut self, slot: Slot, site: u32, now: Timestamp) {
+        if site == NO_SITE {
+            return;
+        }
+        let cfg = &self.cfg.health;
+        let Some(cell) = self.sites.cells.get_mut(&(slot, site)) else {
+            return;
+        };
+        let Some(window) = &mut cell.window else {
+            return;
+        };
+        window.expire(now);
+        let verdict = signals::fall(window, cfg, now, &[]);
+        let horizon = window.horizon();
+        if verdict.is_some() == cell.avoided {
+            return;
+        }
+        cell.avoided = verdict.is_some();
+        let (from, to, reason) = match verdict {
+            Some(signal) => {
+                if let Some(at) = horizon {
+                    self.pair_checks.push(Reverse((at, slot, site)));
+                }
+                ("ok", "avoided", format!("{signal} on this site"))
+            }
+            None => {
+                self.forgive(slot, site);
+                let reason = if horizon.is_none() {
+                    "its outcomes there aged out"
+                } else {
+                    "signals cleared"
+                };
+                ("avoided", "ok", reason.to_owned())
+            }
+        };
+        let (Some(rec), Some(s)) = (self.record(slot), self.sites.list.get(site as usize)) else {
+            return;
+        };
+        let subject = Subject::Cell {
+            address: rec.address.redacted().into(),
+            site: s.name.to_string(),
+        };
+        self.decide(now, subject, from, to, reason);
+    }
+
+    /// An address × site pair is no longer avoided: the address takes its turn on that site
+    /// again at once, instead of waiting out the long stride its lowest weight gave it.
+    fn forgive(&mut self, slot: Slot, site: u32) {
+        let Some(rec) = self.records.get(slot as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        for &sp in &rec.sub_pools {
+            if let Some(p) = self.sub_pools.get_mut(sp as usize) {
+                p.keyless.forgive(slot, site);
+            }
         }
     }
 
@@ -654,43 +795,50 @@ impl PoolState {
     }
 
     /// Reads the address's windows after an outcome and moves it if they say so (P3–P5, P10).
+    /// A fall is judged when a bad outcome arrives: a success cannot start one.
     fn evaluate(&mut self, slot: Slot, site: u32, class: Class, now: Timestamp) {
         let cfg = &self.cfg.health;
+        // Set at push, or just now by the site's verdict (which excuses retroactively).
+        let excused = self.sites.is_degraded(site);
         let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
             return;
         };
         rec.health.refresh(now, cfg);
-        let rec = &*rec;
-        let site_degraded = self.sites.is_degraded(site);
-        let state = rec.health.state;
+        let (state, returning) = (rec.health.state, rec.health.returning());
         let act = match state {
             HealthState::Quarantined | HealthState::Dead => None,
-            HealthState::Probing if site_degraded => None,
+            HealthState::Probing if excused => None,
             HealthState::Probing if class == Class::Success => Some(Act::ProbeSuccess),
             // A captcha is reputation, judged by its rate, not a failed probe.
             HealthState::Probing if class == Class::Captcha => None,
             HealthState::Probing => Some(Act::Quarantine("failure while probing".into())),
             HealthState::Healthy | HealthState::Degraded => {
-                let sites = &self.sites;
-                let fall = signals::fall(&rec.window, cfg, |s| sites.is_degraded(s));
-                if rec.health.returning() && class == Class::Failure && !site_degraded {
-                    Some(Act::Quarantine("failure during the ramp".into()))
-                } else if let Some(signal) = fall {
-                    Some(Act::Quarantine(signal.to_string()))
+                let fall = if class == Class::Success || excused {
+                    None
+                } else if returning && class == Class::Failure {
+                    Some("failure during the ramp".to_owned())
                 } else {
-                    let slow = (class == Class::Success || state == HealthState::Degraded)
-                        .then(|| signals::slow_tail(&rec.window, cfg, &mut self.scratch))
-                        .flatten();
-                    let dwelt = rec.health.dwelt(now, cfg);
-                    match (state, slow) {
-                        (HealthState::Healthy, Some(signal)) if dwelt => {
-                            Some(Act::Become(HealthState::Degraded, signal.to_string()))
+                    self.fall_signal(slot, now).map(|s| s.to_string())
+                };
+                match (fall, self.record(slot)) {
+                    (Some(reason), _) => Some(Act::Quarantine(reason)),
+                    (None, Some(rec)) => {
+                        let cfg = &self.cfg.health;
+                        let slow = (class == Class::Success || state == HealthState::Degraded)
+                            .then(|| signals::slow_tail(&rec.window, cfg))
+                            .flatten();
+                        let dwelt = rec.health.dwelt(now, cfg);
+                        match (state, slow) {
+                            (HealthState::Healthy, Some(signal)) if dwelt => {
+                                Some(Act::Become(HealthState::Degraded, signal.to_string()))
+                            }
+                            (HealthState::Degraded, None) if dwelt => {
+                                Some(Act::Become(HealthState::Healthy, "signals cleared".into()))
+                            }
+                            _ => None,
                         }
-                        (HealthState::Degraded, None) if dwelt => {
-                            Some(Act::Become(HealthState::Healthy, "signals cleared".into()))
-                        }
-                        _ => None,
                     }
+                    (None, None) => None,
                 }
             }
         };
@@ -700,6 +848,38 @@ impl PoolState {
             Some(Act::Become(to, reason)) => self.transition(slot, to, reason, now),
             Some(Act::ProbeSuccess) => self.probe_success(slot, now),
         }
+    }
+
+    /// The address's fall signal (P4), judged per address × site (P9): the sites where the
+    /// pair alone looks bad are left out when the address has at least `recent` counted
+    /// outcomes elsewhere to be judged on; it is then avoided on those sites rather than
+    /// quarantined everywhere. Without such evidence (one site only, or bad everywhere) every
+    /// counted outcome counts.
+    fn fall_signal(&mut self, slot: Slot, now: Timestamp) -> Option<Signal> {
+        let cfg = &self.cfg.health;
+        let rec = self.records.get(slot as usize).and_then(Option::as_ref)?;
+        let (sites, bad) = (&self.sites, &mut self.scratch_sites);
+        bad.clear();
+        for e in rec.window.newest_first(now) {
+            if !e.excused && e.site != NO_SITE && !bad.contains(&e.site) {
+                bad.push(e.site);
+            }
+        }
+        bad.retain(|s| {
+            sites
+                .get(slot, *s)
+                .is_some_and(|c| c.verdict(cfg, now).is_some())
+        });
+        let elsewhere = || {
+            rec.window
+                .newest_first(now)
+                .filter(|e| !e.excused && !bad.contains(&e.site))
+                .count()
+        };
+        if !bad.is_empty() && elsewhere() >= cfg.recent {
+            return signals::fall(&rec.window, cfg, now, bad);
+        }
+        signals::fall(&rec.window, cfg, now, &[])
     }
 
     fn probe_success(&mut self, slot: Slot, now: Timestamp) {
@@ -826,17 +1006,35 @@ impl PoolState {
     /// Applies what time alone decides: expired leases (P14) and bindings (P2), ended
     /// quarantines (P3). Each check is O(1) when nothing is due.
     fn sweep(&mut self, now: Timestamp) {
-        for slot in self.leases.expire(now) {
-            self.counters.expired += 1;
-            self.metrics.expired();
-            if let Some(r) = self.record_mut(slot) {
-                r.active_leases -= 1;
-                r.totals.expired += 1;
-                r.metrics.active(r.active_leases);
+        if self.leases.due(now) {
+            for slot in self.leases.expire(now) {
+                self.counters.expired += 1;
+                self.metrics.expired();
+                if let Some(r) = self.record_mut(slot) {
+                    r.active_leases -= 1;
+                    r.totals.expired += 1;
+                    r.metrics.active(r.active_leases);
+                }
             }
         }
-        for b in self.sessions.expire(now) {
-            self.unbound(&b);
+        if self.sessions.due(now) {
+            for b in self.sessions.expire(now) {
+                self.unbound(&b);
+            }
+        }
+        while let Some(Reverse((due, slot, site))) = self.pair_checks.peek().copied() {
+            if due > now {
+                break;
+            }
+            self.pair_checks.pop();
+            // Judged again as of when its oldest outcome aged out: forgiven, or checked again
+            // when the next one does.
+            self.judge_cell(slot, site, due);
+            if let Some(c) = self.sites.get(slot, site).filter(|c| c.avoided)
+                && let Some(at) = c.window.as_ref().and_then(Window::horizon)
+            {
+                self.pair_checks.push(Reverse((at, slot, site)));
+            }
         }
         while let Some(Reverse((due, slot))) = self.quarantine_ends.peek().copied() {
             if due > now {
@@ -862,18 +1060,28 @@ impl PoolState {
         let cfg = &self.cfg.health;
         for rec in self.records.iter_mut().flatten() {
             rec.health.refresh(now, cfg);
+            rec.window.expire(now);
         }
-        let ctx = self.ctx(None, now);
-        let mut scratch = Vec::new();
+        for w in self
+            .sites
+            .cells
+            .values_mut()
+            .filter_map(|c| c.window.as_mut())
+        {
+            w.expire(now);
+        }
+        for site in &mut self.sites.list {
+            site.expire(now, cfg.window_max_age, self.cfg.judgement.site_recent);
+        }
+        let ctx = self.ctx(NO_SITE, now);
         let addresses = self
             .records
             .iter()
             .enumerate()
             .filter_map(|(slot, r)| r.as_ref().map(|r| (slot as Slot, r)))
             .map(|(slot, r)| {
-                let n = r.window.len();
-                let rate = |x: u32| (n > 0).then(|| f64::from(x) / n as f64);
-                let quantiles = r.window.latency_quantiles(1, &mut scratch);
+                let all = r.window.tallies(now).0;
+                let quantiles = r.window.latency_quantiles(1);
                 AddressSnapshot {
                     address: r.address.redacted().into(),
                     fingerprint: format!("{:016x}", r.fingerprint),
@@ -895,9 +1103,9 @@ impl PoolState {
                         .and_then(|s| ramp::share(&cfg.ramp_steps, cfg.ramp_duration, s, now)),
                     active_leases: r.active_leases,
                     bound_keys: r.bound_keys,
-                    window_samples: n,
-                    success_rate: rate(r.window.successes()),
-                    captcha_rate: rate(r.window.captchas()),
+                    window_samples: all.n as usize,
+                    success_rate: all.rate(all.successes),
+                    captcha_rate: all.rate(all.captchas),
                     latency_p50_ms: quantiles.map(|q| q.0),
                     latency_p95_ms: quantiles.map(|q| q.1),
                     quarantined_until_ms: r.health.quarantined_until.map(Timestamp::as_millis),
@@ -914,13 +1122,17 @@ impl PoolState {
             .iter()
             .filter_map(|((slot, site), cell)| {
                 let r = self.record(*slot)?;
-                let (n, success, captcha) = cell.rates();
+                let all = match &cell.window {
+                    Some(w) => w.tallies(now).0,
+                    None => r.window.site_tally(*site, now),
+                };
                 Some(CellSnapshot {
                     address: r.address.redacted().into(),
                     site: self.sites.list.get(*site as usize)?.name.to_string(),
-                    window_samples: n,
-                    success_rate: success,
-                    captcha_rate: captcha,
+                    window_samples: all.n as usize,
+                    success_rate: all.rate(all.successes),
+                    captcha_rate: all.rate(all.captchas),
+                    avoided: *site != NO_SITE && cell.verdict(cfg, now).is_some(),
                     cooling_until_ms: cell
                         .cooling_until
                         .filter(|u| *u > now)
@@ -960,6 +1172,14 @@ impl PoolState {
             decisions: self.log.recent(),
         }
     }
+}
+
+/// Moves a running latency towards a new sample.
+fn follow(reference: &mut Option<f64>, ms: f64) {
+    *reference = Some(match *reference {
+        None => ms,
+        Some(r) => r + REFERENCE_LATENCY_ALPHA * (ms - r),
+    });
 }
 
 fn count(t: &mut crate::snapshot::Totals, class: Class) {

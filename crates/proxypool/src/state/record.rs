@@ -18,6 +18,9 @@ pub(crate) struct AddressRecord {
     pub(crate) window: Window,
     pub(crate) active_leases: u32,
     pub(crate) bound_keys: u64,
+    /// The latest end of a rate-limit cooling on any site: before it, eligibility must look
+    /// at the address × site cell; after it, nothing cools and the lookup is skipped.
+    pub(crate) cooling_until: Timestamp,
     pub(crate) totals: Totals,
 }
 
@@ -26,7 +29,7 @@ impl AddressRecord {
         address: ProxyAddress,
         fingerprint: u64,
         sub_pools: Vec<u32>,
-        window: usize,
+        window: Window,
         now: Timestamp,
     ) -> Self {
         Self {
@@ -35,9 +38,10 @@ impl AddressRecord {
             fingerprint,
             sub_pools,
             health: Health::slow_start(now),
-            window: Window::new(window),
+            window,
             active_leases: 0,
             bound_keys: 0,
+            cooling_until: Timestamp::default(),
             totals: Totals::default(),
         }
     }
