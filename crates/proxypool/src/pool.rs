@@ -62,6 +62,14 @@ impl Pool {
         Ok(Lease::new(grant, Arc::clone(&self.shared)))
     }
 
+    /// Ends a key's session before its TTL runs out (the account logged out, the caller gave
+    /// up on it): the binding is dropped and the key's next acquire starts a new session.
+    /// Whether the key had one.
+    pub async fn end_session(&self, key: &str) -> bool {
+        let now = self.shared.clock.now();
+        self.shared.store.end_session(key, now).await
+    }
+
     /// Adds an address at runtime, to the whole pool only.
     pub async fn add(&self, address: &str) -> Result<(), PoolError> {
         self.add_to(address, &[]).await

@@ -316,6 +316,83 @@ async fn p2_removing_the_bound_address_breaks_the_session_and_moves_no_other_key
     }
 }
 
+/// Where each key would be placed now, measured without leaving a trace: acquire, drop the
+/// lease, end the session.
+async fn placements(pool: &Pool, keys: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(keys.len());
+    for k in keys {
+        let lease = pool.acquire(Ticket::new().key(k.as_str())).await.unwrap();
+        assert_eq!(lease.choice(), Choice::Hashed);
+        out.push(lease.address().as_str().to_owned());
+        drop(lease);
+        assert!(pool.end_session(k).await);
+    }
+    out
+}
+
+#[tokio::test]
+async fn p1_p2_removing_one_of_n_moves_about_one_nth_of_unbound_keys_and_no_bound_one() {
+    const N: usize = 100;
+    let clock = ManualClock::new();
+    let pool = pool(N, &clock);
+    // A loaded pool: 10 000 live sessions, a mean of 100 bound keys per address.
+    let mut bound = HashMap::new();
+    for k in 0..10_000 {
+        let l = pool
+            .acquire(Ticket::new().key(format!("k{k}")))
+            .await
+            .unwrap();
+        bound.insert(k, l.address().as_str().to_owned());
+    }
+    let snap = pool.snapshot().await;
+    let max = snap.addresses.iter().map(|a| a.bound_keys).max().unwrap();
+    assert!(max <= 125, "max bound keys {max} > ⌈1.25 × 100⌉");
+    let probes: Vec<String> = (0..10_000).map(|k| format!("probe{k}")).collect();
+    let before = placements(&pool, &probes).await;
+    let victim = addr(37);
+    pool.remove(&victim).await.unwrap();
+    let after = placements(&pool, &probes).await;
+    let moved = before.iter().zip(&after).filter(|(b, a)| b != a).count();
+    // 1/N of 10 000 is 100: the probes that were placed on the removed address, and no
+    // cascade through the others.
+    let on_victim = before.iter().filter(|a| **a == victim).count();
+    assert!(
+        (50..=200).contains(&moved),
+        "{moved} of 10 000 moved ({on_victim} were on it)"
+    );
+    assert!(
+        moved <= on_victim + 20,
+        "{moved} moved but only {on_victim} were on it"
+    );
+    for (k, a) in &bound {
+        match pool.acquire(Ticket::new().key(format!("k{k}"))).await {
+            Ok(l) => assert_eq!(
+                (l.address().as_str(), l.choice()),
+                (a.as_str(), Choice::Bound)
+            ),
+            Err(AcquireError::SessionBroken { address, .. }) => {
+                assert_eq!(address.as_str(), victim)
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn p2_a_session_can_be_ended_before_its_ttl() {
+    let clock = ManualClock::new();
+    let pool = pool(10, &clock);
+    let l = pool.acquire(Ticket::new().key("acct")).await.unwrap();
+    l.release(ok()).await.unwrap();
+    assert!(pool.end_session("acct").await);
+    assert!(!pool.end_session("acct").await);
+    let snap = pool.snapshot().await;
+    assert_eq!(snap.pool.bindings, 0);
+    assert!(snap.addresses.iter().all(|a| a.bound_keys == 0));
+    let again = pool.acquire(Ticket::new().key("acct")).await.unwrap();
+    assert_eq!(again.choice(), Choice::Hashed);
+}
+
 // ---- P3, P4, P5 -----------------------------------------------------------------------------
 
 #[tokio::test]

@@ -26,7 +26,7 @@ use crate::health::{HealthState, backoff, ramp, signals, weight};
 use crate::lease::{Choice, Outcome};
 use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, Snapshot};
 use crate::store::{Grant, Release};
-use crate::strategy::consistent_hash::{fingerprint, key_hash, load_bound};
+use crate::strategy::consistent_hash::{Capacity, fingerprint, key_hash};
 use crate::strategy::{Candidates, Slot};
 use crate::telemetry::PoolMetrics;
 use crate::ticket::Ticket;
@@ -284,8 +284,10 @@ impl PoolState {
         };
         let state = rec.health.state;
         self.by_state[state as usize] -= 1;
-        for &sp in &rec.sub_pools {
+        for (&sp, &bound) in rec.sub_pools.iter().zip(&rec.bound_in) {
             let p = &mut self.sub_pools[sp as usize];
+            // Its sessions are broken: they no longer weigh on the mean of bounded loads.
+            p.bound_keys = p.bound_keys.saturating_sub(bound);
             p.members.retain(|s| *s != slot);
             p.ring.remove(slot);
             if state.is_offered() {
@@ -441,18 +443,24 @@ impl PoolState {
             return refusal;
         }
         let pool = &self.sub_pools[sp as usize];
-        let bound = load_bound(pool.bound_keys, pool.offered, self.cfg.load_factor);
+        let capacity = Capacity::new(pool.bound_keys, pool.offered, self.cfg.load_factor);
         let ctx = self.ctx(site, now);
-        let slot = pool
-            .ring
-            .place(key_hash(key), |s| {
-                ctx.eligible(s) && ctx.record(s).is_some_and(|r| r.bound_keys < bound)
+        let hash = key_hash(key);
+        let place = |capacity: Capacity| {
+            pool.ring.place(hash, |s| {
+                ctx.eligible(s)
+                    && ctx
+                        .record(s)
+                        .is_some_and(|r| capacity.admits(r.fingerprint, r.bound_keys))
             })
+        };
+        let slot = place(capacity)
+            .or_else(|| place(capacity.ceiling()))
             .ok_or(AcquireError::NoAddressAvailable)?;
         let rec = self
             .record_mut(slot)
             .ok_or(AcquireError::NoAddressAvailable)?;
-        rec.bound_keys += 1;
+        rec.count_binding(sp, true);
         let address = rec.address.clone();
         self.sub_pools[sp as usize].bound_keys += 1;
         self.sessions
@@ -519,11 +527,25 @@ impl PoolState {
     }
 
     fn unbound(&mut self, b: &Binding) {
-        if let Some(r) = self.record_mut(b.slot) {
-            r.bound_keys = r.bound_keys.saturating_sub(1);
+        // A removed address took its keys out of the sub-pools' counts already.
+        let Some(r) = self.record_mut(b.slot) else {
+            return;
+        };
+        r.count_binding(b.sub_pool, false);
+        if let Some(pool) = self.sub_pools.get_mut(b.sub_pool as usize) {
+            pool.bound_keys = pool.bound_keys.saturating_sub(1);
         }
-        let pool = &mut self.sub_pools[b.sub_pool as usize];
-        pool.bound_keys = pool.bound_keys.saturating_sub(1);
+    }
+
+    /// Ends a key's session now (P2): its binding is dropped and the next acquire for the key
+    /// starts a new one. Whether there was one.
+    pub(crate) fn end_session(&mut self, key: &str, now: Timestamp) -> bool {
+        self.sweep(now);
+        let ended = self.sessions.unbind(key);
+        if let Some(b) = &ended {
+            self.unbound(b);
+        }
+        ended.is_some()
     }
 
     // ---- release ----------------------------------------------------------------------------

@@ -42,6 +42,10 @@ impl MemoryStore {
         self.lock().abandon(lease, now);
     }
 
+    pub(crate) fn end_session(&self, key: &str, now: Timestamp) -> bool {
+        self.lock().end_session(key, now)
+    }
+
     pub(crate) fn add(
         &self,
         address: ProxyAddress,

@@ -74,6 +74,12 @@ impl Store {
         }
     }
 
+    pub(crate) async fn end_session(&self, key: &str, now: Timestamp) -> bool {
+        match self {
+            Self::Memory(m) => m.end_session(key, now),
+        }
+    }
+
     pub(crate) async fn add(
         &self,
         address: ProxyAddress,
