@@ -78,7 +78,10 @@ pub struct HealthConfig {
     /// …as long as they are younger than this: older outcomes stop counting, so an old bad
     /// spell is forgiven even where little traffic goes (P4, P9).
     pub window_max_age: Duration,
-    /// Fall: at least `recent_failures` failures among the last `recent` outcomes…
+    /// Fall: at least `recent_failures` failures among the last `recent` outcomes quarantine
+    /// an address whose window success is below `min_success_rate` too; against a better
+    /// record they make it suspect (degraded), and `recent_failures` more while the signal
+    /// holds confirm it…
     pub recent: usize,
     /// …see `recent`.
     pub recent_failures: usize,

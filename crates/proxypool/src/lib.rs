@@ -38,7 +38,9 @@
 //!     .seed(1)
 //!     .build()?;
 //!
-//! // One address keeps failing: three failures of its last five outcomes quarantine it.
+//! // One address keeps failing: three failures of its last five outcomes, with no good record
+//! // to outweigh them, quarantine it. (Against a long good record they only make it suspect,
+//! // and three more confirm it: chance clusters of errors do not quarantine good addresses.)
 //! let bad = "http://10.0.0.3:3128";
 //! let mut failures = 0;
 //! while failures < 3 {

@@ -455,6 +455,48 @@ async fn p4_three_failures_of_the_last_five_quarantine() {
 }
 
 #[tokio::test]
+async fn p4_p5_against_a_good_record_three_of_five_is_suspect_until_three_more_confirm_it() {
+    let clock = ManualClock::new();
+    let pool = pool_with(10, &clock, rr());
+    let target = addr(0);
+    // 40 good outcomes each, then address 0 meets a chance cluster: 3 timeouts in 5.
+    serve(&pool, &clock, &Ticket::new(), 400, STEP, |_| ok()).await;
+    let mut n = 0;
+    serve(&pool, &clock, &Ticket::new(), 50, STEP, |a| {
+        if a != target {
+            return ok();
+        }
+        n += 1;
+        if [1, 3, 4].contains(&n) {
+            Outcome::Timeout
+        } else {
+            ok()
+        }
+    })
+    .await;
+    let snap = pool.snapshot().await;
+    let a = snap.address(&target).unwrap();
+    assert_eq!((a.state, a.quarantine_entries), (HealthState::Degraded, 0));
+    assert!(a.reason.contains("suspect"), "{}", a.reason);
+    // The signal cleared: after the dwell the address is healthy again, never quarantined.
+    serve(&pool, &clock, &Ticket::new(), 400, STEP, |_| ok()).await;
+    let a = pool.snapshot().await.address(&target).cloned().unwrap();
+    assert_eq!((a.state, a.quarantine_entries), (HealthState::Healthy, 0));
+    // A real break: three failures make it suspect again, three more quarantine it.
+    fail_first(&pool, &clock, 10, 5, Outcome::Timeout).await;
+    assert_eq!(state_of(&pool, &target).await, HealthState::Degraded);
+    fail_first(&pool, &clock, 10, 1, Outcome::Timeout).await;
+    let snap = pool.snapshot().await;
+    let a = snap.address(&target).unwrap();
+    assert_eq!(a.state, HealthState::Quarantined);
+    assert!(
+        a.reason.contains("confirmed by 3 more failures"),
+        "{}",
+        a.reason
+    );
+}
+
+#[tokio::test]
 async fn p4_success_rate_below_seventy_percent_over_ten_samples_quarantines() {
     let clock = ManualClock::new();
     let pool = pool_with(10, &clock, rr());
@@ -1114,8 +1156,10 @@ async fn p16_the_decision_log_has_transitions_not_requests() {
         before, 10,
         "one 'added' decision per address, none per request"
     );
-    quarantine_first(&pool, &clock).await;
+    // After 50 good outcomes, six failures: suspect, then confirmed — two transitions.
+    fail_first(&pool, &clock, 10, 6, Outcome::ConnectError).await;
     let snap = pool.snapshot().await;
+    assert_eq!(snap.decisions.len(), before + 2);
     let last = snap.decisions.last().unwrap();
     assert_eq!(last.to, "quarantined");
     assert!(last.reason.contains("quarantined for"), "{}", last.reason);

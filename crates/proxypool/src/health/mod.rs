@@ -71,6 +71,9 @@ pub(crate) struct Health {
     /// Set while the address earns its weight back (P10); new addresses ramp too (slow start).
     pub(crate) ramp_started: Option<Timestamp>,
     pub(crate) probe_streak: u32,
+    /// Suspect since a short fall signal ("3 of the last 5"), with the failures counted since;
+    /// that many again while the signal holds confirm it (see `PoolState::evaluate`).
+    pub(crate) suspect: Option<u32>,
     /// `n` of the next wait `base × 2^n` (P6).
     pub(crate) backoff_level: u32,
     /// Quarantine cycles that ended in failure, in a row (P11).
@@ -90,6 +93,7 @@ impl Health {
             quarantined_until: None,
             ramp_started: Some(now),
             probe_streak: 0,
+            suspect: None,
             backoff_level: 0,
             failed_cycles: 0,
             stable_since: Some(now),
@@ -126,6 +130,7 @@ impl Health {
         self.since = now;
         self.last_reason = reason;
         self.probe_streak = 0;
+        self.suspect = None;
         match to {
             HealthState::Healthy => {
                 self.quarantined_until = None;

@@ -9,18 +9,39 @@ use crate::config::HealthConfig;
 /// A reason to think an address is unwell; its `Display` is the decision log's reason.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Signal {
-    RecentFailures { failures: usize, of: usize },
-    LowSuccess { rate: f64, samples: usize },
-    Captchas { rate: f64, samples: usize },
-    SlowTail { p95_ms: u32, median_ms: u32 },
+    /// `window_success`: the success rate over every counted outcome of the window, which
+    /// tells a sudden break from a chance cluster on a long good record.
+    RecentFailures {
+        failures: usize,
+        of: usize,
+        window_success: f64,
+    },
+    LowSuccess {
+        rate: f64,
+        samples: usize,
+    },
+    Captchas {
+        rate: f64,
+        samples: usize,
+    },
+    SlowTail {
+        p95_ms: u32,
+        median_ms: u32,
+    },
 }
 
 impl fmt::Display for Signal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::RecentFailures { failures, of } => {
-                write!(f, "{failures} failures in the last {of} outcomes")
-            }
+            Self::RecentFailures {
+                failures,
+                of,
+                window_success,
+            } => write!(
+                f,
+                "{failures} failures in the last {of} outcomes (window success {:.0}%)",
+                window_success * 100.0
+            ),
             Self::LowSuccess { rate, samples } => {
                 write!(
                     f,
@@ -80,6 +101,7 @@ pub(crate) fn fall(
             return Some(Signal::RecentFailures {
                 failures: recent_failures,
                 of: cfg.recent.min(n),
+                window_success: f64::from(successes) / n.max(1) as f64,
             });
         }
     }
@@ -133,7 +155,11 @@ mod tests {
         assert_eq!(fall(&window(&[S, F, S, F, S]), &cfg, NOW, &[]), None);
         assert!(matches!(
             fall(&window(&[S, F, S, F, F]), &cfg, NOW, &[]),
-            Some(Signal::RecentFailures { failures: 3, of: 5 })
+            Some(Signal::RecentFailures {
+                failures: 3,
+                of: 5,
+                ..
+            })
         ));
     }
 

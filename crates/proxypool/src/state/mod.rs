@@ -96,7 +96,9 @@ impl Ctx<'_> {
 
     /// Success rate ÷ normalised latency for the ticket's site (P1, P9): nothing when the
     /// address × site pair alone looks bad (the address is avoided there), the pair's window
-    /// when it has enough samples, else the address's own window.
+    /// when it has enough samples, else the address's own window. Weights read every outcome,
+    /// excused ones included: a site-wide spike lowers every address alike, while an address
+    /// that fails for its own reasons during one must still lose traffic.
     fn quality(&self, slot: Slot, r: &AddressRecord) -> f64 {
         let health = &self.cfg.health;
         let pair = (self.site != NO_SITE)
@@ -106,7 +108,7 @@ impl Ctx<'_> {
             if signals::fall(window, health, self.now, &[]).is_some() {
                 return 0.0;
             }
-            let t = window.counted(self.now);
+            let t = window.tallies(self.now).0;
             if t.n as usize >= health.min_samples {
                 let reference = self
                     .sites
@@ -116,7 +118,7 @@ impl Ctx<'_> {
                 return weight::quality(&t, reference);
             }
         }
-        weight::quality(&r.window.counted(self.now), self.reference_ms)
+        weight::quality(&r.window.tallies(self.now).0, self.reference_ms)
     }
 }
 
@@ -146,6 +148,13 @@ enum Act {
     Quarantine(String),
     Become(HealthState, String),
     ProbeSuccess,
+    /// A short fall signal: suspect (degraded) until confirmed or cleared.
+    Suspect(String),
+    /// A failure while suspect and the signal still holds; the reason to quarantine once
+    /// enough have come.
+    Confirm(Option<String>),
+    /// The signal no longer holds.
+    Clear,
 }
 
 impl PoolState {
@@ -835,32 +844,42 @@ impl PoolState {
             HealthState::Probing if class == Class::Captcha => None,
             HealthState::Probing => Some(Act::Quarantine("failure while probing".into())),
             HealthState::Healthy | HealthState::Degraded => {
-                let fall = if class == Class::Success || excused {
-                    None
-                } else if returning && class == Class::Failure {
-                    Some("failure during the ramp".to_owned())
-                } else {
-                    self.fall_signal(slot, now).map(|s| s.to_string())
-                };
-                match (fall, self.record(slot)) {
-                    (Some(reason), _) => Some(Act::Quarantine(reason)),
-                    (None, Some(rec)) => {
-                        let cfg = &self.cfg.health;
-                        let slow = (class == Class::Success || state == HealthState::Degraded)
-                            .then(|| signals::slow_tail(&rec.window, cfg))
-                            .flatten();
-                        let dwelt = rec.health.dwelt(now, cfg);
-                        match (state, slow) {
-                            (HealthState::Healthy, Some(signal)) if dwelt => {
-                                Some(Act::Become(HealthState::Degraded, signal.to_string()))
-                            }
-                            (HealthState::Degraded, None) if dwelt => {
-                                Some(Act::Become(HealthState::Healthy, "signals cleared".into()))
-                            }
-                            _ => None,
-                        }
+                let suspect = rec.health.suspect;
+                let bad = class != Class::Success;
+                // Judged on bad outcomes; on successes too while suspect, to clear it.
+                let signal = (!excused && (bad || suspect.is_some()))
+                    .then(|| self.fall_signal(slot, now))
+                    .flatten();
+                match signal {
+                    _ if bad && !excused && returning && class == Class::Failure => {
+                        Some(Act::Quarantine("failure during the ramp".to_owned()))
                     }
-                    (None, None) => None,
+                    // "3 of the last 5" quarantines at once when the window agrees (its success
+                    // rate is below the threshold too). Against a long good record it is met by
+                    // chance now and then — at 2 % background failures about once per 20 000
+                    // requests of a pool — so there it only makes the address suspect, and as
+                    // many failures again while it holds confirm it.
+                    Some(s @ Signal::RecentFailures { window_success, .. }) if bad => match suspect
+                    {
+                        None if window_success < self.cfg.health.min_success_rate => {
+                            Some(Act::Quarantine(s.to_string()))
+                        }
+                        None => Some(Act::Suspect(s.to_string())),
+                        Some(n) if class == Class::Failure => {
+                            let n = n + 1;
+                            let enough = n as usize >= self.cfg.health.recent_failures;
+                            Some(Act::Confirm(
+                                enough.then(|| format!("{s}, confirmed by {n} more failures")),
+                            ))
+                        }
+                        Some(_) => None,
+                    },
+                    // The rates are judged over at least `min_samples` outcomes: evidence
+                    // enough on its own.
+                    Some(s) if bad => Some(Act::Quarantine(s.to_string())),
+                    _ if bad => None,
+                    None if suspect.is_some() => Some(Act::Clear),
+                    _ => self.rise_or_slow(slot, class, state, now),
                 }
             }
         };
@@ -869,6 +888,54 @@ impl PoolState {
             Some(Act::Quarantine(reason)) => self.try_quarantine(slot, now, reason),
             Some(Act::Become(to, reason)) => self.transition(slot, to, reason, now),
             Some(Act::ProbeSuccess) => self.probe_success(slot, now),
+            Some(Act::Suspect(signal)) => {
+                if state == HealthState::Healthy {
+                    let reason = format!("{signal}; suspect until as many more confirm it");
+                    self.transition(slot, HealthState::Degraded, reason, now);
+                }
+                if let Some(r) = self.record_mut(slot) {
+                    r.health.suspect = Some(0);
+                }
+            }
+            Some(Act::Confirm(reason)) => {
+                if let Some(r) = self.record_mut(slot) {
+                    r.health.suspect = r.health.suspect.map(|n| n + 1);
+                }
+                if let Some(reason) = reason {
+                    self.try_quarantine(slot, now, reason);
+                }
+            }
+            Some(Act::Clear) => {
+                if let Some(r) = self.record_mut(slot) {
+                    r.health.suspect = None;
+                }
+            }
+        }
+    }
+
+    /// After a success, or a bad outcome that signals nothing: a latency tail degrades a
+    /// healthy address; a degraded one with nothing against it returns after the dwell.
+    fn rise_or_slow(
+        &self,
+        slot: Slot,
+        class: Class,
+        state: HealthState,
+        now: Timestamp,
+    ) -> Option<Act> {
+        let rec = self.record(slot)?;
+        let cfg = &self.cfg.health;
+        let slow = (class == Class::Success || state == HealthState::Degraded)
+            .then(|| signals::slow_tail(&rec.window, cfg))
+            .flatten();
+        let dwelt = rec.health.dwelt(now, cfg);
+        match (state, slow) {
+            (HealthState::Healthy, Some(signal)) if dwelt => {
+                Some(Act::Become(HealthState::Degraded, signal.to_string()))
+            }
+            (HealthState::Degraded, None) if dwelt => {
+                Some(Act::Become(HealthState::Healthy, "signals cleared".into()))
+            }
+            _ => None,
         }
     }
 

@@ -31,12 +31,29 @@ const MAX_SCHEDULES: usize = 64;
 #[derive(Debug, Default)]
 struct Heap(Vec<u128>);
 
+/// Ties (a batch of addresses joining at once) go in a scrambled but fixed order of slots, an
+/// invertible multiplication: a list sorted by provider or subnet would otherwise put its
+/// first block in front of all the early traffic.
+const SCRAMBLE: u32 = 0x9E37_79B1;
+const UNSCRAMBLE: u32 = inverse(SCRAMBLE);
+
+/// The multiplicative inverse of an odd number modulo 2^32 (Newton's iteration).
+const fn inverse(m: u32) -> u32 {
+    let mut x = m;
+    let mut i = 0;
+    while i < 5 {
+        x = x.wrapping_mul(2u32.wrapping_sub(m.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+}
+
 fn key(pass: u64, slot: Slot) -> u128 {
-    (u128::from(pass) << 32) | u128::from(slot)
+    (u128::from(pass) << 32) | u128::from(slot.wrapping_mul(SCRAMBLE))
 }
 
 fn unkey(k: u128) -> (u64, Slot) {
-    ((k >> 32) as u64, k as Slot)
+    ((k >> 32) as u64, (k as u32).wrapping_mul(UNSCRAMBLE))
 }
 
 impl Heap {
@@ -335,8 +352,9 @@ mod tests {
             .enumerate()
             .map(|(i, p)| (*p, i as Slot))
             .collect();
-        expected.sort_unstable();
+        expected.sort_unstable_by_key(|(p, s)| (*p, s.wrapping_mul(SCRAMBLE)));
         assert_eq!(out, expected);
+        assert_eq!(SCRAMBLE.wrapping_mul(UNSCRAMBLE), 1);
     }
 
     #[test]
