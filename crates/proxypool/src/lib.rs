@@ -74,6 +74,8 @@ mod error;
 mod health;
 mod lease;
 mod pool;
+#[cfg(feature = "probe")]
+pub mod probe;
 mod snapshot;
 mod state;
 mod store;

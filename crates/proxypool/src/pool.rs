@@ -100,6 +100,30 @@ impl Pool {
         self.shared.store.report_probe(&address, passed, now).await
     }
 
+    #[cfg(feature = "probe")]
+    pub(crate) fn now(&self) -> crate::clock::Timestamp {
+        self.shared.clock.now()
+    }
+
+    #[cfg(feature = "probe")]
+    pub(crate) async fn probe_targets(
+        &self,
+        now: crate::clock::Timestamp,
+    ) -> Vec<crate::store::ProbeTarget> {
+        self.shared.store.probe_targets(now).await
+    }
+
+    /// `report_probe` for an address already parsed (the prober's path).
+    #[cfg(feature = "probe")]
+    pub(crate) async fn report_probe_of(
+        &self,
+        address: &ProxyAddress,
+        passed: bool,
+    ) -> Result<(), PoolError> {
+        let now = self.shared.clock.now();
+        self.shared.store.report_probe(address, passed, now).await
+    }
+
     /// The whole state as plain data.
     pub async fn snapshot(&self) -> Snapshot {
         let now = self.shared.clock.now();

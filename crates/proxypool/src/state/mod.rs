@@ -25,6 +25,8 @@ use crate::health::window::{Class, Entry, Window};
 use crate::health::{HealthState, backoff, ramp, signals, weight};
 use crate::lease::{Choice, Outcome};
 use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, Snapshot};
+#[cfg(feature = "probe")]
+use crate::store::ProbeTarget;
 use crate::store::{Grant, Release};
 use crate::strategy::consistent_hash::{Capacity, fingerprint, key_hash};
 use crate::strategy::{Candidates, Slot};
@@ -577,13 +579,17 @@ impl PoolState {
             return;
         }
         self.counters.released += 1;
-        let site = release.site;
-        let (class, latency) = match release.outcome {
+        self.record_outcome(slot, release.site, &release.outcome, now);
+    }
+
+    /// An outcome of `slot` at `site`: windows, site judgement, the address's evaluation.
+    fn record_outcome(&mut self, slot: Slot, site: u32, outcome: &Outcome, now: Timestamp) {
+        let (class, latency) = match *outcome {
             Outcome::Success { latency } => (Class::Success, Some(latency)),
             Outcome::ConnectError | Outcome::Timeout | Outcome::Blocked => (Class::Failure, None),
             Outcome::Captcha => (Class::Captcha, None),
             Outcome::RateLimited { retry_after } => {
-                self.cool(slot, site, now.after(retry_after), &release.outcome);
+                self.cool(slot, site, now.after(retry_after), outcome);
                 return;
             }
         };
@@ -604,11 +610,11 @@ impl PoolState {
         if let Some(w) = &mut cell.window {
             w.push(entry);
         }
-        cell.metrics.outcome(&release.outcome);
+        cell.metrics.outcome(outcome);
         count(&mut cell.totals, class);
         rec.window.push(entry);
         count(&mut rec.totals, class);
-        rec.metrics.outcome(&release.outcome);
+        rec.metrics.outcome(outcome);
         if latency.is_some() {
             let ms = f64::from(latency_ms);
             follow(&mut self.reference_latency_ms, ms);
@@ -650,7 +656,9 @@ impl PoolState {
     }
 
     /// The result of an active probe: the hook for P12. It drives the half-open gate of a
-    /// probing address and is the only way back for a dead one.
+    /// probing address and is the only way back for a dead one. A failed probe of an address
+    /// in service is one failed outcome (no site), so an idle address with a dead proxy falls
+    /// like a busy one; a passed one is not news there (its traffic or silence says as much).
     pub(crate) fn report_probe(
         &mut self,
         address: &ProxyAddress,
@@ -667,6 +675,9 @@ impl PoolState {
             (Some(HealthState::Probing | HealthState::Dead), true) => self.probe_success(slot, now),
             (Some(HealthState::Probing), false) => {
                 self.try_quarantine(slot, now, "probe failed".into());
+            }
+            (Some(HealthState::Healthy | HealthState::Degraded), false) => {
+                self.record_outcome(slot, NO_SITE, &Outcome::ConnectError, now);
             }
             (Some(HealthState::Dead), false) => {
                 if let Some(r) = self.record_mut(slot) {
@@ -1143,6 +1154,21 @@ impl PoolState {
     }
 
     // ---- snapshot ---------------------------------------------------------------------------
+
+    #[cfg(feature = "probe")]
+    /// What the prober needs of every address (P12): its full URL, state and load.
+    pub(crate) fn probe_targets(&mut self, now: Timestamp) -> Vec<ProbeTarget> {
+        self.sweep(now);
+        self.records
+            .iter()
+            .flatten()
+            .map(|r| ProbeTarget {
+                address: r.address.clone(),
+                state: r.health.state,
+                active_leases: r.active_leases,
+            })
+            .collect()
+    }
 
     pub(crate) fn snapshot(&mut self, now: Timestamp) -> Snapshot {
         self.sweep(now);

@@ -2,6 +2,8 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+#[cfg(feature = "probe")]
+use super::ProbeTarget;
 use super::{Grant, Release};
 use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
@@ -66,6 +68,11 @@ impl MemoryStore {
         now: Timestamp,
     ) -> Result<(), PoolError> {
         self.lock().report_probe(address, passed, now)
+    }
+
+    #[cfg(feature = "probe")]
+    pub(crate) fn probe_targets(&self, now: Timestamp) -> Vec<ProbeTarget> {
+        self.lock().probe_targets(now)
     }
 
     pub(crate) fn snapshot(&self, now: Timestamp) -> Snapshot {

@@ -40,6 +40,15 @@ pub(crate) struct Release {
     pub(crate) outcome: Outcome,
 }
 
+#[cfg(feature = "probe")]
+/// One address as the prober sees it (P12).
+#[derive(Debug, Clone)]
+pub(crate) struct ProbeTarget {
+    pub(crate) address: ProxyAddress,
+    pub(crate) state: crate::health::HealthState,
+    pub(crate) active_leases: u32,
+}
+
 /// The state behind a pool. `now` is passed in so that every backend runs on the pool's clock.
 #[derive(Debug)]
 pub(crate) enum Store {
@@ -109,6 +118,13 @@ impl Store {
     ) -> Result<(), PoolError> {
         match self {
             Self::Memory(m) => m.report_probe(address, passed, now),
+        }
+    }
+
+    #[cfg(feature = "probe")]
+    pub(crate) async fn probe_targets(&self, now: Timestamp) -> Vec<ProbeTarget> {
+        match self {
+            Self::Memory(m) => m.probe_targets(now),
         }
     }
 
