@@ -92,4 +92,6 @@ pub use health::HealthState;
 pub use lease::{Choice, Lease, LeaseId, Outcome};
 pub use pool::{Pool, PoolBuilder};
 pub use snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, SiteSnapshot, Snapshot, Totals};
+#[cfg(feature = "redis")]
+pub use store::redis::RedisOptions;
 pub use ticket::Ticket;

@@ -148,6 +148,8 @@ pub struct PoolBuilder {
     sub_pools: Vec<(String, Strategy)>,
     clock: Option<Arc<dyn Clock>>,
     seed: Option<u64>,
+    #[cfg(feature = "redis")]
+    redis: Option<crate::store::redis::RedisOptions>,
 }
 
 impl PoolBuilder {
@@ -201,7 +203,47 @@ impl PoolBuilder {
         self
     }
 
-    /// Checks everything and builds the pool.
+    /// Keeps the pool's state in Redis, shared by every process that uses the same server
+    /// and pool name (P15). Build it with [`PoolBuilder::connect`]. The shared store keeps the
+    /// whole pool only (no sub-pools) and its own simpler health judgement: see the crate's
+    /// ARCHITECTURE notes.
+    #[cfg(feature = "redis")]
+    pub fn redis(mut self, options: crate::store::redis::RedisOptions) -> Self {
+        self.redis = Some(options);
+        self
+    }
+
+    /// Builds the pool on the store the configuration names: in memory (same as
+    /// [`PoolBuilder::build`]) or in Redis, where the start addresses are added unless another
+    /// process added them already. Needs a tokio runtime for Redis.
+    pub async fn connect(self) -> Result<Pool, BuildError> {
+        #[cfg(feature = "redis")]
+        if let Some(options) = &self.redis {
+            self.config.validate()?;
+            if !self.sub_pools.is_empty() || self.addresses.iter().any(|(_, p)| !p.is_empty()) {
+                return Err(BuildError::InvalidConfig(
+                    "the Redis store keeps the whole pool only: no sub-pools".into(),
+                ));
+            }
+            let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+            let store = crate::store::redis::RedisStore::connect(options, self.config, self.seed)
+                .await
+                .map_err(|e| BuildError::Pool(PoolError::StoreUnavailable(e)))?;
+            for (address, _) in &self.addresses {
+                let address = ProxyAddress::parse(address).map_err(PoolError::from)?;
+                store.add_idempotent(&address, clock.now()).await?;
+            }
+            return Ok(Pool {
+                shared: Arc::new(Shared {
+                    store: Store::Redis(Arc::new(store)),
+                    clock,
+                }),
+            });
+        }
+        self.build()
+    }
+
+    /// Checks everything and builds the pool (in memory).
     pub fn build(self) -> Result<Pool, BuildError> {
         self.config.validate()?;
         let mut names = std::collections::HashSet::new();

@@ -17,5 +17,7 @@
 //! ```
 
 mod process;
+mod redis;
 
 pub use process::Process;
+pub use redis::{RedisCluster, RedisServer};

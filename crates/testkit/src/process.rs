@@ -68,6 +68,11 @@ impl Process {
         }
     }
 
+    /// Whether the child has exited.
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// The child's pid.
     pub fn pid(&self) -> u32 {
         self.child.id()

@@ -30,6 +30,14 @@ pub(crate) struct Leases {
     by_deadline: VecDeque<(Timestamp, LeaseRef)>,
 }
 
+impl LeaseRef {
+    /// A lease kept by a shared store, which finds it again by id alone.
+    #[cfg(feature = "redis")]
+    pub(crate) fn shared(id: LeaseId) -> Self {
+        Self { id, entry: 0 }
+    }
+}
+
 impl Leases {
     pub(crate) fn open(&mut self, slot: Slot, deadline: Timestamp) -> LeaseRef {
         self.next += 1;

@@ -388,6 +388,8 @@ impl PoolState {
                 AcquireError::BoundAddressBusy { .. } => 2,
                 AcquireError::BoundAddressCooling { .. } => 3,
                 AcquireError::UnknownSubPool(_) => 4,
+                // Only a shared store fails this way, never the engine.
+                AcquireError::StoreUnavailable(_) => return result,
             };
             self.metrics.acquire_failed(reason);
         }

@@ -7,8 +7,12 @@
 //! with the same operations (its calls will await, which is why these are async).
 
 mod memory;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
 
 pub(crate) use memory::MemoryStore;
+#[cfg(feature = "redis")]
+use std::sync::Arc;
 
 use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
@@ -51,8 +55,16 @@ pub(crate) struct ProbeTarget {
 
 /// The state behind a pool. `now` is passed in so that every backend runs on the pool's clock.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one Store per pool, already behind the pool's Arc: boxing the memory store would \
+              only add an indirection to its hot path"
+)]
 pub(crate) enum Store {
     Memory(MemoryStore),
+    /// Shared by every process using the same Redis and pool name (P15).
+    #[cfg(feature = "redis")]
+    Redis(Arc<redis::RedisStore>),
 }
 
 impl Store {
@@ -63,6 +75,8 @@ impl Store {
     ) -> Result<Grant, AcquireError> {
         match self {
             Self::Memory(m) => m.acquire(ticket, now),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.acquire(ticket, now).await,
         }
     }
 
@@ -72,6 +86,8 @@ impl Store {
                 m.release(&release, now);
                 Ok(())
             }
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.release(release, now).await,
         }
     }
 
@@ -80,12 +96,16 @@ impl Store {
     pub(crate) fn abandon(&self, lease: LeaseRef, now: Timestamp) {
         match self {
             Self::Memory(m) => m.abandon(lease, now),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.abandon(lease, now),
         }
     }
 
     pub(crate) async fn end_session(&self, key: &str, now: Timestamp) -> bool {
         match self {
             Self::Memory(m) => m.end_session(key, now),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.end_session(key, now).await,
         }
     }
 
@@ -97,6 +117,12 @@ impl Store {
     ) -> Result<(), PoolError> {
         match self {
             Self::Memory(m) => m.add(address, sub_pools, now),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => match sub_pools.first() {
+                // The shared store keeps the whole pool only.
+                Some(name) => Err(PoolError::UnknownSubPool(name.clone())),
+                None => r.add(address, now).await,
+            },
         }
     }
 
@@ -107,6 +133,8 @@ impl Store {
     ) -> Result<(), PoolError> {
         match self {
             Self::Memory(m) => m.remove(address, now),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.remove(address, now).await,
         }
     }
 
@@ -118,6 +146,8 @@ impl Store {
     ) -> Result<(), PoolError> {
         match self {
             Self::Memory(m) => m.report_probe(address, passed, now),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.report_probe(address, passed, now).await,
         }
     }
 
@@ -125,12 +155,33 @@ impl Store {
     pub(crate) async fn probe_targets(&self, now: Timestamp) -> Vec<ProbeTarget> {
         match self {
             Self::Memory(m) => m.probe_targets(now),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => match r.read(now).await {
+                Ok(view) => view
+                    .snapshot
+                    .addresses
+                    .iter()
+                    .zip(view.urls)
+                    .map(|(row, address)| ProbeTarget {
+                        address,
+                        state: row.state,
+                        active_leases: row.active_leases,
+                    })
+                    .collect(),
+                Err(e) => {
+                    // Nothing to probe this round; the next one tries again.
+                    tracing::warn!(target: "proxypool::redis", error = %e, "probe targets unavailable");
+                    Vec::new()
+                }
+            },
         }
     }
 
     pub(crate) async fn snapshot(&self, now: Timestamp) -> Snapshot {
         match self {
             Self::Memory(m) => m.snapshot(now),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.snapshot(now).await,
         }
     }
 }
