@@ -145,7 +145,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
-            pool.store.abandon(self.lease, pool.clock.now());
+            pool.store.abandon(self.lease, self.slot, pool.clock.now());
         }
     }
 }

@@ -93,11 +93,15 @@ impl Store {
 
     /// Called from `Drop`, so it cannot await: a networked backend queues it, and the lease TTL
     /// (P14) covers a queue lost in a crash.
-    pub(crate) fn abandon(&self, lease: LeaseRef, now: Timestamp) {
+    pub(crate) fn abandon(&self, lease: LeaseRef, slot: Slot, now: Timestamp) {
         match self {
-            Self::Memory(m) => m.abandon(lease, now),
+            // The engine finds the slot from the lease itself.
+            Self::Memory(m) => {
+                let _ = slot;
+                m.abandon(lease, now);
+            }
             #[cfg(feature = "redis")]
-            Self::Redis(r) => r.abandon(lease, now),
+            Self::Redis(r) => r.abandon(lease, slot, now),
         }
     }
 

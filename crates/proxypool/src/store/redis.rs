@@ -98,26 +98,9 @@ fn script(body: &str) -> Script {
 }
 
 /// The order of `KEYS` that `common.lua` unpacks.
-const KEY_NAMES: [&str; 19] = [
-    "meta",
-    "url",
-    "name",
-    "byurl",
-    "state",
-    "since",
-    "leases",
-    "peak",
-    "lease",
-    "lease_exp",
-    "bind",
-    "bind_exp",
-    "keys",
-    "qexp",
-    "win",
-    "streak",
-    "level",
-    "cycles",
-    "log",
+const KEY_NAMES: [&str; 16] = [
+    "meta", "url", "name", "byurl", "state", "since", "leases", "due", "bind", "keys", "win",
+    "streak", "level", "cycles", "log", "pass",
 ];
 
 /// Why Redis failed, as the typed errors carry it.
@@ -303,15 +286,15 @@ impl RedisStore {
 
     /// From `Drop`: spawned on the current runtime if there is one; otherwise (or if Redis
     /// fails) the lease TTL frees the slot.
-    pub(crate) fn abandon(self: &std::sync::Arc<Self>, lease: LeaseRef, now: Timestamp) {
+    pub(crate) fn abandon(self: &std::sync::Arc<Self>, lease: LeaseRef, slot: u32, now: Timestamp) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let me = std::sync::Arc::clone(self);
         rt.spawn(async move {
-            let lid = lease.id.0.to_string();
+            let (lid, slot) = (lease.id.0.to_string(), slot.to_string());
             if let Err(e) = me
-                .run(&me.scripts.abandon, now, &[Arg::Str(&lid)])
+                .run(&me.scripts.abandon, now, &[Arg::Str(&lid), Arg::Str(&slot)])
                 .await
             {
                 tracing::warn!(target: "proxypool::redis", error = %e, "abandon lost; the lease TTL frees it");
@@ -442,7 +425,8 @@ fn parse_grant(reply: Value, key: &str) -> Result<Grant, AcquireError> {
             let choice = match text(choice).as_deref() {
                 Some("bound") => Choice::Bound,
                 Some("hashed") => Choice::Hashed,
-                _ => Choice::LeastConnections,
+                Some("weighted") => Choice::Weighted,
+                _ => return Err(malformed()),
             };
             Ok(Grant {
                 lease: LeaseRef::shared(LeaseId(u64::try_from(*lid).map_err(|_| malformed())?)),

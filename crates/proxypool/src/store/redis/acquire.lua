@@ -4,10 +4,9 @@ local lease_ttl, session_ttl, cap, key = tonumber(ARGV[2]), tonumber(ARGV[3]), t
 
 local function grant(id, choice)
   local lid = redis.call('HINCRBY', K_META, 'seq', 1)
-  redis.call('HSET', K_LEASE, lid, id)
-  redis.call('ZADD', K_LEASE_EXP, now + lease_ttl, lid)
-  local n = redis.call('HINCRBY', K_LEASES, id, 1)
-  if n > num(redis.call('HGET', K_PEAK, id)) then redis.call('HSET', K_PEAK, id, n) end
+  redis.call('ZADD', K_DUE, now + lease_ttl, 'l' .. lid .. ':' .. id)
+  -- The cap was checked before: this counter only witnesses that it held (tests, dashboards).
+  if redis.call('HINCRBY', K_LEASES, id, 1) > cap then redis.call('HINCRBY', K_META, 'over_cap', 1) end
   return {lid, tonumber(id), redis.call('HGET', K_URL, id), choice}
 end
 
@@ -16,15 +15,13 @@ local function fail(kind, id)
   return {'err', kind, id and redis.call('HGET', K_URL, id) or ''}
 end
 
-local weights = {healthy = 1, degraded = 0.5, probing = 0.1}
-
 if key ~= '' then
   local id = redis.call('HGET', K_BIND, key)
   if id then
     local s = redis.call('HGET', K_STATE, id)
     if s == 'healthy' or s == 'degraded' then
       if num(redis.call('HGET', K_LEASES, id)) >= cap then return fail('busy', id) end
-      redis.call('ZADD', K_BIND_EXP, now + session_ttl, key)
+      redis.call('ZADD', K_DUE, now + session_ttl, 'b' .. key)
       return grant(id, 'bound')
     end
     -- Quarantined, probing, dead or removed: never moved silently (P2).
@@ -36,7 +33,7 @@ if key ~= '' then
   local cands, offered = {}, 0
   for i = 1, #states, 2 do
     local cid, s = states[i], states[i + 1]
-    if weights[s] then
+    if STEP[s] then
       offered = offered + 1
       if s ~= 'probing' and num(redis.call('HGET', K_LEASES, cid)) < cap then
         cands[#cands + 1] = {redis.sha1hex(key .. '\n' .. redis.call('HGET', K_URL, cid)), cid}
@@ -48,7 +45,7 @@ if key ~= '' then
   for _, c in ipairs(cands) do
     if num(redis.call('HGET', K_KEYS, c[2])) < bound then
       redis.call('HSET', K_BIND, key, c[2])
-      redis.call('ZADD', K_BIND_EXP, now + session_ttl, key)
+      redis.call('ZADD', K_DUE, now + session_ttl, 'b' .. key)
       redis.call('HINCRBY', K_KEYS, c[2], 1)
       redis.call('HINCRBY', K_META, 'bound', 1)
       return grant(c[2], 'hashed')
@@ -57,22 +54,16 @@ if key ~= '' then
   return fail('none', nil)
 end
 
--- Keyless: weighted least connections, (leases + 1) / weight, ties rotated by a cursor.
-local states = redis.call('HGETALL', K_STATE)
-local pairs_n = #states / 2
-if pairs_n == 0 then return fail('none', nil) end
-local start = redis.call('HINCRBY', K_META, 'rr', 1) % pairs_n
-local best, best_score = nil, nil
-for j = 0, pairs_n - 1 do
-  local i = ((start + j) % pairs_n) * 2 + 1
-  local cid, w = states[i], weights[states[i + 1]]
-  if w then
-    local l = num(redis.call('HGET', K_LEASES, cid))
-    if l < cap then
-      local score = (l + 1) / w
-      if not best_score or score < best_score then best, best_score = cid, score end
+-- Keyless: the lowest pass below the cap (see STEP in common.lua), scanned 16 at a time.
+local offset = 0
+while true do
+  local batch = redis.call('ZRANGE', K_PASS, offset, offset + 15)
+  if #batch == 0 then return fail('none', nil) end
+  for _, cid in ipairs(batch) do
+    if num(redis.call('HGET', K_LEASES, cid)) < cap then
+      redis.call('ZINCRBY', K_PASS, STEP[redis.call('HGET', K_STATE, cid)] or 1, cid)
+      return grant(cid, 'weighted')
     end
   end
+  offset = offset + 16
 end
-if not best then return fail('none', nil) end
-return grant(best, 'least_connections')

@@ -16,10 +16,10 @@ elseif op == 'remove' then
   set_state(id, 'removed', 'removed')
   -- The url and name stay: bindings to it report a broken session with its address.
   redis.call('HDEL', K_BYURL, arg)
-  for _, k in ipairs({K_STATE, K_SINCE, K_LEASES, K_KEYS, K_WIN, K_STREAK, K_LEVEL, K_CYCLES, K_PEAK}) do
+  for _, k in ipairs({K_STATE, K_SINCE, K_LEASES, K_KEYS, K_WIN, K_STREAK, K_LEVEL, K_CYCLES}) do
     redis.call('HDEL', k, id)
   end
-  redis.call('ZREM', K_QEXP, id)
+  redis.call('ZREM', K_DUE, 'q' .. id)
   return 1
 elseif op == 'end_session' then
   return unbind(arg) and 1 or 0

@@ -5,8 +5,8 @@ local id = redis.call('HGET', K_BYURL, ARGV[2])
 if not id then return 0 end
 local s = redis.call('HGET', K_STATE, id)
 if ARGV[3] == '1' then
-  if s == 'probing' or s == 'dead' then outcome(id, 's') end
+  if s == 'probing' or s == 'dead' then outcome(id, 's', s) end
 else
-  outcome(id, 'f')
+  outcome(id, 'f', s)
 end
 return 1
