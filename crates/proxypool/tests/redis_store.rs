@@ -364,3 +364,34 @@ fn four_processes_share_one_pool_exactly() {
     }
     eprintln!("multi-process: {grants} grants, {meta:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_on_redis_cluster() {
+    let cluster = testkit::RedisCluster::start(&dir("cluster")).unwrap();
+    // `redis+cluster://a,b,c` → the nodes as plain URLs.
+    let nodes: Vec<String> = cluster
+        .url()
+        .trim_start_matches("redis+cluster://")
+        .split(',')
+        .map(|n| format!("redis://{n}"))
+        .collect();
+    let connect = || {
+        Pool::builder()
+            .addresses(addresses(4))
+            .redis(
+                RedisOptions::cluster(nodes.clone(), "clustered").timeout(Duration::from_secs(2)),
+            )
+            .connect()
+    };
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+    let first = a.acquire(Ticket::new().key("acct")).await.unwrap();
+    let address = first.address().clone();
+    first.release(OK).await.unwrap();
+    let again = b.acquire(Ticket::new().key("acct")).await.unwrap();
+    assert_eq!((again.choice(), again.address()), (Choice::Bound, &address));
+    again.release(OK).await.unwrap();
+    let snap = b.snapshot().await;
+    assert_eq!(snap.pool.addresses, 4);
+    assert_eq!(snap.pool.acquired, 2);
+    assert_eq!(snap.pool.active_leases, 0);
+}
