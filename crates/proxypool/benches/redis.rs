@@ -43,6 +43,16 @@ fn evalsha_ceiling(port: u16) -> f64 {
     rate.unwrap_or_else(|| panic!("unexpected redis-benchmark output: {text:?}"))
 }
 
+/// Server-side time per script call since the last reset, to tell the server's share of a
+/// pair from the client's; then resets the counters.
+fn print_script_cost(port: u16, what: &str) {
+    let stats = cli(port, &["INFO", "commandstats"]);
+    for line in stats.lines().filter(|l| l.starts_with("cmdstat_evalsha")) {
+        println!("{what}: {line}");
+    }
+    cli(port, &["CONFIG", "RESETSTAT"]);
+}
+
 async fn pairs_per_second(pool: &Pool, keyed: bool) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
@@ -79,6 +89,7 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let redis = RedisServer::start(&dir).unwrap();
     let ceiling = evalsha_ceiling(redis.port());
+    print_script_cost(redis.port(), "trivial EVALSHA");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -104,10 +115,6 @@ fn main() {
             );
         }
     });
-    // Server-side cost per script call, to tell the server's share from the client's.
-    let stats = cli(redis.port(), &["INFO", "commandstats"]);
-    for line in stats.lines().filter(|l| l.starts_with("cmdstat_evalsha")) {
-        println!("{line}");
-    }
+    print_script_cost(redis.port(), "pool scripts");
     let _ = std::fs::remove_dir_all(&dir);
 }

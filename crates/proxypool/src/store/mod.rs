@@ -3,8 +3,8 @@
 //!
 //! Backends are the variants of one enum rather than trait objects: a boxed trait future
 //! would cost two allocations per acquire + release pair, a visible share of the in-memory
-//! path. Only the in-memory backend exists so far; a Redis backend becomes a second variant
-//! with the same operations (its calls will await, which is why these are async).
+//! path. Two backends: the in-memory engine and, with feature `redis`, the Redis store (whose
+//! calls await, which is why these are async).
 
 mod memory;
 #[cfg(feature = "redis")]
