@@ -1065,6 +1065,65 @@ async fn rate_limited_cools_the_address_for_that_site_only() {
 }
 
 #[tokio::test]
+async fn p16_the_matrix_column_of_site_less_tickets_and_their_rate_limits() {
+    let clock = ManualClock::new();
+    let pool = pool_with(2, &clock, rr());
+    let shop = Ticket::new().site("shop.example");
+    // Address 0: 2 site-less successes, 1 site-less timeout, 1 success on the shop.
+    for (t, o) in [
+        (Ticket::new(), ok()),
+        (Ticket::new(), ok()),
+        (Ticket::new(), Outcome::Timeout),
+        (shop.clone(), ok()),
+    ] {
+        let l = pool.acquire(t).await.unwrap();
+        assert_eq!(l.address().as_str(), addr(0));
+        l.release(o).await.unwrap();
+        let other = pool
+            .acquire(Ticket::new().site("other.example"))
+            .await
+            .unwrap();
+        other.release(ok()).await.unwrap();
+    }
+    let snap = pool.snapshot().await;
+    let row = |site: &str| {
+        snap.matrix
+            .iter()
+            .find(|c| c.address == addr(0) && c.site == site)
+            .cloned()
+            .unwrap()
+    };
+    let unsited = row("-");
+    assert_eq!((unsited.totals.successes, unsited.totals.failures), (2, 1));
+    assert_eq!(unsited.window_samples, 3);
+    assert_eq!(row("shop.example").totals.successes, 1);
+    // A rate limit on a site-less ticket cools the address for site-less tickets only.
+    let l = pool.acquire(Ticket::new()).await.unwrap();
+    let cooled = l.address().clone();
+    l.release(Outcome::RateLimited {
+        retry_after: Duration::from_secs(10),
+    })
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        assert_ne!(
+            pool.acquire(Ticket::new()).await.unwrap().address(),
+            &cooled
+        );
+    }
+    let on_shop = serve(&pool, &clock, &shop, 4, STEP, |_| ok()).await;
+    assert!(on_shop.contains(&cooled.as_str().to_owned()));
+    let snap = pool.snapshot().await;
+    let c = snap
+        .matrix
+        .iter()
+        .find(|c| c.address == cooled.redacted() && c.site == "-")
+        .unwrap();
+    assert!(c.cooling_until_ms.is_some());
+    assert_eq!(c.totals.rate_limited, 1);
+}
+
+#[tokio::test]
 async fn a_rate_limited_bound_address_keeps_the_session_and_says_how_long() {
     let clock = ManualClock::new();
     let pool = pool(4, &clock);

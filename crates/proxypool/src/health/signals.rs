@@ -118,10 +118,10 @@ pub(crate) fn fall(
     None
 }
 
-/// A latency tail far above the address's own median (O(1): the window keeps its latencies
-/// sorted).
+/// A latency tail far above the address's own median (from the window's latency histogram:
+/// no sorting on the release path).
 pub(crate) fn slow_tail(w: &Window, cfg: &HealthConfig) -> Option<Signal> {
-    let (median_ms, p95_ms) = w.latency_quantiles(cfg.min_samples)?;
+    let (median_ms, p95_ms) = w.tail_quantiles(cfg.min_samples)?;
     (f64::from(p95_ms) > cfg.latency_factor * f64::from(median_ms))
         .then_some(Signal::SlowTail { p95_ms, median_ms })
 }

@@ -71,20 +71,22 @@ impl Tally {
     }
 }
 
+/// C order: the header every push and read touches fits one cache line, the sums the next.
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub(crate) struct Window {
-    entries: VecDeque<Entry>,
-    capacity: usize,
-    max_age_ms: u64,
     /// When the oldest entry ages out (ms): before it, reads need not look at the entries.
     horizon_ms: u64,
+    max_age_ms: u64,
+    entries: VecDeque<Entry>,
+    capacity: usize,
     /// Every entry: what the snapshot shows.
     all: Tally,
     /// Entries not excused: what health and weights are judged on.
     counted: Tally,
-    /// Latencies of the counted successes, kept sorted so quantiles are a lookup; `None` for
-    /// windows that never need them.
-    sorted: Option<Vec<u32>>,
+    /// Latencies of the counted successes by bucket, for the latency-tail signal; `None` for
+    /// windows that never need it.
+    latencies: Option<Histogram>,
 }
 
 impl Window {
@@ -97,7 +99,7 @@ impl Window {
             horizon_ms: u64::MAX,
             all: Tally::default(),
             counted: Tally::default(),
-            sorted: quantiles.then(Vec::new),
+            latencies: quantiles.then(Histogram::default),
         }
     }
 
@@ -109,9 +111,6 @@ impl Window {
         self.expire(e.at);
         if self.entries.capacity() == 0 {
             self.entries.reserve_exact(self.capacity);
-            if let Some(sorted) = &mut self.sorted {
-                sorted.reserve_exact(self.capacity);
-            }
         }
         if self.entries.len() >= self.capacity
             && let Some(old) = self.entries.pop_front()
@@ -136,6 +135,9 @@ impl Window {
 
     /// Drops the outcomes older than the maximum age.
     pub(crate) fn expire(&mut self, now: Timestamp) {
+        if now.as_millis() < self.horizon_ms {
+            return;
+        }
         while let Some(front) = self.entries.front().copied() {
             if !self.expired(&front, now) {
                 break;
@@ -152,9 +154,8 @@ impl Window {
             return;
         }
         self.counted.add(e);
-        if let (Some(sorted), Class::Success) = (&mut self.sorted, e.class) {
-            let at = sorted.partition_point(|x| *x < e.latency_ms);
-            sorted.insert(at, e.latency_ms);
+        if let (Some(h), Class::Success) = (&mut self.latencies, e.class) {
+            h.add(e.latency_ms, true);
         }
     }
 
@@ -167,10 +168,8 @@ impl Window {
 
     fn uncount(&mut self, e: &Entry) {
         self.counted.sub(e);
-        if let (Some(sorted), Class::Success) = (&mut self.sorted, e.class)
-            && let Ok(at) = sorted.binary_search(&e.latency_ms)
-        {
-            sorted.remove(at);
+        if let (Some(h), Class::Success) = (&mut self.latencies, e.class) {
+            h.add(e.latency_ms, false);
         }
     }
 
@@ -234,17 +233,105 @@ impl Window {
         changed
     }
 
-    /// (median, p95) of the counted successes' latencies, if there are at least `min` of them.
-    /// Call after [`Window::expire`] so aged outcomes are gone.
-    pub(crate) fn latency_quantiles(&self, min: usize) -> Option<(u32, u32)> {
-        let sorted = self.sorted.as_ref()?;
-        if sorted.len() < min.max(1) {
-            return None;
-        }
-        // Nearest rank, rounded half up, in integers: this runs on every success.
-        let last = sorted.len() - 1;
-        let at = |percent: usize| sorted.get((last * percent + 50) / 100).copied();
+    /// (median, p95) of the counted successes' latencies from the histogram, to within half
+    /// a bucket, if there are at least `min` of them. Call after [`Window::expire`].
+    pub(crate) fn tail_quantiles(&self, min: usize) -> Option<(u32, u32)> {
+        let h = self.latencies.as_ref()?;
+        (h.n as usize >= min.max(1)).then(|| h.median_and_p95())
+    }
+
+    /// Exact (median, p95) of the counted successes' latencies, by sorting them (snapshots).
+    pub(crate) fn exact_quantiles(&self, now: Timestamp) -> Option<(u32, u32)> {
+        let mut ms: Vec<u32> = self
+            .newest_first(now)
+            .filter(|e| !e.excused && e.class == Class::Success)
+            .map(|e| e.latency_ms)
+            .collect();
+        ms.sort_unstable();
+        let last = ms.len().checked_sub(1)?;
+        let at = |percent: usize| ms.get(rank(last, percent)).copied();
         Some((at(50)?, at(95)?))
+    }
+}
+
+/// The 0-based nearest rank of `percent` among `last + 1` values, rounded half up.
+fn rank(last: usize, percent: usize) -> usize {
+    (last * percent + 50) / 100
+}
+
+/// Buckets of the latency histogram: four per doubling from 1 ms, the last one open (past
+/// about 65 s).
+const BUCKETS: usize = 64;
+
+/// Counts of latencies by bucket: quantiles for the latency-tail signal, which is judged on
+/// every success, from a fixed block of counters — no sorting, no allocation, no shifting.
+/// A bucket spans a quarter of a doubling, so a quantile is known to about ±10 %, plenty for
+/// "p95 above 3 × the median".
+#[derive(Debug, Clone)]
+pub(crate) struct Histogram {
+    counts: [u16; BUCKETS],
+    n: u32,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self {
+            counts: [0; BUCKETS],
+            n: 0,
+        }
+    }
+}
+
+impl Histogram {
+    /// ⌊4 × log2(ms + 1)⌋, in integers.
+    fn bucket(ms: u32) -> usize {
+        let x = ms.saturating_add(1);
+        let octave = x.ilog2();
+        // The two bits below the leading one: which quarter of the doubling.
+        let quarter = if octave >= 2 {
+            (x >> (octave - 2)) & 3
+        } else {
+            (x << (2 - octave)) & 3
+        };
+        ((octave * 4 + quarter) as usize).min(BUCKETS - 1)
+    }
+
+    /// The middle of a bucket, in ms.
+    fn value(bucket: usize) -> u32 {
+        let (octave, quarter) = ((bucket / 4) as u32, (bucket % 4) as u32);
+        // Bounds of x = ms + 1 in the bucket: (4 + q) · 2^o / 4 up to (5 + q) · 2^o / 4.
+        let low = ((4 + quarter) << octave) / 4;
+        let high = ((5 + quarter) << octave) / 4;
+        ((low + high) / 2).saturating_sub(1)
+    }
+
+    fn add(&mut self, ms: u32, add: bool) {
+        let c = &mut self.counts[Self::bucket(ms)];
+        if add {
+            *c = c.saturating_add(1);
+            self.n += 1;
+        } else {
+            *c = c.saturating_sub(1);
+            self.n = self.n.saturating_sub(1);
+        }
+    }
+
+    /// Both quantiles in one walk over the counts.
+    fn median_and_p95(&self) -> (u32, u32) {
+        let last = (self.n as usize).saturating_sub(1);
+        let (at_median, at_p95) = (rank(last, 50), rank(last, 95));
+        let (mut seen, mut median) = (0, None);
+        for (b, c) in self.counts.iter().enumerate() {
+            seen += usize::from(*c);
+            if median.is_none() && seen > at_median {
+                median = Some(Self::value(b));
+            }
+            if seen > at_p95 {
+                return (median.unwrap_or_else(|| Self::value(b)), Self::value(b));
+            }
+        }
+        let top = Self::value(BUCKETS - 1);
+        (median.unwrap_or(top), top)
     }
 }
 
@@ -278,17 +365,30 @@ mod tests {
         let t = w.counted(Timestamp::default());
         assert_eq!((t.n, t.successes, t.captchas), (3, 1, 0));
         assert_eq!(t.mean_latency_ms(), Some(300.0));
-        assert_eq!(w.latency_quantiles(1), Some((300, 300)));
+        assert_eq!(w.exact_quantiles(Timestamp::default()), Some((300, 300)));
     }
 
     #[test]
-    fn quantiles_need_enough_samples() {
+    fn quantiles_need_enough_samples_and_the_histogram_is_close() {
         let mut w = Window::new(50, AGE, true);
         for ms in (1..=20).rev() {
             w.push(e(0, Class::Success, ms * 10));
         }
-        assert_eq!(w.latency_quantiles(21), None);
-        assert_eq!(w.latency_quantiles(10), Some((110, 190)));
+        assert_eq!(w.tail_quantiles(21), None);
+        assert_eq!(w.exact_quantiles(Timestamp::default()), Some((110, 190)));
+        let (median, p95) = w.tail_quantiles(10).unwrap();
+        assert!((99..=121).contains(&median), "{median}");
+        assert!((171..=209).contains(&p95), "{p95}");
+    }
+
+    #[test]
+    fn histogram_buckets_are_quarter_doublings() {
+        for ms in [0, 1, 7, 99, 100, 150, 2_000, 65_000, u32::MAX] {
+            let v = Histogram::value(Histogram::bucket(ms));
+            let (x, v) = (f64::from(ms) + 1.0, f64::from(v) + 1.0);
+            assert!(ms > 70_000 || (v / x - 1.0).abs() < 0.2, "{ms} -> {v}");
+        }
+        assert!(Histogram::bucket(100) < Histogram::bucket(130));
     }
 
     #[test]
@@ -303,7 +403,7 @@ mod tests {
         assert_eq!(w.newest_first(at(600)).count(), 1);
         assert_eq!(w.counted(at(900)).n, 0);
         w.expire(at(900));
-        assert_eq!(w.latency_quantiles(1), None);
+        assert_eq!(w.tail_quantiles(1), None);
         assert_eq!(w.tallies(at(900)), (Tally::default(), Tally::default()));
     }
 
@@ -322,7 +422,7 @@ mod tests {
         assert!(w.excuse(1, Timestamp::from_millis(2000)));
         let (all, counted) = w.tallies(Timestamp::from_millis(3000));
         assert_eq!((all.n, counted.n), (3, 1));
-        assert_eq!(w.latency_quantiles(1), None);
+        assert_eq!(w.tail_quantiles(1), None);
         assert!(!w.excuse(1, Timestamp::from_millis(2000)));
     }
 }

@@ -24,7 +24,7 @@ use crate::health::signals::Signal;
 use crate::health::window::{Class, Entry, Window};
 use crate::health::{HealthState, backoff, ramp, signals, weight};
 use crate::lease::{Choice, Outcome};
-use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, Snapshot};
+use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, Snapshot, Totals};
 #[cfg(feature = "probe")]
 use crate::store::ProbeTarget;
 use crate::store::{Grant, Release};
@@ -35,7 +35,7 @@ use crate::ticket::Ticket;
 
 pub(crate) use leases::LeaseRef;
 use leases::Leases;
-use record::AddressRecord;
+use record::{AddressRecord, Hot};
 use sessions::{Binding, Sessions};
 use sites::{NO_SITE, Sites};
 use sub_pool::SubPool;
@@ -60,6 +60,8 @@ pub(crate) struct PoolState {
     rng: StdRng,
     /// Indexed by slot; a removed address leaves `None` so slots are never reused.
     records: Vec<Option<AddressRecord>>,
+    /// Indexed by slot, like `records`.
+    hot: Vec<Hot>,
     by_address: HashMap<ProxyAddress, Slot>,
     sub_pools: Vec<SubPool>,
     sub_pool_index: HashMap<Arc<str>, u32>,
@@ -83,6 +85,7 @@ pub(crate) struct PoolState {
 /// What strategies see of the pool for one ticket.
 struct Ctx<'a> {
     records: &'a [Option<AddressRecord>],
+    hot: &'a [Hot],
     sites: &'a Sites,
     cfg: &'a PoolConfig,
     /// The ticket's site.
@@ -106,7 +109,7 @@ impl Ctx<'_> {
         let pair = (self.site != NO_SITE)
             .then(|| self.sites.get(slot, self.site))
             .flatten();
-        if let Some(window) = pair.and_then(|c| c.window.as_ref()) {
+        if let Some(window) = pair.map(|c| &c.window) {
             if signals::fall(window, health, self.now, &[]).is_some() {
                 return 0.0;
             }
@@ -126,11 +129,10 @@ impl Ctx<'_> {
 
 impl Candidates for Ctx<'_> {
     fn eligible(&self, slot: Slot) -> bool {
-        self.record(slot).is_some_and(|r| {
-            r.health.state.is_offered()
-                && r.active_leases < self.cfg.max_leases_per_address
-                && (r.cooling_until <= self.now
-                    || self.sites.cooling(slot, self.site, self.now).is_none())
+        self.hot.get(slot as usize).is_some_and(|h| {
+            h.offered()
+                && h.active_leases < self.cfg.max_leases_per_address
+                && cooling(h, self.records, self.sites, slot, self.site, self.now).is_none()
         })
     }
 
@@ -141,7 +143,9 @@ impl Candidates for Ctx<'_> {
     }
 
     fn active_leases(&self, slot: Slot) -> u32 {
-        self.record(slot).map_or(u32::MAX, |r| r.active_leases)
+        self.hot
+            .get(slot as usize)
+            .map_or(u32::MAX, |h| h.active_leases)
     }
 }
 
@@ -173,6 +177,7 @@ impl PoolState {
             cfg,
             rng,
             records: Vec::new(),
+            hot: Vec::new(),
             by_address: HashMap::new(),
             sub_pools: pools,
             sub_pool_index: index,
@@ -255,6 +260,7 @@ impl PoolState {
             let reason = rec.health.last_reason.clone();
             self.by_address.insert(address.clone(), slot);
             self.records.push(Some(rec));
+            self.hot.push(Hot::new());
             self.by_state[HealthState::Healthy as usize] += 1;
             let subject = Subject::Address {
                 address: address.redacted().into(),
@@ -293,6 +299,9 @@ impl PoolState {
         let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::take) else {
             return Err(PoolError::UnknownAddress(address.clone()));
         };
+        if let Some(h) = self.hot.get_mut(slot as usize) {
+            h.state = None;
+        }
         let state = rec.health.state;
         self.by_state[state as usize] -= 1;
         for (&sp, &bound) in rec.sub_pools.iter().zip(&rec.bound_in) {
@@ -399,6 +408,7 @@ impl PoolState {
     fn ctx(&self, site: u32, now: Timestamp) -> Ctx<'_> {
         Ctx {
             records: &self.records,
+            hot: &self.hot,
             sites: &self.sites,
             cfg: &self.cfg,
             site,
@@ -418,10 +428,9 @@ impl PoolState {
         if let Some(b) = self.sessions.get_mut(key) {
             let slot = b.slot;
             let live = self
-                .records
+                .hot
                 .get(slot as usize)
-                .and_then(Option::as_ref)
-                .filter(|r| matches!(r.health.state, HealthState::Healthy | HealthState::Degraded));
+                .filter(|h| matches!(h.state, Some(HealthState::Healthy | HealthState::Degraded)));
             let refusal = match live {
                 // Never move a session silently (P2): the caller ends it, the next acquire
                 // starts a new one.
@@ -429,16 +438,13 @@ impl PoolState {
                     key: key.to_string(),
                     address: b.address.clone(),
                 }),
-                Some(r) if r.active_leases >= self.cfg.max_leases_per_address => {
+                Some(h) if h.active_leases >= self.cfg.max_leases_per_address => {
                     Err(AcquireError::BoundAddressBusy {
                         key: key.to_string(),
                         address: b.address.clone(),
                     })
                 }
-                Some(r) => match (r.cooling_until > now)
-                    .then(|| self.sites.cooling(slot, site, now))
-                    .flatten()
-                {
+                Some(h) => match cooling(h, &self.records, &self.sites, slot, site, now) {
                     Some(until) => Err(AcquireError::BoundAddressCooling {
                         key: key.to_string(),
                         address: b.address.clone(),
@@ -489,6 +495,7 @@ impl PoolState {
     ) -> Result<(Slot, Choice), AcquireError> {
         let ctx = Ctx {
             records: &self.records,
+            hot: &self.hot,
             sites: &self.sites,
             cfg: &self.cfg,
             site,
@@ -518,12 +525,15 @@ impl PoolState {
         let lease = self.leases.open(slot, deadline);
         self.counters.acquired += 1;
         self.metrics.acquired(choice);
-        let rec = self
-            .record_mut(slot)
-            .ok_or(AcquireError::NoAddressAvailable)?;
-        rec.active_leases += 1;
+        let (Some(rec), Some(h)) = (
+            self.records.get_mut(slot as usize).and_then(Option::as_mut),
+            self.hot.get_mut(slot as usize),
+        ) else {
+            return Err(AcquireError::NoAddressAvailable);
+        };
+        h.active_leases += 1;
         rec.totals.leases += 1;
-        rec.metrics.active(rec.active_leases);
+        rec.metrics.active(h.active_leases);
         Ok(Grant {
             lease,
             slot,
@@ -566,14 +576,8 @@ impl PoolState {
     pub(crate) fn release(&mut self, release: &Release, now: Timestamp) {
         self.sweep(now);
         let slot = release.slot;
-        if let Some(r) = self
-            .leases
-            .close(release.lease)
-            .and_then(|s| self.records.get_mut(s as usize))
-            .and_then(Option::as_mut)
-        {
-            r.active_leases -= 1;
-            r.metrics.active(r.active_leases);
+        if let Some(closed) = self.leases.close(release.lease) {
+            self.lease_ended(closed);
         }
         // A lease that expired (P14) already freed its slot, but its outcome is still real
         // news; an address removed meanwhile has nothing left to update.
@@ -606,14 +610,14 @@ impl PoolState {
         let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
             return;
         };
-        let cell = self
-            .sites
-            .cell(slot, site, rec.address.redacted(), &self.cfg.health);
-        if let Some(w) = &mut cell.window {
-            w.push(entry);
+        if site != NO_SITE {
+            let cell = self
+                .sites
+                .cell(slot, site, rec.address.redacted(), &self.cfg.health);
+            cell.window.push(entry);
+            cell.metrics.outcome(outcome);
+            count(&mut cell.totals, class);
         }
-        cell.metrics.outcome(outcome);
-        count(&mut cell.totals, class);
         rec.window.push(entry);
         count(&mut rec.totals, class);
         rec.metrics.outcome(outcome);
@@ -626,7 +630,7 @@ impl PoolState {
         }
         self.judge_site(site, slot, class, now);
         self.judge_cell(slot, site, now);
-        self.evaluate(slot, site, class, now);
+        self.evaluate(slot, site, class, latency_ms, now);
     }
 
     /// A rate limit: the address cools for that site only; it is not health (no window).
@@ -634,9 +638,15 @@ impl PoolState {
         let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
             return;
         };
-        rec.cooling_until = rec.cooling_until.max(until);
+        if let Some(h) = self.hot.get_mut(slot as usize) {
+            h.cooling_until = h.cooling_until.max(until);
+        }
         rec.totals.rate_limited += 1;
         rec.metrics.outcome(outcome);
+        if site == NO_SITE {
+            rec.cooling_unsited = until;
+            return;
+        }
         let cell = self
             .sites
             .cell(slot, site, rec.address.redacted(), &self.cfg.health);
@@ -649,11 +659,21 @@ impl PoolState {
         if let Some(slot) = self.leases.close(lease) {
             self.counters.abandoned += 1;
             self.metrics.abandoned();
+            self.lease_ended(slot);
             if let Some(r) = self.record_mut(slot) {
-                r.active_leases -= 1;
                 r.totals.abandoned += 1;
-                r.metrics.active(r.active_leases);
             }
+        }
+    }
+
+    /// A lease on `slot` is over (released, dropped or expired): its slot is free again.
+    fn lease_ended(&mut self, slot: Slot) {
+        let Some(h) = self.hot.get_mut(slot as usize) else {
+            return;
+        };
+        h.active_leases = h.active_leases.saturating_sub(1);
+        if let Some(r) = self.records.get(slot as usize).and_then(Option::as_ref) {
+            r.metrics.active(h.active_leases);
         }
     }
 
@@ -741,13 +761,8 @@ impl PoolState {
             if let Some(r) = self.records.get_mut(slot as usize).and_then(Option::as_mut) {
                 r.window.excuse(site, from);
             }
-            if let Some(w) = self
-                .sites
-                .cells
-                .get_mut(&(slot, site))
-                .and_then(|c| c.window.as_mut())
-            {
-                w.excuse(site, from);
+            if let Some(c) = self.sites.cells.get_mut(&(slot, site)) {
+                c.window.excuse(site, from);
             }
         }
     }
@@ -764,9 +779,7 @@ impl PoolState {
         let Some(cell) = self.sites.cells.get_mut(&(slot, site)) else {
             return;
         };
-        let Some(window) = &mut cell.window else {
-            return;
-        };
+        let window = &mut cell.window;
         window.expire(now);
         let verdict = signals::fall(window, cfg, now, &[]);
         let horizon = window.horizon();
@@ -840,7 +853,7 @@ impl PoolState {
 
     /// Reads the address's windows after an outcome and moves it if they say so (P3–P5, P10).
     /// A fall is judged when a bad outcome arrives: a success cannot start one.
-    fn evaluate(&mut self, slot: Slot, site: u32, class: Class, now: Timestamp) {
+    fn evaluate(&mut self, slot: Slot, site: u32, class: Class, latency_ms: u32, now: Timestamp) {
         let cfg = &self.cfg.health;
         // Set at push, or just now by the site's verdict (which excuses retroactively).
         let excused = self.sites.is_degraded(site);
@@ -892,7 +905,7 @@ impl PoolState {
                     Some(s) if bad => Some(Act::Quarantine(s.to_string())),
                     _ if bad => None,
                     None if suspect.is_some() => Some(Act::Clear),
-                    _ => self.rise_or_slow(slot, class, state, now),
+                    _ => self.rise_or_slow(slot, class, latency_ms, state, now),
                 }
             }
         };
@@ -932,12 +945,21 @@ impl PoolState {
         &self,
         slot: Slot,
         class: Class,
+        latency_ms: u32,
         state: HealthState,
         now: Timestamp,
     ) -> Option<Act> {
         let rec = self.record(slot)?;
         let cfg = &self.cfg.health;
-        let slow = (class == Class::Success || state == HealthState::Degraded)
+        // A tail can only have grown with a success slower than the window's mean: the
+        // quantiles are read then (and on every outcome while degraded, to see it clear).
+        let slower = class == Class::Success
+            && rec
+                .window
+                .counted(now)
+                .mean_latency_ms()
+                .is_some_and(|mean| f64::from(latency_ms) > mean);
+        let slow = (slower || state == HealthState::Degraded)
             .then(|| signals::slow_tail(&rec.window, cfg))
             .flatten();
         let dwelt = rec.health.dwelt(now, cfg);
@@ -1075,6 +1097,9 @@ impl PoolState {
             return;
         };
         let from = rec.health.enter(to, now, reason.clone());
+        if let Some(h) = self.hot.get_mut(slot as usize) {
+            h.state = Some(to);
+        }
         self.by_state[from as usize] -= 1;
         self.by_state[to as usize] += 1;
         if from.is_offered() != to.is_offered() {
@@ -1112,10 +1137,9 @@ impl PoolState {
             for slot in self.leases.expire(now) {
                 self.counters.expired += 1;
                 self.metrics.expired();
+                self.lease_ended(slot);
                 if let Some(r) = self.record_mut(slot) {
-                    r.active_leases -= 1;
                     r.totals.expired += 1;
-                    r.metrics.active(r.active_leases);
                 }
             }
         }
@@ -1133,7 +1157,7 @@ impl PoolState {
             // when the next one does.
             self.judge_cell(slot, site, due);
             if let Some(c) = self.sites.get(slot, site).filter(|c| c.avoided)
-                && let Some(at) = c.window.as_ref().and_then(Window::horizon)
+                && let Some(at) = c.window.horizon()
             {
                 self.pair_checks.push(Reverse((at, slot, site)));
             }
@@ -1163,11 +1187,12 @@ impl PoolState {
         self.sweep(now);
         self.records
             .iter()
-            .flatten()
-            .map(|r| ProbeTarget {
+            .zip(&self.hot)
+            .filter_map(|(r, h)| r.as_ref().map(|r| (r, h)))
+            .map(|(r, h)| ProbeTarget {
                 address: r.address.clone(),
                 state: r.health.state,
-                active_leases: r.active_leases,
+                active_leases: h.active_leases,
             })
             .collect()
     }
@@ -1179,13 +1204,8 @@ impl PoolState {
             rec.health.refresh(now, cfg);
             rec.window.expire(now);
         }
-        for w in self
-            .sites
-            .cells
-            .values_mut()
-            .filter_map(|c| c.window.as_mut())
-        {
-            w.expire(now);
+        for c in self.sites.cells.values_mut() {
+            c.window.expire(now);
         }
         for site in &mut self.sites.list {
             site.expire(now, cfg.window_max_age, self.cfg.judgement.site_recent);
@@ -1198,7 +1218,7 @@ impl PoolState {
             .filter_map(|(slot, r)| r.as_ref().map(|r| (slot as Slot, r)))
             .map(|(slot, r)| {
                 let all = r.window.tallies(now).0;
-                let quantiles = r.window.latency_quantiles(1);
+                let quantiles = r.window.exact_quantiles(now);
                 AddressSnapshot {
                     address: r.address.redacted().into(),
                     fingerprint: format!("{:016x}", r.fingerprint),
@@ -1218,7 +1238,7 @@ impl PoolState {
                         .health
                         .ramp_started
                         .and_then(|s| ramp::share(&cfg.ramp_steps, cfg.ramp_duration, s, now)),
-                    active_leases: r.active_leases,
+                    active_leases: self.hot.get(slot as usize).map_or(0, |h| h.active_leases),
                     bound_keys: r.bound_keys,
                     window_samples: all.n as usize,
                     success_rate: all.rate(all.successes),
@@ -1233,31 +1253,65 @@ impl PoolState {
                 }
             })
             .collect();
-        let mut matrix: Vec<CellSnapshot> = self
-            .sites
-            .cells
+        // Named sites from their cells; the site-less column derived from each address: its
+        // window's untagged outcomes, its totals less those of its named cells.
+        let mut unsited: Vec<Totals> = self
+            .records
             .iter()
-            .filter_map(|((slot, site), cell)| {
-                let r = self.record(*slot)?;
-                let all = match &cell.window {
-                    Some(w) => w.tallies(now).0,
-                    None => r.window.site_tally(*site, now),
-                };
-                Some(CellSnapshot {
-                    address: r.address.redacted().into(),
-                    site: self.sites.list.get(*site as usize)?.name.to_string(),
-                    window_samples: all.n as usize,
-                    success_rate: all.rate(all.successes),
-                    captcha_rate: all.rate(all.captchas),
-                    avoided: *site != NO_SITE && cell.verdict(cfg, now).is_some(),
-                    cooling_until_ms: cell
-                        .cooling_until
-                        .filter(|u| *u > now)
-                        .map(Timestamp::as_millis),
-                    totals: cell.totals.clone(),
-                })
-            })
+            .map(|r| r.as_ref().map(|r| r.totals.clone()).unwrap_or_default())
             .collect();
+        let mut matrix: Vec<CellSnapshot> = Vec::new();
+        for ((slot, site), cell) in &self.sites.cells {
+            let (Some(r), Some(s)) = (self.record(*slot), self.sites.list.get(*site as usize))
+            else {
+                continue;
+            };
+            if let Some(t) = unsited.get_mut(*slot as usize) {
+                t.successes -= cell.totals.successes;
+                t.failures -= cell.totals.failures;
+                t.captchas -= cell.totals.captchas;
+                t.rate_limited -= cell.totals.rate_limited;
+            }
+            let all = cell.window.tallies(now).0;
+            matrix.push(CellSnapshot {
+                address: r.address.redacted().into(),
+                site: s.name.to_string(),
+                window_samples: all.n as usize,
+                success_rate: all.rate(all.successes),
+                captcha_rate: all.rate(all.captchas),
+                avoided: cell.verdict(cfg, now).is_some(),
+                cooling_until_ms: cell
+                    .cooling_until
+                    .filter(|u| *u > now)
+                    .map(Timestamp::as_millis),
+                totals: cell.totals.clone(),
+            });
+        }
+        for (r, totals) in self.records.iter().zip(unsited) {
+            let Some(r) = r else { continue };
+            let all = r.window.site_tally(NO_SITE, now);
+            let cooling = (r.cooling_unsited > now).then_some(r.cooling_unsited);
+            let outcomes = totals.successes + totals.failures + totals.captchas;
+            if outcomes + totals.rate_limited == 0 && cooling.is_none() {
+                continue;
+            }
+            matrix.push(CellSnapshot {
+                address: r.address.redacted().into(),
+                site: "-".into(),
+                window_samples: all.n as usize,
+                success_rate: all.rate(all.successes),
+                captcha_rate: all.rate(all.captchas),
+                avoided: false,
+                cooling_until_ms: cooling.map(Timestamp::as_millis),
+                totals: Totals {
+                    successes: totals.successes,
+                    failures: totals.failures,
+                    captchas: totals.captchas,
+                    rate_limited: totals.rate_limited,
+                    ..Default::default()
+                },
+            });
+        }
         matrix.sort_by(|a, b| (&a.address, &a.site).cmp(&(&b.address, &b.site)));
         let c = &self.counters;
         let pool = PoolSnapshot {
@@ -1291,6 +1345,30 @@ impl PoolState {
     }
 }
 
+/// Until when a rate limit keeps the address from tickets of `site`, if it still does.
+fn cooling(
+    h: &Hot,
+    records: &[Option<AddressRecord>],
+    sites: &Sites,
+    slot: Slot,
+    site: u32,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    // The latest end over all sites: nothing cools once it has passed (the common case).
+    if h.cooling_until <= now {
+        return None;
+    }
+    let until = if site == NO_SITE {
+        records
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .map(|r| r.cooling_unsited)
+    } else {
+        sites.get(slot, site).and_then(|c| c.cooling_until)
+    };
+    until.filter(|u| *u > now)
+}
+
 /// Moves a running latency towards a new sample.
 fn follow(reference: &mut Option<f64>, ms: f64) {
     *reference = Some(match *reference {
@@ -1299,7 +1377,7 @@ fn follow(reference: &mut Option<f64>, ms: f64) {
     });
 }
 
-fn count(t: &mut crate::snapshot::Totals, class: Class) {
+fn count(t: &mut Totals, class: Class) {
     match class {
         Class::Success => t.successes += 1,
         Class::Failure => t.failures += 1,

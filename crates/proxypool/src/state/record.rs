@@ -2,29 +2,32 @@
 
 use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
-use crate::health::Health;
 use crate::health::window::Window;
+use crate::health::{Health, HealthState};
 use crate::snapshot::Totals;
 use crate::telemetry::AddressMetrics;
 
+/// Laid out (C order, cache-line aligned) so that an acquire + release pair touches few
+/// lines of a record it reaches at random: the address and its totals share the first line,
+/// the metric handles of every pair the second, the state-machine fields of every outcome
+/// one more, the window's header and sums two more.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub(crate) struct AddressRecord {
     pub(crate) address: ProxyAddress,
+    pub(crate) totals: Totals,
     pub(crate) metrics: AddressMetrics,
-    pub(crate) fingerprint: u64,
-    /// Indices of the sub-pools it belongs to; always includes 0, the whole pool.
-    pub(crate) sub_pools: Vec<u32>,
     pub(crate) health: Health,
     pub(crate) window: Window,
-    pub(crate) active_leases: u32,
+    pub(crate) fingerprint: u64,
     pub(crate) bound_keys: u64,
+    /// Indices of the sub-pools it belongs to; always includes 0, the whole pool.
+    pub(crate) sub_pools: Vec<u32>,
     /// `bound_keys` by the sub-pool that bound them (aligned with `sub_pools`), so a removal
     /// takes exactly its keys out of each sub-pool's mean.
     pub(crate) bound_in: Vec<u64>,
-    /// The latest end of a rate-limit cooling on any site: before it, eligibility must look
-    /// at the address × site cell; after it, nothing cools and the lookup is skipped.
-    pub(crate) cooling_until: Timestamp,
-    pub(crate) totals: Totals,
+    /// Until when a rate limit keeps it from tickets without a site (they have no cell).
+    pub(crate) cooling_unsited: Timestamp,
 }
 
 impl AddressRecord {
@@ -56,10 +59,37 @@ impl AddressRecord {
             sub_pools,
             health: Health::slow_start(now),
             window,
-            active_leases: 0,
             bound_keys: 0,
-            cooling_until: Timestamp::default(),
+            cooling_unsited: Timestamp::default(),
             totals: Totals::default(),
         }
+    }
+}
+
+/// What selection reads of every candidate, kept apart from the records in one dense array:
+/// a pick among thousands of addresses touches one small entry per candidate rather than
+/// several cache lines of a record.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hot {
+    /// The record's `health.state`, mirrored on every transition; `None` once removed.
+    pub(crate) state: Option<HealthState>,
+    /// Leases out now (P13).
+    pub(crate) active_leases: u32,
+    /// The latest end of a rate-limit cooling on any site: before it, eligibility must look
+    /// at the site's own cooling; after it, nothing cools and the lookup is skipped.
+    pub(crate) cooling_until: Timestamp,
+}
+
+impl Hot {
+    pub(crate) fn new() -> Self {
+        Self {
+            state: Some(HealthState::Healthy),
+            active_leases: 0,
+            cooling_until: Timestamp::default(),
+        }
+    }
+
+    pub(crate) fn offered(&self) -> bool {
+        self.state.is_some_and(HealthState::is_offered)
     }
 }

@@ -256,13 +256,12 @@ struct Spread {
     first_bad: Option<Timestamp>,
 }
 
-/// One address × site pair.
+/// One address × named site pair. Tickets without a site have no cells: nothing is judged or
+/// weighted per pair there, the address window holds their outcomes (tagged), and the matrix
+/// derives their column from the address (so a site-less release touches no cell).
 #[derive(Debug)]
 pub(crate) struct Cell {
-    /// `None` for the column of tickets without a site: nothing is judged or weighted on it,
-    /// and the address window already holds its outcomes (tagged), so a second copy would
-    /// only cost every keyless release a push.
-    pub(crate) window: Option<Window>,
+    pub(crate) window: Window,
     pub(crate) cooling_until: Option<Timestamp>,
     /// The verdict last logged for the pair, so that only its changes are logged (P16).
     pub(crate) avoided: bool,
@@ -274,7 +273,7 @@ impl Cell {
     /// Why the address should be avoided for this site at `now`, if it should: the address
     /// fall signals over the pair's own counted outcomes.
     pub(crate) fn verdict(&self, cfg: &HealthConfig, now: Timestamp) -> Option<Signal> {
-        signals::fall(self.window.as_ref()?, cfg, now, &[])
+        signals::fall(&self.window, cfg, now, &[])
     }
 }
 
@@ -316,13 +315,8 @@ impl Sites {
         self.cells.get(&(slot, site))
     }
 
-    pub(crate) fn cooling(&self, slot: Slot, site: u32, now: Timestamp) -> Option<Timestamp> {
-        self.get(slot, site)
-            .and_then(|c| c.cooling_until)
-            .filter(|until| *until > now)
-    }
-
-    /// The cell of a pair, created (and its metrics registered) on first use.
+    /// The cell of a pair with a named site, created (and its metrics registered) on first
+    /// use.
     pub(crate) fn cell(
         &mut self,
         slot: Slot,
@@ -332,7 +326,7 @@ impl Sites {
     ) -> &mut Cell {
         let name = self.list.get(site as usize).map_or("-", |s| &*s.name);
         self.cells.entry((slot, site)).or_insert_with(|| Cell {
-            window: (site != NO_SITE).then(|| Window::new(cfg.window, cfg.window_max_age, false)),
+            window: Window::new(cfg.window, cfg.window_max_age, false),
             cooling_until: None,
             avoided: false,
             totals: Totals::default(),
