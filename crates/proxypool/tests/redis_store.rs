@@ -395,3 +395,45 @@ async fn works_on_redis_cluster() {
     assert_eq!(snap.pool.acquired, 2);
     assert_eq!(snap.pool.active_leases, 0);
 }
+
+/// Fails every probe of one address.
+#[derive(Debug)]
+struct FailOne(String);
+
+impl proxypool::probe::Check for FailOne {
+    fn check<'a>(
+        &'a self,
+        proxy: &'a proxypool::ProxyAddress,
+    ) -> proxypool::probe::CheckFuture<'a> {
+        let pass = proxy.as_str() != self.0;
+        Box::pin(async move {
+            if pass {
+                Ok(())
+            } else {
+                Err(proxypool::probe::CheckError::Timeout(Duration::ZERO))
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prober_drives_a_shared_pool() {
+    use proxypool::probe::{ProbeSchedule, Prober};
+    let redis = RedisServer::start(&dir("prober")).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let pool = shared_pool(&redis, "prober", &clock, PoolConfig::default()).await;
+    let bad = addresses(6)[2].clone();
+    let check = std::sync::Arc::new(FailOne(bad.clone()));
+    let prober = Prober::new(pool.clone(), check, ProbeSchedule::default()).seed(5);
+    prober.round().await.unwrap();
+    for _ in 0..3 {
+        clock.advance(Duration::from_secs(61));
+        let round = prober.round().await.unwrap();
+        assert_eq!(round.probed.len(), 6, "{round:?}");
+        assert!(round.probed.contains(&(bad.clone(), false)));
+    }
+    let snap = pool.snapshot().await;
+    assert_eq!(snap.address(&bad).unwrap().state, HealthState::Quarantined);
+    assert_eq!(snap.pool.quarantined, 1);
+}
