@@ -70,6 +70,14 @@ impl Leases {
         let (_, slot) = self.entries.get_mut(lease.entry as usize)?.take()?;
         self.free.push(lease.entry);
         self.open -= 1;
+        // Leases mostly end in the order they began: drop closed ones from the front at once.
+        while self
+            .by_deadline
+            .front()
+            .is_some_and(|(_, l)| !self.is_open(*l))
+        {
+            self.by_deadline.pop_front();
+        }
         if self.by_deadline.len() > 2 * self.open + 1024 {
             let mut queue = std::mem::take(&mut self.by_deadline);
             queue.retain(|(_, l)| self.is_open(*l));

@@ -719,6 +719,11 @@ impl PoolState {
             return;
         };
         s.push(slot, class, now, h, j);
+        // A success cannot make a site look worse: it is judged on bad outcomes, and on every
+        // outcome while degraded (to see it recover).
+        if class == Class::Success && !s.degraded {
+            return;
+        }
         let verdict = s.verdict(h, j);
         let change = match (s.degraded, verdict) {
             (false, Some(v)) => Some((true, v.reason, Some(v.from))),

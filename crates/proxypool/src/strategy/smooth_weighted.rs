@@ -22,15 +22,6 @@ const ABSENT: u64 = u64::MAX;
 /// sites callers name.
 const MAX_SCHEDULES: usize = 64;
 
-/// A binary min-heap of `(pass, slot)` packed into one `u128` (pass high, slot low: ties go
-/// to the lower slot), so that a sift compares plain integers. A pick replaces the minimum
-/// with its next pass, which usually belongs near the bottom, so the sift goes bottom-up
-/// (Floyd): down along the smaller children to a leaf with one comparison per level, then up
-/// the few steps to the new key's place — about half the comparisons of a classic sift-down.
-/// This is the whole cost of a weighted pick, so it is kept this lean.
-#[derive(Debug, Default)]
-struct Heap(Vec<u128>);
-
 /// Ties (a batch of addresses joining at once) go in a scrambled but fixed order of slots, an
 /// invertible multiplication: a list sorted by provider or subnet would otherwise put its
 /// first block in front of all the early traffic.
@@ -48,78 +39,164 @@ const fn inverse(m: u32) -> u32 {
     x
 }
 
-fn key(pass: u64, slot: Slot) -> u128 {
-    (u128::from(pass) << 32) | u128::from(slot.wrapping_mul(SCRAMBLE))
+/// A 4-ary min-heap of `(pass, slot)`, each packed into one `u64`: the pass relative to a
+/// base in the high half, the scrambled slot in the low half, so that a sift compares plain
+/// machine words. Passes of live entries lie within one longest stride of each other, far
+/// below 2^32; when one would not fit, the base moves up to the minimum (`rebase`, O(n),
+/// about once per 2^32 ÷ stride picks of an address). The four children of a node are one
+/// aligned block (node `i` lives at lane `(i + 3) % 4` of block `(i + 3) / 4`, so the
+/// children of node `i` fill block `i + 1`): a sift reads one block per level and has half the
+/// levels of a binary heap. A pick replaces the minimum with its next pass, which usually
+/// belongs near the bottom, so the sift goes bottom-up (Floyd): down along the smallest
+/// children to a leaf, then up the few steps to the new key's place. This is the whole cost
+/// of a weighted pick, so it is kept this lean.
+#[derive(Debug, Default)]
+struct Heap {
+    blocks: Vec<Block>,
+    len: usize,
+    base: u64,
 }
 
-fn unkey(k: u128) -> (u64, Slot) {
-    ((k >> 32) as u64, (k as u32).wrapping_mul(UNSCRAMBLE))
-}
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(align(32))]
+struct Block([u64; 4]);
+
+/// The longest stride a pick may take, so that relative passes fit in 32 bits.
+const MAX_STRIDE: f64 = (1u64 << 31) as f64;
 
 impl Heap {
     fn len(&self) -> usize {
-        self.0.len()
+        self.len
+    }
+
+    /// (block, lane) of node `i`.
+    fn at(i: usize) -> (usize, usize) {
+        let p = i + 3;
+        (p >> 2, p & 3)
+    }
+
+    fn get(&self, i: usize) -> u64 {
+        let (b, l) = Self::at(i);
+        self.blocks[b].0[l]
+    }
+
+    fn set(&mut self, i: usize, k: u64) {
+        let (b, l) = Self::at(i);
+        self.blocks[b].0[l] = k;
+    }
+
+    fn unkey(&self, k: u64) -> (u64, Slot) {
+        (self.base + (k >> 32), (k as u32).wrapping_mul(UNSCRAMBLE))
+    }
+
+    /// The key of `(pass, slot)`, moving the base up first if `pass` would not fit.
+    fn key(&mut self, pass: u64, slot: Slot) -> u64 {
+        if pass.saturating_sub(self.base) > u64::from(u32::MAX) {
+            let top = self.peek().map_or(pass, |(p, _)| p);
+            self.rebase(top.min(pass));
+        }
+        // Live passes lie within MAX_STRIDE of the minimum, so this fits after a rebase.
+        let relative = pass.saturating_sub(self.base).min(u64::from(u32::MAX));
+        (relative << 32) | u64::from(slot.wrapping_mul(SCRAMBLE))
+    }
+
+    fn rebase(&mut self, to: u64) {
+        let shift = to.saturating_sub(self.base) << 32;
+        let len = self.len;
+        for i in 0..len {
+            let k = self.get(i);
+            // Order is kept: every key moves down by the same amount (stale ones may clip).
+            self.set(
+                i,
+                if k >= shift {
+                    k - shift
+                } else {
+                    k & u64::from(u32::MAX)
+                },
+            );
+        }
+        self.base = self.base.max(to);
     }
 
     fn peek(&self) -> Option<(u64, Slot)> {
-        self.0.first().copied().map(unkey)
+        (self.len > 0).then(|| self.unkey(self.get(0)))
     }
 
     fn push(&mut self, pass: u64, slot: Slot) {
-        self.0.push(key(pass, slot));
-        let last = self.0.len() - 1;
-        self.sift_up(last, key(pass, slot));
+        let k = self.key(pass, slot);
+        let i = self.len;
+        if Self::at(i).0 >= self.blocks.len() {
+            self.blocks.push(Block::default());
+        }
+        self.len += 1;
+        self.sift_up(i, k);
     }
 
     /// Moves `k` up from the hole at `i` to its place.
-    fn sift_up(&mut self, mut i: usize, k: u128) {
-        let h = &mut self.0[..];
+    fn sift_up(&mut self, mut i: usize, k: u64) {
         while i > 0 {
-            let parent = (i - 1) / 2;
-            if h[parent] <= k {
+            let parent = (i - 1) / 4;
+            let p = self.get(parent);
+            if p <= k {
                 break;
             }
-            h[i] = h[parent];
+            self.set(i, p);
             i = parent;
         }
-        if let Some(at) = h.get_mut(i) {
-            *at = k;
-        }
+        self.set(i, k);
     }
 
     /// Replaces the minimum and restores the order.
     fn replace_top(&mut self, pass: u64, slot: Slot) {
-        let h = &mut self.0[..];
-        let n = h.len();
+        let k = self.key(pass, slot);
+        self.sift_from_top(k);
+    }
+
+    fn sift_from_top(&mut self, k: u64) {
+        let n = self.len;
         let mut i = 0;
         loop {
-            let left = 2 * i + 1;
-            if left >= n {
+            let first = 4 * i + 1;
+            if first >= n {
                 break;
             }
-            let right = left + 1;
-            let child = if right < n && h[right] < h[left] {
-                right
+            // The children are the lanes of block i + 1; past the end they are not nodes.
+            let lanes = &self.blocks[i + 1].0;
+            let best = if n - first >= 4 {
+                // A full block: a tournament, three comparisons.
+                let low = usize::from(lanes[1] < lanes[0]);
+                let high = 2 + usize::from(lanes[3] < lanes[2]);
+                if lanes[high] < lanes[low] { high } else { low }
             } else {
-                left
+                (1..n - first).fold(0, |best, lane| {
+                    if lanes[lane] < lanes[best] {
+                        lane
+                    } else {
+                        best
+                    }
+                })
             };
-            h[i] = h[child];
-            i = child;
+            let child = lanes[best];
+            self.set(i, child);
+            i = first + best;
         }
-        self.sift_up(i, key(pass, slot));
+        self.sift_up(i, k);
     }
 
     fn pop(&mut self) {
-        if let Some(last) = self.0.pop()
-            && !self.0.is_empty()
-        {
-            let (pass, slot) = unkey(last);
-            self.replace_top(pass, slot);
+        if self.len == 0 {
+            return;
+        }
+        self.len -= 1;
+        if self.len > 0 {
+            let last = self.get(self.len);
+            self.sift_from_top(last);
         }
     }
 
     fn rebuild(&mut self, entries: impl Iterator<Item = (u64, Slot)>) {
-        self.0.clear();
+        self.blocks.clear();
+        self.len = 0;
         for (pass, slot) in entries {
             self.push(pass, slot);
         }
@@ -139,14 +216,20 @@ struct Schedule {
 }
 
 impl Schedule {
+    /// The virtual time to (re)join at: the last pick's pass, never below the heap's base.
+    fn now(&self) -> u64 {
+        self.vtime.max(self.heap.base)
+    }
+
     fn join(&mut self, slot: Slot) {
         let i = slot as usize;
         if self.pass.len() <= i {
             self.pass.resize(i + 1, ABSENT);
         }
         if self.pass[i] == ABSENT {
-            self.pass[i] = self.vtime;
-            self.heap.push(self.vtime, slot);
+            let now = self.now();
+            self.pass[i] = now;
+            self.heap.push(now, slot);
             self.live += 1;
         }
     }
@@ -167,12 +250,13 @@ impl Schedule {
 
     /// Brings an offered address's turn forward to now (never back).
     fn forgive(&mut self, slot: Slot) {
+        let now = self.now();
         if let Some(p) = self.pass.get_mut(slot as usize)
             && *p != ABSENT
-            && *p > self.vtime
+            && *p > now
         {
-            *p = self.vtime;
-            self.heap.push(self.vtime, slot);
+            *p = now;
+            self.heap.push(now, slot);
         }
     }
 
@@ -185,7 +269,7 @@ impl Schedule {
                 continue;
             }
             tries -= 1;
-            let stride = (SCALE / c.weight(slot).max(f64::MIN_POSITIVE)).min(1e15) as u64;
+            let stride = (SCALE / c.weight(slot).max(f64::MIN_POSITIVE)).min(MAX_STRIDE) as u64;
             let next = pass.saturating_add(stride.max(1));
             self.pass[slot as usize] = next;
             self.heap.replace_top(next, slot);
@@ -355,6 +439,36 @@ mod tests {
         expected.sort_unstable_by_key(|(p, s)| (*p, s.wrapping_mul(SCRAMBLE)));
         assert_eq!(out, expected);
         assert_eq!(SCRAMBLE.wrapping_mul(UNSCRAMBLE), 1);
+    }
+
+    #[test]
+    fn p1_heap_moves_its_base_when_passes_outgrow_32_bits() {
+        let mut h = Heap::default();
+        h.push(4_000_000_000, 1);
+        h.push(4_100_000_000, 2);
+        // The next pass of slot 1 is beyond 2^32 from the base (0): the base moves up to the
+        // minimum and the order is kept.
+        let next = 4_000_000_000 + (1 << 31);
+        h.replace_top(next, 1);
+        assert_eq!(h.base, 4_000_000_000);
+        h.push(4_200_000_000, 3);
+        let mut out = Vec::new();
+        while let Some(top) = h.peek() {
+            out.push(top);
+            h.pop();
+        }
+        assert_eq!(out, [(4_100_000_000, 2), (4_200_000_000, 3), (next, 1)]);
+    }
+
+    #[test]
+    fn p1_weighted_shares_hold_over_long_runs() {
+        let mut t = Table::uniform(2);
+        t.weight = vec![100.0, 0.01];
+        let mut w = SmoothWeighted::default();
+        (0..2).for_each(|s| w.join(s));
+        // 600 000 picks: the light address's pass passes 2^32 several times over.
+        let light = (0..600_000).filter(|_| w.pick(0, &t) == Some(1)).count();
+        assert!((55..=65).contains(&light), "{light}");
     }
 
     #[test]
