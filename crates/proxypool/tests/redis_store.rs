@@ -437,3 +437,22 @@ async fn the_prober_drives_a_shared_pool() {
     assert_eq!(snap.address(&bad).unwrap().state, HealthState::Quarantined);
     assert_eq!(snap.pool.quarantined, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_lease_is_abandoned_in_redis() {
+    let redis = RedisServer::start(&dir("drop")).unwrap();
+    let clock = ManualClock::new();
+    let pool = shared_pool(&redis, "drop", &clock, PoolConfig::default()).await;
+    drop(pool.acquire(Ticket::new()).await.unwrap());
+    // The abandon runs on a spawned task: wait for it (bounded).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let snap = pool.snapshot().await;
+        if snap.pool.abandoned == 1 {
+            assert_eq!(snap.pool.active_leases, 0);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{:?}", snap.pool);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
