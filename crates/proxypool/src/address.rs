@@ -32,9 +32,12 @@ pub enum AddressError {
 /// reached with two sets of credentials is two addresses. [`fmt::Display`] and [`fmt::Debug`]
 /// hide the password: logs, metrics and snapshots never carry it; [`ProxyAddress::as_str`] does.
 #[derive(Clone)]
-pub struct ProxyAddress {
-    full: Arc<str>,
-    redacted: Arc<str>,
+pub struct ProxyAddress(Arc<Spellings>);
+
+/// Behind one `Arc`: every lease carries an address, so a clone is one reference count.
+struct Spellings {
+    full: Box<str>,
+    redacted: Box<str>,
 }
 
 impl ProxyAddress {
@@ -76,26 +79,26 @@ impl ProxyAddress {
                 format!("{}://{user}:***@{host}{port}", url.scheme()),
             ),
         };
-        Ok(Self {
+        Ok(Self(Arc::new(Spellings {
             full: full.into(),
             redacted: redacted.into(),
-        })
+        })))
     }
 
     /// The full URL, credentials included: what a client needs to connect.
     pub fn as_str(&self) -> &str {
-        &self.full
+        &self.0.full
     }
 
     /// The URL with the password replaced by `***`.
     pub fn redacted(&self) -> &str {
-        &self.redacted
+        &self.0.redacted
     }
 }
 
 impl PartialEq for ProxyAddress {
     fn eq(&self, other: &Self) -> bool {
-        self.full == other.full
+        Arc::ptr_eq(&self.0, &other.0) || self.0.full == other.0.full
     }
 }
 
@@ -103,20 +106,20 @@ impl Eq for ProxyAddress {}
 
 impl Hash for ProxyAddress {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.full.hash(state);
+        self.0.full.hash(state);
     }
 }
 
 impl fmt::Display for ProxyAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.redacted)
+        f.write_str(&self.0.redacted)
     }
 }
 
 impl fmt::Debug for ProxyAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("ProxyAddress")
-            .field(&&*self.redacted)
+            .field(&&*self.0.redacted)
             .finish()
     }
 }

@@ -39,8 +39,12 @@ impl Timestamp {
     }
 }
 
+/// Whole milliseconds of `d`, saturating (without `as_millis`'s 128-bit arithmetic: this runs
+/// on every release).
 pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    d.as_secs()
+        .saturating_mul(1000)
+        .saturating_add(u64::from(d.subsec_millis()))
 }
 
 /// Where the pool reads the time. Implement it to drive the pool from a virtual clock.

@@ -72,15 +72,23 @@ impl Default for PoolConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct HealthConfig {
-    /// Outcomes kept per address (weights and rates are computed over them).
+    /// Outcomes kept per address and per address × site (weights and rates are computed over
+    /// them)…
     pub window: usize,
-    /// Fall: at least `recent_failures` failures among the last `recent` outcomes…
+    /// …as long as they are younger than this: older outcomes stop counting, so an old bad
+    /// spell is forgiven even where little traffic goes (P4, P9).
+    pub window_max_age: Duration,
+    /// Fall: at least `recent_failures` failures among the last `recent` outcomes quarantine
+    /// an address whose window success is below `min_success_rate` too; against a better
+    /// record they make it suspect (degraded), and `recent_failures` more while the signal
+    /// holds confirm it…
     pub recent: usize,
     /// …see `recent`.
     pub recent_failures: usize,
     /// …or a success rate below `min_success_rate` over at least `min_samples` outcomes.
     pub min_success_rate: f64,
-    /// Samples needed before a rate (success, captcha, latency) is judged.
+    /// Samples needed before a rate (success, captcha, latency) is judged, and before an
+    /// address × site window is trusted for the weight over the address's own.
     pub min_samples: usize,
     /// Captcha rate above this (over `min_samples`) is a fall signal of its own.
     pub max_captcha_rate: f64,
@@ -106,6 +114,7 @@ impl Default for HealthConfig {
     fn default() -> Self {
         Self {
             window: 50,
+            window_max_age: Duration::from_secs(10 * 60),
             recent: 5,
             recent_failures: 3,
             min_success_rate: 0.70,
@@ -152,7 +161,8 @@ impl Default for BackoffConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct JudgementConfig {
-    /// Last outcomes kept per site, over all addresses.
+    /// Last outcomes kept per site, over all addresses (no older than
+    /// `HealthConfig::window_max_age`).
     pub site_window: usize,
     /// The site is also judged on its newest outcomes alone (at most 64), to catch sudden
     /// spikes.
@@ -181,7 +191,7 @@ impl Default for JudgementConfig {
 impl PoolConfig {
     pub(crate) fn validate(&self) -> Result<(), BuildError> {
         let h = &self.health;
-        let checks: [(bool, &str); 12] = [
+        let checks: [(bool, &str); 13] = [
             (
                 self.quarantine_cap > 0.0 && self.quarantine_cap <= 1.0,
                 "quarantine_cap must be in (0, 1]",
@@ -195,6 +205,10 @@ impl PoolConfig {
             (
                 h.window > 0 && h.window <= u16::MAX as usize,
                 "health.window must be in 1..=65535",
+            ),
+            (
+                h.window_max_age > Duration::ZERO,
+                "health.window_max_age must be > 0",
             ),
             (
                 h.recent > 0 && h.recent <= h.window && h.recent_failures <= h.recent,

@@ -20,6 +20,13 @@ pub enum Subject {
         /// The site.
         site: String,
     },
+    /// One address for one target site (the address × site matrix).
+    Cell {
+        /// The address.
+        address: String,
+        /// The site.
+        site: String,
+    },
     /// The whole pool.
     Pool,
 }
@@ -64,6 +71,11 @@ impl DecisionLog {
                 target: "proxypool::decision",
                 site = %site, from = %d.from, to = %d.to, reason = %d.reason,
                 "site {site}: {} -> {}", d.from, d.to
+            ),
+            Subject::Cell { address, site } => tracing::info!(
+                target: "proxypool::decision",
+                address = %address, site = %site, from = %d.from, to = %d.to, reason = %d.reason,
+                "address {address} on site {site}: {} -> {}", d.from, d.to
             ),
             Subject::Pool => tracing::warn!(
                 target: "proxypool::decision",

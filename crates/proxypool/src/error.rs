@@ -44,6 +44,10 @@ pub enum AcquireError {
     /// The ticket names a sub-pool that was never declared.
     #[error("unknown sub-pool {0:?}")]
     UnknownSubPool(String),
+    /// The shared store (Redis) did not answer within its timeout or refused the call: the
+    /// acquire fails at once rather than waiting; retry later or fail the task.
+    #[error("pool store unavailable: {0}")]
+    StoreUnavailable(String),
 }
 
 /// Errors of the pool's management calls (add, remove, release, probe reports).
@@ -62,6 +66,9 @@ pub enum PoolError {
     /// A sub-pool name that was never declared.
     #[error("unknown sub-pool {0:?}")]
     UnknownSubPool(String),
+    /// The shared store (Redis) did not answer within its timeout or refused the call.
+    #[error("pool store unavailable: {0}")]
+    StoreUnavailable(String),
 }
 
 /// Why a pool could not be built.

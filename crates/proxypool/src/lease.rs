@@ -9,7 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::address::ProxyAddress;
 use crate::error::PoolError;
 use crate::pool::Shared;
-use crate::store::Release;
+use crate::state::LeaseRef;
+use crate::store::{Grant, Release};
+use crate::strategy::Slot;
 
 /// Identifies one lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -88,34 +90,30 @@ impl Outcome {
 /// abandoned and frees its slot.
 #[must_use = "a lease holds a slot of its address until released or dropped"]
 pub struct Lease {
-    id: LeaseId,
+    lease: LeaseRef,
+    slot: Slot,
     address: ProxyAddress,
     choice: Choice,
-    site: Option<Arc<str>>,
+    site: u32,
     /// `None` once released, so that `Drop` knows there is nothing left to do.
     pool: Option<Arc<Shared>>,
 }
 
 impl Lease {
-    pub(crate) fn new(
-        id: LeaseId,
-        address: ProxyAddress,
-        choice: Choice,
-        site: Option<Arc<str>>,
-        pool: Arc<Shared>,
-    ) -> Self {
+    pub(crate) fn new(grant: Grant, pool: Arc<Shared>) -> Self {
         Self {
-            id,
-            address,
-            choice,
-            site,
+            lease: grant.lease,
+            slot: grant.slot,
+            address: grant.address,
+            choice: grant.choice,
+            site: grant.site,
             pool: Some(pool),
         }
     }
 
     /// The lease's id.
     pub fn id(&self) -> LeaseId {
-        self.id
+        self.lease.id
     }
 
     /// The address to send the work through.
@@ -135,9 +133,9 @@ impl Lease {
             return Ok(());
         };
         let release = Release {
-            lease: self.id,
-            address: self.address.clone(),
-            site: self.site.clone(),
+            lease: self.lease,
+            slot: self.slot,
+            site: self.site,
             outcome,
         };
         pool.store.release(release, pool.clock.now()).await
@@ -147,7 +145,7 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(pool) = self.pool.take() {
-            pool.store.abandon(self.id, pool.clock.now());
+            pool.store.abandon(self.lease, self.slot, pool.clock.now());
         }
     }
 }
@@ -155,10 +153,9 @@ impl Drop for Lease {
 impl fmt::Debug for Lease {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lease")
-            .field("id", &self.id)
+            .field("id", &self.lease.id)
             .field("address", &self.address)
             .field("choice", &self.choice)
-            .field("site", &self.site)
             .field("released", &self.pool.is_none())
             .finish()
     }

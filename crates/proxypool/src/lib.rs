@@ -38,7 +38,9 @@
 //!     .seed(1)
 //!     .build()?;
 //!
-//! // One address keeps failing: three failures of its last five outcomes quarantine it.
+//! // One address keeps failing: three failures of its last five outcomes, with no good record
+//! // to outweigh them, quarantine it. (Against a long good record they only make it suspect,
+//! // and three more confirm it: chance clusters of errors do not quarantine good addresses.)
 //! let bad = "http://10.0.0.3:3128";
 //! let mut failures = 0;
 //! while failures < 3 {
@@ -58,8 +60,17 @@
 //! # }).unwrap();
 //! ```
 //!
-//! State lives in memory for now, behind an internal storage abstraction shaped so that a
-//! shared (Redis) store can run each acquire or release as one server-side script.
+//! State lives in memory by default. With the `redis` feature (on by default),
+//! [`PoolBuilder::redis`] + [`PoolBuilder::connect`] keep it in Redis instead, shared by every
+//! process using the same pool name (P15): each operation is one Lua script (one round trip per
+//! acquire and per release); if Redis does not answer within [`RedisOptions::timeout`],
+//! acquire fails at once with [`AcquireError::StoreUnavailable`]. The Redis store judges
+//! health more simply than the in-memory engine (no per-site judgement, no rates or dynamic
+//! weights, whole pool only): see ARCHITECTURE.md.
+//!
+//! Active probes (P12) are in [`probe`] (feature `probe`, on by default): the only module that
+//! opens sockets and speaks HTTP; it reports through [`Pool::report_probe`]'s hook like any
+//! caller could.
 
 // Tests may unwrap: a panic is the failure report there.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -72,6 +83,8 @@ mod error;
 mod health;
 mod lease;
 mod pool;
+#[cfg(feature = "probe")]
+pub mod probe;
 mod snapshot;
 mod state;
 mod store;
@@ -88,4 +101,6 @@ pub use health::HealthState;
 pub use lease::{Choice, Lease, LeaseId, Outcome};
 pub use pool::{Pool, PoolBuilder};
 pub use snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, SiteSnapshot, Snapshot, Totals};
+#[cfg(feature = "redis")]
+pub use store::redis::RedisOptions;
 pub use ticket::Ticket;

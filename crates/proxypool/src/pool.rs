@@ -18,7 +18,7 @@ use crate::ticket::Ticket;
 
 /// What a pool and its leases share.
 pub(crate) struct Shared {
-    pub(crate) store: Box<dyn Store>,
+    pub(crate) store: Store,
     pub(crate) clock: Arc<dyn Clock>,
 }
 
@@ -59,13 +59,15 @@ impl Pool {
     pub async fn acquire(&self, ticket: Ticket) -> Result<Lease, AcquireError> {
         let now = self.shared.clock.now();
         let grant = self.shared.store.acquire(&ticket, now).await?;
-        Ok(Lease::new(
-            grant.lease,
-            grant.address,
-            grant.choice,
-            ticket.site,
-            Arc::clone(&self.shared),
-        ))
+        Ok(Lease::new(grant, Arc::clone(&self.shared)))
+    }
+
+    /// Ends a key's session before its TTL runs out (the account logged out, the caller gave
+    /// up on it): the binding is dropped and the key's next acquire starts a new session.
+    /// Whether the key had one.
+    pub async fn end_session(&self, key: &str) -> bool {
+        let now = self.shared.clock.now();
+        self.shared.store.end_session(key, now).await
     }
 
     /// Adds an address at runtime, to the whole pool only.
@@ -98,6 +100,30 @@ impl Pool {
         self.shared.store.report_probe(&address, passed, now).await
     }
 
+    #[cfg(feature = "probe")]
+    pub(crate) fn now(&self) -> crate::clock::Timestamp {
+        self.shared.clock.now()
+    }
+
+    #[cfg(feature = "probe")]
+    pub(crate) async fn probe_targets(
+        &self,
+        now: crate::clock::Timestamp,
+    ) -> Vec<crate::store::ProbeTarget> {
+        self.shared.store.probe_targets(now).await
+    }
+
+    /// `report_probe` for an address already parsed (the prober's path).
+    #[cfg(feature = "probe")]
+    pub(crate) async fn report_probe_of(
+        &self,
+        address: &ProxyAddress,
+        passed: bool,
+    ) -> Result<(), PoolError> {
+        let now = self.shared.clock.now();
+        self.shared.store.report_probe(address, passed, now).await
+    }
+
     /// The whole state as plain data.
     pub async fn snapshot(&self) -> Snapshot {
         let now = self.shared.clock.now();
@@ -122,6 +148,8 @@ pub struct PoolBuilder {
     sub_pools: Vec<(String, Strategy)>,
     clock: Option<Arc<dyn Clock>>,
     seed: Option<u64>,
+    #[cfg(feature = "redis")]
+    redis: Option<crate::store::redis::RedisOptions>,
 }
 
 impl PoolBuilder {
@@ -175,7 +203,47 @@ impl PoolBuilder {
         self
     }
 
-    /// Checks everything and builds the pool.
+    /// Keeps the pool's state in Redis, shared by every process that uses the same server
+    /// and pool name (P15). Build it with [`PoolBuilder::connect`]. The shared store keeps the
+    /// whole pool only (no sub-pools) and its own simpler health judgement: see the crate's
+    /// ARCHITECTURE notes.
+    #[cfg(feature = "redis")]
+    pub fn redis(mut self, options: crate::store::redis::RedisOptions) -> Self {
+        self.redis = Some(options);
+        self
+    }
+
+    /// Builds the pool on the store the configuration names: in memory (same as
+    /// [`PoolBuilder::build`]) or in Redis, where the start addresses are added unless another
+    /// process added them already. Needs a tokio runtime for Redis.
+    pub async fn connect(self) -> Result<Pool, BuildError> {
+        #[cfg(feature = "redis")]
+        if let Some(options) = &self.redis {
+            self.config.validate()?;
+            if !self.sub_pools.is_empty() || self.addresses.iter().any(|(_, p)| !p.is_empty()) {
+                return Err(BuildError::InvalidConfig(
+                    "the Redis store keeps the whole pool only: no sub-pools".into(),
+                ));
+            }
+            let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
+            let store = crate::store::redis::RedisStore::connect(options, self.config, self.seed)
+                .await
+                .map_err(|e| BuildError::Pool(PoolError::StoreUnavailable(e)))?;
+            for (address, _) in &self.addresses {
+                let address = ProxyAddress::parse(address).map_err(PoolError::from)?;
+                store.add_idempotent(&address, clock.now()).await?;
+            }
+            return Ok(Pool {
+                shared: Arc::new(Shared {
+                    store: Store::Redis(Arc::new(store)),
+                    clock,
+                }),
+            });
+        }
+        self.build()
+    }
+
+    /// Checks everything and builds the pool (in memory).
     pub fn build(self) -> Result<Pool, BuildError> {
         self.config.validate()?;
         let mut names = std::collections::HashSet::new();
@@ -202,7 +270,7 @@ impl PoolBuilder {
         state.add(batch, clock.now())?;
         Ok(Pool {
             shared: Arc::new(Shared {
-                store: Box::new(MemoryStore::new(state)),
+                store: Store::Memory(MemoryStore::new(state)),
                 clock,
             }),
         })

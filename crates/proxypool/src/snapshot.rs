@@ -105,12 +105,16 @@ pub struct CellSnapshot {
     pub address: String,
     /// The site (`-` for tickets without one).
     pub site: String,
-    /// Outcomes in the pair's window.
+    /// Outcomes in the pair's window (for the `-` column, the address window's outcomes of
+    /// tickets without a site).
     pub window_samples: usize,
     /// Success rate over that window.
     pub success_rate: Option<f64>,
     /// Captcha rate over that window.
     pub captcha_rate: Option<f64>,
+    /// The pair alone looks bad: the address is avoided for this site (lowest weight), and if
+    /// it does well elsewhere its failures here are not held against it (P9).
+    pub avoided: bool,
     /// Until when a rate limit keeps the address away from the site.
     pub cooling_until_ms: Option<u64>,
     /// Lifetime counts for the pair.

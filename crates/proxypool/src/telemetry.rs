@@ -4,8 +4,9 @@
 //!
 //! Per address: `proxypool_address_outcomes_total{address,outcome}`,
 //! `proxypool_address_latency_seconds{address}`, `proxypool_address_active_leases{address}`,
-//! `proxypool_address_quarantines_total{address}`. Per address × site:
-//! `proxypool_cell_outcomes_total{address,site,outcome}`. Pool: `proxypool_addresses{state}`,
+//! `proxypool_address_quarantines_total{address}`. Per address × named site:
+//! `proxypool_cell_outcomes_total{address,site,outcome}` (tickets without a site count in the
+//! address's own). Pool: `proxypool_addresses{state}`,
 //! `proxypool_acquires_total{choice}` (throughput), `proxypool_acquire_failures_total{reason}`,
 //! `proxypool_leases_lost_total{how}`, `proxypool_quarantine_entries_total`,
 //! `proxypool_quarantine_cap_occupancy` (quarantined ÷ cap).
@@ -59,12 +60,14 @@ fn choice_index(c: Choice) -> usize {
     }
 }
 
-/// The handles of one address.
+/// The handles of one address, those of every acquire + release first (C order: one cache
+/// line for the lease gauge, the latency and the success count).
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct AddressMetrics {
-    outcomes: [Counter; 6],
-    latency: Histogram,
     active: Gauge,
+    latency: Histogram,
+    outcomes: [Counter; 6],
     quarantines: Counter,
 }
 

@@ -126,6 +126,91 @@ async fn p1_sub_pools_serve_only_their_members() {
     );
 }
 
+/// Two sites, alternating; address 0 is blocked on `bad` from request `from` on, the rest
+/// succeed. Returns, per site, how often address 0 served it after `from` + `settle`.
+async fn bad_on_one_site(
+    pool: &Pool,
+    clock: &ManualClock,
+    rounds: usize,
+    from: usize,
+    settle: usize,
+    bad_everywhere: bool,
+) -> (usize, usize) {
+    let target = addr(0);
+    let sites = [
+        Ticket::new().site("a.example"),
+        Ticket::new().site("b.example"),
+    ];
+    let mut served = [0, 0];
+    for i in 0..rounds {
+        let which = i % 2;
+        let lease = pool.acquire(sites[which].clone()).await.unwrap();
+        let is_target = lease.address().as_str() == target;
+        let fails = is_target && i >= from && (which == 0 || bad_everywhere);
+        if is_target && i >= from + settle {
+            served[which] += 1;
+        }
+        let o = if fails { Outcome::Blocked } else { ok() };
+        lease.release(o).await.unwrap();
+        clock.advance(STEP);
+    }
+    (served[0], served[1])
+}
+
+#[tokio::test]
+async fn p1_p9_weights_are_per_address_and_site_so_a_bad_pair_is_avoided_there_only() {
+    let clock = ManualClock::new();
+    let pool = pool(4, &clock);
+    // 400 requests of good history on both sites, then address 0 is blocked on a.example.
+    let (on_a, on_b) = bad_on_one_site(&pool, &clock, 2400, 400, 200, false).await;
+    // 1 000 tickets per site after settling: a quarter would be 250.
+    assert!(on_a <= 10, "address 0 still served a.example {on_a} times");
+    assert!(on_b >= 150, "address 0 served b.example only {on_b} times");
+    let snap = pool.snapshot().await;
+    let a = snap.address(&addr(0)).unwrap();
+    assert_eq!(a.quarantine_entries, 0, "{}", a.reason);
+    let pair = |site: &str| {
+        snap.matrix
+            .iter()
+            .find(|c| c.address == addr(0) && c.site == site)
+            .unwrap()
+            .avoided
+    };
+    assert!(pair("a.example") && !pair("b.example"));
+    assert!(snap.decisions.iter().any(|d| d.to == "avoided"
+        && d.subject
+            == Subject::Cell {
+                address: addr(0),
+                site: "a.example".into()
+            }));
+}
+
+#[tokio::test]
+async fn p1_p9_an_address_bad_on_every_site_is_still_quarantined() {
+    let clock = ManualClock::new();
+    let pool = pool(4, &clock);
+    bad_on_one_site(&pool, &clock, 600, 400, 0, true).await;
+    let snap = pool.snapshot().await;
+    assert_eq!(snap.address(&addr(0)).unwrap().quarantine_entries, 1);
+}
+
+#[tokio::test]
+async fn p1_p9_without_enough_samples_on_a_site_the_address_weight_decides() {
+    let clock = ManualClock::new();
+    let pool = pool(4, &clock);
+    let slow = addr(0);
+    let latency = |a: &str| Outcome::Success {
+        latency: Duration::from_millis(if a == slow { 800 } else { 100 }),
+    };
+    let a = Ticket::new().site("a.example");
+    serve(&pool, &clock, &a, 800, STEP, latency).await;
+    // A new site: no pair has evidence there, so the address's own (slow) record weighs it.
+    let c = Ticket::new().site("c.example");
+    let served = serve(&pool, &clock, &c, 40, STEP, latency).await;
+    let share = served.iter().filter(|x| **x == slow).count();
+    assert!(share <= 4, "the slow address took {share} of the first 40");
+}
+
 // ---- P2 -------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -231,6 +316,83 @@ async fn p2_removing_the_bound_address_breaks_the_session_and_moves_no_other_key
     }
 }
 
+/// Where each key would be placed now, measured without leaving a trace: acquire, drop the
+/// lease, end the session.
+async fn placements(pool: &Pool, keys: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(keys.len());
+    for k in keys {
+        let lease = pool.acquire(Ticket::new().key(k.as_str())).await.unwrap();
+        assert_eq!(lease.choice(), Choice::Hashed);
+        out.push(lease.address().as_str().to_owned());
+        drop(lease);
+        assert!(pool.end_session(k).await);
+    }
+    out
+}
+
+#[tokio::test]
+async fn p1_p2_removing_one_of_n_moves_about_one_nth_of_unbound_keys_and_no_bound_one() {
+    const N: usize = 100;
+    let clock = ManualClock::new();
+    let pool = pool(N, &clock);
+    // A loaded pool: 10 000 live sessions, a mean of 100 bound keys per address.
+    let mut bound = HashMap::new();
+    for k in 0..10_000 {
+        let l = pool
+            .acquire(Ticket::new().key(format!("k{k}")))
+            .await
+            .unwrap();
+        bound.insert(k, l.address().as_str().to_owned());
+    }
+    let snap = pool.snapshot().await;
+    let max = snap.addresses.iter().map(|a| a.bound_keys).max().unwrap();
+    assert!(max <= 125, "max bound keys {max} > ⌈1.25 × 100⌉");
+    let probes: Vec<String> = (0..10_000).map(|k| format!("probe{k}")).collect();
+    let before = placements(&pool, &probes).await;
+    let victim = addr(37);
+    pool.remove(&victim).await.unwrap();
+    let after = placements(&pool, &probes).await;
+    let moved = before.iter().zip(&after).filter(|(b, a)| b != a).count();
+    // 1/N of 10 000 is 100: the probes that were placed on the removed address, and no
+    // cascade through the others.
+    let on_victim = before.iter().filter(|a| **a == victim).count();
+    assert!(
+        (50..=200).contains(&moved),
+        "{moved} of 10 000 moved ({on_victim} were on it)"
+    );
+    assert!(
+        moved <= on_victim + 20,
+        "{moved} moved but only {on_victim} were on it"
+    );
+    for (k, a) in &bound {
+        match pool.acquire(Ticket::new().key(format!("k{k}"))).await {
+            Ok(l) => assert_eq!(
+                (l.address().as_str(), l.choice()),
+                (a.as_str(), Choice::Bound)
+            ),
+            Err(AcquireError::SessionBroken { address, .. }) => {
+                assert_eq!(address.as_str(), victim)
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn p2_a_session_can_be_ended_before_its_ttl() {
+    let clock = ManualClock::new();
+    let pool = pool(10, &clock);
+    let l = pool.acquire(Ticket::new().key("acct")).await.unwrap();
+    l.release(ok()).await.unwrap();
+    assert!(pool.end_session("acct").await);
+    assert!(!pool.end_session("acct").await);
+    let snap = pool.snapshot().await;
+    assert_eq!(snap.pool.bindings, 0);
+    assert!(snap.addresses.iter().all(|a| a.bound_keys == 0));
+    let again = pool.acquire(Ticket::new().key("acct")).await.unwrap();
+    assert_eq!(again.choice(), Choice::Hashed);
+}
+
 // ---- P3, P4, P5 -----------------------------------------------------------------------------
 
 #[tokio::test]
@@ -287,6 +449,48 @@ async fn p4_three_failures_of_the_last_five_quarantine() {
     assert_eq!(a.state, HealthState::Quarantined);
     assert!(
         a.reason.contains("3 failures in the last 3"),
+        "{}",
+        a.reason
+    );
+}
+
+#[tokio::test]
+async fn p4_p5_against_a_good_record_three_of_five_is_suspect_until_three_more_confirm_it() {
+    let clock = ManualClock::new();
+    let pool = pool_with(10, &clock, rr());
+    let target = addr(0);
+    // 40 good outcomes each, then address 0 meets a chance cluster: 3 timeouts in 5.
+    serve(&pool, &clock, &Ticket::new(), 400, STEP, |_| ok()).await;
+    let mut n = 0;
+    serve(&pool, &clock, &Ticket::new(), 50, STEP, |a| {
+        if a != target {
+            return ok();
+        }
+        n += 1;
+        if [1, 3, 4].contains(&n) {
+            Outcome::Timeout
+        } else {
+            ok()
+        }
+    })
+    .await;
+    let snap = pool.snapshot().await;
+    let a = snap.address(&target).unwrap();
+    assert_eq!((a.state, a.quarantine_entries), (HealthState::Degraded, 0));
+    assert!(a.reason.contains("suspect"), "{}", a.reason);
+    // The signal cleared: after the dwell the address is healthy again, never quarantined.
+    serve(&pool, &clock, &Ticket::new(), 400, STEP, |_| ok()).await;
+    let a = pool.snapshot().await.address(&target).cloned().unwrap();
+    assert_eq!((a.state, a.quarantine_entries), (HealthState::Healthy, 0));
+    // A real break: three failures make it suspect again, three more quarantine it.
+    fail_first(&pool, &clock, 10, 5, Outcome::Timeout).await;
+    assert_eq!(state_of(&pool, &target).await, HealthState::Degraded);
+    fail_first(&pool, &clock, 10, 1, Outcome::Timeout).await;
+    let snap = pool.snapshot().await;
+    let a = snap.address(&target).unwrap();
+    assert_eq!(a.state, HealthState::Quarantined);
+    assert!(
+        a.reason.contains("confirmed by 3 more failures"),
         "{}",
         a.reason
     );
@@ -398,6 +602,69 @@ async fn p4_a_latency_tail_degrades_and_p5_recovery_waits_for_the_dwell() {
         .unwrap();
     let down = snap.decisions.iter().find(|d| d.to == "degraded").unwrap();
     assert!(up.at_ms - down.at_ms >= 30_000);
+}
+
+#[tokio::test]
+async fn p4_outcomes_older_than_the_window_age_stop_counting() {
+    let clock = ManualClock::new();
+    let pool = pool_with(10, &clock, rr());
+    let t = Ticket::new().site("shop.example");
+    let target = addr(0);
+    // Two failures, then eleven quiet minutes, then a third: only one is recent.
+    serve(&pool, &clock, &t, 20, STEP, |a| {
+        if a == target { Outcome::Timeout } else { ok() }
+    })
+    .await;
+    clock.advance(Duration::from_secs(11 * 60));
+    serve(&pool, &clock, &t, 10, STEP, |a| {
+        if a == target { Outcome::Timeout } else { ok() }
+    })
+    .await;
+    let snap = pool.snapshot().await;
+    let a = snap.address(&target).unwrap();
+    assert_eq!(a.state, HealthState::Healthy, "{}", a.reason);
+    assert_eq!(a.window_samples, 1);
+    let pair = snap
+        .matrix
+        .iter()
+        .find(|c| c.address == target && c.site == "shop.example")
+        .unwrap();
+    assert_eq!(pair.window_samples, 1);
+}
+
+#[tokio::test]
+async fn p4_p9_an_avoided_pair_is_forgiven_once_its_window_ages_out() {
+    let clock = ManualClock::new();
+    let mut cfg = PoolConfig::default();
+    cfg.health.window_max_age = Duration::from_secs(120);
+    let pool = pool_with(4, &clock, cfg);
+    bad_on_one_site(&pool, &clock, 1200, 400, 0, false).await;
+    let avoided = |snap: &proxypool::Snapshot| {
+        snap.matrix
+            .iter()
+            .find(|c| c.address == addr(0) && c.site == "a.example")
+            .map(|c| (c.avoided, c.window_samples))
+    };
+    let snap = pool.snapshot().await;
+    assert!(avoided(&snap).unwrap().0);
+    // The configured two minutes without an outcome there: the pair starts afresh and the
+    // address takes its share of a.example again.
+    clock.advance(Duration::from_secs(120));
+    assert_eq!(avoided(&pool.snapshot().await), Some((false, 0)));
+    let served = serve(
+        &pool,
+        &clock,
+        &Ticket::new().site("a.example"),
+        40,
+        STEP,
+        |_| ok(),
+    )
+    .await;
+    let share = served.iter().filter(|a| **a == addr(0)).count();
+    assert!(
+        share >= 5,
+        "address 0 took {share} of 40 after being forgiven"
+    );
 }
 
 async fn quarantine_first(pool: &Pool, clock: &ManualClock) -> u64 {
@@ -798,6 +1065,65 @@ async fn rate_limited_cools_the_address_for_that_site_only() {
 }
 
 #[tokio::test]
+async fn p16_the_matrix_column_of_site_less_tickets_and_their_rate_limits() {
+    let clock = ManualClock::new();
+    let pool = pool_with(2, &clock, rr());
+    let shop = Ticket::new().site("shop.example");
+    // Address 0: 2 site-less successes, 1 site-less timeout, 1 success on the shop.
+    for (t, o) in [
+        (Ticket::new(), ok()),
+        (Ticket::new(), ok()),
+        (Ticket::new(), Outcome::Timeout),
+        (shop.clone(), ok()),
+    ] {
+        let l = pool.acquire(t).await.unwrap();
+        assert_eq!(l.address().as_str(), addr(0));
+        l.release(o).await.unwrap();
+        let other = pool
+            .acquire(Ticket::new().site("other.example"))
+            .await
+            .unwrap();
+        other.release(ok()).await.unwrap();
+    }
+    let snap = pool.snapshot().await;
+    let row = |site: &str| {
+        snap.matrix
+            .iter()
+            .find(|c| c.address == addr(0) && c.site == site)
+            .cloned()
+            .unwrap()
+    };
+    let unsited = row("-");
+    assert_eq!((unsited.totals.successes, unsited.totals.failures), (2, 1));
+    assert_eq!(unsited.window_samples, 3);
+    assert_eq!(row("shop.example").totals.successes, 1);
+    // A rate limit on a site-less ticket cools the address for site-less tickets only.
+    let l = pool.acquire(Ticket::new()).await.unwrap();
+    let cooled = l.address().clone();
+    l.release(Outcome::RateLimited {
+        retry_after: Duration::from_secs(10),
+    })
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        assert_ne!(
+            pool.acquire(Ticket::new()).await.unwrap().address(),
+            &cooled
+        );
+    }
+    let on_shop = serve(&pool, &clock, &shop, 4, STEP, |_| ok()).await;
+    assert!(on_shop.contains(&cooled.as_str().to_owned()));
+    let snap = pool.snapshot().await;
+    let c = snap
+        .matrix
+        .iter()
+        .find(|c| c.address == cooled.redacted() && c.site == "-")
+        .unwrap();
+    assert!(c.cooling_until_ms.is_some());
+    assert_eq!(c.totals.rate_limited, 1);
+}
+
+#[tokio::test]
 async fn a_rate_limited_bound_address_keeps_the_session_and_says_how_long() {
     let clock = ManualClock::new();
     let pool = pool(4, &clock);
@@ -889,8 +1215,10 @@ async fn p16_the_decision_log_has_transitions_not_requests() {
         before, 10,
         "one 'added' decision per address, none per request"
     );
-    quarantine_first(&pool, &clock).await;
+    // After 50 good outcomes, six failures: suspect, then confirmed — two transitions.
+    fail_first(&pool, &clock, 10, 6, Outcome::ConnectError).await;
     let snap = pool.snapshot().await;
+    assert_eq!(snap.decisions.len(), before + 2);
     let last = snap.decisions.last().unwrap();
     assert_eq!(last.to, "quarantined");
     assert!(last.reason.contains("quarantined for"), "{}", last.reason);

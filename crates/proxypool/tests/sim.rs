@@ -51,6 +51,35 @@ fn simulator_reports_every_case_and_policy_as_json_lines() {
     assert!(lines[3]["sticky_violations"].as_u64().unwrap() > 0);
 }
 
+/// The seed's case 4: a flaky site gives error spikes on every address while every address is
+/// fine. With site judgement, pair windows and confirmation of chance clusters, no address is
+/// quarantined, whatever the seed.
+#[test]
+fn p9_simulator_case_4_quarantines_no_healthy_address() {
+    let runs: Vec<_> = [1, 2, 3]
+        .iter()
+        .map(|seed| {
+            Command::new(env!("CARGO_BIN_EXE_proxypool-sim"))
+                .args(["--json", "--case", "4", "--seed", &seed.to_string()])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for run in runs {
+        let out = run.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let pool: serde_json::Value = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|l| l["policy"] == "pool")
+            .unwrap();
+        assert_eq!(pool["false_quarantines"], 0, "{pool}");
+        assert!(pool["success_rate"].as_f64().unwrap() > 0.88, "{pool}");
+    }
+}
+
 #[test]
 fn simulator_rejects_bad_arguments() {
     let out = Command::new(env!("CARGO_BIN_EXE_proxypool-sim"))

@@ -62,14 +62,20 @@ impl HealthState {
     }
 }
 
-/// The state-machine data of one address.
+/// The state-machine data of one address; what every outcome reads comes first (C order) so
+/// that it shares a cache line.
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub(crate) struct Health {
     pub(crate) state: HealthState,
-    pub(crate) since: Timestamp,
-    pub(crate) quarantined_until: Option<Timestamp>,
+    pub(crate) quarantine_entries: u32,
+    /// Suspect since a short fall signal ("3 of the last 5"), with the failures counted since;
+    /// that many again while the signal holds confirm it (see `PoolState::evaluate`).
+    pub(crate) suspect: Option<u32>,
     /// Set while the address earns its weight back (P10); new addresses ramp too (slow start).
     pub(crate) ramp_started: Option<Timestamp>,
+    pub(crate) since: Timestamp,
+    pub(crate) quarantined_until: Option<Timestamp>,
     pub(crate) probe_streak: u32,
     /// `n` of the next wait `base × 2^n` (P6).
     pub(crate) backoff_level: u32,
@@ -77,7 +83,6 @@ pub(crate) struct Health {
     pub(crate) failed_cycles: u32,
     /// Since when the address has been healthy without a fall (P6 reset).
     pub(crate) stable_since: Option<Timestamp>,
-    pub(crate) quarantine_entries: u32,
     pub(crate) last_reason: String,
 }
 
@@ -90,6 +95,7 @@ impl Health {
             quarantined_until: None,
             ramp_started: Some(now),
             probe_streak: 0,
+            suspect: None,
             backoff_level: 0,
             failed_cycles: 0,
             stable_since: Some(now),
@@ -126,6 +132,7 @@ impl Health {
         self.since = now;
         self.last_reason = reason;
         self.probe_streak = 0;
+        self.suspect = None;
         match to {
             HealthState::Healthy => {
                 self.quarantined_until = None;

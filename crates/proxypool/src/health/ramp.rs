@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::clock::Timestamp;
+use crate::clock::{Timestamp, millis};
 
 /// The share of its weight an address ramping since `started` gets at `now`: the steps are
 /// spread evenly over `duration` (10 %, 25 %, 50 %, then 100 % at the end by default);
@@ -13,13 +13,17 @@ pub(crate) fn share(
     started: Timestamp,
     now: Timestamp,
 ) -> Option<f64> {
-    let elapsed = now.since(started);
+    // In integer milliseconds: this runs on every weight read of a ramping address.
+    let (elapsed, duration) = (
+        now.as_millis().saturating_sub(started.as_millis()),
+        millis(duration),
+    );
     if elapsed >= duration || steps.len() < 2 {
         return None;
     }
     // The last step is full weight, reached when the ramp ends.
     let ramping = steps.len() - 1;
-    let step = (elapsed.as_secs_f64() / duration.as_secs_f64() * ramping as f64) as usize;
+    let step = (u128::from(elapsed) * ramping as u128 / u128::from(duration)) as usize;
     steps.get(step.min(ramping - 1)).copied()
 }
 

@@ -2,24 +2,46 @@
 
 use std::fmt;
 
-use super::window::{Class, Window};
+use super::window::{Class, Entry, Window};
+use crate::clock::Timestamp;
 use crate::config::HealthConfig;
 
 /// A reason to think an address is unwell; its `Display` is the decision log's reason.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Signal {
-    RecentFailures { failures: usize, of: usize },
-    LowSuccess { rate: f64, samples: usize },
-    Captchas { rate: f64, samples: usize },
-    SlowTail { p95_ms: u32, median_ms: u32 },
+    /// `window_success`: the success rate over every counted outcome of the window, which
+    /// tells a sudden break from a chance cluster on a long good record.
+    RecentFailures {
+        failures: usize,
+        of: usize,
+        window_success: f64,
+    },
+    LowSuccess {
+        rate: f64,
+        samples: usize,
+    },
+    Captchas {
+        rate: f64,
+        samples: usize,
+    },
+    SlowTail {
+        p95_ms: u32,
+        median_ms: u32,
+    },
 }
 
 impl fmt::Display for Signal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::RecentFailures { failures, of } => {
-                write!(f, "{failures} failures in the last {of} outcomes")
-            }
+            Self::RecentFailures {
+                failures,
+                of,
+                window_success,
+            } => write!(
+                f,
+                "{failures} failures in the last {of} outcomes (window success {:.0}%)",
+                window_success * 100.0
+            ),
             Self::LowSuccess { rate, samples } => {
                 write!(
                     f,
@@ -41,30 +63,47 @@ impl fmt::Display for Signal {
     }
 }
 
-/// A fall signal (failures or captchas), counting only outcomes not excused by a degraded site.
+/// A fall signal (failures or captchas) over the window's counted outcomes at `now`, leaving
+/// out the sites in `excluded`. Without exclusions it reads the running sums, and walks the
+/// newest outcomes only when the window holds enough failures for "3 of the last 5" to be
+/// possible: a healthy window costs a few comparisons.
 pub(crate) fn fall(
     w: &Window,
     cfg: &HealthConfig,
-    excused: impl Fn(u32) -> bool,
+    now: Timestamp,
+    excluded: &[u32],
 ) -> Option<Signal> {
-    let counted = w.newest_first().filter(|e| !e.excused && !excused(e.site));
-    let (mut n, mut recent_failures, mut successes, mut captchas) = (0, 0, 0, 0);
-    for e in counted {
-        if n < cfg.recent && e.class == Class::Failure {
-            recent_failures += 1;
+    let counted = |e: &&Entry| !e.excused && !excluded.contains(&e.site);
+    let (n, successes, captchas) = if excluded.is_empty() {
+        let t = w.counted(now);
+        (t.n as usize, t.successes, t.captchas)
+    } else {
+        let (mut n, mut successes, mut captchas) = (0, 0, 0);
+        for e in w.newest_first(now).filter(counted) {
+            n += 1;
+            match e.class {
+                Class::Success => successes += 1,
+                Class::Captcha => captchas += 1,
+                Class::Failure => {}
+            }
         }
-        n += 1;
-        match e.class {
-            Class::Success => successes += 1,
-            Class::Captcha => captchas += 1,
-            Class::Failure => {}
+        (n, successes, captchas)
+    };
+    let failures = n - successes as usize - captchas as usize;
+    if cfg.recent_failures > 0 && failures >= cfg.recent_failures {
+        let recent_failures = w
+            .newest_first(now)
+            .filter(counted)
+            .take(cfg.recent)
+            .filter(|e| e.class == Class::Failure)
+            .count();
+        if recent_failures >= cfg.recent_failures {
+            return Some(Signal::RecentFailures {
+                failures: recent_failures,
+                of: cfg.recent.min(n),
+                window_success: f64::from(successes) / n.max(1) as f64,
+            });
         }
-    }
-    if recent_failures >= cfg.recent_failures && cfg.recent_failures > 0 {
-        return Some(Signal::RecentFailures {
-            failures: recent_failures,
-            of: cfg.recent.min(n),
-        });
     }
     if n >= cfg.min_samples && n > 0 {
         let rate = f64::from(successes) / n as f64;
@@ -79,22 +118,25 @@ pub(crate) fn fall(
     None
 }
 
-/// A latency tail far above the address's own median.
-pub(crate) fn slow_tail(w: &Window, cfg: &HealthConfig, scratch: &mut Vec<u32>) -> Option<Signal> {
-    let (median_ms, p95_ms) = w.latency_quantiles(cfg.min_samples, scratch)?;
+/// A latency tail far above the address's own median (from the window's latency histogram:
+/// no sorting on the release path).
+pub(crate) fn slow_tail(w: &Window, cfg: &HealthConfig) -> Option<Signal> {
+    let (median_ms, p95_ms) = w.tail_quantiles(cfg.min_samples)?;
     (f64::from(p95_ms) > cfg.latency_factor * f64::from(median_ms))
         .then_some(Signal::SlowTail { p95_ms, median_ms })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::window::Entry;
     use super::*;
 
+    const NOW: Timestamp = Timestamp::from_millis(0);
+
     fn window(classes: &[Class]) -> Window {
-        let mut w = Window::new(50);
+        let mut w = Window::new(50, std::time::Duration::from_secs(600), false);
         for (i, c) in classes.iter().enumerate() {
             w.push(Entry {
+                at: NOW,
                 class: *c,
                 site: (i % 2) as u32,
                 excused: false,
@@ -109,11 +151,15 @@ mod tests {
     #[test]
     fn one_error_is_noise_three_of_five_is_a_signal() {
         let cfg = HealthConfig::default();
-        assert_eq!(fall(&window(&[S, S, S, S, F]), &cfg, |_| false), None);
-        assert_eq!(fall(&window(&[S, F, S, F, S]), &cfg, |_| false), None);
+        assert_eq!(fall(&window(&[S, S, S, S, F]), &cfg, NOW, &[]), None);
+        assert_eq!(fall(&window(&[S, F, S, F, S]), &cfg, NOW, &[]), None);
         assert!(matches!(
-            fall(&window(&[S, F, S, F, F]), &cfg, |_| false),
-            Some(Signal::RecentFailures { failures: 3, of: 5 })
+            fall(&window(&[S, F, S, F, F]), &cfg, NOW, &[]),
+            Some(Signal::RecentFailures {
+                failures: 3,
+                of: 5,
+                ..
+            })
         ));
     }
 
@@ -122,10 +168,10 @@ mod tests {
         let cfg = HealthConfig::default();
         // 6 of 9 successes is below 70 % but too few samples; spaced so 3-of-5 never fires.
         let nine = [S, F, S, S, F, S, S, F, S];
-        assert_eq!(fall(&window(&nine), &cfg, |_| false), None);
+        assert_eq!(fall(&window(&nine), &cfg, NOW, &[]), None);
         let ten = [S, F, S, S, F, S, S, F, S, S, F, S];
         assert!(matches!(
-            fall(&window(&ten), &cfg, |_| false),
+            fall(&window(&ten), &cfg, NOW, &[]),
             Some(Signal::LowSuccess { samples: 12, .. })
         ));
     }
@@ -135,7 +181,7 @@ mod tests {
         let cfg = HealthConfig::default();
         let w = window(&[S, S, C, S, S, C, S, S, S, C]);
         assert!(matches!(
-            fall(&w, &cfg, |_| false),
+            fall(&w, &cfg, NOW, &[]),
             Some(Signal::Captchas { .. })
         ));
     }
@@ -145,7 +191,7 @@ mod tests {
         let cfg = HealthConfig::default();
         // failures all on site 1 (odd positions)
         let w = window(&[S, F, S, F, S, F]);
-        assert!(fall(&w, &cfg, |_| false).is_some());
-        assert_eq!(fall(&w, &cfg, |site| site == 1), None);
+        assert!(fall(&w, &cfg, NOW, &[]).is_some());
+        assert_eq!(fall(&w, &cfg, NOW, &[1]), None);
     }
 }

@@ -1,6 +1,11 @@
-//! The sliding window of an address's last outcomes, with running sums for O(1) rates.
+//! A sliding window of outcomes: the last `capacity` of them that are also younger than
+//! `max_age` (P4, P16). Running sums make rates, weights and latency quantiles O(1), so the
+//! acquire and release paths never scan a window.
 
 use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::clock::{Timestamp, millis};
 
 /// What an outcome says about health. Rate limits are not health and never enter a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,105 +18,320 @@ pub(crate) enum Class {
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Entry {
+    pub(crate) at: Timestamp,
     pub(crate) class: Class,
     pub(crate) site: u32,
-    /// Recorded while its site was judged degraded: never held against the address (P9).
-    pub(crate) excused: bool,
     pub(crate) latency_ms: u32,
+    /// Recorded while its site was judged degraded, or in the stretch that convicted it: says
+    /// nothing about the address and never counts against it (P9).
+    pub(crate) excused: bool,
 }
 
-#[derive(Debug, Clone)]
-pub(crate) struct Window {
-    entries: VecDeque<Entry>,
-    capacity: usize,
-    successes: u32,
-    captchas: u32,
-    latency_sum_ms: u64,
+/// Sums over a set of entries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    pub(crate) n: u32,
+    pub(crate) successes: u32,
+    pub(crate) captchas: u32,
+    pub(crate) latency_sum_ms: u64,
 }
 
-impl Window {
-    pub(crate) fn new(capacity: usize) -> Self {
-        Self {
-            entries: VecDeque::with_capacity(capacity),
-            capacity,
-            successes: 0,
-            captchas: 0,
-            latency_sum_ms: 0,
+impl Tally {
+    fn add(&mut self, e: &Entry) {
+        self.n += 1;
+        match e.class {
+            Class::Success => {
+                self.successes += 1;
+                self.latency_sum_ms += u64::from(e.latency_ms);
+            }
+            Class::Captcha => self.captchas += 1,
+            Class::Failure => {}
         }
     }
 
-    pub(crate) fn push(&mut self, entry: Entry) {
-        if self.entries.len() == self.capacity
-            && let Some(old) = self.entries.pop_front()
-        {
-            self.account(old, false);
-        }
-        self.account(entry, true);
-        self.entries.push_back(entry);
-    }
-
-    fn account(&mut self, e: Entry, add: bool) {
-        let (counter, latency) = match e.class {
-            Class::Success => (&mut self.successes, u64::from(e.latency_ms)),
-            Class::Captcha => (&mut self.captchas, 0),
-            Class::Failure => return,
-        };
-        if add {
-            *counter += 1;
-            self.latency_sum_ms += latency;
-        } else {
-            *counter -= 1;
-            self.latency_sum_ms -= latency;
+    fn sub(&mut self, e: &Entry) {
+        self.n -= 1;
+        match e.class {
+            Class::Success => {
+                self.successes -= 1;
+                self.latency_sum_ms -= u64::from(e.latency_ms);
+            }
+            Class::Captcha => self.captchas -= 1,
+            Class::Failure => {}
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+    pub(crate) fn rate(&self, x: u32) -> Option<f64> {
+        (self.n > 0).then(|| f64::from(x) / f64::from(self.n))
     }
 
-    pub(crate) fn successes(&self) -> u32 {
-        self.successes
-    }
-
-    pub(crate) fn captchas(&self) -> u32 {
-        self.captchas
-    }
-
-    /// Mean latency of the successes in the window.
+    /// Mean latency of the successes.
     pub(crate) fn mean_latency_ms(&self) -> Option<f64> {
         (self.successes > 0).then(|| self.latency_sum_ms as f64 / f64::from(self.successes))
     }
+}
 
-    /// Newest first.
-    pub(crate) fn newest_first(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.iter().rev()
+/// C order: the header every push and read touches fits one cache line, the sums the next.
+#[derive(Debug, Clone)]
+#[repr(C)]
+pub(crate) struct Window {
+    /// When the oldest entry ages out (ms): before it, reads need not look at the entries.
+    horizon_ms: u64,
+    max_age_ms: u64,
+    entries: VecDeque<Entry>,
+    capacity: usize,
+    /// Every entry: what the snapshot shows.
+    all: Tally,
+    /// Entries not excused: what health and weights are judged on.
+    counted: Tally,
+    /// Latencies of the counted successes by bucket, for the latency-tail signal; `None` for
+    /// windows that never need it.
+    latencies: Option<Histogram>,
+}
+
+impl Window {
+    pub(crate) fn new(capacity: usize, max_age: Duration, quantiles: bool) -> Self {
+        Self {
+            // Allocated on first use: most address × site pairs see few outcomes.
+            entries: VecDeque::new(),
+            capacity,
+            max_age_ms: millis(max_age),
+            horizon_ms: u64::MAX,
+            all: Tally::default(),
+            counted: Tally::default(),
+            latencies: quantiles.then(Histogram::default),
+        }
     }
 
-    /// (median, p95) of the successes' latencies, if there are at least `min` of them.
-    /// `scratch` is reused between calls so the release path does not allocate.
-    pub(crate) fn latency_quantiles(
-        &self,
-        min: usize,
-        scratch: &mut Vec<u32>,
-    ) -> Option<(u32, u32)> {
-        if (self.successes as usize) < min.max(1) {
-            return None;
+    fn expired(&self, e: &Entry, now: Timestamp) -> bool {
+        now.as_millis().saturating_sub(e.at.as_millis()) >= self.max_age_ms
+    }
+
+    pub(crate) fn push(&mut self, e: Entry) {
+        self.expire(e.at);
+        if self.entries.capacity() == 0 {
+            self.entries.reserve_exact(self.capacity);
         }
-        scratch.clear();
-        scratch.extend(
-            self.entries
-                .iter()
-                .filter(|e| e.class == Class::Success)
-                .map(|e| e.latency_ms),
-        );
-        let last = scratch.len() - 1;
-        let mut at = |q: f64| {
-            *scratch
-                .select_nth_unstable(((last as f64) * q).round() as usize)
-                .1
+        if self.entries.len() >= self.capacity
+            && let Some(old) = self.entries.pop_front()
+        {
+            self.forget(&old);
+        }
+        self.remember(&e);
+        self.entries.push_back(e);
+        self.set_horizon();
+    }
+
+    /// When the oldest entry ages out, if there is one.
+    pub(crate) fn horizon(&self) -> Option<Timestamp> {
+        (self.horizon_ms != u64::MAX).then_some(Timestamp::from_millis(self.horizon_ms))
+    }
+
+    fn set_horizon(&mut self) {
+        self.horizon_ms = self.entries.front().map_or(u64::MAX, |e| {
+            e.at.as_millis().saturating_add(self.max_age_ms)
+        });
+    }
+
+    /// Drops the outcomes older than the maximum age.
+    pub(crate) fn expire(&mut self, now: Timestamp) {
+        if now.as_millis() < self.horizon_ms {
+            return;
+        }
+        while let Some(front) = self.entries.front().copied() {
+            if !self.expired(&front, now) {
+                break;
+            }
+            self.entries.pop_front();
+            self.forget(&front);
+        }
+        self.set_horizon();
+    }
+
+    fn remember(&mut self, e: &Entry) {
+        self.all.add(e);
+        if e.excused {
+            return;
+        }
+        self.counted.add(e);
+        if let (Some(h), Class::Success) = (&mut self.latencies, e.class) {
+            h.add(e.latency_ms, true);
+        }
+    }
+
+    fn forget(&mut self, e: &Entry) {
+        self.all.sub(e);
+        if !e.excused {
+            self.uncount(e);
+        }
+    }
+
+    fn uncount(&mut self, e: &Entry) {
+        self.counted.sub(e);
+        if let (Some(h), Class::Success) = (&mut self.latencies, e.class) {
+            h.add(e.latency_ms, false);
+        }
+    }
+
+    /// The sums over (all, counted) entries as of `now`: outcomes that aged out since the
+    /// window last changed are left out without mutating it (usually none, so O(1)).
+    pub(crate) fn tallies(&self, now: Timestamp) -> (Tally, Tally) {
+        let (mut all, mut counted) = (self.all, self.counted);
+        if now.as_millis() < self.horizon_ms {
+            return (all, counted);
+        }
+        for e in self.entries.iter().take_while(|e| self.expired(e, now)) {
+            all.sub(e);
+            if !e.excused {
+                counted.sub(e);
+            }
+        }
+        (all, counted)
+    }
+
+    /// The counted sums as of `now` (see [`Window::tallies`]).
+    pub(crate) fn counted(&self, now: Timestamp) -> Tally {
+        self.tallies(now).1
+    }
+
+    /// The sums over the young entries of one site (a scan: for snapshots).
+    pub(crate) fn site_tally(&self, site: u32, now: Timestamp) -> Tally {
+        let mut t = Tally::default();
+        for e in self.newest_first(now).filter(|e| e.site == site) {
+            t.add(e);
+        }
+        t
+    }
+
+    /// Entries still young at `now`, newest first.
+    pub(crate) fn newest_first(&self, now: Timestamp) -> impl Iterator<Item = &Entry> {
+        self.entries
+            .iter()
+            .rev()
+            .take_while(move |e| !self.expired(e, now))
+    }
+
+    /// Excuses the entries of `site` recorded at or after `from` (P9: the stretch that convicted
+    /// the site). Returns whether any changed.
+    pub(crate) fn excuse(&mut self, site: u32, from: Timestamp) -> bool {
+        let mut changed = false;
+        for i in (0..self.entries.len()).rev() {
+            let Some(e) = self.entries.get(i).copied() else {
+                break;
+            };
+            if e.at < from {
+                break;
+            }
+            if e.site == site && !e.excused {
+                self.uncount(&e);
+                if let Some(slot) = self.entries.get_mut(i) {
+                    slot.excused = true;
+                }
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// (median, p95) of the counted successes' latencies from the histogram, to within half
+    /// a bucket, if there are at least `min` of them. Call after [`Window::expire`].
+    pub(crate) fn tail_quantiles(&self, min: usize) -> Option<(u32, u32)> {
+        let h = self.latencies.as_ref()?;
+        (h.n as usize >= min.max(1)).then(|| h.median_and_p95())
+    }
+
+    /// Exact (median, p95) of the counted successes' latencies, by sorting them (snapshots).
+    pub(crate) fn exact_quantiles(&self, now: Timestamp) -> Option<(u32, u32)> {
+        let mut ms: Vec<u32> = self
+            .newest_first(now)
+            .filter(|e| !e.excused && e.class == Class::Success)
+            .map(|e| e.latency_ms)
+            .collect();
+        ms.sort_unstable();
+        let last = ms.len().checked_sub(1)?;
+        let at = |percent: usize| ms.get(rank(last, percent)).copied();
+        Some((at(50)?, at(95)?))
+    }
+}
+
+/// The 0-based nearest rank of `percent` among `last + 1` values, rounded half up.
+fn rank(last: usize, percent: usize) -> usize {
+    (last * percent + 50) / 100
+}
+
+/// Buckets of the latency histogram: four per doubling from 1 ms, the last one open (past
+/// about 65 s).
+const BUCKETS: usize = 64;
+
+/// Counts of latencies by bucket: quantiles for the latency-tail signal, which is judged on
+/// every success, from a fixed block of counters — no sorting, no allocation, no shifting.
+/// A bucket spans a quarter of a doubling, so a quantile is known to about ±10 %, plenty for
+/// "p95 above 3 × the median".
+#[derive(Debug, Clone)]
+pub(crate) struct Histogram {
+    counts: [u16; BUCKETS],
+    n: u32,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self {
+            counts: [0; BUCKETS],
+            n: 0,
+        }
+    }
+}
+
+impl Histogram {
+    /// ⌊4 × log2(ms + 1)⌋, in integers.
+    fn bucket(ms: u32) -> usize {
+        let x = ms.saturating_add(1);
+        let octave = x.ilog2();
+        // The two bits below the leading one: which quarter of the doubling.
+        let quarter = if octave >= 2 {
+            (x >> (octave - 2)) & 3
+        } else {
+            (x << (2 - octave)) & 3
         };
-        let p95 = at(0.95);
-        Some((at(0.5), p95))
+        ((octave * 4 + quarter) as usize).min(BUCKETS - 1)
+    }
+
+    /// The middle of a bucket, in ms.
+    fn value(bucket: usize) -> u32 {
+        let (octave, quarter) = ((bucket / 4) as u32, (bucket % 4) as u32);
+        // Bounds of x = ms + 1 in the bucket: (4 + q) · 2^o / 4 up to (5 + q) · 2^o / 4.
+        let low = ((4 + quarter) << octave) / 4;
+        let high = ((5 + quarter) << octave) / 4;
+        ((low + high) / 2).saturating_sub(1)
+    }
+
+    fn add(&mut self, ms: u32, add: bool) {
+        let c = &mut self.counts[Self::bucket(ms)];
+        if add {
+            *c = c.saturating_add(1);
+            self.n += 1;
+        } else {
+            *c = c.saturating_sub(1);
+            self.n = self.n.saturating_sub(1);
+        }
+    }
+
+    /// Both quantiles in one walk over the counts.
+    fn median_and_p95(&self) -> (u32, u32) {
+        let last = (self.n as usize).saturating_sub(1);
+        let (at_median, at_p95) = (rank(last, 50), rank(last, 95));
+        let (mut seen, mut median) = (0, None);
+        for (b, c) in self.counts.iter().enumerate() {
+            seen += usize::from(*c);
+            if median.is_none() && seen > at_median {
+                median = Some(Self::value(b));
+            }
+            if seen > at_p95 {
+                return (median.unwrap_or_else(|| Self::value(b)), Self::value(b));
+            }
+        }
+        let top = Self::value(BUCKETS - 1);
+        (median.unwrap_or(top), top)
     }
 }
 
@@ -119,37 +339,90 @@ impl Window {
 mod tests {
     use super::*;
 
-    fn e(class: Class, latency_ms: u32) -> Entry {
+    const AGE: Duration = Duration::from_secs(600);
+
+    fn e(at_s: u64, class: Class, latency_ms: u32) -> Entry {
         Entry {
+            at: Timestamp::from_millis(at_s * 1000),
             class,
             site: 0,
-            excused: false,
             latency_ms,
+            excused: false,
         }
     }
 
     #[test]
     fn sums_follow_the_window() {
-        let mut w = Window::new(3);
-        w.push(e(Class::Success, 100));
-        w.push(e(Class::Captcha, 0));
-        w.push(e(Class::Success, 300));
-        assert_eq!((w.successes(), w.captchas()), (2, 1));
-        assert_eq!(w.mean_latency_ms(), Some(200.0));
-        w.push(e(Class::Failure, 0));
-        w.push(e(Class::Failure, 0));
-        assert_eq!((w.len(), w.successes(), w.captchas()), (3, 1, 0));
-        assert_eq!(w.mean_latency_ms(), Some(300.0));
+        let mut w = Window::new(3, AGE, true);
+        w.push(e(0, Class::Success, 100));
+        w.push(e(0, Class::Captcha, 0));
+        w.push(e(0, Class::Success, 300));
+        let t = w.counted(Timestamp::default());
+        assert_eq!((t.n, t.successes, t.captchas), (3, 2, 1));
+        assert_eq!(t.mean_latency_ms(), Some(200.0));
+        w.push(e(0, Class::Failure, 0));
+        w.push(e(0, Class::Failure, 0));
+        let t = w.counted(Timestamp::default());
+        assert_eq!((t.n, t.successes, t.captchas), (3, 1, 0));
+        assert_eq!(t.mean_latency_ms(), Some(300.0));
+        assert_eq!(w.exact_quantiles(Timestamp::default()), Some((300, 300)));
     }
 
     #[test]
-    fn quantiles_need_enough_samples() {
-        let mut w = Window::new(50);
-        for ms in 1..=20 {
-            w.push(e(Class::Success, ms * 10));
+    fn quantiles_need_enough_samples_and_the_histogram_is_close() {
+        let mut w = Window::new(50, AGE, true);
+        for ms in (1..=20).rev() {
+            w.push(e(0, Class::Success, ms * 10));
         }
-        let mut scratch = Vec::new();
-        assert_eq!(w.latency_quantiles(21, &mut scratch), None);
-        assert_eq!(w.latency_quantiles(10, &mut scratch), Some((110, 190)));
+        assert_eq!(w.tail_quantiles(21), None);
+        assert_eq!(w.exact_quantiles(Timestamp::default()), Some((110, 190)));
+        let (median, p95) = w.tail_quantiles(10).unwrap();
+        assert!((99..=121).contains(&median), "{median}");
+        assert!((171..=209).contains(&p95), "{p95}");
+    }
+
+    #[test]
+    fn histogram_buckets_are_quarter_doublings() {
+        for ms in [0, 1, 7, 99, 100, 150, 2_000, 65_000, u32::MAX] {
+            let v = Histogram::value(Histogram::bucket(ms));
+            let (x, v) = (f64::from(ms) + 1.0, f64::from(v) + 1.0);
+            assert!(ms > 70_000 || (v / x - 1.0).abs() < 0.2, "{ms} -> {v}");
+        }
+        assert!(Histogram::bucket(100) < Histogram::bucket(130));
+    }
+
+    #[test]
+    fn p4_window_outcomes_age_out_after_the_maximum_age() {
+        let mut w = Window::new(50, AGE, true);
+        w.push(e(0, Class::Failure, 0));
+        w.push(e(300, Class::Success, 100));
+        // Read without mutation: the failure is 600 s old at 600 s and no longer counts.
+        let at = |s: u64| Timestamp::from_millis(s * 1000);
+        assert_eq!(w.counted(at(599)).n, 2);
+        assert_eq!(w.counted(at(600)).n, 1);
+        assert_eq!(w.newest_first(at(600)).count(), 1);
+        assert_eq!(w.counted(at(900)).n, 0);
+        w.expire(at(900));
+        assert_eq!(w.tail_quantiles(1), None);
+        assert_eq!(w.tallies(at(900)), (Tally::default(), Tally::default()));
+    }
+
+    #[test]
+    fn p9_excused_entries_are_shown_but_not_counted() {
+        let mut w = Window::new(50, AGE, true);
+        w.push(e(1, Class::Failure, 0));
+        w.push(Entry {
+            site: 1,
+            ..e(2, Class::Failure, 0)
+        });
+        w.push(Entry {
+            site: 1,
+            ..e(3, Class::Success, 100)
+        });
+        assert!(w.excuse(1, Timestamp::from_millis(2000)));
+        let (all, counted) = w.tallies(Timestamp::from_millis(3000));
+        assert_eq!((all.n, counted.n), (3, 1));
+        assert_eq!(w.tail_quantiles(1), None);
+        assert!(!w.excuse(1, Timestamp::from_millis(2000)));
     }
 }

@@ -20,20 +20,24 @@ use crate::config::{PoolConfig, Strategy};
 use crate::decision::{Decision, DecisionLog, Subject};
 use crate::error::{AcquireError, PoolError};
 use crate::health::quarantine::{self, Gate};
-use crate::health::window::{Class, Entry};
+use crate::health::signals::Signal;
+use crate::health::window::{Class, Entry, Window};
 use crate::health::{HealthState, backoff, ramp, signals, weight};
-use crate::lease::{Choice, LeaseId, Outcome};
-use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, Snapshot};
+use crate::lease::{Choice, Outcome};
+use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, Snapshot, Totals};
+#[cfg(feature = "probe")]
+use crate::store::ProbeTarget;
 use crate::store::{Grant, Release};
-use crate::strategy::consistent_hash::{fingerprint, key_hash, load_bound};
+use crate::strategy::consistent_hash::{Capacity, fingerprint, key_hash};
 use crate::strategy::{Candidates, Slot};
 use crate::telemetry::PoolMetrics;
 use crate::ticket::Ticket;
 
+pub(crate) use leases::LeaseRef;
 use leases::Leases;
-use record::AddressRecord;
+use record::{AddressRecord, Hot};
 use sessions::{Binding, Sessions};
-use sites::Sites;
+use sites::{NO_SITE, Sites};
 use sub_pool::SubPool;
 
 /// Smoothing of the pool's reference latency (the denominator of normalised latency).
@@ -56,6 +60,8 @@ pub(crate) struct PoolState {
     rng: StdRng,
     /// Indexed by slot; a removed address leaves `None` so slots are never reused.
     records: Vec<Option<AddressRecord>>,
+    /// Indexed by slot, like `records`.
+    hot: Vec<Hot>,
     by_address: HashMap<ProxyAddress, Slot>,
     sub_pools: Vec<SubPool>,
     sub_pool_index: HashMap<Arc<str>, u32>,
@@ -63,22 +69,27 @@ pub(crate) struct PoolState {
     leases: Leases,
     sites: Sites,
     quarantine_ends: BinaryHeap<Reverse<(Timestamp, Slot)>>,
+    /// Avoided address × site pairs, by when their oldest outcome ages out: each is judged
+    /// again then, so a pair is forgiven when its evidence is gone, not at its next outcome.
+    pair_checks: BinaryHeap<Reverse<(Timestamp, Slot, u32)>>,
     by_state: [usize; 5],
     frozen: bool,
     reference_latency_ms: Option<f64>,
     counters: Counters,
     log: DecisionLog,
     metrics: PoolMetrics,
-    /// Reused by latency quantiles, so releases do not allocate.
-    scratch: Vec<u32>,
+    /// Reused by the fall judgement, so releases do not allocate.
+    scratch_sites: Vec<u32>,
 }
 
 /// What strategies see of the pool for one ticket.
 struct Ctx<'a> {
     records: &'a [Option<AddressRecord>],
+    hot: &'a [Hot],
     sites: &'a Sites,
     cfg: &'a PoolConfig,
-    site: Option<u32>,
+    /// The ticket's site.
+    site: u32,
     reference_ms: Option<f64>,
     now: Timestamp,
 }
@@ -87,33 +98,54 @@ impl Ctx<'_> {
     fn record(&self, slot: Slot) -> Option<&AddressRecord> {
         self.records.get(slot as usize).and_then(Option::as_ref)
     }
+
+    /// Success rate ÷ normalised latency for the ticket's site (P1, P9): nothing when the
+    /// address × site pair alone looks bad (the address is avoided there), the pair's window
+    /// when it has enough samples, else the address's own window. Weights read every outcome,
+    /// excused ones included: a site-wide spike lowers every address alike, while an address
+    /// that fails for its own reasons during one must still lose traffic.
+    fn quality(&self, slot: Slot, r: &AddressRecord) -> f64 {
+        let health = &self.cfg.health;
+        let pair = (self.site != NO_SITE)
+            .then(|| self.sites.get(slot, self.site))
+            .flatten();
+        if let Some(window) = pair.map(|c| &c.window) {
+            if signals::fall(window, health, self.now, &[]).is_some() {
+                return 0.0;
+            }
+            let t = window.tallies(self.now).0;
+            if t.n as usize >= health.min_samples {
+                let reference = self
+                    .sites
+                    .list
+                    .get(self.site as usize)
+                    .and_then(|s| s.reference_ms);
+                return weight::quality(&t, reference);
+            }
+        }
+        weight::quality(&r.window.tallies(self.now).0, self.reference_ms)
+    }
 }
 
 impl Candidates for Ctx<'_> {
     fn eligible(&self, slot: Slot) -> bool {
-        self.record(slot).is_some_and(|r| {
-            r.health.state.is_offered()
-                && r.active_leases < self.cfg.max_leases_per_address
-                && self
-                    .site
-                    .is_none_or(|site| self.sites.cooling(slot, site, self.now).is_none())
+        self.hot.get(slot as usize).is_some_and(|h| {
+            h.offered()
+                && h.active_leases < self.cfg.max_leases_per_address
+                && cooling(h, self.records, self.sites, slot, self.site, self.now).is_none()
         })
     }
 
     fn weight(&self, slot: Slot) -> f64 {
         self.record(slot).map_or(0.0, |r| {
-            weight::weight(
-                &r.window,
-                &r.health,
-                &self.cfg.health,
-                self.reference_ms,
-                self.now,
-            )
+            weight::weight(self.quality(slot, r), &r.health, &self.cfg.health, self.now)
         })
     }
 
     fn active_leases(&self, slot: Slot) -> u32 {
-        self.record(slot).map_or(u32::MAX, |r| r.active_leases)
+        self.hot
+            .get(slot as usize)
+            .map_or(u32::MAX, |h| h.active_leases)
     }
 }
 
@@ -122,6 +154,13 @@ enum Act {
     Quarantine(String),
     Become(HealthState, String),
     ProbeSuccess,
+    /// A short fall signal: suspect (degraded) until confirmed or cleared.
+    Suspect(String),
+    /// A failure while suspect and the signal still holds; the reason to quarantine once
+    /// enough have come.
+    Confirm(Option<String>),
+    /// The signal no longer holds.
+    Clear,
 }
 
 impl PoolState {
@@ -138,6 +177,7 @@ impl PoolState {
             cfg,
             rng,
             records: Vec::new(),
+            hot: Vec::new(),
             by_address: HashMap::new(),
             sub_pools: pools,
             sub_pool_index: index,
@@ -145,12 +185,13 @@ impl PoolState {
             leases: Leases::default(),
             sites: Sites::new(),
             quarantine_ends: BinaryHeap::new(),
+            pair_checks: BinaryHeap::new(),
             by_state: [0; 5],
             frozen: false,
             reference_latency_ms: None,
             counters: Counters::default(),
             metrics: PoolMetrics::new(),
-            scratch: Vec::new(),
+            scratch_sites: Vec::new(),
         }
     }
 
@@ -213,11 +254,13 @@ impl PoolState {
                 p.keyless.join(slot);
             }
             let print = fingerprint(address.as_str());
-            let rec =
-                AddressRecord::new(address.clone(), print, pools, self.cfg.health.window, now);
+            let h = &self.cfg.health;
+            let window = Window::new(h.window, h.window_max_age, true);
+            let rec = AddressRecord::new(address.clone(), print, pools, window, now);
             let reason = rec.health.last_reason.clone();
             self.by_address.insert(address.clone(), slot);
             self.records.push(Some(rec));
+            self.hot.push(Hot::new());
             self.by_state[HealthState::Healthy as usize] += 1;
             let subject = Subject::Address {
                 address: address.redacted().into(),
@@ -256,10 +299,15 @@ impl PoolState {
         let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::take) else {
             return Err(PoolError::UnknownAddress(address.clone()));
         };
+        if let Some(h) = self.hot.get_mut(slot as usize) {
+            h.state = None;
+        }
         let state = rec.health.state;
         self.by_state[state as usize] -= 1;
-        for &sp in &rec.sub_pools {
+        for (&sp, &bound) in rec.sub_pools.iter().zip(&rec.bound_in) {
             let p = &mut self.sub_pools[sp as usize];
+            // Its sessions are broken: they no longer weigh on the mean of bounded loads.
+            p.bound_keys = p.bound_keys.saturating_sub(bound);
             p.members.retain(|s| *s != slot);
             p.ring.remove(slot);
             if state.is_offered() {
@@ -329,12 +377,12 @@ impl PoolState {
                 .get(&**name)
                 .ok_or_else(|| AcquireError::UnknownSubPool(name.to_string()))?,
         };
-        let site = self.sites.find(ticket.site.as_deref());
+        let site = self.sites.intern(ticket.site.as_ref());
         let picked = match &ticket.key {
             Some(key) => self.pick_keyed(key, sp, site, now),
             None => self.pick_keyless(sp, site, now),
         };
-        let result = picked.and_then(|(slot, choice)| self.grant(slot, choice, now));
+        let result = picked.and_then(|(slot, choice)| self.grant(slot, site, choice, now));
         if let Err(e) = &result {
             // Indices into `telemetry::FAILURES`.
             let reason = match e {
@@ -349,15 +397,18 @@ impl PoolState {
                 AcquireError::BoundAddressBusy { .. } => 2,
                 AcquireError::BoundAddressCooling { .. } => 3,
                 AcquireError::UnknownSubPool(_) => 4,
+                // Only a shared store fails this way, never the engine.
+                AcquireError::StoreUnavailable(_) => return result,
             };
             self.metrics.acquire_failed(reason);
         }
         result
     }
 
-    fn ctx(&self, site: Option<u32>, now: Timestamp) -> Ctx<'_> {
+    fn ctx(&self, site: u32, now: Timestamp) -> Ctx<'_> {
         Ctx {
             records: &self.records,
+            hot: &self.hot,
             sites: &self.sites,
             cfg: &self.cfg,
             site,
@@ -370,50 +421,65 @@ impl PoolState {
         &mut self,
         key: &Arc<str>,
         sp: u32,
-        site: Option<u32>,
+        site: u32,
         now: Timestamp,
     ) -> Result<(Slot, Choice), AcquireError> {
         let expires = now.after(self.cfg.sticky_ttl);
-        if let Some(b) = self.sessions.get(key) {
-            let (slot, address) = (b.slot, b.address.clone());
-            let Some(rec) = self
-                .record(slot)
-                .filter(|r| matches!(r.health.state, HealthState::Healthy | HealthState::Degraded))
-            else {
+        if let Some(b) = self.sessions.get_mut(key) {
+            let slot = b.slot;
+            let live = self
+                .hot
+                .get(slot as usize)
+                .filter(|h| matches!(h.state, Some(HealthState::Healthy | HealthState::Degraded)));
+            let refusal = match live {
                 // Never move a session silently (P2): the caller ends it, the next acquire
                 // starts a new one.
-                self.unbind(key);
-                let key = key.to_string();
-                return Err(AcquireError::SessionBroken { key, address });
+                None => Err(AcquireError::SessionBroken {
+                    key: key.to_string(),
+                    address: b.address.clone(),
+                }),
+                Some(h) if h.active_leases >= self.cfg.max_leases_per_address => {
+                    Err(AcquireError::BoundAddressBusy {
+                        key: key.to_string(),
+                        address: b.address.clone(),
+                    })
+                }
+                Some(h) => match cooling(h, &self.records, &self.sites, slot, site, now) {
+                    Some(until) => Err(AcquireError::BoundAddressCooling {
+                        key: key.to_string(),
+                        address: b.address.clone(),
+                        retry_in: until.since(now),
+                    }),
+                    None => {
+                        b.expires = expires;
+                        Ok((slot, Choice::Bound))
+                    }
+                },
             };
-            if rec.active_leases >= self.cfg.max_leases_per_address {
-                let key = key.to_string();
-                return Err(AcquireError::BoundAddressBusy { key, address });
+            if matches!(refusal, Err(AcquireError::SessionBroken { .. })) {
+                self.unbind(key);
             }
-            if let Some(until) = site.and_then(|site| self.sites.cooling(slot, site, now)) {
-                let (key, retry_in) = (key.to_string(), until.since(now));
-                return Err(AcquireError::BoundAddressCooling {
-                    key,
-                    address,
-                    retry_in,
-                });
-            }
-            self.sessions.renew(key, expires);
-            return Ok((slot, Choice::Bound));
+            return refusal;
         }
         let pool = &self.sub_pools[sp as usize];
-        let bound = load_bound(pool.bound_keys, pool.offered, self.cfg.load_factor);
+        let capacity = Capacity::new(pool.bound_keys, pool.offered, self.cfg.load_factor);
         let ctx = self.ctx(site, now);
-        let slot = pool
-            .ring
-            .place(key_hash(key), |s| {
-                ctx.eligible(s) && ctx.record(s).is_some_and(|r| r.bound_keys < bound)
+        let hash = key_hash(key);
+        let place = |capacity: Capacity| {
+            pool.ring.place(hash, |s| {
+                ctx.eligible(s)
+                    && ctx
+                        .record(s)
+                        .is_some_and(|r| capacity.admits(r.fingerprint, r.bound_keys))
             })
+        };
+        let slot = place(capacity)
+            .or_else(|| place(capacity.ceiling()))
             .ok_or(AcquireError::NoAddressAvailable)?;
         let rec = self
             .record_mut(slot)
             .ok_or(AcquireError::NoAddressAvailable)?;
-        rec.bound_keys += 1;
+        rec.count_binding(sp, true);
         let address = rec.address.clone();
         self.sub_pools[sp as usize].bound_keys += 1;
         self.sessions
@@ -424,11 +490,12 @@ impl PoolState {
     fn pick_keyless(
         &mut self,
         sp: u32,
-        site: Option<u32>,
+        site: u32,
         now: Timestamp,
     ) -> Result<(Slot, Choice), AcquireError> {
         let ctx = Ctx {
             records: &self.records,
+            hot: &self.hot,
             sites: &self.sites,
             cfg: &self.cfg,
             site,
@@ -439,12 +506,18 @@ impl PoolState {
             keyless, members, ..
         } = &mut self.sub_pools[sp as usize];
         let slot = keyless
-            .pick(members, &ctx, &mut self.rng)
+            .pick(members, site, &ctx, &mut self.rng)
             .ok_or(AcquireError::NoAddressAvailable)?;
         Ok((slot, keyless.choice()))
     }
 
-    fn grant(&mut self, slot: Slot, choice: Choice, now: Timestamp) -> Result<Grant, AcquireError> {
+    fn grant(
+        &mut self,
+        slot: Slot,
+        site: u32,
+        choice: Choice,
+        now: Timestamp,
+    ) -> Result<Grant, AcquireError> {
         let deadline = now.after(self.cfg.lease_ttl);
         if self.record(slot).is_none() {
             return Err(AcquireError::NoAddressAvailable);
@@ -452,14 +525,19 @@ impl PoolState {
         let lease = self.leases.open(slot, deadline);
         self.counters.acquired += 1;
         self.metrics.acquired(choice);
-        let rec = self
-            .record_mut(slot)
-            .ok_or(AcquireError::NoAddressAvailable)?;
-        rec.active_leases += 1;
+        let (Some(rec), Some(h)) = (
+            self.records.get_mut(slot as usize).and_then(Option::as_mut),
+            self.hot.get_mut(slot as usize),
+        ) else {
+            return Err(AcquireError::NoAddressAvailable);
+        };
+        h.active_leases += 1;
         rec.totals.leases += 1;
-        rec.metrics.active(rec.active_leases);
+        rec.metrics.active(h.active_leases);
         Ok(Grant {
             lease,
+            slot,
+            site,
             address: rec.address.clone(),
             choice,
         })
@@ -472,98 +550,137 @@ impl PoolState {
     }
 
     fn unbound(&mut self, b: &Binding) {
-        if let Some(r) = self.record_mut(b.slot) {
-            r.bound_keys = r.bound_keys.saturating_sub(1);
+        // A removed address took its keys out of the sub-pools' counts already.
+        let Some(r) = self.record_mut(b.slot) else {
+            return;
+        };
+        r.count_binding(b.sub_pool, false);
+        if let Some(pool) = self.sub_pools.get_mut(b.sub_pool as usize) {
+            pool.bound_keys = pool.bound_keys.saturating_sub(1);
         }
-        let pool = &mut self.sub_pools[b.sub_pool as usize];
-        pool.bound_keys = pool.bound_keys.saturating_sub(1);
+    }
+
+    /// Ends a key's session now (P2): its binding is dropped and the next acquire for the key
+    /// starts a new one. Whether there was one.
+    pub(crate) fn end_session(&mut self, key: &str, now: Timestamp) -> bool {
+        self.sweep(now);
+        let ended = self.sessions.unbind(key);
+        if let Some(b) = &ended {
+            self.unbound(b);
+        }
+        ended.is_some()
     }
 
     // ---- release ----------------------------------------------------------------------------
 
     pub(crate) fn release(&mut self, release: &Release, now: Timestamp) {
         self.sweep(now);
-        let slot = match self.leases.close(release.lease) {
-            Some(slot) => {
-                if let Some(r) = self.record_mut(slot) {
-                    r.active_leases -= 1;
-                    r.metrics.active(r.active_leases);
-                }
-                slot
-            }
-            // Expired (P14): the slot is already free, but the outcome is real news.
-            None => match self.by_address.get(&release.address) {
-                Some(slot) => *slot,
-                None => return,
-            },
-        };
-        if self
-            .record(slot)
-            .is_none_or(|r| r.address != release.address)
-        {
+        let slot = release.slot;
+        if let Some(closed) = self.leases.close(release.lease) {
+            self.lease_ended(closed);
+        }
+        // A lease that expired (P14) already freed its slot, but its outcome is still real
+        // news; an address removed meanwhile has nothing left to update.
+        if self.record(slot).is_none() {
             return;
         }
         self.counters.released += 1;
-        let site = self.sites.intern(release.site.as_ref());
-        let window = self.cfg.health.window;
-        let (class, latency) = match release.outcome {
+        self.record_outcome(slot, release.site, &release.outcome, now);
+    }
+
+    /// An outcome of `slot` at `site`: windows, site judgement, the address's evaluation.
+    fn record_outcome(&mut self, slot: Slot, site: u32, outcome: &Outcome, now: Timestamp) {
+        let (class, latency) = match *outcome {
             Outcome::Success { latency } => (Class::Success, Some(latency)),
             Outcome::ConnectError | Outcome::Timeout | Outcome::Blocked => (Class::Failure, None),
             Outcome::Captcha => (Class::Captcha, None),
             Outcome::RateLimited { retry_after } => {
-                let cell = self.sites.cell(slot, site, release.address.redacted());
-                cell.cooling_until = Some(now.after(retry_after));
-                cell.totals.rate_limited += 1;
-                cell.metrics.outcome(&release.outcome);
-                if let Some(r) = self.record_mut(slot) {
-                    r.totals.rate_limited += 1;
-                    r.metrics.outcome(&release.outcome);
-                }
+                self.cool(slot, site, now.after(retry_after), outcome);
                 return;
             }
         };
-        let excused = self.sites.is_degraded(site);
         let latency_ms = latency.map_or(0, |l| u32::try_from(millis(l)).unwrap_or(u32::MAX));
-        let cell = self.sites.cell(slot, site, release.address.redacted());
-        cell.push(class, window);
-        cell.metrics.outcome(&release.outcome);
-        count(&mut cell.totals, class);
-        let Some(rec) = self.record_mut(slot) else {
-            return;
-        };
-        rec.window.push(Entry {
+        let entry = Entry {
+            at: now,
             class,
             site,
-            excused,
             latency_ms,
-        });
+            excused: self.sites.is_degraded(site),
+        };
+        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if site != NO_SITE {
+            let cell = self
+                .sites
+                .cell(slot, site, rec.address.redacted(), &self.cfg.health);
+            cell.window.push(entry);
+            cell.metrics.outcome(outcome);
+            count(&mut cell.totals, class);
+        }
+        rec.window.push(entry);
         count(&mut rec.totals, class);
-        rec.metrics.outcome(&release.outcome);
+        rec.metrics.outcome(outcome);
         if latency.is_some() {
             let ms = f64::from(latency_ms);
-            self.reference_latency_ms = Some(match self.reference_latency_ms {
-                None => ms,
-                Some(r) => r + REFERENCE_LATENCY_ALPHA * (ms - r),
-            });
+            follow(&mut self.reference_latency_ms, ms);
+            if let Some(s) = self.sites.list.get_mut(site as usize) {
+                follow(&mut s.reference_ms, ms);
+            }
         }
         self.judge_site(site, slot, class, now);
-        self.evaluate(slot, site, class, now);
+        self.judge_cell(slot, site, now);
+        self.evaluate(slot, site, class, latency_ms, now);
     }
 
-    pub(crate) fn abandon(&mut self, lease: LeaseId, _now: Timestamp) {
+    /// A rate limit: the address cools for that site only; it is not health (no window).
+    fn cool(&mut self, slot: Slot, site: u32, until: Timestamp, outcome: &Outcome) {
+        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if let Some(h) = self.hot.get_mut(slot as usize) {
+            h.cooling_until = h.cooling_until.max(until);
+        }
+        rec.totals.rate_limited += 1;
+        rec.metrics.outcome(outcome);
+        if site == NO_SITE {
+            rec.cooling_unsited = until;
+            return;
+        }
+        let cell = self
+            .sites
+            .cell(slot, site, rec.address.redacted(), &self.cfg.health);
+        cell.cooling_until = Some(until);
+        cell.totals.rate_limited += 1;
+        cell.metrics.outcome(outcome);
+    }
+
+    pub(crate) fn abandon(&mut self, lease: LeaseRef, _now: Timestamp) {
         if let Some(slot) = self.leases.close(lease) {
             self.counters.abandoned += 1;
             self.metrics.abandoned();
+            self.lease_ended(slot);
             if let Some(r) = self.record_mut(slot) {
-                r.active_leases -= 1;
                 r.totals.abandoned += 1;
-                r.metrics.active(r.active_leases);
             }
+        }
+    }
+
+    /// A lease on `slot` is over (released, dropped or expired): its slot is free again.
+    fn lease_ended(&mut self, slot: Slot) {
+        let Some(h) = self.hot.get_mut(slot as usize) else {
+            return;
+        };
+        h.active_leases = h.active_leases.saturating_sub(1);
+        if let Some(r) = self.records.get(slot as usize).and_then(Option::as_ref) {
+            r.metrics.active(h.active_leases);
         }
     }
 
     /// The result of an active probe: the hook for P12. It drives the half-open gate of a
-    /// probing address and is the only way back for a dead one.
+    /// probing address and is the only way back for a dead one. A failed probe of an address
+    /// in service is one failed outcome (no site), so an idle address with a dead proxy falls
+    /// like a busy one; a passed one is not news there (its traffic or silence says as much).
     pub(crate) fn report_probe(
         &mut self,
         address: &ProxyAddress,
@@ -580,6 +697,9 @@ impl PoolState {
             (Some(HealthState::Probing | HealthState::Dead), true) => self.probe_success(slot, now),
             (Some(HealthState::Probing), false) => {
                 self.try_quarantine(slot, now, "probe failed".into());
+            }
+            (Some(HealthState::Healthy | HealthState::Degraded), false) => {
+                self.record_outcome(slot, NO_SITE, &Outcome::ConnectError, now);
             }
             (Some(HealthState::Dead), false) => {
                 if let Some(r) = self.record_mut(slot) {
@@ -598,34 +718,117 @@ impl PoolState {
         let Some(s) = self.sites.list.get_mut(site as usize) else {
             return;
         };
-        s.push(slot, class, j.site_window);
+        s.push(slot, class, now, h, j);
+        // A success cannot make a site look worse: it is judged on bad outcomes, and on every
+        // outcome while degraded (to see it recover).
+        if class == Class::Success && !s.degraded {
+            return;
+        }
         let verdict = s.verdict(h, j);
         let change = match (s.degraded, verdict) {
-            (false, Some(reason)) => Some((true, reason)),
+            (false, Some(v)) => Some((true, v.reason, Some(v.from))),
             (true, None) if now.since(s.since) >= h.min_dwell => Some((
                 false,
                 "failures no longer spread over most addresses".to_owned(),
+                None,
             )),
             _ => None,
         };
-        if let Some((degraded, reason)) = change {
-            s.degraded = degraded;
-            s.since = now;
-            let subject = Subject::Site {
-                site: s.name.to_string(),
-            };
-            let (from, to) = if degraded {
-                ("ok", "degraded")
-            } else {
-                ("degraded", "ok")
-            };
-            let reason = if degraded {
-                format!("{reason}: failures there are not held against addresses")
-            } else {
-                reason
-            };
-            self.decide(now, subject, from, to, reason);
-            self.judge_our_side(now);
+        let Some((degraded, reason, from)) = change else {
+            return;
+        };
+        s.degraded = degraded;
+        s.since = now;
+        let subject = Subject::Site {
+            site: s.name.to_string(),
+        };
+        let (from_state, to_state, reason) = if degraded {
+            let reason = format!("{reason}: failures there are not held against addresses");
+            ("ok", "degraded", reason)
+        } else {
+            ("degraded", "ok", reason)
+        };
+        if let Some(from) = from {
+            self.excuse(site, from);
+        }
+        self.decide(now, subject, from_state, to_state, reason);
+        self.judge_our_side(now);
+    }
+
+    /// P9: the outcomes at `site` since `from` (the stretch that convicted it) say nothing
+    /// about the addresses: excuse them in the address and address × site windows. Every such
+    /// outcome is still in the site window, so its addresses are the ones to visit.
+    fn excuse(&mut self, site: u32, from: Timestamp) {
+        let Some(s) = self.sites.list.get(site as usize) else {
+            return;
+        };
+        for slot in s.slots_since(from) {
+            if let Some(r) = self.records.get_mut(slot as usize).and_then(Option::as_mut) {
+                r.window.excuse(site, from);
+            }
+            if let Some(c) = self.sites.cells.get_mut(&(slot, site)) {
+                c.window.excuse(site, from);
+            }
+        }
+    }
+
+    /// P9 per address × site: the pair's own window says the address is bad for this site.
+    /// It is then avoided there (its weight for the site drops to the floor), and if it does
+    /// well elsewhere its failures there are not held against it (see `fall_signal`). Judged
+    /// on every outcome of the pair; logged when the verdict changes.
+    fn judge_cell(&mut self, slot: Slot, site: u32, now: Timestamp) {
+        if site == NO_SITE {
+            return;
+        }
+        let cfg = &self.cfg.health;
+        let Some(cell) = self.sites.cells.get_mut(&(slot, site)) else {
+            return;
+        };
+        let window = &mut cell.window;
+        window.expire(now);
+        let verdict = signals::fall(window, cfg, now, &[]);
+        let horizon = window.horizon();
+        if verdict.is_some() == cell.avoided {
+            return;
+        }
+        cell.avoided = verdict.is_some();
+        let (from, to, reason) = match verdict {
+            Some(signal) => {
+                if let Some(at) = horizon {
+                    self.pair_checks.push(Reverse((at, slot, site)));
+                }
+                ("ok", "avoided", format!("{signal} on this site"))
+            }
+            None => {
+                self.forgive(slot, site);
+                let reason = if horizon.is_none() {
+                    "its outcomes there aged out"
+                } else {
+                    "signals cleared"
+                };
+                ("avoided", "ok", reason.to_owned())
+            }
+        };
+        let (Some(rec), Some(s)) = (self.record(slot), self.sites.list.get(site as usize)) else {
+            return;
+        };
+        let subject = Subject::Cell {
+            address: rec.address.redacted().into(),
+            site: s.name.to_string(),
+        };
+        self.decide(now, subject, from, to, reason);
+    }
+
+    /// An address × site pair is no longer avoided: the address takes its turn on that site
+    /// again at once, instead of waiting out the long stride its lowest weight gave it.
+    fn forgive(&mut self, slot: Slot, site: u32) {
+        let Some(rec) = self.records.get(slot as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        for &sp in &rec.sub_pools {
+            if let Some(p) = self.sub_pools.get_mut(sp as usize) {
+                p.keyless.forgive(slot, site);
+            }
         }
     }
 
@@ -654,43 +857,60 @@ impl PoolState {
     }
 
     /// Reads the address's windows after an outcome and moves it if they say so (P3–P5, P10).
-    fn evaluate(&mut self, slot: Slot, site: u32, class: Class, now: Timestamp) {
+    /// A fall is judged when a bad outcome arrives: a success cannot start one.
+    fn evaluate(&mut self, slot: Slot, site: u32, class: Class, latency_ms: u32, now: Timestamp) {
         let cfg = &self.cfg.health;
+        // Set at push, or just now by the site's verdict (which excuses retroactively).
+        let excused = self.sites.is_degraded(site);
         let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
             return;
         };
         rec.health.refresh(now, cfg);
-        let rec = &*rec;
-        let site_degraded = self.sites.is_degraded(site);
-        let state = rec.health.state;
+        let (state, returning) = (rec.health.state, rec.health.returning());
         let act = match state {
             HealthState::Quarantined | HealthState::Dead => None,
-            HealthState::Probing if site_degraded => None,
+            HealthState::Probing if excused => None,
             HealthState::Probing if class == Class::Success => Some(Act::ProbeSuccess),
             // A captcha is reputation, judged by its rate, not a failed probe.
             HealthState::Probing if class == Class::Captcha => None,
             HealthState::Probing => Some(Act::Quarantine("failure while probing".into())),
             HealthState::Healthy | HealthState::Degraded => {
-                let sites = &self.sites;
-                let fall = signals::fall(&rec.window, cfg, |s| sites.is_degraded(s));
-                if rec.health.returning() && class == Class::Failure && !site_degraded {
-                    Some(Act::Quarantine("failure during the ramp".into()))
-                } else if let Some(signal) = fall {
-                    Some(Act::Quarantine(signal.to_string()))
-                } else {
-                    let slow = (class == Class::Success || state == HealthState::Degraded)
-                        .then(|| signals::slow_tail(&rec.window, cfg, &mut self.scratch))
-                        .flatten();
-                    let dwelt = rec.health.dwelt(now, cfg);
-                    match (state, slow) {
-                        (HealthState::Healthy, Some(signal)) if dwelt => {
-                            Some(Act::Become(HealthState::Degraded, signal.to_string()))
-                        }
-                        (HealthState::Degraded, None) if dwelt => {
-                            Some(Act::Become(HealthState::Healthy, "signals cleared".into()))
-                        }
-                        _ => None,
+                let suspect = rec.health.suspect;
+                let bad = class != Class::Success;
+                // Judged on bad outcomes; on successes too while suspect, to clear it.
+                let signal = (!excused && (bad || suspect.is_some()))
+                    .then(|| self.fall_signal(slot, now))
+                    .flatten();
+                match signal {
+                    _ if bad && !excused && returning && class == Class::Failure => {
+                        Some(Act::Quarantine("failure during the ramp".to_owned()))
                     }
+                    // "3 of the last 5" quarantines at once when the window agrees (its success
+                    // rate is below the threshold too). Against a long good record it is met by
+                    // chance now and then — at 2 % background failures about once per 20 000
+                    // requests of a pool — so there it only makes the address suspect, and as
+                    // many failures again while it holds confirm it.
+                    Some(s @ Signal::RecentFailures { window_success, .. }) if bad => match suspect
+                    {
+                        None if window_success < self.cfg.health.min_success_rate => {
+                            Some(Act::Quarantine(s.to_string()))
+                        }
+                        None => Some(Act::Suspect(s.to_string())),
+                        Some(n) if class == Class::Failure => {
+                            let n = n + 1;
+                            let enough = n as usize >= self.cfg.health.recent_failures;
+                            Some(Act::Confirm(
+                                enough.then(|| format!("{s}, confirmed by {n} more failures")),
+                            ))
+                        }
+                        Some(_) => None,
+                    },
+                    // The rates are judged over at least `min_samples` outcomes: evidence
+                    // enough on its own.
+                    Some(s) if bad => Some(Act::Quarantine(s.to_string())),
+                    _ if bad => None,
+                    None if suspect.is_some() => Some(Act::Clear),
+                    _ => self.rise_or_slow(slot, class, latency_ms, state, now),
                 }
             }
         };
@@ -699,7 +919,96 @@ impl PoolState {
             Some(Act::Quarantine(reason)) => self.try_quarantine(slot, now, reason),
             Some(Act::Become(to, reason)) => self.transition(slot, to, reason, now),
             Some(Act::ProbeSuccess) => self.probe_success(slot, now),
+            Some(Act::Suspect(signal)) => {
+                if state == HealthState::Healthy {
+                    let reason = format!("{signal}; suspect until as many more confirm it");
+                    self.transition(slot, HealthState::Degraded, reason, now);
+                }
+                if let Some(r) = self.record_mut(slot) {
+                    r.health.suspect = Some(0);
+                }
+            }
+            Some(Act::Confirm(reason)) => {
+                if let Some(r) = self.record_mut(slot) {
+                    r.health.suspect = r.health.suspect.map(|n| n + 1);
+                }
+                if let Some(reason) = reason {
+                    self.try_quarantine(slot, now, reason);
+                }
+            }
+            Some(Act::Clear) => {
+                if let Some(r) = self.record_mut(slot) {
+                    r.health.suspect = None;
+                }
+            }
         }
+    }
+
+    /// After a success, or a bad outcome that signals nothing: a latency tail degrades a
+    /// healthy address; a degraded one with nothing against it returns after the dwell.
+    fn rise_or_slow(
+        &self,
+        slot: Slot,
+        class: Class,
+        latency_ms: u32,
+        state: HealthState,
+        now: Timestamp,
+    ) -> Option<Act> {
+        let rec = self.record(slot)?;
+        let cfg = &self.cfg.health;
+        // A tail can only have grown with a success slower than the window's mean: the
+        // quantiles are read then (and on every outcome while degraded, to see it clear).
+        let slower = class == Class::Success
+            && rec
+                .window
+                .counted(now)
+                .mean_latency_ms()
+                .is_some_and(|mean| f64::from(latency_ms) > mean);
+        let slow = (slower || state == HealthState::Degraded)
+            .then(|| signals::slow_tail(&rec.window, cfg))
+            .flatten();
+        let dwelt = rec.health.dwelt(now, cfg);
+        match (state, slow) {
+            (HealthState::Healthy, Some(signal)) if dwelt => {
+                Some(Act::Become(HealthState::Degraded, signal.to_string()))
+            }
+            (HealthState::Degraded, None) if dwelt => {
+                Some(Act::Become(HealthState::Healthy, "signals cleared".into()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The address's fall signal (P4), judged per address × site (P9): the sites where the
+    /// pair alone looks bad are left out when the address has at least `recent` counted
+    /// outcomes elsewhere to be judged on; it is then avoided on those sites rather than
+    /// quarantined everywhere. Without such evidence (one site only, or bad everywhere) every
+    /// counted outcome counts.
+    fn fall_signal(&mut self, slot: Slot, now: Timestamp) -> Option<Signal> {
+        let cfg = &self.cfg.health;
+        let rec = self.records.get(slot as usize).and_then(Option::as_ref)?;
+        let (sites, bad) = (&self.sites, &mut self.scratch_sites);
+        bad.clear();
+        for e in rec.window.newest_first(now) {
+            if !e.excused && e.site != NO_SITE && !bad.contains(&e.site) {
+                bad.push(e.site);
+            }
+        }
+        bad.retain(|s| {
+            sites
+                .get(slot, *s)
+                .is_some_and(|c| c.verdict(cfg, now).is_some())
+        });
+        let elsewhere = || {
+            rec.window
+                .newest_first(now)
+                .filter(|e| !e.excused && !bad.contains(&e.site))
+                .count()
+        };
+        if !bad.is_empty() && elsewhere() >= cfg.recent {
+            return signals::fall(&rec.window, cfg, now, bad);
+        }
+        signals::fall(&rec.window, cfg, now, &[])
     }
 
     fn probe_success(&mut self, slot: Slot, now: Timestamp) {
@@ -793,6 +1102,9 @@ impl PoolState {
             return;
         };
         let from = rec.health.enter(to, now, reason.clone());
+        if let Some(h) = self.hot.get_mut(slot as usize) {
+            h.state = Some(to);
+        }
         self.by_state[from as usize] -= 1;
         self.by_state[to as usize] += 1;
         if from.is_offered() != to.is_offered() {
@@ -826,17 +1138,34 @@ impl PoolState {
     /// Applies what time alone decides: expired leases (P14) and bindings (P2), ended
     /// quarantines (P3). Each check is O(1) when nothing is due.
     fn sweep(&mut self, now: Timestamp) {
-        for slot in self.leases.expire(now) {
-            self.counters.expired += 1;
-            self.metrics.expired();
-            if let Some(r) = self.record_mut(slot) {
-                r.active_leases -= 1;
-                r.totals.expired += 1;
-                r.metrics.active(r.active_leases);
+        if self.leases.due(now) {
+            for slot in self.leases.expire(now) {
+                self.counters.expired += 1;
+                self.metrics.expired();
+                self.lease_ended(slot);
+                if let Some(r) = self.record_mut(slot) {
+                    r.totals.expired += 1;
+                }
             }
         }
-        for b in self.sessions.expire(now) {
-            self.unbound(&b);
+        if self.sessions.due(now) {
+            for b in self.sessions.expire(now) {
+                self.unbound(&b);
+            }
+        }
+        while let Some(Reverse((due, slot, site))) = self.pair_checks.peek().copied() {
+            if due > now {
+                break;
+            }
+            self.pair_checks.pop();
+            // Judged again as of when its oldest outcome aged out: forgiven, or checked again
+            // when the next one does.
+            self.judge_cell(slot, site, due);
+            if let Some(c) = self.sites.get(slot, site).filter(|c| c.avoided)
+                && let Some(at) = c.window.horizon()
+            {
+                self.pair_checks.push(Reverse((at, slot, site)));
+            }
         }
         while let Some(Reverse((due, slot))) = self.quarantine_ends.peek().copied() {
             if due > now {
@@ -857,23 +1186,44 @@ impl PoolState {
 
     // ---- snapshot ---------------------------------------------------------------------------
 
+    #[cfg(feature = "probe")]
+    /// What the prober needs of every address (P12): its full URL, state and load.
+    pub(crate) fn probe_targets(&mut self, now: Timestamp) -> Vec<ProbeTarget> {
+        self.sweep(now);
+        self.records
+            .iter()
+            .zip(&self.hot)
+            .filter_map(|(r, h)| r.as_ref().map(|r| (r, h)))
+            .map(|(r, h)| ProbeTarget {
+                address: r.address.clone(),
+                state: r.health.state,
+                active_leases: h.active_leases,
+            })
+            .collect()
+    }
+
     pub(crate) fn snapshot(&mut self, now: Timestamp) -> Snapshot {
         self.sweep(now);
         let cfg = &self.cfg.health;
         for rec in self.records.iter_mut().flatten() {
             rec.health.refresh(now, cfg);
+            rec.window.expire(now);
         }
-        let ctx = self.ctx(None, now);
-        let mut scratch = Vec::new();
+        for c in self.sites.cells.values_mut() {
+            c.window.expire(now);
+        }
+        for site in &mut self.sites.list {
+            site.expire(now, cfg.window_max_age, self.cfg.judgement.site_recent);
+        }
+        let ctx = self.ctx(NO_SITE, now);
         let addresses = self
             .records
             .iter()
             .enumerate()
             .filter_map(|(slot, r)| r.as_ref().map(|r| (slot as Slot, r)))
             .map(|(slot, r)| {
-                let n = r.window.len();
-                let rate = |x: u32| (n > 0).then(|| f64::from(x) / n as f64);
-                let quantiles = r.window.latency_quantiles(1, &mut scratch);
+                let all = r.window.tallies(now).0;
+                let quantiles = r.window.exact_quantiles(now);
                 AddressSnapshot {
                     address: r.address.redacted().into(),
                     fingerprint: format!("{:016x}", r.fingerprint),
@@ -893,11 +1243,11 @@ impl PoolState {
                         .health
                         .ramp_started
                         .and_then(|s| ramp::share(&cfg.ramp_steps, cfg.ramp_duration, s, now)),
-                    active_leases: r.active_leases,
+                    active_leases: self.hot.get(slot as usize).map_or(0, |h| h.active_leases),
                     bound_keys: r.bound_keys,
-                    window_samples: n,
-                    success_rate: rate(r.window.successes()),
-                    captcha_rate: rate(r.window.captchas()),
+                    window_samples: all.n as usize,
+                    success_rate: all.rate(all.successes),
+                    captcha_rate: all.rate(all.captchas),
                     latency_p50_ms: quantiles.map(|q| q.0),
                     latency_p95_ms: quantiles.map(|q| q.1),
                     quarantined_until_ms: r.health.quarantined_until.map(Timestamp::as_millis),
@@ -908,27 +1258,65 @@ impl PoolState {
                 }
             })
             .collect();
-        let mut matrix: Vec<CellSnapshot> = self
-            .sites
-            .cells
+        // Named sites from their cells; the site-less column derived from each address: its
+        // window's untagged outcomes, its totals less those of its named cells.
+        let mut unsited: Vec<Totals> = self
+            .records
             .iter()
-            .filter_map(|((slot, site), cell)| {
-                let r = self.record(*slot)?;
-                let (n, success, captcha) = cell.rates();
-                Some(CellSnapshot {
-                    address: r.address.redacted().into(),
-                    site: self.sites.list.get(*site as usize)?.name.to_string(),
-                    window_samples: n,
-                    success_rate: success,
-                    captcha_rate: captcha,
-                    cooling_until_ms: cell
-                        .cooling_until
-                        .filter(|u| *u > now)
-                        .map(Timestamp::as_millis),
-                    totals: cell.totals.clone(),
-                })
-            })
+            .map(|r| r.as_ref().map(|r| r.totals.clone()).unwrap_or_default())
             .collect();
+        let mut matrix: Vec<CellSnapshot> = Vec::new();
+        for ((slot, site), cell) in &self.sites.cells {
+            let (Some(r), Some(s)) = (self.record(*slot), self.sites.list.get(*site as usize))
+            else {
+                continue;
+            };
+            if let Some(t) = unsited.get_mut(*slot as usize) {
+                t.successes -= cell.totals.successes;
+                t.failures -= cell.totals.failures;
+                t.captchas -= cell.totals.captchas;
+                t.rate_limited -= cell.totals.rate_limited;
+            }
+            let all = cell.window.tallies(now).0;
+            matrix.push(CellSnapshot {
+                address: r.address.redacted().into(),
+                site: s.name.to_string(),
+                window_samples: all.n as usize,
+                success_rate: all.rate(all.successes),
+                captcha_rate: all.rate(all.captchas),
+                avoided: cell.verdict(cfg, now).is_some(),
+                cooling_until_ms: cell
+                    .cooling_until
+                    .filter(|u| *u > now)
+                    .map(Timestamp::as_millis),
+                totals: cell.totals.clone(),
+            });
+        }
+        for (r, totals) in self.records.iter().zip(unsited) {
+            let Some(r) = r else { continue };
+            let all = r.window.site_tally(NO_SITE, now);
+            let cooling = (r.cooling_unsited > now).then_some(r.cooling_unsited);
+            let outcomes = totals.successes + totals.failures + totals.captchas;
+            if outcomes + totals.rate_limited == 0 && cooling.is_none() {
+                continue;
+            }
+            matrix.push(CellSnapshot {
+                address: r.address.redacted().into(),
+                site: "-".into(),
+                window_samples: all.n as usize,
+                success_rate: all.rate(all.successes),
+                captcha_rate: all.rate(all.captchas),
+                avoided: false,
+                cooling_until_ms: cooling.map(Timestamp::as_millis),
+                totals: Totals {
+                    successes: totals.successes,
+                    failures: totals.failures,
+                    captchas: totals.captchas,
+                    rate_limited: totals.rate_limited,
+                    ..Default::default()
+                },
+            });
+        }
         matrix.sort_by(|a, b| (&a.address, &a.site).cmp(&(&b.address, &b.site)));
         let c = &self.counters;
         let pool = PoolSnapshot {
@@ -962,7 +1350,39 @@ impl PoolState {
     }
 }
 
-fn count(t: &mut crate::snapshot::Totals, class: Class) {
+/// Until when a rate limit keeps the address from tickets of `site`, if it still does.
+fn cooling(
+    h: &Hot,
+    records: &[Option<AddressRecord>],
+    sites: &Sites,
+    slot: Slot,
+    site: u32,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    // The latest end over all sites: nothing cools once it has passed (the common case).
+    if h.cooling_until <= now {
+        return None;
+    }
+    let until = if site == NO_SITE {
+        records
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .map(|r| r.cooling_unsited)
+    } else {
+        sites.get(slot, site).and_then(|c| c.cooling_until)
+    };
+    until.filter(|u| *u > now)
+}
+
+/// Moves a running latency towards a new sample.
+fn follow(reference: &mut Option<f64>, ms: f64) {
+    *reference = Some(match *reference {
+        None => ms,
+        Some(r) => r + REFERENCE_LATENCY_ALPHA * (ms - r),
+    });
+}
+
+fn count(t: &mut Totals, class: Class) {
     match class {
         Class::Success => t.successes += 1,
         Class::Failure => t.failures += 1,

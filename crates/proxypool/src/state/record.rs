@@ -2,43 +2,94 @@
 
 use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
-use crate::health::Health;
 use crate::health::window::Window;
+use crate::health::{Health, HealthState};
 use crate::snapshot::Totals;
 use crate::telemetry::AddressMetrics;
 
+/// Laid out (C order, cache-line aligned) so that an acquire + release pair touches few
+/// lines of a record it reaches at random: the address and its totals share the first line,
+/// the metric handles of every pair the second, the state-machine fields of every outcome
+/// one more, the window's header and sums two more.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub(crate) struct AddressRecord {
     pub(crate) address: ProxyAddress,
+    pub(crate) totals: Totals,
     pub(crate) metrics: AddressMetrics,
-    pub(crate) fingerprint: u64,
-    /// Indices of the sub-pools it belongs to; always includes 0, the whole pool.
-    pub(crate) sub_pools: Vec<u32>,
     pub(crate) health: Health,
     pub(crate) window: Window,
-    pub(crate) active_leases: u32,
+    pub(crate) fingerprint: u64,
     pub(crate) bound_keys: u64,
-    pub(crate) totals: Totals,
+    /// Indices of the sub-pools it belongs to; always includes 0, the whole pool.
+    pub(crate) sub_pools: Vec<u32>,
+    /// `bound_keys` by the sub-pool that bound them (aligned with `sub_pools`), so a removal
+    /// takes exactly its keys out of each sub-pool's mean.
+    pub(crate) bound_in: Vec<u64>,
+    /// Until when a rate limit keeps it from tickets without a site (they have no cell).
+    pub(crate) cooling_unsited: Timestamp,
 }
 
 impl AddressRecord {
+    /// Counts one more (`add`) or one fewer key bound through sub-pool `sp` on this address.
+    pub(crate) fn count_binding(&mut self, sp: u32, add: bool) {
+        let at = self.sub_pools.iter().position(|p| *p == sp);
+        if let Some(n) = at.and_then(|i| self.bound_in.get_mut(i)) {
+            *n = if add { *n + 1 } else { n.saturating_sub(1) };
+        }
+        self.bound_keys = if add {
+            self.bound_keys + 1
+        } else {
+            self.bound_keys.saturating_sub(1)
+        };
+    }
+
     pub(crate) fn new(
         address: ProxyAddress,
         fingerprint: u64,
         sub_pools: Vec<u32>,
-        window: usize,
+        window: Window,
         now: Timestamp,
     ) -> Self {
         Self {
+            bound_in: vec![0; sub_pools.len()],
             metrics: AddressMetrics::new(address.redacted()),
             address,
             fingerprint,
             sub_pools,
             health: Health::slow_start(now),
-            window: Window::new(window),
-            active_leases: 0,
+            window,
             bound_keys: 0,
+            cooling_unsited: Timestamp::default(),
             totals: Totals::default(),
         }
+    }
+}
+
+/// What selection reads of every candidate, kept apart from the records in one dense array:
+/// a pick among thousands of addresses touches one small entry per candidate rather than
+/// several cache lines of a record.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hot {
+    /// The record's `health.state`, mirrored on every transition; `None` once removed.
+    pub(crate) state: Option<HealthState>,
+    /// Leases out now (P13).
+    pub(crate) active_leases: u32,
+    /// The latest end of a rate-limit cooling on any site: before it, eligibility must look
+    /// at the site's own cooling; after it, nothing cools and the lookup is skipped.
+    pub(crate) cooling_until: Timestamp,
+}
+
+impl Hot {
+    pub(crate) fn new() -> Self {
+        Self {
+            state: Some(HealthState::Healthy),
+            active_leases: 0,
+            cooling_until: Timestamp::default(),
+        }
+    }
+
+    pub(crate) fn offered(&self) -> bool {
+        self.state.is_some_and(HealthState::is_offered)
     }
 }

@@ -18,7 +18,7 @@ pub(crate) struct Binding {
     generation: u64,
 }
 
-/// Bindings and their expiry. Renewal only moves `expires`; the heap entry is checked when it
+/// Bindings and their expiry. Renewal only moves `expires` (through `get_mut`, one lookup); the heap entry is checked when it
 /// comes due and pushed again if the binding was renewed meanwhile, so a renewal costs O(1).
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
@@ -28,8 +28,8 @@ pub(crate) struct Sessions {
 }
 
 impl Sessions {
-    pub(crate) fn get(&self, key: &str) -> Option<&Binding> {
-        self.map.get(key)
+    pub(crate) fn get_mut(&mut self, key: &str) -> Option<&mut Binding> {
+        self.map.get_mut(key)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -60,14 +60,15 @@ impl Sessions {
         );
     }
 
-    pub(crate) fn renew(&mut self, key: &str, expires: Timestamp) {
-        if let Some(b) = self.map.get_mut(key) {
-            b.expires = expires;
-        }
-    }
-
     pub(crate) fn unbind(&mut self, key: &str) -> Option<Binding> {
         self.map.remove(key)
+    }
+
+    /// Whether a binding may have run out by `now` (renewed ones are pushed back on expiry).
+    pub(crate) fn due(&self, now: Timestamp) -> bool {
+        self.expiry
+            .peek()
+            .is_some_and(|Reverse((due, ..))| *due <= now)
     }
 
     /// Removes and returns the bindings whose TTL ran out by `now`.
@@ -108,11 +109,11 @@ mod tests {
         let mut s = Sessions::default();
         s.bind("k".into(), 0, a.clone(), 0, Timestamp::from_millis(100));
         s.bind("j".into(), 1, a, 0, Timestamp::from_millis(100));
-        s.renew("k", Timestamp::from_millis(300));
+        s.get_mut("k").unwrap().expires = Timestamp::from_millis(300);
         let gone = s.expire(Timestamp::from_millis(150));
         assert_eq!(gone.len(), 1);
         assert_eq!(gone[0].slot, 1);
-        assert!(s.get("k").is_some());
+        assert!(s.get_mut("k").is_some());
         assert_eq!(s.expire(Timestamp::from_millis(300)).len(), 1);
         assert_eq!(s.len(), 0);
     }

@@ -2,15 +2,14 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use async_trait::async_trait;
-
-use super::{Grant, Release, Store};
+#[cfg(feature = "probe")]
+use super::ProbeTarget;
+use super::{Grant, Release};
 use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
 use crate::error::{AcquireError, PoolError};
-use crate::lease::LeaseId;
 use crate::snapshot::Snapshot;
-use crate::state::PoolState;
+use crate::state::{LeaseRef, PoolState};
 use crate::ticket::Ticket;
 
 /// One lock around the whole state: every operation is short and CPU-only, and a single lock
@@ -32,24 +31,24 @@ impl MemoryStore {
         // every later caller.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
 
-#[async_trait]
-impl Store for MemoryStore {
-    async fn acquire(&self, ticket: &Ticket, now: Timestamp) -> Result<Grant, AcquireError> {
+    pub(crate) fn acquire(&self, ticket: &Ticket, now: Timestamp) -> Result<Grant, AcquireError> {
         self.lock().acquire(ticket, now)
     }
 
-    async fn release(&self, release: Release, now: Timestamp) -> Result<(), PoolError> {
-        self.lock().release(&release, now);
-        Ok(())
+    pub(crate) fn release(&self, release: &Release, now: Timestamp) {
+        self.lock().release(release, now);
     }
 
-    fn abandon(&self, lease: LeaseId, now: Timestamp) {
+    pub(crate) fn abandon(&self, lease: LeaseRef, now: Timestamp) {
         self.lock().abandon(lease, now);
     }
 
-    async fn add(
+    pub(crate) fn end_session(&self, key: &str, now: Timestamp) -> bool {
+        self.lock().end_session(key, now)
+    }
+
+    pub(crate) fn add(
         &self,
         address: ProxyAddress,
         sub_pools: &[String],
@@ -58,11 +57,11 @@ impl Store for MemoryStore {
         self.lock().add(vec![(address, sub_pools.to_vec())], now)
     }
 
-    async fn remove(&self, address: &ProxyAddress, now: Timestamp) -> Result<(), PoolError> {
+    pub(crate) fn remove(&self, address: &ProxyAddress, now: Timestamp) -> Result<(), PoolError> {
         self.lock().remove(address, now)
     }
 
-    async fn report_probe(
+    pub(crate) fn report_probe(
         &self,
         address: &ProxyAddress,
         passed: bool,
@@ -71,7 +70,12 @@ impl Store for MemoryStore {
         self.lock().report_probe(address, passed, now)
     }
 
-    async fn snapshot(&self, now: Timestamp) -> Snapshot {
+    #[cfg(feature = "probe")]
+    pub(crate) fn probe_targets(&self, now: Timestamp) -> Vec<ProbeTarget> {
+        self.lock().probe_targets(now)
+    }
+
+    pub(crate) fn snapshot(&self, now: Timestamp) -> Snapshot {
         self.lock().snapshot(now)
     }
 }

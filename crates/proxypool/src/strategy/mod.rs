@@ -18,6 +18,7 @@ pub(crate) type Slot = u32;
 pub(crate) trait Candidates {
     /// Offered, below its lease cap, not cooling down for the ticket's site.
     fn eligible(&self, slot: Slot) -> bool;
+    /// The weight for the ticket's site (see `health::weight`).
     fn weight(&self, slot: Slot) -> f64;
     fn active_leases(&self, slot: Slot) -> u32;
 }
@@ -53,15 +54,24 @@ impl Keyless {
         }
     }
 
+    /// Picks for a ticket of `site`; `c` answers for that ticket.
+    /// The address is no longer avoided on `site`: its turn there comes at once.
+    pub(crate) fn forgive(&mut self, slot: Slot, site: u32) {
+        if let Self::Weighted(w) = self {
+            w.forgive(slot, site);
+        }
+    }
+
     pub(crate) fn pick(
         &mut self,
         members: &[Slot],
+        site: u32,
         c: &impl Candidates,
         rng: &mut StdRng,
     ) -> Option<Slot> {
         match self {
             Self::RoundRobin(rr) => rr.pick(members, c),
-            Self::Weighted(w) => w.pick(c),
+            Self::Weighted(w) => w.pick(site, c),
             Self::LeastConnections => least_connections::pick(members, c, rng),
         }
     }

@@ -1,0 +1,120 @@
+//! Acquire + release pairs per second through the Redis store, next to `redis-benchmark`
+//! running a trivial EVALSHA against the same server in the same run (the ceiling of one
+//! script call on this machine). Run: `cargo bench -p proxypool --bench redis`.
+#![allow(clippy::unwrap_used)]
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use proxypool::{Outcome, Pool, PoolConfig, RedisOptions, Ticket};
+use testkit::RedisServer;
+
+const TASKS: usize = 50;
+const RUN: Duration = Duration::from_secs(5);
+
+fn cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Trivial EVALSHA calls per second, 50 connections, as `redis-benchmark` measures them.
+fn evalsha_ceiling(port: u16) -> f64 {
+    let sha = cli(port, &["SCRIPT", "LOAD", "return 1"]);
+    let out = Command::new("redis-benchmark")
+        .args(["-p", &port.to_string(), "-c", "50", "-n", "300000", "-q"])
+        .args(["EVALSHA", &sha, "0"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The last report line: "EVALSHA …: 98039.22 requests per second, p50=…".
+    let line = text.rsplit('\r').next().unwrap_or_default();
+    let rate = line
+        .split(": ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|r| r.parse().ok());
+    rate.unwrap_or_else(|| panic!("unexpected redis-benchmark output: {text:?}"))
+}
+
+/// Server-side time per script call since the last reset, to tell the server's share of a
+/// pair from the client's; then resets the counters.
+fn print_script_cost(port: u16, what: &str) {
+    let stats = cli(port, &["INFO", "commandstats"]);
+    for line in stats.lines().filter(|l| l.starts_with("cmdstat_evalsha")) {
+        println!("{what}: {line}");
+    }
+    cli(port, &["CONFIG", "RESETSTAT"]);
+}
+
+async fn pairs_per_second(pool: &Pool, keyed: bool) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let (pool, stop, done) = (pool.clone(), Arc::clone(&stop), Arc::clone(&done));
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let ticket = if keyed {
+                    Ticket::new().key(format!("k{}", (t as u64 * 7919 + i) % 2_000))
+                } else {
+                    Ticket::new()
+                };
+                let lease = pool.acquire(ticket).await.unwrap();
+                let latency = Duration::from_millis(80);
+                lease.release(Outcome::Success { latency }).await.unwrap();
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let started = Instant::now();
+    tokio::time::sleep(RUN).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+fn main() {
+    let dir = std::env::temp_dir().join(format!("proxypool-redis-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let redis = RedisServer::start(&dir).unwrap();
+    let ceiling = evalsha_ceiling(redis.port());
+    print_script_cost(redis.port(), "trivial EVALSHA");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut cfg = PoolConfig::default();
+        cfg.max_leases_per_address = 1_000;
+        let pool = Pool::builder()
+            .addresses((1..=50).map(|i| format!("http://10.0.1.{i}:3128")))
+            .config(cfg)
+            .redis(RedisOptions::new(redis.url(), "bench").timeout(Duration::from_secs(5)))
+            .connect()
+            .await
+            .unwrap();
+        println!("redis-benchmark EVALSHA \"return 1\", 50 connections: {ceiling:.0} calls/s");
+        for keyed in [false, true] {
+            let rate = pairs_per_second(&pool, keyed).await;
+            println!(
+                "acquire+release pairs, {TASKS} tasks, 50 addresses, {}: {rate:.0} pairs/s, ratio {:.2}",
+                if keyed { "keyed (2 000 keys)" } else { "keyless" },
+                rate / ceiling
+            );
+        }
+    });
+    print_script_cost(redis.port(), "pool scripts");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,266 @@
+//! What one probe of one address does: pluggable checks (P12). These are the crate's only
+//! network code — compiled with the `probe` feature.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::Request;
+use hyper::header::{CONNECTION, HOST, PROXY_AUTHORIZATION};
+use hyper_util::rt::TokioIo;
+use thiserror::Error;
+use tokio::net::TcpStream;
+use url::Url;
+
+use crate::address::ProxyAddress;
+
+/// A boxed probe future: probes run seconds apart, so the allocation is irrelevant, and boxing
+/// keeps [`Check`] object-safe (a prober holds any mix of checks).
+pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<(), CheckError>> + Send + 'a>>;
+
+/// One way of asking whether a proxy works.
+pub trait Check: Send + Sync + Debug {
+    /// Probes `proxy`; `Ok` when it passed.
+    fn check<'a>(&'a self, proxy: &'a ProxyAddress) -> CheckFuture<'a>;
+}
+
+/// Why a probe failed.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum CheckError {
+    /// The proxy URL has no usable host and port.
+    #[error("proxy URL has no host or port")]
+    BadProxyUrl,
+    /// The check cannot speak to this kind of proxy (e.g. an HTTP GET through SOCKS5).
+    #[error("unsupported proxy scheme {0:?} for this check")]
+    Unsupported(String),
+    /// No answer within the check's timeout.
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// The TCP connection to the proxy failed.
+    #[error("connect: {0}")]
+    Connect(#[from] std::io::Error),
+    /// The HTTP exchange failed.
+    #[error("http: {0}")]
+    Http(#[from] hyper::Error),
+    /// The request could not be built.
+    #[error("request: {0}")]
+    Request(#[from] hyper::http::Error),
+    /// The response body could not be read (or was too long).
+    #[error("body: {0}")]
+    Body(String),
+    /// The control URL answered with another status.
+    #[error("status {got}, expected {expected}")]
+    Status {
+        /// What came back.
+        got: u16,
+        /// What the check wanted.
+        expected: u16,
+    },
+    /// The body lacks the marker (a captive portal or an error page answered instead).
+    #[error("body marker {0:?} missing")]
+    MarkerMissing(String),
+    /// Too few control endpoints passed (see [`Majority`]).
+    #[error("{passed} of {total} control endpoints passed: {first}")]
+    Minority {
+        /// Checks that passed.
+        passed: usize,
+        /// Checks run.
+        total: usize,
+        /// The first failure, as an example.
+        first: String,
+    },
+}
+
+fn host_port(proxy: &ProxyAddress) -> Result<(Url, String, u16), CheckError> {
+    let url = Url::parse(proxy.as_str()).map_err(|_| CheckError::BadProxyUrl)?;
+    let host = url.host_str().ok_or(CheckError::BadProxyUrl)?.to_owned();
+    let port = match url.port_or_known_default() {
+        Some(p) => p,
+        None if url.scheme().starts_with("socks5") => 1080,
+        None => return Err(CheckError::BadProxyUrl),
+    };
+    Ok((url, host, port))
+}
+
+async fn within<T>(
+    limit: Duration,
+    f: impl Future<Output = Result<T, CheckError>>,
+) -> Result<T, CheckError> {
+    tokio::time::timeout(limit, f)
+        .await
+        .map_err(|_| CheckError::Timeout(limit))?
+}
+
+/// Passes when a TCP connection to the proxy opens: cheap, and works for every scheme.
+#[derive(Debug, Clone)]
+pub struct TcpConnect {
+    timeout: Duration,
+}
+
+impl TcpConnect {
+    /// A connect check giving up after `timeout`.
+    pub fn new(timeout: Duration) -> Self {
+        Self { timeout }
+    }
+}
+
+impl Check for TcpConnect {
+    fn check<'a>(&'a self, proxy: &'a ProxyAddress) -> CheckFuture<'a> {
+        Box::pin(within(self.timeout, async move {
+            let (_, host, port) = host_port(proxy)?;
+            TcpStream::connect((host.as_str(), port)).await?;
+            Ok(())
+        }))
+    }
+}
+
+/// Passes when a plain-HTTP GET of a control URL through an `http://` proxy answers the
+/// expected status (and contains the marker, if one is set). The proxy's credentials go in
+/// `Proxy-Authorization`. Control URLs are `http://`: an `https://` one would need CONNECT and
+/// TLS, which this check does not do.
+#[derive(Debug, Clone)]
+pub struct HttpGet {
+    url: Url,
+    expected_status: u16,
+    marker: Option<String>,
+    timeout: Duration,
+}
+
+/// Bodies longer than this fail the check: a control page is small.
+const MAX_BODY: usize = 64 * 1024;
+
+impl HttpGet {
+    /// A GET of `url` expecting 200, no marker, giving up after 10 s.
+    pub fn new(url: Url) -> Self {
+        Self {
+            url,
+            expected_status: 200,
+            marker: None,
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// The status the control URL answers.
+    pub fn expect_status(mut self, status: u16) -> Self {
+        self.expected_status = status;
+        self
+    }
+
+    /// A string the body must contain.
+    pub fn body_marker(mut self, marker: impl Into<String>) -> Self {
+        self.marker = Some(marker.into());
+        self
+    }
+
+    /// The time the whole exchange may take.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    async fn get(&self, proxy: &ProxyAddress) -> Result<(), CheckError> {
+        let (proxy_url, host, port) = host_port(proxy)?;
+        if proxy_url.scheme() != "http" {
+            return Err(CheckError::Unsupported(proxy_url.scheme().to_owned()));
+        }
+        let stream = TcpStream::connect((host.as_str(), port)).await?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        // The connection task ends when the exchange does (Connection: close) or the sender
+        // is dropped on timeout.
+        tokio::spawn(conn);
+        let authority = match (self.url.host_str(), self.url.port()) {
+            (Some(h), Some(p)) => format!("{h}:{p}"),
+            (Some(h), None) => h.to_owned(),
+            (None, _) => String::new(),
+        };
+        // Absolute-form request target: that is how a client asks an HTTP proxy.
+        let mut req = Request::get(self.url.as_str())
+            .header(HOST, authority)
+            .header(CONNECTION, "close");
+        if !proxy_url.username().is_empty() {
+            let creds = format!(
+                "{}:{}",
+                proxy_url.username(),
+                proxy_url.password().unwrap_or_default()
+            );
+            let encoded = base64::engine::general_purpose::STANDARD.encode(creds);
+            req = req.header(PROXY_AUTHORIZATION, format!("Basic {encoded}"));
+        }
+        let resp = sender
+            .send_request(req.body(Empty::<Bytes>::new())?)
+            .await?;
+        let got = resp.status().as_u16();
+        if got != self.expected_status {
+            return Err(CheckError::Status {
+                got,
+                expected: self.expected_status,
+            });
+        }
+        if let Some(marker) = &self.marker {
+            let body = Limited::new(resp.into_body(), MAX_BODY)
+                .collect()
+                .await
+                .map_err(|e| CheckError::Body(e.to_string()))?
+                .to_bytes();
+            if !String::from_utf8_lossy(&body).contains(marker.as_str()) {
+                return Err(CheckError::MarkerMissing(marker.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Check for HttpGet {
+    fn check<'a>(&'a self, proxy: &'a ProxyAddress) -> CheckFuture<'a> {
+        Box::pin(within(self.timeout, self.get(proxy)))
+    }
+}
+
+/// Several control endpoints, one verdict: passes when more than half of its checks pass, so
+/// one broken endpoint cannot condemn the pool (P12). The checks run one after another: they
+/// are few, and a probe round runs many addresses concurrently anyway.
+#[derive(Debug, Clone)]
+pub struct Majority {
+    checks: Vec<Arc<dyn Check>>,
+}
+
+impl Majority {
+    /// The majority of `checks`.
+    pub fn new(checks: Vec<Arc<dyn Check>>) -> Self {
+        Self { checks }
+    }
+}
+
+impl Check for Majority {
+    fn check<'a>(&'a self, proxy: &'a ProxyAddress) -> CheckFuture<'a> {
+        Box::pin(async move {
+            let mut passed = 0;
+            let mut first = None;
+            for c in &self.checks {
+                match c.check(proxy).await {
+                    Ok(()) => passed += 1,
+                    Err(e) => {
+                        first.get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
+            let total = self.checks.len();
+            if passed * 2 > total {
+                Ok(())
+            } else {
+                Err(CheckError::Minority {
+                    passed,
+                    total,
+                    first: first.unwrap_or_else(|| "no checks".to_owned()),
+                })
+            }
+        })
+    }
+}

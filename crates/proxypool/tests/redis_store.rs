@@ -1,0 +1,458 @@
+//! The Redis store (P15) against real, throwaway redis-server instances: the same pool API,
+//! shared by several pools ("processes") and by real OS processes.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use proxypool::{
+    AcquireError, Choice, HealthState, ManualClock, Outcome, Pool, PoolConfig, RedisOptions, Ticket,
+};
+use rand::Rng;
+use testkit::{Process, RedisServer};
+
+const OK: Outcome = Outcome::Success {
+    latency: Duration::from_millis(50),
+};
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("proxypool-redis-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn addresses(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("http://10.0.0.{i}:3128")).collect()
+}
+
+async fn shared_pool(
+    redis: &RedisServer,
+    name: &str,
+    clock: &ManualClock,
+    cfg: PoolConfig,
+) -> Pool {
+    Pool::builder()
+        .addresses(addresses(6))
+        .config(cfg)
+        .clock(clock.clone())
+        .seed(1)
+        .redis(RedisOptions::new(redis.url(), name))
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// `redis-cli` against the test's server, one reply line per element.
+fn cli(redis: &RedisServer, args: &[&str]) -> Vec<String> {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(redis.port().to_string())
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pools_on_one_redis_share_leases_bindings_and_health() {
+    let redis = RedisServer::start(&dir("share")).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let mut cfg = PoolConfig::default();
+    cfg.max_leases_per_address = 1;
+    let a = shared_pool(&redis, "share", &clock, cfg.clone()).await;
+    let b = shared_pool(&redis, "share", &clock, cfg.clone()).await;
+
+    // Caps are global: six addresses, one lease each, whichever pool asks.
+    let mut held = Vec::new();
+    for i in 0..6 {
+        let pool = if i % 2 == 0 { &a } else { &b };
+        held.push(pool.acquire(Ticket::new()).await.unwrap());
+    }
+    assert_eq!(
+        b.acquire(Ticket::new()).await.unwrap_err(),
+        AcquireError::NoAddressAvailable
+    );
+    let snap = a.snapshot().await;
+    assert_eq!(snap.pool.active_leases, 6);
+    for lease in held {
+        lease.release(OK).await.unwrap();
+    }
+
+    // A key bound through one pool is served by the same address through the other.
+    let first = a.acquire(Ticket::new().key("acct-1")).await.unwrap();
+    assert_eq!(first.choice(), Choice::Hashed);
+    let bound = first.address().clone();
+    first.release(OK).await.unwrap();
+    let again = b.acquire(Ticket::new().key("acct-1")).await.unwrap();
+    assert_eq!(again.choice(), Choice::Bound);
+    assert_eq!(again.address(), &bound);
+    again.release(OK).await.unwrap();
+
+    // Three failures quarantine it, seen by both; its session breaks (never moves silently).
+    for _ in 0..3 {
+        let lease = b.acquire(Ticket::new().key("acct-1")).await.unwrap();
+        lease.release(Outcome::ConnectError).await.unwrap();
+    }
+    let redacted = bound.redacted().to_owned();
+    let row = a.snapshot().await.address(&redacted).unwrap().clone();
+    assert_eq!(row.state, HealthState::Quarantined);
+    let until = row.quarantined_until_ms.unwrap();
+    assert!(matches!(
+        a.acquire(Ticket::new().key("acct-1")).await,
+        Err(AcquireError::SessionBroken { .. })
+    ));
+
+    // The wait ends → probing; five passing probes after the dwell → healthy again.
+    clock.set(proxypool::Timestamp::from_millis(until));
+    assert_eq!(
+        b.snapshot().await.address(&redacted).unwrap().state,
+        HealthState::Probing
+    );
+    for _ in 0..5 {
+        clock.advance(Duration::from_secs(10));
+        a.report_probe(bound.as_str(), true).await.unwrap();
+    }
+    let snap = b.snapshot().await;
+    assert_eq!(snap.address(&redacted).unwrap().state, HealthState::Healthy);
+    let steps: Vec<_> = snap
+        .decisions
+        .iter()
+        .filter(|d| matches!(&d.subject, proxypool::Subject::Address { address } if *address == redacted))
+        .map(|d| format!("{}->{}", d.from, d.to))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "absent->healthy",
+            "healthy->quarantined",
+            "quarantined->probing",
+            "probing->healthy"
+        ]
+    );
+
+    // A worker that dies holding a lease: the lease TTL gives the slot back.
+    let lost = a.acquire(Ticket::new()).await.unwrap();
+    std::mem::forget(lost);
+    assert_eq!(b.snapshot().await.pool.active_leases, 1);
+    clock.advance(cfg.lease_ttl + Duration::from_secs(1));
+    let snap = b.snapshot().await;
+    assert_eq!(snap.pool.active_leases, 0);
+    assert_eq!(snap.pool.expired, 1);
+
+    // A restarted worker (a new pool on the same name) loses nothing.
+    drop(a);
+    let c = shared_pool(&redis, "share", &clock, cfg).await;
+    assert_eq!(c.snapshot().await.addresses, b.snapshot().await.addresses);
+    let lease = c.acquire(Ticket::new().key("acct-1")).await.unwrap();
+    assert_eq!(
+        lease.choice(),
+        Choice::Hashed,
+        "the broken session was dropped"
+    );
+    lease.release(OK).await.unwrap();
+
+    // Every key of the pool shares the hash tag (one Cluster slot).
+    let keys = cli(&redis, &["KEYS", "*"]);
+    assert!(!keys.is_empty());
+    assert!(
+        keys.iter().all(|k| k.starts_with("proxypool:{share}:")),
+        "{keys:?}"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_redis_fails_fast_with_a_typed_error() {
+    let mut redis = RedisServer::start(&dir("down")).unwrap();
+    let pool = Pool::builder()
+        .addresses(addresses(3))
+        .redis(RedisOptions::new(redis.url(), "down").timeout(Duration::from_millis(300)))
+        .connect()
+        .await
+        .unwrap();
+    pool.acquire(Ticket::new())
+        .await
+        .unwrap()
+        .release(OK)
+        .await
+        .unwrap();
+    redis.stop();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = pool.acquire(Ticket::new()).await.unwrap_err();
+        assert!(matches!(err, AcquireError::StoreUnavailable(_)), "{err:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}
+
+/// Run by the multi-process test in child processes of this same test binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_process() {
+    let Ok(url) = std::env::var("PROXYPOOL_WORKER_REDIS") else {
+        return; // Not a child: nothing to do.
+    };
+    let out = std::env::var("PROXYPOOL_WORKER_OUT").unwrap();
+    let mut cfg = PoolConfig::default();
+    cfg.max_leases_per_address = 3;
+    let pool = Pool::builder()
+        .addresses(addresses(8))
+        .config(cfg)
+        .redis(RedisOptions::new(url, "multi").timeout(Duration::from_secs(5)))
+        .connect()
+        .await
+        .unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let pool = pool.clone();
+        tasks.spawn(async move {
+            let mut log = Vec::new();
+            for _ in 0..150 {
+                let (keyed, key, fail, hold) = {
+                    let mut rng = rand::rng();
+                    let key = format!("k{}", rng.random_range(0..40));
+                    (
+                        rng.random_bool(0.5),
+                        key,
+                        rng.random_bool(0.08),
+                        rng.random_range(0..3),
+                    )
+                };
+                let ticket = if keyed {
+                    Ticket::new().key(key.as_str())
+                } else {
+                    Ticket::new()
+                };
+                match pool.acquire(ticket).await {
+                    Ok(lease) => {
+                        if keyed {
+                            log.push(format!(
+                                "g {key} {} {} {:?}",
+                                lease.id(),
+                                lease.address(),
+                                lease.choice()
+                            ));
+                        } else {
+                            log.push("a".to_owned());
+                        }
+                        tokio::time::sleep(Duration::from_millis(hold)).await;
+                        let outcome = if fail { Outcome::ConnectError } else { OK };
+                        lease.release(outcome).await.unwrap();
+                    }
+                    Err(AcquireError::SessionBroken { .. }) => log.push(format!("b {key}")),
+                    Err(
+                        AcquireError::NoAddressAvailable | AcquireError::BoundAddressBusy { .. },
+                    ) => {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            log
+        });
+    }
+    let mut lines = Vec::new();
+    while let Some(log) = tasks.join_next().await {
+        lines.extend(log.unwrap());
+    }
+    std::fs::write(out, lines.join("\n")).unwrap();
+    // On a line of its own: libtest has printed "test worker_process ... " before it.
+    println!("\nworker done");
+}
+
+#[test]
+fn four_processes_share_one_pool_exactly() {
+    let d = dir("multi");
+    let redis = RedisServer::start(&d).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let mut workers: Vec<Process> = (0..4)
+        .map(|i| {
+            let mut cmd = Command::new(&exe);
+            cmd.args([
+                "--exact",
+                "worker_process",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("PROXYPOOL_WORKER_REDIS", redis.url())
+            .env("PROXYPOOL_WORKER_OUT", d.join(format!("worker-{i}.log")));
+            Process::spawn(&format!("worker-{i}"), cmd).unwrap()
+        })
+        .collect();
+    for w in &mut workers {
+        w.wait_for_line("worker done", Duration::from_secs(300))
+            .unwrap();
+    }
+    let mut grants = 0u64;
+    // key → [(lease id, address, choice)], from every process.
+    let mut by_key: HashMap<String, Vec<(u64, String, String)>> = HashMap::new();
+    let mut broken: HashMap<String, usize> = HashMap::new();
+    for i in 0..4 {
+        let text = std::fs::read_to_string(d.join(format!("worker-{i}.log"))).unwrap();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split(' ').collect();
+            match f.as_slice() {
+                ["a"] => grants += 1,
+                ["g", key, id, address, choice] => {
+                    grants += 1;
+                    by_key.entry((*key).to_owned()).or_default().push((
+                        id.parse().unwrap(),
+                        (*address).to_owned(),
+                        (*choice).to_owned(),
+                    ));
+                }
+                ["b", key] => *broken.entry((*key).to_owned()).or_default() += 1,
+                _ => panic!("bad line {line:?}"),
+            }
+        }
+    }
+    // Lease counts exact: every grant was released, none is left open.
+    let meta: Vec<String> = cli(&redis, &["HGETALL", "proxypool:{multi}:meta"]);
+    let meta: HashMap<&str, u64> = meta
+        .chunks(2)
+        .map(|p| (p[0].as_str(), p[1].parse().unwrap_or(0)))
+        .collect();
+    assert_eq!(meta["seq"], grants, "{meta:?}");
+    assert_eq!(meta["released"], grants, "{meta:?}");
+    let leases = cli(&redis, &["HVALS", "proxypool:{multi}:leases"]);
+    assert!(leases.iter().all(|l| l == "0"), "{leases:?}");
+    let due = cli(&redis, &["ZRANGE", "proxypool:{multi}:due", "0", "-1"]);
+    assert!(
+        due.iter().all(|m| !m.starts_with('l')),
+        "open leases: {due:?}"
+    );
+    // Caps held globally: no grant ever took an address past 3 leases (the script counts any
+    // such grant in `over_cap`), and the cap was reached (acquires found addresses busy).
+    assert_eq!(meta.get("over_cap"), None, "{meta:?}");
+    assert!(meta.get("busy").copied().unwrap_or(0) > 0, "{meta:?}");
+    // The quarantine cap held: at most ⌈30 % × 8⌉ = 3 quarantined or probing at any time.
+    let q_peak: u64 = meta.get("q_peak").copied().unwrap_or(0);
+    assert!(q_peak <= 3, "{meta:?}");
+    assert!(
+        meta.get("q_entries").copied().unwrap_or(0) >= 1,
+        "no quarantine happened: {meta:?}"
+    );
+    // A key bound once is served by one address in every process: in global lease order, a
+    // `Bound` grant always has the address of the key's previous grant, and new bindings
+    // follow only broken sessions.
+    for (key, mut gs) in by_key {
+        gs.sort();
+        let mut hashed = 0;
+        for w in gs.windows(2) {
+            if w[1].2 == "Bound" {
+                assert_eq!(w[0].1, w[1].1, "key {key} moved: {gs:?}");
+            }
+        }
+        for g in &gs {
+            if g.2 == "Hashed" {
+                hashed += 1;
+            }
+        }
+        assert!(
+            hashed <= 1 + broken.get(&key).copied().unwrap_or(0),
+            "key {key}: {gs:?}"
+        );
+    }
+    eprintln!("multi-process: {grants} grants, {meta:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_on_redis_cluster() {
+    let cluster = testkit::RedisCluster::start(&dir("cluster")).unwrap();
+    // `redis+cluster://a,b,c` → the nodes as plain URLs.
+    let nodes: Vec<String> = cluster
+        .url()
+        .trim_start_matches("redis+cluster://")
+        .split(',')
+        .map(|n| format!("redis://{n}"))
+        .collect();
+    let connect = || {
+        Pool::builder()
+            .addresses(addresses(4))
+            .redis(
+                RedisOptions::cluster(nodes.clone(), "clustered").timeout(Duration::from_secs(2)),
+            )
+            .connect()
+    };
+    let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+    let first = a.acquire(Ticket::new().key("acct")).await.unwrap();
+    let address = first.address().clone();
+    first.release(OK).await.unwrap();
+    let again = b.acquire(Ticket::new().key("acct")).await.unwrap();
+    assert_eq!((again.choice(), again.address()), (Choice::Bound, &address));
+    again.release(OK).await.unwrap();
+    let snap = b.snapshot().await;
+    assert_eq!(snap.pool.addresses, 4);
+    assert_eq!(snap.pool.acquired, 2);
+    assert_eq!(snap.pool.active_leases, 0);
+}
+
+/// Fails every probe of one address.
+#[derive(Debug)]
+struct FailOne(String);
+
+impl proxypool::probe::Check for FailOne {
+    fn check<'a>(
+        &'a self,
+        proxy: &'a proxypool::ProxyAddress,
+    ) -> proxypool::probe::CheckFuture<'a> {
+        let pass = proxy.as_str() != self.0;
+        Box::pin(async move {
+            if pass {
+                Ok(())
+            } else {
+                Err(proxypool::probe::CheckError::Timeout(Duration::ZERO))
+            }
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prober_drives_a_shared_pool() {
+    use proxypool::probe::{ProbeSchedule, Prober};
+    let redis = RedisServer::start(&dir("prober")).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let pool = shared_pool(&redis, "prober", &clock, PoolConfig::default()).await;
+    let bad = addresses(6)[2].clone();
+    let check = std::sync::Arc::new(FailOne(bad.clone()));
+    let prober = Prober::new(pool.clone(), check, ProbeSchedule::default()).seed(5);
+    prober.round().await.unwrap();
+    for _ in 0..3 {
+        clock.advance(Duration::from_secs(61));
+        let round = prober.round().await.unwrap();
+        assert_eq!(round.probed.len(), 6, "{round:?}");
+        assert!(round.probed.contains(&(bad.clone(), false)));
+    }
+    let snap = pool.snapshot().await;
+    assert_eq!(snap.address(&bad).unwrap().state, HealthState::Quarantined);
+    assert_eq!(snap.pool.quarantined, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_lease_is_abandoned_in_redis() {
+    let redis = RedisServer::start(&dir("drop")).unwrap();
+    let clock = ManualClock::new();
+    let pool = shared_pool(&redis, "drop", &clock, PoolConfig::default()).await;
+    drop(pool.acquire(Ticket::new()).await.unwrap());
+    // The abandon runs on a spawned task: wait for it (bounded).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let snap = pool.snapshot().await;
+        if snap.pool.abandoned == 1 {
+            assert_eq!(snap.pool.active_leases, 0);
+            break;
+        }
+        assert!(Instant::now() < deadline, "{:?}", snap.pool);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
