@@ -21,6 +21,9 @@ pub struct ServeConfig {
     pub upstreams_poll: Duration,
     pub gateway: GatewaySettings,
     pub pool: PoolConfig,
+    /// Control URLs the active prober fetches through each upstream (majority rule); empty:
+    /// probes are plain TCP connects to the upstream.
+    pub probe_urls: Vec<url::Url>,
 }
 
 /// How the gateway talks to upstreams and judges answers.
@@ -47,6 +50,7 @@ struct FileConfig {
     api_listen: Option<SocketAddr>,
     auth_file: Option<PathBuf>,
     upstreams_poll_ms: Option<u64>,
+    probe_urls: Option<Vec<String>>,
     #[serde(default)]
     gateway: GatewayFile,
     #[serde(default)]
@@ -210,7 +214,7 @@ impl ServeConfig {
     pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
         if args.redis.is_some() {
             bail!(
-                "--redis is not yet supported: shared state in Redis comes with the library's Redis store (issue 5); run without it for an in-memory pool"
+                "--redis is not yet supported by the server: the library's Redis store does not judge per site yet, which the gateway relies on; run without it for an in-memory pool"
             );
         }
         let file = read_file(args.config.as_deref())?;
@@ -242,6 +246,16 @@ impl ServeConfig {
                 ),
             },
             pool: file.pool.apply(),
+            probe_urls: file
+                .probe_urls
+                .unwrap_or_default()
+                .iter()
+                .map(|u| match url::Url::parse(u) {
+                    Ok(url) if url.scheme() == "http" => Ok(url),
+                    Ok(_) => bail!("probe_urls: {u:?} must be an http:// URL"),
+                    Err(e) => bail!("probe_urls: {u:?} is not a URL: {e}"),
+                })
+                .collect::<anyhow::Result<_>>()?,
         };
         config.validate()?;
         Ok(config)

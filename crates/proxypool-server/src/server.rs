@@ -1,4 +1,4 @@
-//! `proxypool serve`: wires the pool, the upstream file, the gateway and the API, and runs
+//! `proxypool serve`: wires the pool, its prober, the upstream file, the gateway and the API, and runs
 //! until SIGTERM or SIGINT.
 
 use crate::addresses::Registry;
@@ -11,6 +11,7 @@ use crate::upstreams;
 use anyhow::Context;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use proxypool::Pool;
+use proxypool::probe::{Check, HttpGet, Majority, ProbeSchedule, Prober, TcpConnect};
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +19,8 @@ use tokio::sync::watch;
 
 /// How often idle sessions, expired API leases and metric histograms are tidied.
 const HOUSEKEEPING: Duration = Duration::from_secs(10);
+/// How often the prober looks for addresses due a probe.
+const PROBE_TICK: Duration = Duration::from_secs(1);
 
 pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     // The pool registers its metric handles when it is built: the recorder comes first.
@@ -41,6 +44,21 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         registry.clone(),
         config.upstreams_poll,
     );
+
+    // Active probes (P12): idle, quarantined and dead upstreams are checked on a schedule.
+    let check: Arc<dyn Check> = if config.probe_urls.is_empty() {
+        Arc::new(TcpConnect::new(config.gateway.connect_timeout))
+    } else {
+        Arc::new(Majority::new(
+            config
+                .probe_urls
+                .iter()
+                .map(|url| Arc::new(HttpGet::new(url.clone())) as Arc<dyn Check>)
+                .collect(),
+        ))
+    };
+    let prober =
+        tokio::spawn(Prober::new(pool.clone(), check, ProbeSchedule::default()).run(PROBE_TICK));
 
     let sessions = SessionTable::new(config.pool.sticky_ttl);
     let gateway = Arc::new(Gateway::new(
@@ -98,6 +116,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .await
     });
     shutdown_signal().await;
+    prober.abort();
     let _ = stop.send(true);
     gateway_task.await.context("the gateway panicked")?;
     api_task
