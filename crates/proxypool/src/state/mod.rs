@@ -591,7 +591,7 @@ impl PoolState {
                 return;
             }
         };
-        let latency_ms = latency.map_or(0, |l| u32::try_from(millis(l)).unwrap_or(u32::MAX));
+        let latency_ms = latency.map_or(0, |l| u16::try_from(millis(l)).unwrap_or(u16::MAX));
         let entry = Entry {
             at: now,
             class,
@@ -845,7 +845,7 @@ impl PoolState {
 
     /// Reads the address's windows after an outcome and moves it if they say so (P3–P5, P10).
     /// A fall is judged when a bad outcome arrives: a success cannot start one.
-    fn evaluate(&mut self, slot: Slot, site: u32, class: Class, latency_ms: u32, now: Timestamp) {
+    fn evaluate(&mut self, slot: Slot, site: u32, class: Class, latency_ms: u16, now: Timestamp) {
         let cfg = &self.cfg.health;
         // Set at push, or just now by the site's verdict (which excuses retroactively).
         let excused = self.sites.is_degraded(site);
@@ -937,7 +937,7 @@ impl PoolState {
         &self,
         slot: Slot,
         class: Class,
-        latency_ms: u32,
+        latency_ms: u16,
         state: HealthState,
         now: Timestamp,
     ) -> Option<Act> {
