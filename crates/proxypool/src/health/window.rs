@@ -184,6 +184,18 @@ impl Window {
         self.set_horizon();
     }
 
+    /// A word from the header and from the slot the next push writes (see
+    /// `AddressRecord::prefetch`).
+    pub(crate) fn prefetch(&self) -> u64 {
+        let ring = &self.entries;
+        let next = if ring.len() < ring.buf.len() {
+            ring.index(ring.len())
+        } else {
+            ring.head as usize
+        };
+        self.horizon_ms ^ ring.buf.get(next).map_or(0, |e| e.at.as_millis())
+    }
+
     /// When the oldest entry ages out, if there is one.
     pub(crate) fn horizon(&self) -> Option<Timestamp> {
         (self.horizon_ms != u64::MAX).then_some(Timestamp::from_millis(self.horizon_ms))

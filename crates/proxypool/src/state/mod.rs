@@ -136,6 +136,9 @@ impl Candidates for Ctx<'_> {
 
     fn weight(&self, slot: Slot) -> f64 {
         self.record(slot).map_or(0.0, |r| {
+            // Its other lines load while the weight is computed (what is weighed is what
+            // gets picked, or one of two candidates).
+            std::hint::black_box(r.prefetch());
             weight::weight(self.quality(slot, r), &r.health, &self.cfg.health, self.now)
         })
     }
@@ -515,9 +518,11 @@ impl PoolState {
         now: Timestamp,
     ) -> Result<Grant, AcquireError> {
         let deadline = now.after(self.cfg.lease_ttl);
-        if self.record(slot).is_none() {
+        let Some(rec) = self.record(slot) else {
             return Err(AcquireError::NoAddressAvailable);
-        }
+        };
+        // Every line of the record this pair touches starts loading now, together.
+        std::hint::black_box(rec.prefetch());
         let lease = self.leases.open(slot, deadline);
         self.counters.acquired += 1;
         self.metrics.acquired(choice);
