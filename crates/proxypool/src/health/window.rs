@@ -184,7 +184,8 @@ impl Window {
         self.set_horizon();
     }
 
-    /// A word from the header and from the slot the next push writes (see
+    /// A word from the header, from the slot the next push writes and from the latency
+    /// bucket of the mean, where the next success most likely lands (see
     /// `AddressRecord::prefetch`).
     pub(crate) fn prefetch(&self) -> u64 {
         let ring = &self.entries;
@@ -193,7 +194,11 @@ impl Window {
         } else {
             ring.head as usize
         };
-        self.horizon_ms ^ ring.buf.get(next).map_or(0, |e| e.at.as_millis())
+        let bucket = self.latencies.as_ref().map_or(0, |h| {
+            let mean = self.counted.latency_sum_ms / u32::from(self.counted.successes.max(1));
+            h.counts[Histogram::bucket(mean)]
+        });
+        self.horizon_ms ^ ring.buf.get(next).map_or(0, |e| e.at.as_millis()) ^ u64::from(bucket)
     }
 
     /// When the oldest entry ages out, if there is one.
