@@ -481,8 +481,7 @@ impl PoolState {
         rec.count_binding(sp, true);
         let address = rec.address.clone();
         self.sub_pools[sp as usize].bound_keys += 1;
-        self.sessions
-            .bind(Arc::clone(key), slot, address, sp, expires);
+        self.sessions.bind(key, slot, address, sp, expires);
         Ok((slot, Choice::Hashed))
     }
 
