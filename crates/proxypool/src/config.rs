@@ -207,8 +207,9 @@ impl PoolConfig {
                 "health.window must be in 1..=65535",
             ),
             (
-                h.window_max_age > Duration::ZERO,
-                "health.window_max_age must be > 0",
+                h.window_max_age > Duration::ZERO
+                    && h.window_max_age <= Duration::from_millis(u64::from(u32::MAX)),
+                "health.window_max_age must be in (0, 49 days]",
             ),
             (
                 h.recent > 0 && h.recent <= h.window && h.recent_failures <= h.recent,

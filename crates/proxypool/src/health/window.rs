@@ -2,7 +2,6 @@
 //! `max_age` (P4, P16). Running sums make rates, weights and latency quantiles O(1), so the
 //! acquire and release paths never scan a window.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use crate::clock::{Timestamp, millis};
@@ -16,24 +15,29 @@ pub(crate) enum Class {
     Captcha,
 }
 
+/// One outcome, in 16 bytes: a window of 50 is 800 bytes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Entry {
     pub(crate) at: Timestamp,
-    pub(crate) class: Class,
     pub(crate) site: u32,
-    pub(crate) latency_ms: u32,
+    /// Capped at 65 535 ms: longer successes weigh as that.
+    pub(crate) latency_ms: u16,
+    pub(crate) class: Class,
     /// Recorded while its site was judged degraded, or in the stretch that convicted it: says
     /// nothing about the address and never counts against it (P9).
     pub(crate) excused: bool,
 }
 
-/// Sums over a set of entries.
+/// Sums over a set of entries. A window holds at most 65 535 entries (validated) of at most
+/// 65 535 ms each, so 16- and 32-bit counters suffice and two tallies share a cache line with
+/// the window's header.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
 pub(crate) struct Tally {
-    pub(crate) n: u32,
-    pub(crate) successes: u32,
-    pub(crate) captchas: u32,
-    pub(crate) latency_sum_ms: u64,
+    pub(crate) latency_sum_ms: u32,
+    pub(crate) n: u16,
+    pub(crate) successes: u16,
+    pub(crate) captchas: u16,
 }
 
 impl Tally {
@@ -42,7 +46,7 @@ impl Tally {
         match e.class {
             Class::Success => {
                 self.successes += 1;
-                self.latency_sum_ms += u64::from(e.latency_ms);
+                self.latency_sum_ms += u32::from(e.latency_ms);
             }
             Class::Captcha => self.captchas += 1,
             Class::Failure => {}
@@ -54,36 +58,98 @@ impl Tally {
         match e.class {
             Class::Success => {
                 self.successes -= 1;
-                self.latency_sum_ms -= u64::from(e.latency_ms);
+                self.latency_sum_ms -= u32::from(e.latency_ms);
             }
             Class::Captcha => self.captchas -= 1,
             Class::Failure => {}
         }
     }
 
-    pub(crate) fn rate(&self, x: u32) -> Option<f64> {
+    pub(crate) fn rate(&self, x: u16) -> Option<f64> {
         (self.n > 0).then(|| f64::from(x) / f64::from(self.n))
     }
 
     /// Mean latency of the successes.
     pub(crate) fn mean_latency_ms(&self) -> Option<f64> {
-        (self.successes > 0).then(|| self.latency_sum_ms as f64 / f64::from(self.successes))
+        (self.successes > 0).then(|| f64::from(self.latency_sum_ms) / f64::from(self.successes))
     }
 }
 
-/// C order: the header every push and read touches fits one cache line, the sums the next.
+/// A fixed-capacity ring of entries, oldest first, allocated on the first push (most
+/// address × site pairs see few outcomes). Once full, the slot of the entry leaving is the one
+/// the next entry takes: one cache line per push.
+#[derive(Debug, Clone, Default)]
+struct Ring {
+    buf: Box<[Entry]>,
+    head: u32,
+    len: u32,
+}
+
+impl Ring {
+    fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Buffer index of the `i`-th oldest entry (`i` < capacity).
+    fn index(&self, i: usize) -> usize {
+        let at = self.head as usize + i;
+        if at >= self.buf.len() {
+            at - self.buf.len()
+        } else {
+            at
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<&Entry> {
+        (i < self.len()).then(|| &self.buf[self.index(i)])
+    }
+
+    fn get_mut(&mut self, i: usize) -> Option<&mut Entry> {
+        let at = self.index(i);
+        (i < self.len()).then(|| &mut self.buf[at])
+    }
+
+    fn front(&self) -> Option<&Entry> {
+        self.get(0)
+    }
+
+    fn pop_front(&mut self) -> Option<Entry> {
+        let e = *self.front()?;
+        self.head = self.index(1) as u32;
+        self.len -= 1;
+        Some(e)
+    }
+
+    /// Appends `e`; the caller keeps the ring below `capacity`.
+    fn push_back(&mut self, e: Entry, capacity: usize) {
+        if self.buf.is_empty() {
+            self.buf = vec![e; capacity].into_boxed_slice();
+        }
+        let at = self.index(self.len());
+        self.buf[at] = e;
+        self.len += 1;
+    }
+
+    /// Oldest first.
+    fn iter(&self) -> impl DoubleEndedIterator<Item = &Entry> {
+        (0..self.len()).map(|i| &self.buf[self.index(i)])
+    }
+}
+
+/// C order: the header and the two sums that every push and read touches fill one cache line.
 #[derive(Debug, Clone)]
 #[repr(C)]
 pub(crate) struct Window {
     /// When the oldest entry ages out (ms): before it, reads need not look at the entries.
     horizon_ms: u64,
-    max_age_ms: u64,
-    entries: VecDeque<Entry>,
-    capacity: usize,
-    /// Every entry: what the snapshot shows.
-    all: Tally,
-    /// Entries not excused: what health and weights are judged on.
+    entries: Ring,
+    /// At most u32::MAX ms (about 49 days, validated).
+    max_age_ms: u32,
+    capacity: u16,
+    /// Entries not excused: what health is judged on.
     counted: Tally,
+    /// Every entry: what weights and the snapshot read.
+    all: Tally,
     /// Latencies of the counted successes by bucket, for the latency-tail signal; `None` for
     /// windows that never need it.
     latencies: Option<Histogram>,
@@ -92,34 +158,47 @@ pub(crate) struct Window {
 impl Window {
     pub(crate) fn new(capacity: usize, max_age: Duration, quantiles: bool) -> Self {
         Self {
-            // Allocated on first use: most address × site pairs see few outcomes.
-            entries: VecDeque::new(),
-            capacity,
-            max_age_ms: millis(max_age),
             horizon_ms: u64::MAX,
-            all: Tally::default(),
+            entries: Ring::default(),
+            max_age_ms: u32::try_from(millis(max_age)).unwrap_or(u32::MAX),
+            capacity: u16::try_from(capacity).unwrap_or(u16::MAX),
             counted: Tally::default(),
+            all: Tally::default(),
             latencies: quantiles.then(Histogram::default),
         }
     }
 
     fn expired(&self, e: &Entry, now: Timestamp) -> bool {
-        now.as_millis().saturating_sub(e.at.as_millis()) >= self.max_age_ms
+        now.as_millis().saturating_sub(e.at.as_millis()) >= u64::from(self.max_age_ms)
     }
 
     pub(crate) fn push(&mut self, e: Entry) {
         self.expire(e.at);
-        if self.entries.capacity() == 0 {
-            self.entries.reserve_exact(self.capacity);
-        }
-        if self.entries.len() >= self.capacity
+        if self.entries.len() >= usize::from(self.capacity)
             && let Some(old) = self.entries.pop_front()
         {
             self.forget(&old);
         }
         self.remember(&e);
-        self.entries.push_back(e);
+        self.entries.push_back(e, usize::from(self.capacity));
         self.set_horizon();
+    }
+
+    /// A word from the header, from the slot the next push writes and from the latency
+    /// bucket of the mean, where the next success most likely lands (see
+    /// `AddressRecord::prefetch`).
+    pub(crate) fn prefetch(&self) -> u64 {
+        let ring = &self.entries;
+        let next = if ring.len() < ring.buf.len() {
+            ring.index(ring.len())
+        } else {
+            ring.head as usize
+        };
+        let bucket = self.latencies.as_ref().map_or(0, |h| {
+            let mean = self.counted.latency_sum_ms / u32::from(self.counted.successes.max(1));
+            h.counts[Histogram::bucket(mean)]
+        });
+        self.horizon_ms ^ ring.buf.get(next).map_or(0, |e| e.at.as_millis()) ^ u64::from(bucket)
     }
 
     /// When the oldest entry ages out, if there is one.
@@ -129,7 +208,7 @@ impl Window {
 
     fn set_horizon(&mut self) {
         self.horizon_ms = self.entries.front().map_or(u64::MAX, |e| {
-            e.at.as_millis().saturating_add(self.max_age_ms)
+            e.at.as_millis().saturating_add(u64::from(self.max_age_ms))
         });
     }
 
@@ -245,7 +324,7 @@ impl Window {
         let mut ms: Vec<u32> = self
             .newest_first(now)
             .filter(|e| !e.excused && e.class == Class::Success)
-            .map(|e| e.latency_ms)
+            .map(|e| u32::from(e.latency_ms))
             .collect();
         ms.sort_unstable();
         let last = ms.len().checked_sub(1)?;
@@ -305,8 +384,8 @@ impl Histogram {
         ((low + high) / 2).saturating_sub(1)
     }
 
-    fn add(&mut self, ms: u32, add: bool) {
-        let c = &mut self.counts[Self::bucket(ms)];
+    fn add(&mut self, ms: u16, add: bool) {
+        let c = &mut self.counts[Self::bucket(u32::from(ms))];
         if add {
             *c = c.saturating_add(1);
             self.n += 1;
@@ -341,7 +420,7 @@ mod tests {
 
     const AGE: Duration = Duration::from_secs(600);
 
-    fn e(at_s: u64, class: Class, latency_ms: u32) -> Entry {
+    fn e(at_s: u64, class: Class, latency_ms: u16) -> Entry {
         Entry {
             at: Timestamp::from_millis(at_s * 1000),
             class,
@@ -366,6 +445,20 @@ mod tests {
         assert_eq!((t.n, t.successes, t.captchas), (3, 1, 0));
         assert_eq!(t.mean_latency_ms(), Some(300.0));
         assert_eq!(w.exact_quantiles(Timestamp::default()), Some((300, 300)));
+    }
+
+    #[test]
+    fn the_ring_keeps_the_newest_in_order_as_it_wraps() {
+        let mut w = Window::new(3, AGE, false);
+        for ms in 1..=7 {
+            w.push(e(0, Class::Success, ms));
+        }
+        let newest: Vec<u16> = w
+            .newest_first(Timestamp::default())
+            .map(|e| e.latency_ms)
+            .collect();
+        assert_eq!(newest, [7, 6, 5]);
+        assert_eq!(w.counted(Timestamp::default()).latency_sum_ms, 18);
     }
 
     #[test]

@@ -138,6 +138,9 @@ impl Candidates for Ctx<'_> {
 
     fn weight(&self, slot: Slot) -> f64 {
         self.record(slot).map_or(0.0, |r| {
+            // Its other lines load while the weight is computed (what is weighed is what
+            // gets picked, or one of two candidates).
+            std::hint::black_box(r.prefetch());
             weight::weight(self.quality(slot, r), &r.health, &self.cfg.health, self.now)
         })
     }
@@ -482,8 +485,7 @@ impl PoolState {
         rec.count_binding(sp, true);
         let address = rec.address.clone();
         self.sub_pools[sp as usize].bound_keys += 1;
-        self.sessions
-            .bind(Arc::clone(key), slot, address, sp, expires);
+        self.sessions.bind(key, slot, address, sp, expires);
         Ok((slot, Choice::Hashed))
     }
 
@@ -519,9 +521,11 @@ impl PoolState {
         now: Timestamp,
     ) -> Result<Grant, AcquireError> {
         let deadline = now.after(self.cfg.lease_ttl);
-        if self.record(slot).is_none() {
+        let Some(rec) = self.record(slot) else {
             return Err(AcquireError::NoAddressAvailable);
-        }
+        };
+        // Every line of the record this pair touches starts loading now, together.
+        std::hint::black_box(rec.prefetch());
         let lease = self.leases.open(slot, deadline);
         self.counters.acquired += 1;
         self.metrics.acquired(choice);
@@ -599,7 +603,7 @@ impl PoolState {
                 return;
             }
         };
-        let latency_ms = latency.map_or(0, |l| u32::try_from(millis(l)).unwrap_or(u32::MAX));
+        let latency_ms = latency.map_or(0, |l| u16::try_from(millis(l)).unwrap_or(u16::MAX));
         let entry = Entry {
             at: now,
             class,
@@ -858,7 +862,7 @@ impl PoolState {
 
     /// Reads the address's windows after an outcome and moves it if they say so (P3–P5, P10).
     /// A fall is judged when a bad outcome arrives: a success cannot start one.
-    fn evaluate(&mut self, slot: Slot, site: u32, class: Class, latency_ms: u32, now: Timestamp) {
+    fn evaluate(&mut self, slot: Slot, site: u32, class: Class, latency_ms: u16, now: Timestamp) {
         let cfg = &self.cfg.health;
         // Set at push, or just now by the site's verdict (which excuses retroactively).
         let excused = self.sites.is_degraded(site);
@@ -950,7 +954,7 @@ impl PoolState {
         &self,
         slot: Slot,
         class: Class,
-        latency_ms: u32,
+        latency_ms: u16,
         state: HealthState,
         now: Timestamp,
     ) -> Option<Act> {

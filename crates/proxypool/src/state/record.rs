@@ -8,15 +8,15 @@ use crate::snapshot::Totals;
 use crate::telemetry::AddressMetrics;
 
 /// Laid out (C order, cache-line aligned) so that an acquire + release pair touches few
-/// lines of a record it reaches at random: the address and its totals share the first line,
-/// the metric handles of every pair the second, the state-machine fields of every outcome
-/// one more, the window's header and sums two more.
+/// lines of a record it reaches at random: the address shares the first line with the metric
+/// handles of every pair (lease gauge, latency, successes); then the totals, the
+/// state-machine fields of every outcome, the window's header and sums, one line each.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct AddressRecord {
     pub(crate) address: ProxyAddress,
-    pub(crate) totals: Totals,
     pub(crate) metrics: AddressMetrics,
+    pub(crate) totals: Totals,
     pub(crate) health: Health,
     pub(crate) window: Window,
     pub(crate) fingerprint: u64,
@@ -31,6 +31,17 @@ pub(crate) struct AddressRecord {
 }
 
 impl AddressRecord {
+    /// Reads one word from each cache line an acquire + release pair will touch and folds
+    /// them together (for `black_box`). At thousands of addresses a pair reaches its record at
+    /// random and the lines are far apart in memory: loaded in one burst, their misses
+    /// overlap instead of following one another through the pair.
+    pub(crate) fn prefetch(&self) -> u64 {
+        (self.health.state as u64)
+            ^ self.window.prefetch()
+            ^ self.totals.successes
+            ^ self.address.as_str().len() as u64
+    }
+
     /// Counts one more (`add`) or one fewer key bound through sub-pool `sp` on this address.
     pub(crate) fn count_binding(&mut self, sp: u32, add: bool) {
         let at = self.sub_pools.iter().position(|p| *p == sp);

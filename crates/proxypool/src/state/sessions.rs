@@ -1,12 +1,79 @@
 //! P2: sticky bindings key → address with a TTL renewed on every use.
 
-use std::cmp::Reverse;
+use std::borrow::Borrow;
+use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
 use crate::strategy::Slot;
+
+/// Keys up to this long are stored inside the map's bucket.
+const INLINE: usize = 22;
+
+/// A session key as the map stores it: inline when short (most account ids), so that a
+/// lookup compares it in the bucket it already read instead of following a pointer to a
+/// string elsewhere in memory; shared otherwise. Hashes and compares as its bytes (no UTF-8
+/// check on the lookup path).
+#[derive(Debug, Clone)]
+enum Key {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Shared(Arc<str>),
+}
+
+impl Key {
+    fn new(key: &Arc<str>) -> Self {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE => {
+                let mut bytes = [0; INLINE];
+                bytes[..key.len()].copy_from_slice(key.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Shared(Arc::clone(key)),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Shared(s) => s.as_bytes(),
+        }
+    }
+}
+
+impl Borrow<[u8]> for Key {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Key {}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
 
 #[derive(Debug, Clone)]
 pub(crate) struct Binding {
@@ -18,18 +85,19 @@ pub(crate) struct Binding {
     generation: u64,
 }
 
-/// Bindings and their expiry. Renewal only moves `expires` (through `get_mut`, one lookup); the heap entry is checked when it
-/// comes due and pushed again if the binding was renewed meanwhile, so a renewal costs O(1).
+/// Bindings and their expiry. Renewal only moves `expires` (through `get_mut`, one lookup);
+/// the heap entry is checked when it comes due and pushed again if the binding was renewed
+/// meanwhile, so a renewal costs O(1).
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
-    map: HashMap<Arc<str>, Binding>,
-    expiry: BinaryHeap<Reverse<(Timestamp, u64, Arc<str>)>>,
+    map: HashMap<Key, Binding>,
+    expiry: BinaryHeap<Reverse<(Timestamp, u64, Key)>>,
     next_generation: u64,
 }
 
 impl Sessions {
     pub(crate) fn get_mut(&mut self, key: &str) -> Option<&mut Binding> {
-        self.map.get_mut(key)
+        self.map.get_mut(key.as_bytes())
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -38,7 +106,7 @@ impl Sessions {
 
     pub(crate) fn bind(
         &mut self,
-        key: Arc<str>,
+        key: &Arc<str>,
         slot: Slot,
         address: ProxyAddress,
         sub_pool: u32,
@@ -46,8 +114,9 @@ impl Sessions {
     ) {
         self.next_generation += 1;
         let generation = self.next_generation;
+        let key = Key::new(key);
         self.expiry
-            .push(Reverse((expires, generation, Arc::clone(&key))));
+            .push(Reverse((expires, generation, key.clone())));
         self.map.insert(
             key,
             Binding {
@@ -61,7 +130,7 @@ impl Sessions {
     }
 
     pub(crate) fn unbind(&mut self, key: &str) -> Option<Binding> {
-        self.map.remove(key)
+        self.map.remove(key.as_bytes())
     }
 
     /// Whether a binding may have run out by `now` (renewed ones are pushed back on expiry).
@@ -82,9 +151,9 @@ impl Sessions {
             let Some(Reverse((_, _, key))) = self.expiry.pop() else {
                 break;
             };
-            match self.map.get(&key) {
+            match self.map.get(key.as_bytes()) {
                 Some(b) if b.generation == generation && b.expires <= now => {
-                    if let Some(b) = self.map.remove(&key) {
+                    if let Some(b) = self.map.remove(key.as_bytes()) {
                         gone.push(b);
                     }
                 }
@@ -107,8 +176,8 @@ mod tests {
     fn p2_renewed_bindings_outlive_their_first_deadline() {
         let a = ProxyAddress::parse("http://h:1").unwrap();
         let mut s = Sessions::default();
-        s.bind("k".into(), 0, a.clone(), 0, Timestamp::from_millis(100));
-        s.bind("j".into(), 1, a, 0, Timestamp::from_millis(100));
+        s.bind(&"k".into(), 0, a.clone(), 0, Timestamp::from_millis(100));
+        s.bind(&"j".into(), 1, a, 0, Timestamp::from_millis(100));
         s.get_mut("k").unwrap().expires = Timestamp::from_millis(300);
         let gone = s.expire(Timestamp::from_millis(150));
         assert_eq!(gone.len(), 1);
@@ -116,5 +185,31 @@ mod tests {
         assert!(s.get_mut("k").is_some());
         assert_eq!(s.expire(Timestamp::from_millis(300)).len(), 1);
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn p2_short_keys_are_stored_inline_and_long_ones_shared() {
+        let a = ProxyAddress::parse("http://h:1").unwrap();
+        let long: Arc<str> = "a-session-key-longer-than-twenty-two-bytes".into();
+        let mut s = Sessions::default();
+        s.bind(
+            &"account-1".into(),
+            0,
+            a.clone(),
+            0,
+            Timestamp::from_millis(1),
+        );
+        s.bind(&long, 1, a.clone(), 0, Timestamp::from_millis(1));
+        s.bind(&"".into(), 2, a, 0, Timestamp::from_millis(1));
+        assert!(matches!(
+            Key::new(&"account-1".into()),
+            Key::Inline { len: 9, .. }
+        ));
+        assert!(matches!(Key::new(&long), Key::Shared(_)));
+        assert_eq!(s.get_mut("account-1").map(|b| b.slot), Some(0));
+        assert_eq!(s.get_mut(&long).map(|b| b.slot), Some(1));
+        assert_eq!(s.get_mut("").map(|b| b.slot), Some(2));
+        assert!(s.get_mut("account-2").is_none());
+        assert_eq!(s.expire(Timestamp::from_millis(1)).len(), 3);
     }
 }
