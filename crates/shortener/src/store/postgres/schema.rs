@@ -101,20 +101,25 @@ pub(crate) enum Migrated {
 /// processes at once: each migration first claims its row in `schema_migrations`, so a second
 /// runner waits on that row and then skips the migration instead of applying it twice.
 pub(crate) async fn migrate(client: &mut Client) -> Result<Migrated, Error> {
-    if let Err(e) = client.batch_execute(CREATE_MIGRATIONS_TABLE).await {
-        // Two concurrent `CREATE TABLE IF NOT EXISTS` can both miss the table, and the later
-        // one then fails on the catalog (its row type "already exists", or the catalog's
-        // unique index); the table exists either way.
-        if !matches!(
+    // Two concurrent `CREATE TABLE IF NOT EXISTS` can both miss the table, and the later one
+    // then fails on the catalog (its row type "already exists", or the catalog's unique
+    // index) — possibly before the first one has committed. So retry until the statement
+    // succeeds: once the winner commits, `IF NOT EXISTS` sees its table.
+    let mut attempts = 0;
+    while let Err(e) = client.batch_execute(CREATE_MIGRATIONS_TABLE).await {
+        let raced = matches!(
             e.code(),
             Some(
                 &SqlState::UNIQUE_VIOLATION
                     | &SqlState::DUPLICATE_TABLE
                     | &SqlState::DUPLICATE_OBJECT
             )
-        ) {
+        );
+        attempts += 1;
+        if !raced || attempts >= 50 {
             return Err(e);
         }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let found = version(client).await?;
     if found > CURRENT_VERSION {
