@@ -5,13 +5,16 @@
 //! [`Lease`]'s address and hands it back with an [`Outcome`]. Everything else stays inside:
 //!
 //! - **Selection** (P1): keyless work uses the configured [`Strategy`] (smooth weighted by
-//!   default, round-robin, or least-connections by two random choices); keyed work uses
-//!   consistent hashing with bounded loads.
+//!   default — each address weighed for the ticket's site —, round-robin, or
+//!   least-connections by two random choices); keyed work uses consistent hashing with
+//!   bounded loads.
 //! - **Sticky sessions** (P2): a key keeps its address while it keeps coming back within the
-//!   session TTL; if that address leaves service the acquire fails with
-//!   [`AcquireError::SessionBroken`] rather than silently moving the session.
+//!   session TTL (or until [`Pool::end_session`]); if that address leaves service the acquire
+//!   fails with [`AcquireError::SessionBroken`] rather than silently moving the session.
 //! - **Passive health** (P3–P11): every outcome feeds a window per address and per
-//!   address × site; accumulated signals degrade or quarantine an address, with hysteresis,
+//!   address × site (the last 50 outcomes of the last 10 minutes, by default); an address
+//!   that does badly on one site only is avoided there and kept for the others; accumulated
+//!   signals degrade or quarantine an address, with hysteresis,
 //!   exponential backoff, a cap on how much of the pool may be quarantined, a minimum kept in
 //!   service, a ramp back after quarantine, and death after repeated failed cycles. Failures
 //!   spread over most addresses towards one site blame the site, not the addresses; towards

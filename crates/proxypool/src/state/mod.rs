@@ -145,10 +145,17 @@ impl Candidates for Ctx<'_> {
         })
     }
 
-    fn active_leases(&self, slot: Slot) -> u32 {
+    fn load(&self, slot: Slot) -> (u32, u8) {
         self.hot
             .get(slot as usize)
-            .map_or(u32::MAX, |h| h.active_leases)
+            .map_or((u32::MAX, u8::MAX), |h| {
+                let unwell = match h.state {
+                    Some(HealthState::Healthy) => 0,
+                    Some(HealthState::Degraded) => 1,
+                    _ => 2,
+                };
+                (h.active_leases, unwell)
+            })
     }
 }
 

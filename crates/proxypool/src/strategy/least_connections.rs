@@ -1,4 +1,6 @@
-//! Least-connections by the power of two choices: two random candidates, the less loaded wins.
+//! Least-connections by the power of two choices: two random candidates, the less loaded wins;
+//! between equally loaded ones, the one in the better state (see `Candidates::load`). Both are
+//! read from the dense selection array, so weighing two candidates touches no record.
 
 use rand::Rng;
 use rand::rngs::StdRng;
@@ -26,16 +28,7 @@ pub(crate) fn pick(members: &[Slot], c: &impl Candidates, rng: &mut StdRng) -> O
             break;
         }
     }
-    let better = |a: Slot, b: Slot| {
-        let (la, lb) = (c.active_leases(a), c.active_leases(b));
-        if la != lb {
-            if la < lb { a } else { b }
-        } else if c.weight(b) > c.weight(a) {
-            b
-        } else {
-            a
-        }
-    };
+    let better = |a: Slot, b: Slot| if c.load(b) < c.load(a) { b } else { a };
     match found {
         [Some(a), Some(b)] => Some(better(a, b)),
         _ => members
@@ -66,5 +59,17 @@ mod tests {
         t.eligible = vec![false; 10];
         t.eligible[4] = true;
         assert_eq!(pick(&members, &t, &mut rng), Some(4));
+    }
+
+    #[test]
+    fn p1_least_connections_breaks_ties_by_state() {
+        let members: Vec<Slot> = (0..2).collect();
+        let mut t = Table::uniform(2);
+        t.unwell = vec![1, 0];
+        let mut rng = StdRng::seed_from_u64(5);
+        // Equally loaded, both drawn: the healthy one wins every time.
+        assert!((0..100).all(|_| pick(&members, &t, &mut rng) == Some(1)));
+        t.leases = vec![0, 1];
+        assert!((0..100).all(|_| pick(&members, &t, &mut rng) == Some(0)));
     }
 }

@@ -20,7 +20,8 @@ pub(crate) trait Candidates {
     fn eligible(&self, slot: Slot) -> bool;
     /// The weight for the ticket's site (see `health::weight`).
     fn weight(&self, slot: Slot) -> f64;
-    fn active_leases(&self, slot: Slot) -> u32;
+    /// Active leases, then how unwell (0 healthy, 1 degraded, 2 probing): lower is lighter.
+    fn load(&self, slot: Slot) -> (u32, u8);
 }
 
 /// The keyless picker of one sub-pool.
@@ -95,6 +96,7 @@ pub(crate) mod testing {
         pub(crate) eligible: Vec<bool>,
         pub(crate) weight: Vec<f64>,
         pub(crate) leases: Vec<u32>,
+        pub(crate) unwell: Vec<u8>,
     }
 
     impl Table {
@@ -103,6 +105,7 @@ pub(crate) mod testing {
                 eligible: vec![true; n],
                 weight: vec![1.0; n],
                 leases: vec![0; n],
+                unwell: vec![0; n],
             }
         }
     }
@@ -114,8 +117,8 @@ pub(crate) mod testing {
         fn weight(&self, slot: Slot) -> f64 {
             self.weight[slot as usize]
         }
-        fn active_leases(&self, slot: Slot) -> u32 {
-            self.leases[slot as usize]
+        fn load(&self, slot: Slot) -> (u32, u8) {
+            (self.leases[slot as usize], self.unwell[slot as usize])
         }
     }
 }
