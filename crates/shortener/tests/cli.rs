@@ -3,30 +3,9 @@
 
 mod common;
 
-use common::{BIN, Shortener, client};
-use std::process::{Command, Output};
+use common::{BIN, Shortener, client, one_line_failure, run};
+use std::process::Command;
 use tempfile::TempDir;
-
-fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .env("SHORTENER_LOG", "warn")
-        .env_remove("SHORTENER_DATABASE");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
-}
-
-/// A failed command: non-zero exit and exactly one line on stderr, which is returned.
-fn one_line_failure(out: &Output) -> String {
-    assert!(!out.status.success(), "should fail: {out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected, got:\n{stderr}");
-    assert!(lines[0].starts_with("error"), "{stderr}");
-    lines[0].to_owned()
-}
 
 #[test]
 fn bad_flags_fail_with_one_line() {

@@ -5,35 +5,16 @@
 mod common;
 
 use common::pg::{Relay, TestDb};
-use common::{BIN, Shortener, analytics, client, create, eventually, token_in};
+use common::{
+    BIN, Shortener, analytics, client, create, eventually, one_line_failure, run, token_in,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use shortener::store::postgres::CURRENT_VERSION;
 use std::collections::HashSet;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
-
-fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .env("SHORTENER_LOG", "warn")
-        .env_remove("SHORTENER_DATABASE");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
-}
-
-/// A failed command: non-zero exit and exactly one line on stderr, which is returned.
-fn one_line_failure(out: &Output) -> String {
-    assert!(!out.status.success(), "should fail: {out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected, got:\n{stderr}");
-    assert!(lines[0].starts_with("error"), "{stderr}");
-    lines[0].to_owned()
-}
 
 /// `serve` on `url`, on a free port, with an unused data directory.
 fn serve(dir: &TempDir, url: &str, extra: &[&str]) -> Shortener {

@@ -78,6 +78,44 @@ async fn follow(c: &reqwest::Client, server: &Shortener, code: &str) -> StatusCo
         .status()
 }
 
+/// The body of `/readyz`.
+async fn readiness(c: &reqwest::Client, server: &Shortener) -> Value {
+    c.get(server.url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Deletes `code` as the admin; the status.
+async fn delete(c: &reqwest::Client, server: &Shortener, code: &str, admin: &str) -> StatusCode {
+    c.delete(server.url(&format!("/api/v1/links/{code}")))
+        .bearer_auth(admin)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// Redirects `code` on `server` until it answers `status`, failing past one second: the
+/// bound the issue sets on invalidation across instances.
+async fn within_a_second(c: &reqwest::Client, server: &Shortener, code: &str, status: StatusCode) {
+    let since = Instant::now();
+    loop {
+        let got = follow(c, server, code).await;
+        if got == status {
+            return;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(1),
+            "{code} still answers {got} instead of {status} after 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_and_an_aggregator_count_exactly_and_see_each_others_writes() {
     let db = TestDb::migrated().await;
@@ -191,21 +229,8 @@ async fn two_instances_and_an_aggregator_count_exactly_and_see_each_others_write
     // A delete on A: B, which has the link in its cache, answers 410 within a second.
     let victim = &codes[500];
     assert_eq!(follow(&c, &b, victim).await, StatusCode::FOUND);
-    let resp = c
-        .delete(a.url(&format!("/api/v1/links/{victim}")))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
-    let deleted = Instant::now();
-    while follow(&c, &b, victim).await != StatusCode::GONE {
-        assert!(
-            deleted.elapsed() < Duration::from_secs(1),
-            "B still redirects after 1 s"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    assert_eq!(delete(&c, &a, victim, &admin).await, StatusCode::NO_CONTENT);
+    within_a_second(&c, &b, victim, StatusCode::GONE).await;
     // A create on B: A, which remembered the alias as unknown, redirects within a second.
     assert_eq!(follow(&c, &a, "late-alias").await, StatusCode::NOT_FOUND);
     let resp = create(
@@ -216,22 +241,8 @@ async fn two_instances_and_an_aggregator_count_exactly_and_see_each_others_write
     )
     .await;
     assert_eq!(resp.status(), StatusCode::CREATED);
-    let created = Instant::now();
-    while follow(&c, &a, "late-alias").await != StatusCode::FOUND {
-        assert!(
-            created.elapsed() < Duration::from_secs(1),
-            "A still says 404 after 1 s"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let ready: Value = c
-        .get(a.url("/readyz"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    within_a_second(&c, &a, "late-alias", StatusCode::FOUND).await;
+    let ready = readiness(&c, &a).await;
     assert_eq!(ready["status"], "ready", "{ready}");
 }
 
@@ -275,14 +286,7 @@ async fn without_redis_an_instance_degrades_and_recovers() {
     .await;
     assert_eq!(resp.status(), StatusCode::CREATED);
     assert!(resp.headers().contains_key("ratelimit-remaining"));
-    let ready: Value = c
-        .get(server.url("/readyz"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let ready = readiness(&c, &server).await;
     assert_eq!(ready["status"], "degraded", "{ready}");
     assert_eq!(ready["redis"], "unreachable");
 
@@ -298,13 +302,10 @@ async fn without_redis_an_instance_degrades_and_recovers() {
     assert!(dropped > 0, "a 500-event queue cannot hold 3 000 clicks");
 
     // A delete while Redis is away: the other instance cannot hear of it yet.
-    let resp = c
-        .delete(server.url("/api/v1/links/cached"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        delete(&c, &server, "cached", &admin).await,
+        StatusCode::NO_CONTENT
+    );
     assert_eq!(follow(&c, &server, "cached").await, StatusCode::GONE);
 
     redis.restart().unwrap();
@@ -317,15 +318,7 @@ async fn without_redis_an_instance_degrades_and_recovers() {
     })
     .await;
     eventually("ready again", || async {
-        let ready: Value = c
-            .get(server.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        ready["status"] == "ready"
+        readiness(&c, &server).await["status"] == "ready"
     })
     .await;
     // Everything not dropped arrives: 2 before the outage, 2 then 3 000 during it, less drops.
@@ -379,13 +372,7 @@ async fn on_a_redis_cluster_instances_share_links_limits_and_clicks() {
     .await;
 
     let admin = token_in(&["--database", &db.url], "ops", true);
-    let resp = c
-        .delete(a.url("/api/v1/links/cl-0"))
-        .bearer_auth(&admin)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert_eq!(delete(&c, &a, "cl-0", &admin).await, StatusCode::NO_CONTENT);
     eventually("B sees the delete", || async {
         follow(&c, &b, "cl-0").await == StatusCode::GONE
     })

@@ -6,6 +6,10 @@ pub mod sqlite;
 
 use crate::config::StoreConfig;
 use shortener_core::store::{ClickSink, LinkStore, StoreError};
+
+/// The `links` columns in the order both stores' row readers expect.
+const LINK_COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, expires_at, \
+                            disabled_at, clicks, bot_clicks, created_ip";
 use std::sync::Arc;
 
 /// Everything the service needs from one backend: links, tokens, ids and clicks.

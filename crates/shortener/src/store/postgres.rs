@@ -8,6 +8,7 @@
 
 mod schema;
 
+use super::LINK_COLUMNS;
 use async_trait::async_trait;
 use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
@@ -490,9 +491,6 @@ fn to_i64(n: u64) -> i64 {
 fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
-
-const LINK_COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, expires_at, \
-                            disabled_at, clicks, bot_clicks, created_ip";
 
 fn link_from_row(row: &Row) -> Result<Link, tokio_postgres::Error> {
     Ok(Link {

@@ -9,6 +9,7 @@ mod schema;
 
 pub(crate) use schema::CURRENT_VERSION;
 
+use super::LINK_COLUMNS;
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use shortener_core::day::{Day, UnixSeconds};
@@ -251,9 +252,6 @@ fn to_i64(n: u64) -> i64 {
 fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
-
-const LINK_COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, expires_at, \
-                            disabled_at, clicks, bot_clicks, created_ip";
 
 fn link_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Link> {
     Ok(Link {

@@ -2,7 +2,7 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::Duration;
 use testkit::Process;
 
@@ -174,4 +174,26 @@ where
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Runs the binary with `args` (and extra environment), away from a developer's database.
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env("SHORTENER_LOG", "warn")
+        .env_remove("SHORTENER_DATABASE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// A failed command: non-zero exit and exactly one line on stderr, which is returned.
+pub fn one_line_failure(out: &Output) -> String {
+    assert!(!out.status.success(), "should fail: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected, got:\n{stderr}");
+    assert!(lines[0].starts_with("error"), "{stderr}");
+    lines[0].to_owned()
 }
