@@ -47,7 +47,10 @@ fn evalsha_ceiling(port: u16) -> f64 {
 /// pair from the client's; then resets the counters.
 fn print_script_cost(port: u16, what: &str) {
     let stats = cli(port, &["INFO", "commandstats"]);
-    for line in stats.lines().filter(|l| l.starts_with("cmdstat_evalsha")) {
+    for line in stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha") || l.starts_with("cmdstat_fcall"))
+    {
         println!("{what}: {line}");
     }
     cli(port, &["CONFIG", "RESETSTAT"]);

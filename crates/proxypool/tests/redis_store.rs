@@ -322,9 +322,17 @@ fn four_processes_share_one_pool_exactly() {
         .map(|p| (p[0].as_str(), p[1].parse().unwrap_or(0)))
         .collect();
     assert_eq!(meta["seq"], grants, "{meta:?}");
-    assert_eq!(meta["released"], grants, "{meta:?}");
-    let leases = cli(&redis, &["HVALS", "proxypool:{multi}:leases"]);
-    assert!(leases.iter().all(|l| l == "0"), "{leases:?}");
+    assert_eq!(meta.get("expired"), None, "{meta:?}");
+    assert_eq!(meta.get("abandoned"), None, "{meta:?}");
+    let ids = cli(&redis, &["HKEYS", "proxypool:{multi}:state"]);
+    assert_eq!(ids.len(), 8, "{ids:?}");
+    for id in ids {
+        let open = cli(
+            &redis,
+            &["HGET", &format!("proxypool:{{multi}}:a:{id}"), "n"],
+        );
+        assert_eq!(open, ["0"], "address {id}");
+    }
     let due = cli(&redis, &["ZRANGE", "proxypool:{multi}:due", "0", "-1"]);
     assert!(
         due.iter().all(|m| !m.starts_with('l')),

@@ -1,14 +1,18 @@
 //! The Redis store (P15, feature `redis`): one pool shared by many processes and machines.
 //!
-//! Every operation is one Lua script run with EVALSHA (`redis::Script` reloads it on NOSCRIPT),
+//! Every operation is one function of a Lua library (`redis/library.lua`) called with FCALL,
 //! so each acquire and each release is one round trip and atomic against every other process.
-//! The scripts live in `redis/*.lua`; `common.lua` (keys, TTL sweep, the health machine) is
-//! prepended to each. Deadlines of leases (P14), bindings (P2) and quarantines (P6) are sorted
-//! sets swept by every script, since Redis 7.0 has no per-field TTL. All keys of a pool are
+//! The library is loaded at connect (FUNCTION LOAD) and again whenever a server answers that
+//! it does not know it (a restart without persistence, a failover). Its name carries a hash of
+//! its source, so processes running different versions never call each other's functions.
+//! Deadlines of leases (P14), bindings (P2) and quarantines (P6) are one sorted set, swept by
+//! the functions, since Redis 7.0 has no per-field TTL. All keys of a pool are
 //! `proxypool:{NAME}:…`: the hash tag puts them in one Cluster slot.
 //!
 //! Time is the calling process's pool clock, passed in as milliseconds since the epoch: the
-//! processes' clocks must agree to within a small fraction of the TTLs (NTP does).
+//! processes' clocks must agree to within a small fraction of the TTLs (NTP does). Acquires
+//! and releases ask for the sweep at most every [`SWEEP_EVERY_MS`] per process (the sweep is a
+//! fixed share of a call's cost); snapshots, probes and admin calls always sweep.
 //!
 //! Redis unreachable or too slow: acquire fails at once with
 //! [`AcquireError::StoreUnavailable`](crate::AcquireError::StoreUnavailable) after at most the
@@ -16,14 +20,15 @@
 //! and bindings the other processes cannot see (breaking the caps and sticky sessions).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{Script, Value};
+use redis::{Cmd, Value};
 
 use super::{Grant, Release};
 use crate::address::ProxyAddress;
@@ -35,7 +40,7 @@ use crate::health::HealthState;
 use crate::lease::{Choice, LeaseId, Outcome};
 use crate::snapshot::{AddressSnapshot, PoolSnapshot, Snapshot, Totals};
 use crate::state::LeaseRef;
-use crate::strategy::consistent_hash::fingerprint;
+use crate::strategy::consistent_hash::{fingerprint, key_hash, points};
 use crate::ticket::Ticket;
 
 /// Where the shared state lives. Passed to [`PoolBuilder::redis`](crate::PoolBuilder::redis).
@@ -82,26 +87,26 @@ enum Conn {
     Cluster(ClusterConnection),
 }
 
-struct Scripts {
-    acquire: Script,
-    release: Script,
-    abandon: Script,
-    probe: Script,
-    admin: Script,
-    snapshot: Script,
+const LIBRARY: &str = include_str!("redis/library.lua");
+
+/// How often (pool clock) one process asks an acquire or release to sweep due deadlines:
+/// leases, bindings and quarantine waits end at most this late.
+pub(crate) const SWEEP_EVERY_MS: u64 = 100;
+
+/// Ring points and fingerprints are 64-bit; Redis scores are doubles, exact to 53 bits.
+const TO_52_BITS: u32 = 12;
+
+/// The library's functions, by their full names.
+struct Functions {
+    acquire: String,
+    release: String,
+    abandon: String,
+    probe: String,
+    add: String,
+    remove: String,
+    end_session: String,
+    snapshot: String,
 }
-
-const COMMON: &str = include_str!("redis/common.lua");
-
-fn script(body: &str) -> Script {
-    Script::new(&format!("{COMMON}\n{body}"))
-}
-
-/// The order of `KEYS` that `common.lua` unpacks.
-const KEY_NAMES: [&str; 16] = [
-    "meta", "url", "name", "byurl", "state", "since", "leases", "due", "bind", "keys", "win",
-    "streak", "level", "cycles", "log", "pass",
-];
 
 /// Why Redis failed, as the typed errors carry it.
 fn unavailable(e: &redis::RedisError) -> String {
@@ -110,17 +115,28 @@ fn unavailable(e: &redis::RedisError) -> String {
 
 pub(crate) struct RedisStore {
     conn: Conn,
-    keys: Vec<String>,
-    scripts: Scripts,
+    /// `proxypool:{NAME}:meta`, the one key every call passes.
+    meta: String,
+    /// `proxypool:{NAME}:url`, read when an address id is not in `addresses` yet.
+    url_key: String,
+    library: String,
+    functions: Functions,
     cfg: PoolConfig,
+    /// The health settings as the library parses them (see `health` in library.lua).
+    health: String,
     timeout: Duration,
     rng: Mutex<StdRng>,
+    /// Pool-clock ms of this process's last sweep; `u64::MAX` for "sweep on the next call".
+    last_sweep: AtomicU64,
+    /// Address id → address. Ids are never reused and an id's URL never changes, so entries
+    /// never go stale.
+    addresses: RwLock<HashMap<u32, ProxyAddress>>,
 }
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("keys", &self.keys.first())
+            .field("meta", &self.meta)
             .finish_non_exhaustive()
     }
 }
@@ -132,7 +148,7 @@ enum Arg<'a> {
 }
 
 impl RedisStore {
-    /// Connects (lazily for a single server: the first call connects) and checks nothing else.
+    /// Connects and loads the function library.
     pub(crate) async fn connect(
         options: &RedisOptions,
         cfg: PoolConfig,
@@ -168,50 +184,58 @@ impl RedisStore {
             Some(s) => StdRng::seed_from_u64(s),
             None => StdRng::from_os_rng(),
         };
-        Ok(Self {
+        let name = format!("proxypool_{:012x}", fingerprint(LIBRARY) >> 16);
+        let f = |op: &str| format!("{name}_{op}");
+        let (h, b) = (&cfg.health, &cfg.backoff);
+        let store = Self {
             conn,
-            keys: KEY_NAMES
-                .iter()
-                .map(|k| format!("proxypool:{{{tag}}}:{k}"))
-                .collect(),
-            scripts: Scripts {
-                acquire: script(include_str!("redis/acquire.lua")),
-                release: script(include_str!("redis/release.lua")),
-                abandon: script(include_str!("redis/abandon.lua")),
-                probe: script(include_str!("redis/probe.lua")),
-                admin: script(include_str!("redis/admin.lua")),
-                snapshot: script(include_str!("redis/snapshot.lua")),
+            meta: format!("proxypool:{{{tag}}}:meta"),
+            url_key: format!("proxypool:{{{tag}}}:url"),
+            library: LIBRARY.replace("__LIB__", &name),
+            functions: Functions {
+                acquire: f("acquire"),
+                release: f("release"),
+                abandon: f("abandon"),
+                probe: f("probe"),
+                add: f("add"),
+                remove: f("remove"),
+                end_session: f("end_session"),
+                snapshot: f("snapshot"),
             },
+            health: format!(
+                "{} {} {} {} {} {} {} {} {}",
+                h.recent,
+                h.recent_failures,
+                cfg.quarantine_cap,
+                cfg.min_in_service,
+                millis(b.base),
+                millis(b.cap),
+                h.dead_after_cycles,
+                h.rise_successes,
+                millis(h.min_dwell),
+            ),
             cfg,
             timeout: options.timeout,
             rng: Mutex::new(rng),
-        })
+            last_sweep: AtomicU64::new(u64::MAX),
+            addresses: RwLock::new(HashMap::new()),
+        };
+        store.load().await.map_err(|e| {
+            if e.to_string().contains("unknown command") {
+                format!("the Redis store needs Redis 7.0 or later (FUNCTION LOAD): {e}")
+            } else {
+                unavailable(&e)
+            }
+        })?;
+        Ok(store)
     }
 
-    /// Runs `script` with the pool's keys, `now` and `args`: one EVALSHA (plus one SCRIPT LOAD
-    /// the first time a server sees it), bounded by the timeout.
-    async fn run(
-        &self,
-        script: &Script,
-        now: Timestamp,
-        args: &[Arg<'_>],
-    ) -> Result<Value, redis::RedisError> {
-        let mut inv = script.prepare_invoke();
-        for k in &self.keys {
-            inv.key(k);
-        }
-        inv.arg(now.as_millis());
-        for a in args {
-            match a {
-                Arg::Int(n) => inv.arg(*n),
-                Arg::Str(s) => inv.arg(*s),
-                Arg::Float(x) => inv.arg(*x),
-            };
-        }
+    /// One command, bounded by the timeout.
+    async fn query(&self, cmd: &Cmd) -> Result<Value, redis::RedisError> {
         let call = async {
             match self.conn.clone() {
-                Conn::Single(mut c) => inv.invoke_async(&mut c).await,
-                Conn::Cluster(mut c) => inv.invoke_async(&mut c).await,
+                Conn::Single(mut c) => cmd.query_async(&mut c).await,
+                Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
             }
         };
         tokio::time::timeout(self.timeout, call)
@@ -224,25 +248,92 @@ impl RedisStore {
             })?
     }
 
-    /// The health arguments at `ARGV[5..=14]` (see `common.lua`).
-    fn health_args(&self) -> Vec<Arg<'static>> {
-        let (h, b) = (&self.cfg.health, &self.cfg.backoff);
-        let jitter = {
-            let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
-            1.0 + rng.random_range(-b.jitter..=b.jitter)
-        };
-        vec![
-            Arg::Int(h.recent as u64),
-            Arg::Int(h.recent_failures as u64),
-            Arg::Float(self.cfg.quarantine_cap),
-            Arg::Int(u64::from(self.cfg.min_in_service)),
-            Arg::Int(millis(b.base)),
-            Arg::Int(millis(b.cap)),
-            Arg::Float(jitter),
-            Arg::Int(u64::from(h.dead_after_cycles)),
-            Arg::Int(u64::from(h.rise_successes)),
-            Arg::Int(millis(h.min_dwell)),
-        ]
+    /// Loads the library (on every primary of a Cluster); replacing it with itself is harmless.
+    async fn load(&self) -> Result<(), redis::RedisError> {
+        let mut cmd = redis::cmd("FUNCTION");
+        cmd.arg("LOAD").arg("REPLACE").arg(&self.library);
+        self.query(&cmd).await.map(drop)
+    }
+
+    /// Whether an acquire or release should sweep: at most every [`SWEEP_EVERY_MS`] per
+    /// process (one caller wins the race), and whenever the pool clock went back.
+    fn claim_sweep(&self, now: Timestamp) -> bool {
+        let now = now.as_millis();
+        let last = self.last_sweep.load(Ordering::Relaxed);
+        (now < last || now >= last.saturating_add(SWEEP_EVERY_MS))
+            && self
+                .last_sweep
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// The last sweep stopped at its limit: the next call sweeps again.
+    fn note_more(&self, more: bool) {
+        if more {
+            self.last_sweep.store(u64::MAX, Ordering::Relaxed);
+        }
+    }
+
+    /// Calls `function` with the pool's key, the common arguments and `args`: one FCALL (plus
+    /// one FUNCTION LOAD when the server has lost the library), bounded by the timeout.
+    async fn call(
+        &self,
+        function: &str,
+        now: Timestamp,
+        sweep: bool,
+        args: &[Arg<'_>],
+    ) -> Result<Value, redis::RedisError> {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(function)
+            .arg(1)
+            .arg(&self.meta)
+            .arg(now.as_millis())
+            .arg(if sweep { "1" } else { "0" })
+            .arg(self.cfg.max_leases_per_address);
+        for a in args {
+            match a {
+                Arg::Int(n) => cmd.arg(*n),
+                Arg::Str(s) => cmd.arg(*s),
+                Arg::Float(x) => cmd.arg(*x),
+            };
+        }
+        match self.query(&cmd).await {
+            Err(e) if e.to_string().contains("Function not found") => {
+                self.load().await?;
+                self.query(&cmd).await
+            }
+            reply => reply,
+        }
+    }
+
+    fn jitter(&self) -> f64 {
+        let j = self.cfg.backoff.jitter;
+        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+        1.0 + rng.random_range(-j..=j)
+    }
+
+    /// The address with this id: from memory, or read once from Redis.
+    async fn address(&self, id: u32) -> Result<ProxyAddress, String> {
+        let known = self
+            .addresses
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned();
+        if let Some(a) = known {
+            return Ok(a);
+        }
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(&self.url_key).arg(id);
+        let reply = self.query(&cmd).await.map_err(|e| unavailable(&e))?;
+        let address = text(&reply)
+            .and_then(|u| ProxyAddress::parse(&u).ok())
+            .ok_or_else(|| format!("no address with id {id} in Redis"))?;
+        self.addresses
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, address.clone());
+        Ok(address)
     }
 
     pub(crate) async fn acquire(
@@ -255,17 +346,61 @@ impl RedisStore {
             return Err(AcquireError::UnknownSubPool(sp.to_string()));
         }
         let key = ticket.key.as_deref().unwrap_or("");
-        let args = [
-            Arg::Int(millis(self.cfg.lease_ttl)),
-            Arg::Int(millis(self.cfg.sticky_ttl)),
-            Arg::Int(u64::from(self.cfg.max_leases_per_address)),
+        let mut args = vec![
+            Arg::Int(now.as_millis().saturating_add(millis(self.cfg.lease_ttl))),
             Arg::Str(key),
         ];
-        let reply = self
-            .run(&self.scripts.acquire, now, &args)
-            .await
-            .map_err(|e| AcquireError::StoreUnavailable(unavailable(&e)))?;
-        parse_grant(reply, key)
+        if !key.is_empty() {
+            args.extend([
+                Arg::Int(now.as_millis().saturating_add(millis(self.cfg.sticky_ttl))),
+                Arg::Int(key_hash(key) >> TO_52_BITS),
+                Arg::Float(self.cfg.load_factor),
+            ]);
+        }
+        let swept = self.claim_sweep(now);
+        let unavailable = |e: redis::RedisError| AcquireError::StoreUnavailable(unavailable(&e));
+        let mut reply = parse_acquire(
+            self.call(&self.functions.acquire, now, swept, &args)
+                .await
+                .map_err(unavailable)?,
+        )?;
+        if !swept && reply.refusal == Some("none") {
+            // Expired leases may be what holds the capacity: sweep before saying no.
+            reply = parse_acquire(
+                self.call(&self.functions.acquire, now, true, &args)
+                    .await
+                    .map_err(unavailable)?,
+            )?;
+        }
+        self.note_more(reply.more);
+        let address = || async {
+            self.address(reply.id)
+                .await
+                .map_err(AcquireError::StoreUnavailable)
+        };
+        let choice = match (reply.refusal, reply.choice) {
+            (None, Some(choice)) => choice,
+            (Some("broken"), _) => {
+                return Err(AcquireError::SessionBroken {
+                    key: key.to_owned(),
+                    address: address().await?,
+                });
+            }
+            (Some("busy"), _) => {
+                return Err(AcquireError::BoundAddressBusy {
+                    key: key.to_owned(),
+                    address: address().await?,
+                });
+            }
+            _ => return Err(AcquireError::NoAddressAvailable),
+        };
+        Ok(Grant {
+            lease: LeaseRef::shared(LeaseId(reply.lease)),
+            slot: reply.id,
+            site: 0,
+            address: address().await?,
+            choice,
+        })
     }
 
     pub(crate) async fn release(&self, release: Release, now: Timestamp) -> Result<(), PoolError> {
@@ -275,13 +410,19 @@ impl RedisStore {
             Outcome::Captcha => "c",
             Outcome::RateLimited { .. } => "r",
         };
-        let (lid, slot) = (release.lease.id.0.to_string(), release.slot.to_string());
-        let mut args = vec![Arg::Str(&lid), Arg::Str(&slot), Arg::Str(class)];
-        args.extend(self.health_args());
-        self.run(&self.scripts.release, now, &args)
+        let args = [
+            Arg::Int(release.lease.id.0),
+            Arg::Int(u64::from(release.slot)),
+            Arg::Str(class),
+            Arg::Float(self.jitter()),
+            Arg::Str(&self.health),
+        ];
+        let reply = self
+            .call(&self.functions.release, now, self.claim_sweep(now), &args)
             .await
-            .map(drop)
-            .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))
+            .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))?;
+        self.note_more(matches!(reply, Value::Int(1)));
+        Ok(())
     }
 
     /// From `Drop`: spawned on the current runtime if there is one; otherwise (or if Redis
@@ -292,31 +433,25 @@ impl RedisStore {
         };
         let me = std::sync::Arc::clone(self);
         rt.spawn(async move {
-            let (lid, slot) = (lease.id.0.to_string(), slot.to_string());
-            if let Err(e) = me
-                .run(&me.scripts.abandon, now, &[Arg::Str(&lid), Arg::Str(&slot)])
+            let args = [Arg::Int(lease.id.0), Arg::Int(u64::from(slot))];
+            match me
+                .call(&me.functions.abandon, now, me.claim_sweep(now), &args)
                 .await
             {
-                tracing::warn!(target: "proxypool::redis", error = %e, "abandon lost; the lease TTL frees it");
+                Ok(reply) => me.note_more(matches!(reply, Value::Int(1))),
+                Err(e) => {
+                    tracing::warn!(target: "proxypool::redis", error = %e, "abandon lost; the lease TTL frees it");
+                }
             }
         });
     }
 
-    async fn admin(&self, op: &str, arg: &str, name: &str, now: Timestamp) -> Result<bool, String> {
-        let reply = self
-            .run(
-                &self.scripts.admin,
-                now,
-                &[Arg::Str(op), Arg::Str(arg), Arg::Str(name)],
-            )
-            .await
-            .map_err(|e| unavailable(&e))?;
-        Ok(matches!(reply, Value::Int(1)))
-    }
-
     pub(crate) async fn end_session(&self, key: &str, now: Timestamp) -> bool {
-        match self.admin("end_session", key, "", now).await {
-            Ok(ended) => ended,
+        match self
+            .call(&self.functions.end_session, now, true, &[Arg::Str(key)])
+            .await
+        {
+            Ok(reply) => matches!(reply, Value::Int(1)),
             Err(e) => {
                 tracing::warn!(target: "proxypool::redis", error = %e, "end_session failed");
                 false
@@ -330,9 +465,18 @@ impl RedisStore {
         address: &ProxyAddress,
         now: Timestamp,
     ) -> Result<bool, PoolError> {
-        self.admin("add", address.as_str(), address.redacted(), now)
+        let url = address.as_str();
+        let mut args = vec![
+            Arg::Str(url),
+            Arg::Str(address.redacted()),
+            Arg::Int(fingerprint(url) >> TO_52_BITS),
+        ];
+        args.extend(points(url, self.cfg.ring_vnodes).map(|p| Arg::Int(p >> TO_52_BITS)));
+        let reply = self
+            .call(&self.functions.add, now, true, &args)
             .await
-            .map_err(PoolError::StoreUnavailable)
+            .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))?;
+        Ok(matches!(reply, Value::Int(1)))
     }
 
     pub(crate) async fn add(&self, address: ProxyAddress, now: Timestamp) -> Result<(), PoolError> {
@@ -348,11 +492,16 @@ impl RedisStore {
         address: &ProxyAddress,
         now: Timestamp,
     ) -> Result<(), PoolError> {
-        let removed = self
-            .admin("remove", address.as_str(), "", now)
+        let reply = self
+            .call(
+                &self.functions.remove,
+                now,
+                true,
+                &[Arg::Str(address.as_str())],
+            )
             .await
-            .map_err(PoolError::StoreUnavailable)?;
-        if removed {
+            .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))?;
+        if matches!(reply, Value::Int(1)) {
             Ok(())
         } else {
             Err(PoolError::UnknownAddress(address.clone()))
@@ -365,14 +514,14 @@ impl RedisStore {
         passed: bool,
         now: Timestamp,
     ) -> Result<(), PoolError> {
-        let mut args = vec![
+        let args = [
             Arg::Str(address.as_str()),
             Arg::Str(if passed { "1" } else { "0" }),
-            Arg::Str(""),
+            Arg::Float(self.jitter()),
+            Arg::Str(&self.health),
         ];
-        args.extend(self.health_args());
         let reply = self
-            .run(&self.scripts.probe, now, &args)
+            .call(&self.functions.probe, now, true, &args)
             .await
             .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))?;
         if matches!(reply, Value::Int(1)) {
@@ -385,7 +534,7 @@ impl RedisStore {
     /// The raw shared state, one round trip.
     pub(crate) async fn read(&self, now: Timestamp) -> Result<SharedView, String> {
         let reply = self
-            .run(&self.scripts.snapshot, now, &[])
+            .call(&self.functions.snapshot, now, true, &[])
             .await
             .map_err(|e| unavailable(&e))?;
         SharedView::parse(reply, now, &self.cfg).ok_or_else(|| "malformed snapshot reply".into())
@@ -412,50 +561,39 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
-fn parse_grant(reply: Value, key: &str) -> Result<Grant, AcquireError> {
+/// The acquire function's reply.
+struct AcquireReply {
+    lease: u64,
+    id: u32,
+    choice: Option<Choice>,
+    refusal: Option<&'static str>,
+    more: bool,
+}
+
+fn parse_acquire(reply: Value) -> Result<AcquireReply, AcquireError> {
     let malformed = || AcquireError::StoreUnavailable("malformed acquire reply".into());
     let Value::Array(items) = reply else {
         return Err(malformed());
     };
-    match items.as_slice() {
-        [Value::Int(lid), Value::Int(slot), url, choice] => {
-            let address = text(url)
-                .and_then(|u| ProxyAddress::parse(&u).ok())
-                .ok_or_else(malformed)?;
-            let choice = match text(choice).as_deref() {
-                Some("bound") => Choice::Bound,
-                Some("hashed") => Choice::Hashed,
-                Some("weighted") => Choice::Weighted,
-                _ => return Err(malformed()),
-            };
-            Ok(Grant {
-                lease: LeaseRef::shared(LeaseId(u64::try_from(*lid).map_err(|_| malformed())?)),
-                slot: u32::try_from(*slot).map_err(|_| malformed())?,
-                site: 0,
-                address,
-                choice,
-            })
-        }
-        [_, kind, url] => {
-            let address = || {
-                text(url)
-                    .and_then(|u| ProxyAddress::parse(&u).ok())
-                    .ok_or_else(malformed)
-            };
-            match text(kind).as_deref() {
-                Some("broken") => Err(AcquireError::SessionBroken {
-                    key: key.to_owned(),
-                    address: address()?,
-                }),
-                Some("busy") => Err(AcquireError::BoundAddressBusy {
-                    key: key.to_owned(),
-                    address: address()?,
-                }),
-                _ => Err(AcquireError::NoAddressAvailable),
-            }
-        }
-        _ => Err(malformed()),
-    }
+    let [Value::Int(lease), Value::Int(id), tag, Value::Int(more)] = items.as_slice() else {
+        return Err(malformed());
+    };
+    let (choice, refusal) = match text(tag).as_deref() {
+        Some("bound") => (Some(Choice::Bound), None),
+        Some("hashed") => (Some(Choice::Hashed), None),
+        Some("weighted") => (Some(Choice::Weighted), None),
+        Some("broken") => (None, Some("broken")),
+        Some("busy") => (None, Some("busy")),
+        Some("none") => (None, Some("none")),
+        _ => return Err(malformed()),
+    };
+    Ok(AcquireReply {
+        lease: u64::try_from(*lease).map_err(|_| malformed())?,
+        id: u32::try_from(*id).map_err(|_| malformed())?,
+        choice,
+        refusal,
+        more: *more == 1,
+    })
 }
 
 /// The shared state as the snapshot script returns it.
@@ -520,37 +658,32 @@ impl SharedView {
         let Value::Array(parts) = reply else {
             return None;
         };
-        let [
-            state,
-            url,
-            name,
-            leases,
-            keys,
-            since,
-            qexp,
-            level,
-            cycles,
-            meta,
-            bindings,
-            log,
-        ] = parts.as_slice()
-        else {
+        let [state, url, name, rows_in, qexp, meta, bindings, log] = parts.as_slice() else {
             return None;
         };
-        let (url, name, leases, keys, since) =
-            (map(url), map(name), map(leases), map(keys), map(since));
-        let (qexp, level, cycles, meta) = (map(qexp), map(level), map(cycles), map(meta));
+        let (url, name, qexp, meta) = (map(url), map(name), map(qexp), map(meta));
         let n = |m: &HashMap<String, String>, k: &str| {
             m.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        };
+        let Value::Array(rows_in) = rows_in else {
+            return None;
+        };
+        let Value::Array(state) = state else {
+            return None;
         };
         let mut view = Self::empty(now);
         let mut by_state = [0usize; 5];
         let mut rows = Vec::new();
-        for (id, s) in map(state) {
-            let Some(st) = state_of(&s) else { continue };
+        // `rows_in` holds each address's hash in the order of the state index's pairs.
+        for (pair, a) in state.chunks(2).zip(rows_in) {
+            let (Some(id), Some(st)) = (text(&pair[0]), pair.get(1).and_then(text)) else {
+                continue;
+            };
+            let Some(st) = state_of(&st) else { continue };
             let Some(full) = url.get(&id).and_then(|u| ProxyAddress::parse(u).ok()) else {
                 continue;
             };
+            let a = map(a);
             let redacted = name
                 .get(&id)
                 .cloned()
@@ -561,12 +694,12 @@ impl SharedView {
                 fingerprint: format!("{:016x}", fingerprint(full.as_str())),
                 sub_pools: Vec::new(),
                 state: st,
-                state_since_ms: n(&since, &id),
+                state_since_ms: n(&a, "t"),
                 reason: String::new(),
                 weight: 0.0,
                 ramp_share: None,
-                active_leases: u32::try_from(n(&leases, &id)).unwrap_or(u32::MAX),
-                bound_keys: n(&keys, &id),
+                active_leases: u32::try_from(n(&a, "n")).unwrap_or(u32::MAX),
+                bound_keys: n(&a, "k"),
                 window_samples: 0,
                 success_rate: None,
                 captcha_rate: None,
@@ -577,8 +710,8 @@ impl SharedView {
                     .and_then(|v| v.parse::<f64>().ok())
                     .map(|v| v as u64),
                 quarantine_entries: 0,
-                backoff_level: u32::try_from(n(&level, &id)).unwrap_or(u32::MAX),
-                failed_cycles: u32::try_from(n(&cycles, &id)).unwrap_or(u32::MAX),
+                backoff_level: u32::try_from(n(&a, "lv")).unwrap_or(u32::MAX),
+                failed_cycles: u32::try_from(n(&a, "cy")).unwrap_or(u32::MAX),
                 totals: Totals::default(),
             };
             rows.push((row, full));
@@ -617,9 +750,12 @@ impl SharedView {
             _ => 0,
         };
         p.acquired = n(&meta, "seq");
-        p.released = n(&meta, "released");
         p.abandoned = n(&meta, "abandoned");
         p.expired = n(&meta, "expired");
+        // Every lease is released, expired, abandoned or still open.
+        p.released = p
+            .acquired
+            .saturating_sub(p.active_leases + p.abandoned + p.expired);
         p.unavailable = n(&meta, "none");
         p.sessions_broken = n(&meta, "broken");
         if let Value::Array(entries) = log {

@@ -35,6 +35,11 @@ pub(crate) fn fingerprint(address: &str) -> u64 {
     sip(RING_KEY, &[address.as_bytes()])
 }
 
+/// The `vnodes` points of an address on the ring.
+pub(crate) fn points(address: &str, vnodes: u32) -> impl Iterator<Item = u64> + '_ {
+    (0..vnodes).map(move |v| sip(RING_KEY, &[address.as_bytes(), b"#", &v.to_le_bytes()]))
+}
+
 /// How fast capacities open from ⌊x⌋ to ⌈x⌉ as x grows past an integer (see [`Capacity`]).
 const OPENING: f64 = 8.0;
 
@@ -114,10 +119,8 @@ impl Ring {
     /// Adds addresses in one sort, so building a ring of 10 000 addresses stays cheap.
     pub(crate) fn insert_many<'a>(&mut self, items: impl IntoIterator<Item = (Slot, &'a str)>) {
         for (slot, address) in items {
-            for v in 0..self.vnodes {
-                let point = sip(RING_KEY, &[address.as_bytes(), b"#", &v.to_le_bytes()]);
-                self.points.push((point, slot));
-            }
+            self.points
+                .extend(points(address, self.vnodes).map(|point| (point, slot)));
         }
         self.points.sort_unstable();
     }

@@ -1,0 +1,462 @@
+#!lua name=__LIB__
+-- The Redis store as one function library: loaded once per server (FUNCTION LOAD), called with
+-- FCALL. Nothing is parsed or defined again per call, which matters: on Redis 7.0 a script's
+-- fixed cost and each redis.call are the whole price of an acquire or a release.
+--
+-- Every function takes one key, the pool's meta hash `proxypool:{NAME}:meta`; the pool's other
+-- keys share its prefix, so they share its hash tag and Cluster slot.
+--
+-- Arguments common to every function: ARGV[1] now (ms, the caller's pool clock), [2] '1' to
+-- sweep due deadlines first, [3] the per-address lease cap. Acquire, release and abandon reply
+-- with a flag `more`: 1 when the sweep stopped at its limit and the caller should sweep again.
+--
+-- Key layout (suffixes of the prefix):
+--   meta   hash: counters (seq, released, expired, …), `bound`, `offered`, `q`, `next_id`
+--   url    hash id → full URL (kept after removal: broken sessions name their address)
+--   name   hash id → redacted URL
+--   byurl  hash full URL → id (present addresses only)
+--   state  hash id → health state (present addresses only; the index for scans)
+--   a:ID   hash of one address: s state, n open leases, k bound keys, w outcome window,
+--          t state since, lv backoff level, cy failed cycles, st success streak,
+--          fp fingerprint (52 bits), v ring points
+--   due    zset of deadlines: 'l<lease>:<id>' lease TTL (P14), 'b<key>' binding TTL (P2),
+--          'q<id>' end of a quarantine wait (P6). Redis 7.0 has no per-field TTL.
+--   bind   hash key → id (P2)
+--   pass   zset 'id:step' → pass, of the addresses offered for keyless work and below the cap
+--   ring   zset 'id:v' → point, the consistent-hash ring (P1), at the points the client computes
+--   log    list of state transitions, newest first
+
+local NAMES = {'meta', 'url', 'name', 'byurl', 'state', 'due', 'bind', 'log', 'pass', 'ring'}
+local pools = {}
+
+local function keys_of(meta)
+  local K = pools[meta]
+  if K then return K end
+  local prefix = string.sub(meta, 1, -5)
+  K = {prefix = prefix}
+  for _, n in ipairs(NAMES) do K[n] = prefix .. n end
+  pools[meta] = K
+  return K
+end
+
+local function addr(K, id) return K.prefix .. 'a:' .. id end
+
+local function num(v) return tonumber(v or '0') or 0 end
+
+-- Keyless selection is stride scheduling (smooth weighted): the member of `pass` with the lowest
+-- pass wins and its pass grows by its step, the inverse of its weight. The step is in the
+-- member's name so that picking needs no second read.
+local STEP = {healthy = 1, degraded = 2, probing = 10}
+local BY_STEP = {['1'] = 'healthy', ['2'] = 'degraded', ['10'] = 'probing'}
+
+local function member(id, s) return id .. ':' .. STEP[s] end
+
+-- Quarantined and probing count against the quarantine cap (the episode is still open).
+local function counted(s) return s == 'quarantined' or s == 'probing' end
+
+-- Joining afresh: at the current lowest pass, so no catch-up burst.
+local function join_pass(K, m)
+  local head = redis.call('ZRANGE', K.pass, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', K.pass, head[2] or 0, m)
+end
+
+local function set_state(K, id, to, reason, now, cap)
+  local a = addr(K, id)
+  local f = redis.call('HMGET', a, 's', 'n')
+  local from, n = f[1] or 'absent', num(f[2])
+  redis.call('HSET', a, 's', to, 't', now)
+  redis.call('HSET', K.state, id, to)
+  if counted(to) and not counted(from) then
+    local q = redis.call('HINCRBY', K.meta, 'q', '1')
+    if q > num(redis.call('HGET', K.meta, 'q_peak')) then redis.call('HSET', K.meta, 'q_peak', q) end
+  elseif counted(from) and not counted(to) then
+    redis.call('HINCRBY', K.meta, 'q', '-1')
+  end
+  if to == 'quarantined' then redis.call('HINCRBY', K.meta, 'q_entries', '1') end
+  if STEP[to] and not STEP[from] then
+    redis.call('HINCRBY', K.meta, 'offered', '1')
+  elseif STEP[from] and not STEP[to] then
+    redis.call('HINCRBY', K.meta, 'offered', '-1')
+  end
+  -- Membership of `pass`: offered and below the cap. A change of step keeps the pass.
+  local score = nil
+  if STEP[from] then
+    score = redis.call('ZSCORE', K.pass, member(id, from))
+    redis.call('ZREM', K.pass, member(id, from))
+  end
+  if STEP[to] and n < cap then
+    if score then redis.call('ZADD', K.pass, score, member(id, to)) else join_pass(K, member(id, to)) end
+  end
+  redis.call('LPUSH', K.log, table.concat({now, redis.call('HGET', K.name, id) or id, from, to, reason}, '\t'))
+  redis.call('LTRIM', K.log, 0, 999)
+end
+
+local function unbind(K, key)
+  local id = redis.call('HGET', K.bind, key)
+  redis.call('ZREM', K.due, 'b' .. key)
+  if not id then return false end
+  redis.call('HDEL', K.bind, key)
+  redis.call('HINCRBY', K.meta, 'bound', '-1')
+  if redis.call('HEXISTS', K.state, id) == 1 then redis.call('HINCRBY', addr(K, id), 'k', '-1') end
+  return true
+end
+
+-- Frees the slot of an open lease; false if it was closed or expired already. `s` is the
+-- address's state (nil: removed, nothing to count).
+local function close_lease(K, lid, id, s, cap)
+  if redis.call('ZREM', K.due, 'l' .. lid .. ':' .. id) == 0 then return false end
+  if s then
+    local n = redis.call('HINCRBY', addr(K, id), 'n', '-1')
+    -- Back below the cap: offered for keyless work again.
+    if n == cap - 1 and STEP[s] then join_pass(K, member(id, s)) end
+  end
+  return true
+end
+
+-- Takes one more lease on `id` (state `s`) if the cap allows, and sets its deadline — with the
+-- binding's, for a key, in the same ZADD. Returns the lease id, or nil at the cap. (Arguments
+-- to redis.call are strings where possible: Lua 5.1 turns each number into one with sprintf.)
+local function take(K, id, s, cap, lease_deadline, session_deadline, key)
+  local a = addr(K, id)
+  local n = redis.call('HINCRBY', a, 'n', '1')
+  if n > cap then
+    redis.call('HINCRBY', a, 'n', '-1')
+    return nil
+  end
+  if n == cap and STEP[s] then redis.call('ZREM', K.pass, member(id, s)) end
+  local lid = redis.call('HINCRBY', K.meta, 'seq', '1')
+  local lease = 'l' .. lid .. ':' .. id
+  if key then
+    redis.call('ZADD', K.due, lease_deadline, lease, session_deadline, 'b' .. key)
+  else
+    redis.call('ZADD', K.due, lease_deadline, lease)
+  end
+  return lid
+end
+
+local function sweep(K, now, now_text, cap)
+  local due = redis.call('ZRANGE', K.due, '-inf', now_text, 'BYSCORE', 'LIMIT', '0', '64')
+  for _, m in ipairs(due) do
+    local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
+    if kind == 'l' then
+      local lid, id = string.match(rest, '^(%d+):(%d+)$')
+      if close_lease(K, lid, id, redis.call('HGET', addr(K, id), 's'), cap) then
+        redis.call('HINCRBY', K.meta, 'expired', '1')
+      end
+    elseif kind == 'b' then
+      unbind(K, rest)
+    else
+      redis.call('ZREM', K.due, m)
+      if redis.call('HGET', addr(K, rest), 's') == 'quarantined' then
+        redis.call('HSET', addr(K, rest), 'st', '0')
+        set_state(K, rest, 'probing', 'quarantine wait over; half-open', now, cap)
+      end
+    end
+  end
+  return #due == 64 and 1 or 0
+end
+
+-- The call's context from the common arguments; sweeps if asked.
+local function open(keys, args)
+  local K = keys_of(keys[1])
+  local now, cap = tonumber(args[1]), tonumber(args[3])
+  local more = 0
+  if args[2] == '1' then more = sweep(K, now, args[1], cap) end
+  return K, now, cap, more
+end
+
+-- Health settings come as one space-separated argument, parsed when a judgement needs them:
+-- recent, recent failures, quarantine cap fraction, minimum in service, backoff base ms,
+-- backoff max ms, dead after cycles, rise successes, minimum dwell ms.
+local HEALTH_FIELDS = {'recent', 'recent_failures', 'qcap', 'min_in_service', 'base', 'max', 'dead_after', 'rise', 'dwell'}
+local parsed_health = {}
+
+local function health(text)
+  local h = parsed_health[text]
+  if h then return h end
+  h = {}
+  local i = 1
+  for v in string.gmatch(text, '%S+') do
+    h[HEALTH_FIELDS[i]] = tonumber(v)
+    i = i + 1
+  end
+  parsed_health[text] = h
+  return h
+end
+
+local function quarantine(K, id, from, reason, now, cap, H, jitter)
+  local a = addr(K, id)
+  local total = redis.call('HLEN', K.state)
+  local qcap = math.max(1, math.ceil(H.qcap * total))
+  local m = redis.call('HMGET', K.meta, 'q', 'offered')
+  local q, offered = num(m[1]), num(m[2])
+  local min_in_service = math.min(H.min_in_service, total)
+  local refusal = nil
+  if not counted(from) and q >= qcap then
+    refusal = 'quarantine cap ' .. qcap .. ' reached'
+  elseif offered - 1 < min_in_service then
+    refusal = 'minimum in service ' .. min_in_service
+  end
+  if refusal then
+    if from == 'healthy' then
+      set_state(K, id, 'degraded', reason .. '; kept in service at reduced weight: ' .. refusal, now, cap)
+    elseif from == 'probing' then
+      redis.call('HSET', a, 'st', '0')
+    end
+    return
+  end
+  local cycles = num(redis.call('HGET', a, 'cy'))
+  if from == 'probing' then
+    cycles = cycles + 1
+    redis.call('HSET', a, 'cy', cycles)
+  end
+  redis.call('HDEL', a, 'w')
+  if cycles >= H.dead_after then
+    set_state(K, id, 'dead', reason .. '; ' .. cycles .. ' failed quarantine cycles in a row', now, cap)
+    return
+  end
+  local level = redis.call('HINCRBY', a, 'lv', '1') - 1
+  local wait = math.floor(math.min(H.base * 2 ^ level, H.max) * jitter)
+  redis.call('ZADD', K.due, now + wait, 'q' .. id)
+  set_state(K, id, 'quarantined', reason .. '; quarantined for ' .. math.floor(wait / 1000) .. ' s', now, cap)
+end
+
+-- One outcome of address `id` in state `s` with outcome window `win`: 's' success, 'f' failure,
+-- 'c' captcha (neither: the in-memory engine judges it per site, by its rate), anything else no
+-- health news. `settings` is the health argument, parsed only when a judgement needs it.
+local function outcome(K, id, class, s, win, now, cap, settings, jitter)
+  if not s then return end
+  local a = addr(K, id)
+  local function dwelt(H) return now - num(redis.call('HGET', a, 't')) >= H.dwell end
+  if s == 'probing' or s == 'dead' then
+    if class == 's' then
+      local H = health(settings)
+      local streak = redis.call('HINCRBY', a, 'st', '1')
+      if streak >= H.rise and dwelt(H) then
+        redis.call('HSET', a, 'cy', '0')
+        set_state(K, id, 'healthy', streak .. ' successes in a row', now, cap)
+      end
+    elseif class == 'f' and s == 'probing' then
+      quarantine(K, id, s, 'failure while probing', now, cap, health(settings), jitter)
+    elseif class == 'f' then
+      redis.call('HSET', a, 'st', '0')
+    end
+    return
+  end
+  if s ~= 'healthy' and s ~= 'degraded' then return end
+  if class ~= 's' and class ~= 'f' and class ~= 'c' then return end
+  -- The last `recent` outcomes, kept only while one of them is a failure: a clean record is
+  -- the common case and costs nothing more.
+  if not win and class ~= 'f' then
+    if s == 'degraded' and dwelt(health(settings)) then set_state(K, id, 'healthy', 'signals cleared', now, cap) end
+    return
+  end
+  local H = health(settings)
+  win = string.sub(class .. (win or ''), 1, H.recent)
+  local _, fails = string.gsub(win, 'f', '')
+  if fails == 0 then redis.call('HDEL', a, 'w') else redis.call('HSET', a, 'w', win) end
+  if class == 'f' and fails >= H.recent_failures then
+    quarantine(K, id, s, fails .. ' failures in the last ' .. #win .. ' outcomes', now, cap, H, jitter)
+  elseif s == 'degraded' and fails == 0 and dwelt(H) then
+    set_state(K, id, 'healthy', 'signals cleared', now, cap)
+  end
+end
+
+-- How many bound keys an address may hold when one more is placed: the port of
+-- `strategy::consistent_hash::Capacity`, with fingerprints and thresholds on 52 bits.
+local TWO52 = 2 ^ 52
+local function capacity(bound, addresses, factor)
+  if addresses == 0 then return 0, 0 end
+  local x = factor * (bound + 1) / addresses
+  if x < 1 then return 1, 0 end
+  local floor = math.floor(x)
+  return floor, math.min((x - floor) * 8, 1) * TWO52
+end
+
+-- acquire: ARGV[4] the lease's deadline, [5] key ('' = keyless), and for a key: [6] the
+-- session's deadline (ms), [7] the key's ring point, [8] load factor. Replies {lease id, address id, choice, more}, or on refusal
+-- {0, address id or 0, 'busy' | 'broken' | 'none', more}.
+local function acquire(keys, args)
+  local K, _, cap, more = open(keys, args)
+  local lease_deadline, key, session_deadline = args[4], args[5], args[6]
+  local function fail(kind, id)
+    redis.call('HINCRBY', K.meta, kind, '1')
+    return {0, tonumber(id or 0), kind, more}
+  end
+  if key == '' then
+    while true do
+      local m = redis.call('ZRANGE', K.pass, '0', '0')[1]
+      if not m then return fail('none') end
+      local id, step = string.match(m, '^(%d+):(%d+)$')
+      redis.call('ZINCRBY', K.pass, step, m)
+      local lid = take(K, id, BY_STEP[step], cap, lease_deadline)
+      if lid then return {lid, tonumber(id), 'weighted', more} end
+      -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
+      redis.call('ZREM', K.pass, m)
+    end
+  end
+  local id = redis.call('HGET', K.bind, key)
+  if id then
+    local s = redis.call('HGET', addr(K, id), 's')
+    if s == 'healthy' or s == 'degraded' then
+      local lid = take(K, id, s, cap, lease_deadline, session_deadline, key)
+      if not lid then return fail('busy', id) end
+      return {lid, tonumber(id), 'bound', more}
+    end
+    -- Quarantined, probing, dead or removed: never moved silently (P2).
+    unbind(K, key)
+    return fail('broken', id)
+  end
+  -- A new session: clockwise on the ring from the key's point to the first address in service
+  -- (not probing) below the lease cap whose bound keys leave room (bounded loads).
+  local point, factor = args[7], tonumber(args[8])
+  local m = redis.call('HMGET', K.meta, 'bound', 'offered')
+  local floor, threshold = capacity(num(m[1]), num(m[2]), factor)
+  local ceiling = floor + (threshold > 0 and 1 or 0)
+  local seen, fallback = {}, nil
+  local function bind(cid, s)
+    local lid = take(K, cid, s, cap, lease_deadline, session_deadline, key)
+    redis.call('HSET', K.bind, key, cid)
+    redis.call('HINCRBY', addr(K, cid), 'k', '1')
+    redis.call('HINCRBY', K.meta, 'bound', '1')
+    return {lid, tonumber(cid), 'hashed', more}
+  end
+  for _, range in ipairs({{point, '+inf'}, {'-inf', '(' .. point}}) do
+    local offset = 0
+    while true do
+      local points = redis.call('ZRANGE', K.ring, range[1], range[2], 'BYSCORE', 'LIMIT', offset, 32)
+      for _, p in ipairs(points) do
+        local cid = string.match(p, '^(%d+):')
+        if not seen[cid] then
+          seen[cid] = true
+          local f = redis.call('HMGET', addr(K, cid), 's', 'n', 'k', 'fp')
+          local s = f[1]
+          if (s == 'healthy' or s == 'degraded') and num(f[2]) < cap then
+            local k = num(f[3])
+            if k < floor + (num(f[4]) < threshold and 1 or 0) then return bind(cid, s) end
+            if not fallback and k < ceiling then fallback = {cid, s} end
+          end
+        end
+      end
+      if #points < 32 then break end
+      offset = offset + 32
+    end
+  end
+  if fallback then return bind(fallback[1], fallback[2]) end
+  return fail('none')
+end
+
+-- release: ARGV[4] lease id, [5] address id, [6] outcome class, [7] backoff jitter factor,
+-- [8] health settings. An expired lease frees nothing twice, but its outcome is still news.
+local function release(keys, args)
+  local K, now, cap, more = open(keys, args)
+  local lid, id, class = args[4], args[5], args[6]
+  local f = redis.call('HMGET', addr(K, id), 's', 'w')
+  local s = f[1]
+  -- Released leases are not counted here: every lease is released, expired, abandoned or
+  -- open, so the snapshot derives the count from the others.
+  close_lease(K, lid, id, s, cap)
+  outcome(K, id, class, s, f[2], now, cap, args[8], tonumber(args[7]))
+  return more
+end
+
+-- abandon (a dropped lease): ARGV[4] lease id, [5] address id. Frees the slot, no outcome.
+local function abandon(keys, args)
+  local K, _, cap, more = open(keys, args)
+  local id = args[5]
+  if close_lease(K, args[4], id, redis.call('HGET', addr(K, id), 's'), cap) then
+    redis.call('HINCRBY', K.meta, 'abandoned', '1')
+  end
+  return more
+end
+
+-- probe report: ARGV[4] url, [5] '1' passed / '0' failed, [6] jitter, [7] health settings.
+-- Probing or dead: a pass counts toward the rise; probing: a failure back to quarantine; in
+-- service: a failure is one failed outcome; a pass there is not news. Replies 0 if unknown.
+local function probe(keys, args)
+  local K, now, cap = open(keys, args)
+  local id = redis.call('HGET', K.byurl, args[4])
+  if not id then return 0 end
+  local f = redis.call('HMGET', addr(K, id), 's', 'w')
+  local s = f[1]
+  if args[5] == '1' then
+    if s == 'probing' or s == 'dead' then outcome(K, id, 's', s, f[2], now, cap, args[7], tonumber(args[6])) end
+  else
+    outcome(K, id, 'f', s, f[2], now, cap, args[7], tonumber(args[6]))
+  end
+  return 1
+end
+
+-- add: ARGV[4] url, [5] redacted name, [6] fingerprint (52 bits), [7..] ring points.
+-- Replies 0 if the URL is present already (every process may add the same start list).
+local function add(keys, args)
+  local K, now, cap = open(keys, args)
+  local url = args[4]
+  if redis.call('HEXISTS', K.byurl, url) == 1 then return 0 end
+  local id = redis.call('HINCRBY', K.meta, 'next_id', '1')
+  redis.call('HSET', K.url, id, url)
+  redis.call('HSET', K.name, id, args[5])
+  redis.call('HSET', K.byurl, url, id)
+  local points = {}
+  for i = 7, #args do
+    points[#points + 1] = args[i]
+    points[#points + 1] = id .. ':' .. (i - 7)
+  end
+  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[6], 'v', #args - 6)
+  if #points > 0 then redis.call('ZADD', K.ring, unpack(points)) end
+  set_state(K, id, 'healthy', 'added', now, cap)
+  return 1
+end
+
+-- remove: ARGV[4] url. The url and name stay: bindings to it report a broken session with its
+-- address. Replies 0 if unknown.
+local function remove(keys, args)
+  local K, now, cap = open(keys, args)
+  local id = redis.call('HGET', K.byurl, args[4])
+  if not id then return 0 end
+  set_state(K, id, 'removed', 'removed', now, cap)
+  local a = addr(K, id)
+  local points = {}
+  for v = 0, num(redis.call('HGET', a, 'v')) - 1 do points[#points + 1] = id .. ':' .. v end
+  if #points > 0 then redis.call('ZREM', K.ring, unpack(points)) end
+  redis.call('HDEL', K.byurl, args[4])
+  redis.call('HDEL', K.state, id)
+  redis.call('DEL', a)
+  redis.call('ZREM', K.due, 'q' .. id)
+  return 1
+end
+
+-- end_session: ARGV[4] key. Replies 1 if it was bound.
+local function end_session(keys, args)
+  local K = open(keys, args)
+  return unbind(K, args[4]) and 1 or 0
+end
+
+-- snapshot: everything the client needs to build a Snapshot, in one round trip: the state
+-- index, URLs, names, each present address's hash (in the index's order), quarantine
+-- deadlines, meta, the number of bindings and the newest 200 transitions.
+local function snapshot(keys, args)
+  local K = open(keys, args)
+  local states = redis.call('HGETALL', K.state)
+  local rows, until_ms = {}, {}
+  for i = 1, #states, 2 do
+    rows[#rows + 1] = redis.call('HGETALL', addr(K, states[i]))
+    if states[i + 1] == 'quarantined' then
+      until_ms[#until_ms + 1] = states[i]
+      until_ms[#until_ms + 1] = redis.call('ZSCORE', K.due, 'q' .. states[i])
+    end
+  end
+  return {
+    states, redis.call('HGETALL', K.url), redis.call('HGETALL', K.name), rows, until_ms,
+    redis.call('HGETALL', K.meta), redis.call('HLEN', K.bind), redis.call('LRANGE', K.log, 0, 199)
+  }
+end
+
+redis.register_function('__LIB___acquire', acquire)
+redis.register_function('__LIB___release', release)
+redis.register_function('__LIB___abandon', abandon)
+redis.register_function('__LIB___probe', probe)
+redis.register_function('__LIB___add', add)
+redis.register_function('__LIB___remove', remove)
+redis.register_function('__LIB___end_session', end_session)
+redis.register_function('__LIB___snapshot', snapshot)
