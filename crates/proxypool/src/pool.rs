@@ -235,7 +235,7 @@ impl PoolBuilder {
             }
             return Ok(Pool {
                 shared: Arc::new(Shared {
-                    store: Store::Redis(Arc::new(store)),
+                    store: Store::Redis(store),
                     clock,
                 }),
             });

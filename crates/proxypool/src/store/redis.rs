@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -29,6 +29,11 @@ use rand::{Rng, SeedableRng};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Value};
+use tokio::sync::oneshot;
+
+mod batch;
+
+use batch::{Job, Queue};
 
 use super::{Grant, Release};
 use crate::address::ProxyAddress;
@@ -100,7 +105,6 @@ const TO_52_BITS: u32 = 12;
 struct Functions {
     acquire: String,
     release: String,
-    abandon: String,
     probe: String,
     add: String,
     remove: String,
@@ -131,6 +135,27 @@ pub(crate) struct RedisStore {
     /// Address id → address. Ids are never reused and an id's URL never changes, so entries
     /// never go stale.
     addresses: RwLock<HashMap<u32, ProxyAddress>>,
+    acquires: Queue<AcquireRequest, Result<AcquireReply, String>>,
+    releases: Queue<ReleaseRequest, Result<(), String>>,
+}
+
+/// One acquire in a batch.
+struct AcquireRequest {
+    now: Timestamp,
+    /// Empty for keyless work.
+    key: String,
+    /// The key's point on the ring.
+    point: u64,
+}
+
+/// One release (or abandon) in a batch.
+struct ReleaseRequest {
+    now: Timestamp,
+    lease: u64,
+    id: u32,
+    /// The outcome class the library judges: 's', 'f', 'c', 'r', or 'a' for an abandon.
+    class: &'static str,
+    jitter: f64,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -148,12 +173,13 @@ enum Arg<'a> {
 }
 
 impl RedisStore {
-    /// Connects and loads the function library.
+    /// Connects, loads the function library and starts the batch workers on the current
+    /// tokio runtime (they stop when the store is dropped).
     pub(crate) async fn connect(
         options: &RedisOptions,
         cfg: PoolConfig,
         seed: Option<u64>,
-    ) -> Result<Self, String> {
+    ) -> Result<Arc<Self>, String> {
         let t = Some(options.timeout);
         let conn = if options.cluster {
             let client = redis::cluster::ClusterClient::builder(options.nodes.clone())
@@ -187,7 +213,19 @@ impl RedisStore {
         let name = format!("proxypool_{:012x}", fingerprint(LIBRARY) >> 16);
         let f = |op: &str| format!("{name}_{op}");
         let (h, b) = (&cfg.health, &cfg.backoff);
-        let store = Self {
+        let health = format!(
+            "{} {} {} {} {} {} {} {} {}",
+            h.recent,
+            h.recent_failures,
+            cfg.quarantine_cap,
+            cfg.min_in_service,
+            millis(b.base),
+            millis(b.cap),
+            h.dead_after_cycles,
+            h.rise_successes,
+            millis(h.min_dwell),
+        );
+        let store = Arc::new_cyclic(|me: &Weak<Self>| Self {
             conn,
             meta: format!("proxypool:{{{tag}}}:meta"),
             url_key: format!("proxypool:{{{tag}}}:url"),
@@ -195,31 +233,21 @@ impl RedisStore {
             functions: Functions {
                 acquire: f("acquire"),
                 release: f("release"),
-                abandon: f("abandon"),
                 probe: f("probe"),
                 add: f("add"),
                 remove: f("remove"),
                 end_session: f("end_session"),
                 snapshot: f("snapshot"),
             },
-            health: format!(
-                "{} {} {} {} {} {} {} {} {}",
-                h.recent,
-                h.recent_failures,
-                cfg.quarantine_cap,
-                cfg.min_in_service,
-                millis(b.base),
-                millis(b.cap),
-                h.dead_after_cycles,
-                h.rise_successes,
-                millis(h.min_dwell),
-            ),
+            health,
             cfg,
             timeout: options.timeout,
             rng: Mutex::new(rng),
             last_sweep: AtomicU64::new(u64::MAX),
             addresses: RwLock::new(HashMap::new()),
-        };
+            acquires: batch::spawn(me.clone(), Self::acquire_batch),
+            releases: batch::spawn(me.clone(), Self::release_batch),
+        });
         store.load().await.map_err(|e| {
             if e.to_string().contains("unknown command") {
                 format!("the Redis store needs Redis 7.0 or later (FUNCTION LOAD): {e}")
@@ -336,6 +364,24 @@ impl RedisStore {
         Ok(address)
     }
 
+    /// Sends `request` with the next batch of its queue and waits for its answer, at most the
+    /// timeout.
+    async fn batched<R, O>(
+        &self,
+        queue: &Queue<R, Result<O, String>>,
+        request: R,
+    ) -> Result<O, String> {
+        let (reply, answer) = oneshot::channel();
+        queue
+            .send(Job { request, reply })
+            .map_err(|_| "the store's batch worker has stopped (its runtime is gone)".to_owned())?;
+        match tokio::time::timeout(self.timeout, answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err("the store's batch worker has stopped (its runtime is gone)".into()),
+            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+        }
+    }
+
     pub(crate) async fn acquire(
         &self,
         ticket: &Ticket,
@@ -346,33 +392,19 @@ impl RedisStore {
             return Err(AcquireError::UnknownSubPool(sp.to_string()));
         }
         let key = ticket.key.as_deref().unwrap_or("");
-        let mut args = vec![
-            Arg::Int(now.as_millis().saturating_add(millis(self.cfg.lease_ttl))),
-            Arg::Str(key),
-        ];
-        if !key.is_empty() {
-            args.extend([
-                Arg::Int(now.as_millis().saturating_add(millis(self.cfg.sticky_ttl))),
-                Arg::Int(key_hash(key) >> TO_52_BITS),
-                Arg::Float(self.cfg.load_factor),
-            ]);
-        }
-        let swept = self.claim_sweep(now);
-        let unavailable = |e: redis::RedisError| AcquireError::StoreUnavailable(unavailable(&e));
-        let mut reply = parse_acquire(
-            self.call(&self.functions.acquire, now, swept, &args)
-                .await
-                .map_err(unavailable)?,
-        )?;
-        if !swept && reply.refusal == Some("none") {
-            // Expired leases may be what holds the capacity: sweep before saying no.
-            reply = parse_acquire(
-                self.call(&self.functions.acquire, now, true, &args)
-                    .await
-                    .map_err(unavailable)?,
-            )?;
-        }
-        self.note_more(reply.more);
+        let request = AcquireRequest {
+            now,
+            key: key.to_owned(),
+            point: if key.is_empty() {
+                0
+            } else {
+                key_hash(key) >> TO_52_BITS
+            },
+        };
+        let reply = self
+            .batched(&self.acquires, request)
+            .await
+            .map_err(AcquireError::StoreUnavailable)?;
         let address = || async {
             self.address(reply.id)
                 .await
@@ -403,6 +435,43 @@ impl RedisStore {
         })
     }
 
+    /// One FCALL for a batch of acquires, at the latest `now` among them.
+    async fn acquire_batch(
+        self: Arc<Self>,
+        jobs: Vec<Job<AcquireRequest, Result<AcquireReply, String>>>,
+    ) {
+        let now = jobs.iter().map(|j| j.request.now).max().unwrap_or_default();
+        let mut args = vec![
+            Arg::Int(now.as_millis().saturating_add(millis(self.cfg.lease_ttl))),
+            Arg::Int(now.as_millis().saturating_add(millis(self.cfg.sticky_ttl))),
+            Arg::Float(self.cfg.load_factor),
+        ];
+        for j in &jobs {
+            args.push(Arg::Str(&j.request.key));
+            args.push(Arg::Int(j.request.point));
+        }
+        let reply = self
+            .call(&self.functions.acquire, now, self.claim_sweep(now), &args)
+            .await
+            .map_err(|e| unavailable(&e))
+            .and_then(|v| {
+                parse_acquires(v, jobs.len()).ok_or_else(|| "malformed acquire reply".into())
+            });
+        match reply {
+            Ok((replies, more)) => {
+                self.note_more(more);
+                for (job, r) in jobs.into_iter().zip(replies) {
+                    let _ = job.reply.send(Ok(r));
+                }
+            }
+            Err(e) => {
+                for job in jobs {
+                    let _ = job.reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
     pub(crate) async fn release(&self, release: Release, now: Timestamp) -> Result<(), PoolError> {
         let class = match release.outcome {
             Outcome::Success { .. } => "s",
@@ -410,40 +479,65 @@ impl RedisStore {
             Outcome::Captcha => "c",
             Outcome::RateLimited { .. } => "r",
         };
-        let args = [
-            Arg::Int(release.lease.id.0),
-            Arg::Int(u64::from(release.slot)),
-            Arg::Str(class),
-            Arg::Float(self.jitter()),
-            Arg::Str(&self.health),
-        ];
-        let reply = self
-            .call(&self.functions.release, now, self.claim_sweep(now), &args)
+        let request = ReleaseRequest {
+            now,
+            lease: release.lease.id.0,
+            id: release.slot,
+            class,
+            jitter: self.jitter(),
+        };
+        self.batched(&self.releases, request)
             .await
-            .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))?;
-        self.note_more(matches!(reply, Value::Int(1)));
-        Ok(())
+            .map_err(PoolError::StoreUnavailable)
     }
 
-    /// From `Drop`: spawned on the current runtime if there is one; otherwise (or if Redis
-    /// fails) the lease TTL frees the slot.
-    pub(crate) fn abandon(self: &std::sync::Arc<Self>, lease: LeaseRef, slot: u32, now: Timestamp) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
+    /// From `Drop`: queued with the releases, unanswered. Should it be lost (no runtime, Redis
+    /// down), the lease TTL frees the slot.
+    pub(crate) fn abandon(&self, lease: LeaseRef, slot: u32, now: Timestamp) {
+        let (reply, _) = oneshot::channel();
+        let request = ReleaseRequest {
+            now,
+            lease: lease.id.0,
+            id: slot,
+            class: "a",
+            jitter: 1.0,
         };
-        let me = std::sync::Arc::clone(self);
-        rt.spawn(async move {
-            let args = [Arg::Int(lease.id.0), Arg::Int(u64::from(slot))];
-            match me
-                .call(&me.functions.abandon, now, me.claim_sweep(now), &args)
-                .await
-            {
-                Ok(reply) => me.note_more(matches!(reply, Value::Int(1))),
-                Err(e) => {
-                    tracing::warn!(target: "proxypool::redis", error = %e, "abandon lost; the lease TTL frees it");
+        let _ = self.releases.send(Job { request, reply });
+    }
+
+    /// One FCALL for a batch of releases.
+    async fn release_batch(self: Arc<Self>, jobs: Vec<Job<ReleaseRequest, Result<(), String>>>) {
+        let now = jobs.iter().map(|j| j.request.now).max().unwrap_or_default();
+        let mut args = vec![Arg::Str(&self.health)];
+        for j in &jobs {
+            let r = &j.request;
+            args.extend([
+                Arg::Int(r.lease),
+                Arg::Int(u64::from(r.id)),
+                Arg::Str(r.class),
+                Arg::Float(r.jitter),
+            ]);
+        }
+        let result = self
+            .call(&self.functions.release, now, self.claim_sweep(now), &args)
+            .await;
+        match result {
+            Ok(reply) => {
+                self.note_more(matches!(reply, Value::Int(1)));
+                for job in jobs {
+                    let _ = job.reply.send(Ok(()));
                 }
             }
-        });
+            Err(e) => {
+                let e = unavailable(&e);
+                if jobs.iter().any(|j| j.request.class == "a") {
+                    tracing::warn!(target: "proxypool::redis", error = %e, "abandon lost; the lease TTL frees it");
+                }
+                for job in jobs {
+                    let _ = job.reply.send(Err(e.clone()));
+                }
+            }
+        }
     }
 
     pub(crate) async fn end_session(&self, key: &str, now: Timestamp) -> bool {
@@ -561,39 +655,47 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
-/// The acquire function's reply.
+/// One acquire's answer in a batch reply.
 struct AcquireReply {
     lease: u64,
     id: u32,
     choice: Option<Choice>,
     refusal: Option<&'static str>,
-    more: bool,
 }
 
-fn parse_acquire(reply: Value) -> Result<AcquireReply, AcquireError> {
-    let malformed = || AcquireError::StoreUnavailable("malformed acquire reply".into());
+/// The acquire function's reply: three elements per acquire, then `more`.
+fn parse_acquires(reply: Value, n: usize) -> Option<(Vec<AcquireReply>, bool)> {
     let Value::Array(items) = reply else {
-        return Err(malformed());
+        return None;
     };
-    let [Value::Int(lease), Value::Int(id), tag, Value::Int(more)] = items.as_slice() else {
-        return Err(malformed());
+    let (Value::Int(more), rest) = items.split_last()? else {
+        return None;
     };
-    let (choice, refusal) = match text(tag).as_deref() {
-        Some("bound") => (Some(Choice::Bound), None),
-        Some("hashed") => (Some(Choice::Hashed), None),
-        Some("weighted") => (Some(Choice::Weighted), None),
-        Some("broken") => (None, Some("broken")),
-        Some("busy") => (None, Some("busy")),
-        Some("none") => (None, Some("none")),
-        _ => return Err(malformed()),
-    };
-    Ok(AcquireReply {
-        lease: u64::try_from(*lease).map_err(|_| malformed())?,
-        id: u32::try_from(*id).map_err(|_| malformed())?,
-        choice,
-        refusal,
-        more: *more == 1,
-    })
+    if rest.len() != 3 * n {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n);
+    for r in rest.chunks(3) {
+        let [Value::Int(lease), Value::Int(id), tag] = r else {
+            return None;
+        };
+        let (choice, refusal) = match text(tag).as_deref() {
+            Some("bound") => (Some(Choice::Bound), None),
+            Some("hashed") => (Some(Choice::Hashed), None),
+            Some("weighted") => (Some(Choice::Weighted), None),
+            Some("broken") => (None, Some("broken")),
+            Some("busy") => (None, Some("busy")),
+            Some("none") => (None, Some("none")),
+            _ => return None,
+        };
+        out.push(AcquireReply {
+            lease: u64::try_from(*lease).ok()?,
+            id: u32::try_from(*id).ok()?,
+            choice,
+            refusal,
+        });
+    }
+    Some((out, *more == 1))
 }
 
 /// The shared state as the snapshot script returns it.

@@ -7,7 +7,8 @@
 -- keys share its prefix, so they share its hash tag and Cluster slot.
 --
 -- Arguments common to every function: ARGV[1] now (ms, the caller's pool clock), [2] '1' to
--- sweep due deadlines first, [3] the per-address lease cap. Acquire, release and abandon reply
+-- sweep due deadlines first, [3] the per-address lease cap. Acquire and release take batches
+-- (the client coalesces concurrent calls: one FCALL's fixed cost, many operations) and reply
 -- with a flag `more`: 1 when the sweep stopped at its limit and the caller should sweep again.
 --
 -- Key layout (suffixes of the prefix):
@@ -101,37 +102,116 @@ local function unbind(K, key)
   return true
 end
 
--- Frees the slot of an open lease; false if it was closed or expired already. `s` is the
--- address's state (nil: removed, nothing to count).
+-- An open lease of `id` (state `s`; nil if removed: nothing to count) has ended.
+local function freed(K, id, s, cap)
+  if not s then return end
+  local n = redis.call('HINCRBY', addr(K, id), 'n', '-1')
+  -- Back below the cap: offered for keyless work again.
+  if n == cap - 1 and STEP[s] then join_pass(K, member(id, s)) end
+end
+
+-- Frees the slot of an open lease; false if it was closed or expired already.
 local function close_lease(K, lid, id, s, cap)
   if redis.call('ZREM', K.due, 'l' .. lid .. ':' .. id) == 0 then return false end
-  if s then
-    local n = redis.call('HINCRBY', addr(K, id), 'n', '-1')
-    -- Back below the cap: offered for keyless work again.
-    if n == cap - 1 and STEP[s] then join_pass(K, member(id, s)) end
-  end
+  freed(K, id, s, cap)
   return true
 end
 
--- Takes one more lease on `id` (state `s`) if the cap allows, and sets its deadline — with the
--- binding's, for a key, in the same ZADD. Returns the lease id, or nil at the cap. (Arguments
--- to redis.call are strings where possible: Lua 5.1 turns each number into one with sprintf.)
-local function take(K, id, s, cap, lease_deadline, session_deadline, key)
-  local a = addr(K, id)
+-- A batch of acquires shares what does not depend on one acquire: one reservation of lease
+-- ids, one ZADD of the deadlines, one read of the keyless candidates (the lowest passes) and
+-- one write of their new passes. (Arguments to redis.call are strings where possible: Lua 5.1
+-- turns each number into one with sprintf.)
+local function new_batch(K, cap, size)
+  local last = redis.call('HINCRBY', K.meta, 'seq', tostring(size))
+  return {K = K, cap = cap, next_lid = last - size + 1, last_lid = last, due = {}, full = {}}
+end
+
+-- Takes one more lease on `id` (state `s`) if the cap allows; its deadline (and the binding's,
+-- for a key) is set when the batch ends. Returns the lease id, or nil at the cap.
+local function take(B, id, s, lease_deadline, session_deadline, key)
+  local a = addr(B.K, id)
   local n = redis.call('HINCRBY', a, 'n', '1')
-  if n > cap then
+  if n > B.cap then
     redis.call('HINCRBY', a, 'n', '-1')
+    B.full[id] = true
     return nil
   end
-  if n == cap and STEP[s] then redis.call('ZREM', K.pass, member(id, s)) end
-  local lid = redis.call('HINCRBY', K.meta, 'seq', '1')
-  local lease = 'l' .. lid .. ':' .. id
+  if n == B.cap then
+    B.full[id] = true
+    if STEP[s] then redis.call('ZREM', B.K.pass, member(id, s)) end
+  end
+  local lid = B.next_lid
+  B.next_lid = lid + 1
+  local due = B.due
+  due[#due + 1] = lease_deadline
+  due[#due + 1] = 'l' .. lid .. ':' .. id
   if key then
-    redis.call('ZADD', K.due, lease_deadline, lease, session_deadline, 'b' .. key)
-  else
-    redis.call('ZADD', K.due, lease_deadline, lease)
+    due[#due + 1] = session_deadline
+    due[#due + 1] = 'b' .. key
   end
   return lid
+end
+
+-- Writes the passes the batch advanced (XX: not for those that left `pass` meanwhile).
+local function flush_passes(B)
+  local c = B.cand
+  if not c then return end
+  local updates = {}
+  for i = 1, #c, 4 do
+    if c[i + 3] > 0 and not B.full[c[i]] then
+      updates[#updates + 1] = c[i + 2] + c[i + 3] * STEP[c[i + 1]]
+      updates[#updates + 1] = member(c[i], c[i + 1])
+      c[i + 3] = 0
+    end
+  end
+  if #updates > 0 then redis.call('ZADD', B.K.pass, 'XX', unpack(updates)) end
+end
+
+local function end_batch(B)
+  flush_passes(B)
+  if #B.due > 0 then redis.call('ZADD', B.K.due, unpack(B.due)) end
+  local unused = B.last_lid - B.next_lid + 1
+  if unused > 0 then redis.call('HINCRBY', B.K.meta, 'seq', tostring(-unused)) end
+end
+
+-- Keyless, stride scheduling by rounds: a batch reads the `wanted` lowest passes once and
+-- gives them one pick each in pass order, round after round, each pick adding its step; the
+-- passes are written back when the batch ends. Over batches an address is picked in inverse
+-- proportion to its step. Read again (after writing back) only when every candidate is full.
+-- Candidates are flat: id, state, pass, picks.
+local function keyless(B, lease_deadline, wanted)
+  for _ = 1, 2 do
+    if not B.cand then
+      local c = {}
+      local r = redis.call('ZRANGE', B.K.pass, '0', tostring(wanted - 1), 'WITHSCORES')
+      for i = 1, #r, 2 do
+        local id, step = string.match(r[i], '^(%d+):(%d+)$')
+        c[#c + 1] = id
+        c[#c + 1] = BY_STEP[step]
+        c[#c + 1] = tonumber(r[i + 1])
+        c[#c + 1] = 0
+      end
+      B.cand, B.at = c, 1
+    end
+    local c = B.cand
+    for _ = 1, #c / 4 do
+      local i = B.at
+      B.at = i + 4 > #c and 1 or i + 4
+      local id = c[i]
+      if not B.full[id] then
+        local lid = take(B, id, c[i + 1], lease_deadline)
+        if lid then
+          c[i + 3] = c[i + 3] + 1
+          return lid, tonumber(id), 'weighted'
+        end
+        -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
+        redis.call('ZREM', B.K.pass, member(id, c[i + 1]))
+      end
+    end
+    flush_passes(B)
+    B.cand = nil
+  end
+  return 0, 0, 'none'
 end
 
 local function sweep(K, now, now_text, cap)
@@ -224,15 +304,17 @@ end
 -- One outcome of address `id` in state `s` with outcome window `win`: 's' success, 'f' failure,
 -- 'c' captcha (neither: the in-memory engine judges it per site, by its rate), anything else no
 -- health news. `settings` is the health argument, parsed only when a judgement needs it.
+local function dwelt(a, now, H) return now - num(redis.call('HGET', a, 't')) >= H.dwell end
+
 local function outcome(K, id, class, s, win, now, cap, settings, jitter)
-  if not s then return end
+  -- The common case, a success of a healthy address with a clean record, is no news.
+  if not s or (class == 's' and s == 'healthy' and not win) then return end
   local a = addr(K, id)
-  local function dwelt(H) return now - num(redis.call('HGET', a, 't')) >= H.dwell end
   if s == 'probing' or s == 'dead' then
     if class == 's' then
       local H = health(settings)
       local streak = redis.call('HINCRBY', a, 'st', '1')
-      if streak >= H.rise and dwelt(H) then
+      if streak >= H.rise and dwelt(a, now, H) then
         redis.call('HSET', a, 'cy', '0')
         set_state(K, id, 'healthy', streak .. ' successes in a row', now, cap)
       end
@@ -248,7 +330,7 @@ local function outcome(K, id, class, s, win, now, cap, settings, jitter)
   -- The last `recent` outcomes, kept only while one of them is a failure: a clean record is
   -- the common case and costs nothing more.
   if not win and class ~= 'f' then
-    if s == 'degraded' and dwelt(health(settings)) then set_state(K, id, 'healthy', 'signals cleared', now, cap) end
+    if s == 'degraded' and dwelt(a, now, health(settings)) then set_state(K, id, 'healthy', 'signals cleared', now, cap) end
     return
   end
   local H = health(settings)
@@ -257,7 +339,7 @@ local function outcome(K, id, class, s, win, now, cap, settings, jitter)
   if fails == 0 then redis.call('HDEL', a, 'w') else redis.call('HSET', a, 'w', win) end
   if class == 'f' and fails >= H.recent_failures then
     quarantine(K, id, s, fails .. ' failures in the last ' .. #win .. ' outcomes', now, cap, H, jitter)
-  elseif s == 'degraded' and fails == 0 and dwelt(H) then
+  elseif s == 'degraded' and fails == 0 and dwelt(a, now, H) then
     set_state(K, id, 'healthy', 'signals cleared', now, cap)
   end
 end
@@ -273,53 +355,35 @@ local function capacity(bound, addresses, factor)
   return floor, math.min((x - floor) * 8, 1) * TWO52
 end
 
--- acquire: ARGV[4] the lease's deadline, [5] key ('' = keyless), and for a key: [6] the
--- session's deadline (ms), [7] the key's ring point, [8] load factor. Replies {lease id, address id, choice, more}, or on refusal
--- {0, address id or 0, 'busy' | 'broken' | 'none', more}.
-local function acquire(keys, args)
-  local K, _, cap, more = open(keys, args)
-  local lease_deadline, key, session_deadline = args[4], args[5], args[6]
-  local function fail(kind, id)
-    redis.call('HINCRBY', K.meta, kind, '1')
-    return {0, tonumber(id or 0), kind, more}
-  end
-  if key == '' then
-    while true do
-      local m = redis.call('ZRANGE', K.pass, '0', '0')[1]
-      if not m then return fail('none') end
-      local id, step = string.match(m, '^(%d+):(%d+)$')
-      redis.call('ZINCRBY', K.pass, step, m)
-      local lid = take(K, id, BY_STEP[step], cap, lease_deadline)
-      if lid then return {lid, tonumber(id), 'weighted', more} end
-      -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
-      redis.call('ZREM', K.pass, m)
-    end
-  end
+-- One acquire: `key` ('' = keyless) and its ring `point`. Returns lease id, address id and the
+-- choice, or 0, address id or 0, and 'busy' | 'broken' | 'none'.
+local function acquire_one(B, lease_deadline, session_deadline, factor, key, point, keyless_left)
+  local K, cap = B.K, B.cap
+  if key == '' then return keyless(B, lease_deadline, keyless_left) end
   local id = redis.call('HGET', K.bind, key)
   if id then
     local s = redis.call('HGET', addr(K, id), 's')
     if s == 'healthy' or s == 'degraded' then
-      local lid = take(K, id, s, cap, lease_deadline, session_deadline, key)
-      if not lid then return fail('busy', id) end
-      return {lid, tonumber(id), 'bound', more}
+      local lid = take(B, id, s, lease_deadline, session_deadline, key)
+      if not lid then return 0, tonumber(id), 'busy' end
+      return lid, tonumber(id), 'bound'
     end
     -- Quarantined, probing, dead or removed: never moved silently (P2).
     unbind(K, key)
-    return fail('broken', id)
+    return 0, tonumber(id), 'broken'
   end
   -- A new session: clockwise on the ring from the key's point to the first address in service
   -- (not probing) below the lease cap whose bound keys leave room (bounded loads).
-  local point, factor = args[7], tonumber(args[8])
   local m = redis.call('HMGET', K.meta, 'bound', 'offered')
   local floor, threshold = capacity(num(m[1]), num(m[2]), factor)
   local ceiling = floor + (threshold > 0 and 1 or 0)
   local seen, fallback = {}, nil
   local function bind(cid, s)
-    local lid = take(K, cid, s, cap, lease_deadline, session_deadline, key)
+    local lid = take(B, cid, s, lease_deadline, session_deadline, key)
     redis.call('HSET', K.bind, key, cid)
     redis.call('HINCRBY', addr(K, cid), 'k', '1')
     redis.call('HINCRBY', K.meta, 'bound', '1')
-    return {lid, tonumber(cid), 'hashed', more}
+    return lid, tonumber(cid), 'hashed'
   end
   for _, range in ipairs({{point, '+inf'}, {'-inf', '(' .. point}}) do
     local offset = 0
@@ -343,30 +407,73 @@ local function acquire(keys, args)
     end
   end
   if fallback then return bind(fallback[1], fallback[2]) end
-  return fail('none')
+  return 0, 0, 'none'
 end
 
--- release: ARGV[4] lease id, [5] address id, [6] outcome class, [7] backoff jitter factor,
--- [8] health settings. An expired lease frees nothing twice, but its outcome is still news.
+-- acquire, a batch of them in order: ARGV[4] the leases' deadline, [5] the sessions' deadline
+-- (ms), [6] load factor, then per acquire: key ('' = keyless), the key's ring point. Replies
+-- three elements per acquire (see acquire_one), then `more`. An acquire that finds nothing
+-- sweeps first if the call did not (expired leases may be what holds the capacity).
+local function acquire(keys, args)
+  local K, now, cap, more = open(keys, args)
+  local swept = args[2] == '1'
+  local lease_deadline, session_deadline, factor = args[4], args[5], tonumber(args[6])
+  local size, keyless_left = (#args - 6) / 2, 0
+  for i = 7, #args, 2 do
+    if args[i] == '' then keyless_left = keyless_left + 1 end
+  end
+  local B = new_batch(K, cap, size)
+  local out = {}
+  for i = 7, #args, 2 do
+    local key, point = args[i], args[i + 1]
+    local lid, id, tag = acquire_one(B, lease_deadline, session_deadline, factor, key, point, keyless_left)
+    if tag == 'none' and not swept then
+      swept = true
+      flush_passes(B)
+      B.cand = nil
+      if sweep(K, now, args[1], cap) == 1 then more = 1 end
+      lid, id, tag = acquire_one(B, lease_deadline, session_deadline, factor, key, point, keyless_left)
+    end
+    if key == '' then keyless_left = keyless_left - 1 end
+    if lid == 0 then redis.call('HINCRBY', K.meta, tag, '1') end
+    out[#out + 1] = lid
+    out[#out + 1] = id
+    out[#out + 1] = tag
+  end
+  end_batch(B)
+  out[#out + 1] = more
+  return out
+end
+
+-- release, a batch of them: ARGV[4] health settings, then per lease: lease id, address id,
+-- outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter factor. An
+-- expired lease frees nothing twice, but its outcome is still news. Released leases are not
+-- counted: every lease is released, expired, abandoned or open, so the snapshot derives it.
 local function release(keys, args)
   local K, now, cap, more = open(keys, args)
-  local lid, id, class = args[4], args[5], args[6]
-  local f = redis.call('HMGET', addr(K, id), 's', 'w')
-  local s = f[1]
-  -- Released leases are not counted here: every lease is released, expired, abandoned or
-  -- open, so the snapshot derives the count from the others.
-  close_lease(K, lid, id, s, cap)
-  outcome(K, id, class, s, f[2], now, cap, args[8], tonumber(args[7]))
-  return more
-end
-
--- abandon (a dropped lease): ARGV[4] lease id, [5] address id. Frees the slot, no outcome.
-local function abandon(keys, args)
-  local K, _, cap, more = open(keys, args)
-  local id = args[5]
-  if close_lease(K, args[4], id, redis.call('HGET', addr(K, id), 's'), cap) then
-    redis.call('HINCRBY', K.meta, 'abandoned', '1')
+  local settings = args[4]
+  local leases = {}
+  for i = 5, #args, 4 do leases[#leases + 1] = 'l' .. args[i] .. ':' .. args[i + 1] end
+  -- Which are still open, and close them: two calls for the whole batch.
+  local scores = redis.call('ZMSCORE', K.due, unpack(leases))
+  local open_leases = {}
+  for j = 1, #leases do
+    if scores[j] then open_leases[#open_leases + 1] = leases[j] end
   end
+  if #open_leases > 0 then redis.call('ZREM', K.due, unpack(open_leases)) end
+  local abandoned = 0
+  for j = 1, #leases do
+    local i = 5 + (j - 1) * 4
+    local id, class = args[i + 1], args[i + 2]
+    local f = redis.call('HMGET', addr(K, id), 's', 'w')
+    if scores[j] then freed(K, id, f[1], cap) end
+    if class == 'a' then
+      if scores[j] then abandoned = abandoned + 1 end
+    else
+      outcome(K, id, class, f[1], f[2], now, cap, settings, tonumber(args[i + 3]))
+    end
+  end
+  if abandoned > 0 then redis.call('HINCRBY', K.meta, 'abandoned', tostring(abandoned)) end
   return more
 end
 
@@ -454,7 +561,6 @@ end
 
 redis.register_function('__LIB___acquire', acquire)
 redis.register_function('__LIB___release', release)
-redis.register_function('__LIB___abandon', abandon)
 redis.register_function('__LIB___probe', probe)
 redis.register_function('__LIB___add', add)
 redis.register_function('__LIB___remove', remove)
