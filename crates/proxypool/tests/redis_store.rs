@@ -464,3 +464,57 @@ async fn a_dropped_lease_is_abandoned_in_redis() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sites_blocks_are_counted_for_that_site_not_against_the_address() {
+    let redis = RedisServer::start(&dir("sites")).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let pool = shared_pool(&redis, "sites", &clock, PoolConfig::default()).await;
+    let ticket = || Ticket::new().key("acct").site("shop.example");
+    let first = pool.acquire(ticket()).await.unwrap();
+    let address = first.address().redacted().to_owned();
+    first.release(OK).await.unwrap();
+    // Five blocks and two captchas from one site: the address stays healthy and bound.
+    for outcome in [Outcome::Blocked; 5]
+        .into_iter()
+        .chain([Outcome::Captcha, Outcome::Captcha])
+    {
+        let lease = pool.acquire(ticket()).await.unwrap();
+        assert_eq!(lease.choice(), Choice::Bound);
+        lease.release(outcome).await.unwrap();
+    }
+    let snap = pool.snapshot().await;
+    assert_eq!(snap.address(&address).unwrap().state, HealthState::Healthy);
+    let cell = snap
+        .matrix
+        .iter()
+        .find(|c| c.address == address && c.site == "shop.example")
+        .unwrap();
+    assert_eq!(
+        (
+            cell.totals.successes,
+            cell.totals.failures,
+            cell.totals.captchas
+        ),
+        (1, 5, 2)
+    );
+    assert_eq!(cell.window_samples, 8);
+    assert_eq!(cell.success_rate, Some(1.0 / 8.0));
+    let site = snap
+        .sites
+        .iter()
+        .find(|s| s.site == "shop.example")
+        .unwrap();
+    assert_eq!(site.failure_rate, Some(5.0 / 8.0));
+    assert_eq!(site.spread, Some(1.0));
+    // Connection failures are the address's own: three of them quarantine it.
+    for _ in 0..3 {
+        let lease = pool.acquire(ticket()).await.unwrap();
+        lease.release(Outcome::ConnectError).await.unwrap();
+    }
+    let snap = pool.snapshot().await;
+    let row = snap.address(&address).unwrap();
+    assert_eq!(row.state, HealthState::Quarantined);
+    assert_eq!(row.totals.failures, 8);
+}

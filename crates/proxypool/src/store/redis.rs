@@ -19,7 +19,7 @@
 //! configured timeout — there is no local fallback, because a local view would hand out leases
 //! and bindings the other processes cannot see (breaking the caps and sticky sessions).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
@@ -43,7 +43,9 @@ use crate::decision::{Decision, Subject};
 use crate::error::{AcquireError, PoolError};
 use crate::health::HealthState;
 use crate::lease::{Choice, LeaseId, Outcome};
-use crate::snapshot::{AddressSnapshot, PoolSnapshot, Snapshot, Totals};
+use crate::snapshot::{
+    AddressSnapshot, CellSnapshot, PoolSnapshot, SiteSnapshot, Snapshot, Totals,
+};
 use crate::state::LeaseRef;
 use crate::strategy::consistent_hash::{fingerprint, key_hash, points};
 use crate::ticket::Ticket;
@@ -98,6 +100,9 @@ const LIBRARY: &str = include_str!("redis/library.lua");
 /// leases, bindings and quarantine waits end at most this late.
 pub(crate) const SWEEP_EVERY_MS: u64 = 100;
 
+/// The site column of tickets without one, as snapshots name it.
+const NO_SITE: &str = "-";
+
 /// Ring points and fingerprints are 64-bit; Redis scores are doubles, exact to 53 bits.
 const TO_52_BITS: u32 = 12;
 
@@ -135,6 +140,7 @@ pub(crate) struct RedisStore {
     /// Address id → address. Ids are never reused and an id's URL never changes, so entries
     /// never go stale.
     addresses: RwLock<HashMap<u32, ProxyAddress>>,
+    sites: Mutex<Sites>,
     acquires: Queue<AcquireRequest, Result<AcquireReply, String>>,
     releases: Queue<ReleaseRequest, Result<(), String>>,
 }
@@ -153,9 +159,20 @@ struct ReleaseRequest {
     now: Timestamp,
     lease: u64,
     id: u32,
-    /// The outcome class the library judges: 's', 'f', 'c', 'r', or 'a' for an abandon.
+    /// The outcome class the library judges: 's', 'f', 'b' (a block by a named site), 'c',
+    /// 'r', or 'a' for an abandon.
     class: &'static str,
     jitter: f64,
+    /// `-` for tickets without a site.
+    site: Arc<str>,
+}
+
+/// Site names of this process's tickets by small ids, so a lease carries its site as the
+/// memory store's do (`Grant::site`); 0 is "no site".
+#[derive(Default)]
+struct Sites {
+    ids: HashMap<Arc<str>, u32>,
+    names: Vec<Arc<str>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -245,6 +262,7 @@ impl RedisStore {
             rng: Mutex::new(rng),
             last_sweep: AtomicU64::new(u64::MAX),
             addresses: RwLock::new(HashMap::new()),
+            sites: Mutex::new(Sites::default()),
             acquires: batch::spawn(me.clone(), Self::acquire_batch),
             releases: batch::spawn(me.clone(), Self::release_batch),
         });
@@ -332,6 +350,25 @@ impl RedisStore {
             }
             reply => reply,
         }
+    }
+
+    fn site_id(&self, site: &Arc<str>) -> u32 {
+        let mut sites = self.sites.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&id) = sites.ids.get(site) {
+            return id;
+        }
+        sites.names.push(Arc::clone(site));
+        let id = u32::try_from(sites.names.len()).unwrap_or(u32::MAX);
+        sites.ids.insert(Arc::clone(site), id);
+        id
+    }
+
+    fn site_name(&self, id: u32) -> Arc<str> {
+        let sites = self.sites.lock().unwrap_or_else(PoisonError::into_inner);
+        id.checked_sub(1)
+            .and_then(|i| sites.names.get(i as usize))
+            .cloned()
+            .unwrap_or_else(|| Arc::from(NO_SITE))
     }
 
     fn jitter(&self) -> f64 {
@@ -429,7 +466,7 @@ impl RedisStore {
         Ok(Grant {
             lease: LeaseRef::shared(LeaseId(reply.lease)),
             slot: reply.id,
-            site: 0,
+            site: ticket.site.as_ref().map_or(0, |s| self.site_id(s)),
             address: address().await?,
             choice,
         })
@@ -473,8 +510,11 @@ impl RedisStore {
     }
 
     pub(crate) async fn release(&self, release: Release, now: Timestamp) -> Result<(), PoolError> {
+        let site = self.site_name(release.site);
         let class = match release.outcome {
             Outcome::Success { .. } => "s",
+            // A block is the site's judgement of the address, not the address's health.
+            Outcome::Blocked if release.site != 0 => "b",
             Outcome::ConnectError | Outcome::Timeout | Outcome::Blocked => "f",
             Outcome::Captcha => "c",
             Outcome::RateLimited { .. } => "r",
@@ -485,6 +525,7 @@ impl RedisStore {
             id: release.slot,
             class,
             jitter: self.jitter(),
+            site,
         };
         self.batched(&self.releases, request)
             .await
@@ -501,6 +542,7 @@ impl RedisStore {
             id: slot,
             class: "a",
             jitter: 1.0,
+            site: Arc::from(NO_SITE),
         };
         let _ = self.releases.send(Job { request, reply });
     }
@@ -516,6 +558,7 @@ impl RedisStore {
                 Arg::Int(u64::from(r.id)),
                 Arg::Str(r.class),
                 Arg::Float(r.jitter),
+                Arg::Str(&r.site),
             ]);
         }
         let result = self
@@ -720,6 +763,68 @@ fn map(v: &Value) -> HashMap<String, String> {
     out
 }
 
+/// Lifetime outcome counts of one address × site pair (the library's `c:ID` hash).
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    s: u64,
+    f: u64,
+    b: u64,
+    c: u64,
+    r: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: Self) {
+        self.s += o.s;
+        self.f += o.f;
+        self.b += o.b;
+        self.c += o.c;
+        self.r += o.r;
+    }
+
+    /// Outcomes that speak of the address (rate limits do not).
+    fn judged(&self) -> u64 {
+        self.s + self.f + self.b + self.c
+    }
+
+    fn rate(&self, n: u64) -> Option<f64> {
+        let all = self.judged();
+        (all > 0).then(|| n as f64 / all as f64)
+    }
+
+    fn totals(&self) -> Totals {
+        Totals {
+            leases: self.judged() + self.r,
+            successes: self.s,
+            failures: self.f + self.b,
+            captchas: self.c,
+            rate_limited: self.r,
+            abandoned: 0,
+            expired: 0,
+        }
+    }
+}
+
+/// `site|class → n` fields → counts per site.
+fn counts_by_site(v: &Value) -> BTreeMap<String, Counts> {
+    let mut out: BTreeMap<String, Counts> = BTreeMap::new();
+    for (field, n) in map(v) {
+        let (Some((site, class)), Ok(n)) = (field.rsplit_once('|'), n.parse::<u64>()) else {
+            continue;
+        };
+        let c = out.entry(site.to_owned()).or_default();
+        match class {
+            "s" => c.s += n,
+            "f" => c.f += n,
+            "b" => c.b += n,
+            "c" => c.c += n,
+            "r" => c.r += n,
+            _ => {}
+        }
+    }
+    out
+}
+
 fn state_of(s: &str) -> Option<HealthState> {
     HealthState::ALL.into_iter().find(|h| h.as_str() == s)
 }
@@ -760,7 +865,21 @@ impl SharedView {
         let Value::Array(parts) = reply else {
             return None;
         };
-        let [state, url, name, rows_in, qexp, meta, bindings, log] = parts.as_slice() else {
+        let [
+            state,
+            url,
+            name,
+            rows_in,
+            cells_in,
+            qexp,
+            meta,
+            bindings,
+            log,
+        ] = parts.as_slice()
+        else {
+            return None;
+        };
+        let Value::Array(cells_in) = cells_in else {
             return None;
         };
         let (url, name, qexp, meta) = (map(url), map(name), map(qexp), map(meta));
@@ -777,7 +896,9 @@ impl SharedView {
         let mut by_state = [0usize; 5];
         let mut rows = Vec::new();
         // `rows_in` holds each address's hash in the order of the state index's pairs.
-        for (pair, a) in state.chunks(2).zip(rows_in) {
+        let mut matrix = Vec::new();
+        let mut sites: BTreeMap<String, (Counts, usize, usize)> = BTreeMap::new();
+        for ((pair, a), cells) in state.chunks(2).zip(rows_in).zip(cells_in) {
             let (Some(id), Some(st)) = (text(&pair[0]), pair.get(1).and_then(text)) else {
                 continue;
             };
@@ -791,6 +912,24 @@ impl SharedView {
                 .cloned()
                 .unwrap_or_else(|| full.redacted().to_owned());
             by_state[st as usize] += 1;
+            let mut all = Counts::default();
+            for (site, c) in counts_by_site(cells) {
+                all.add(c);
+                let seen = sites.entry(site.clone()).or_default();
+                seen.0.add(c);
+                seen.1 += 1;
+                seen.2 += usize::from(c.f + c.b + c.c > 0);
+                matrix.push(CellSnapshot {
+                    address: redacted.clone(),
+                    site,
+                    window_samples: c.judged() as usize,
+                    success_rate: c.rate(c.s),
+                    captcha_rate: c.rate(c.c),
+                    avoided: false,
+                    cooling_until_ms: None,
+                    totals: c.totals(),
+                });
+            }
             let row = AddressSnapshot {
                 address: redacted,
                 fingerprint: format!("{:016x}", fingerprint(full.as_str())),
@@ -802,9 +941,9 @@ impl SharedView {
                 ramp_share: None,
                 active_leases: u32::try_from(n(&a, "n")).unwrap_or(u32::MAX),
                 bound_keys: n(&a, "k"),
-                window_samples: 0,
-                success_rate: None,
-                captcha_rate: None,
+                window_samples: all.judged() as usize,
+                success_rate: all.rate(all.s),
+                captcha_rate: all.rate(all.c),
                 latency_p50_ms: None,
                 latency_p95_ms: None,
                 quarantined_until_ms: qexp
@@ -814,7 +953,7 @@ impl SharedView {
                 quarantine_entries: 0,
                 backoff_level: u32::try_from(n(&a, "lv")).unwrap_or(u32::MAX),
                 failed_cycles: u32::try_from(n(&a, "cy")).unwrap_or(u32::MAX),
-                totals: Totals::default(),
+                totals: all.totals(),
             };
             rows.push((row, full));
         }
@@ -824,6 +963,19 @@ impl SharedView {
             view.urls = rows.iter().map(|(_, full)| full.clone()).collect();
         }
         view.snapshot.addresses = rows.into_iter().map(|(row, _)| row).collect();
+        matrix.sort_by(|a, b| (&a.address, &a.site).cmp(&(&b.address, &b.site)));
+        view.snapshot.matrix = matrix;
+        view.snapshot.sites = sites
+            .into_iter()
+            .map(|(site, (c, addresses, bad))| SiteSnapshot {
+                site,
+                degraded: false,
+                window_samples: c.judged() as usize,
+                failure_rate: c.rate(c.f + c.b),
+                captcha_rate: c.rate(c.c),
+                spread: (addresses > 0).then(|| bad as f64 / addresses as f64),
+            })
+            .collect();
         let total = view.snapshot.addresses.len();
         let quarantined =
             by_state[HealthState::Quarantined as usize] + by_state[HealthState::Probing as usize];

@@ -20,6 +20,8 @@
 --   a:ID   hash of one address: s state, n open leases, k bound keys, w outcome window,
 --          t state since, lv backoff level, cy failed cycles, st success streak,
 --          fp fingerprint (52 bits), v ring points
+--   c:ID   hash of one address's outcome counts per site: '<site>|<class>' → n ('-' for
+--          tickets without a site), for the address × site matrix and the address's rates
 --   due    zset of deadlines: 'l<lease>:<id>' lease TTL (P14), 'b<key>' binding TTL (P2),
 --          'q<id>' end of a quarantine wait (P6). Redis 7.0 has no per-field TTL.
 --   bind   hash key → id (P2)
@@ -302,8 +304,8 @@ local function quarantine(K, id, from, reason, now, cap, H, jitter)
 end
 
 -- One outcome of address `id` in state `s` with outcome window `win`: 's' success, 'f' failure,
--- 'c' captcha (neither: the in-memory engine judges it per site, by its rate), anything else no
--- health news. `settings` is the health argument, parsed only when a judgement needs it.
+-- 'c' captcha (neither: the in-memory engine judges it per site, by its rate), anything else
+-- ('b' a block by a named site, 'r' a rate limit) no health news for the address as a whole. `settings` is the health argument, parsed only when a judgement needs it.
 local function dwelt(a, now, H) return now - num(redis.call('HGET', a, 't')) >= H.dwell end
 
 local function outcome(K, id, class, s, win, now, cap, settings, jitter)
@@ -446,14 +448,15 @@ local function acquire(keys, args)
 end
 
 -- release, a batch of them: ARGV[4] health settings, then per lease: lease id, address id,
--- outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter factor. An
+-- outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter factor, site
+-- ('-' for none). An
 -- expired lease frees nothing twice, but its outcome is still news. Released leases are not
 -- counted: every lease is released, expired, abandoned or open, so the snapshot derives it.
 local function release(keys, args)
   local K, now, cap, more = open(keys, args)
   local settings = args[4]
   local leases = {}
-  for i = 5, #args, 4 do leases[#leases + 1] = 'l' .. args[i] .. ':' .. args[i + 1] end
+  for i = 5, #args, 5 do leases[#leases + 1] = 'l' .. args[i] .. ':' .. args[i + 1] end
   -- Which are still open, and close them: two calls for the whole batch.
   local scores = redis.call('ZMSCORE', K.due, unpack(leases))
   local open_leases = {}
@@ -463,13 +466,14 @@ local function release(keys, args)
   if #open_leases > 0 then redis.call('ZREM', K.due, unpack(open_leases)) end
   local abandoned = 0
   for j = 1, #leases do
-    local i = 5 + (j - 1) * 4
+    local i = 5 + (j - 1) * 5
     local id, class = args[i + 1], args[i + 2]
     local f = redis.call('HMGET', addr(K, id), 's', 'w')
     if scores[j] then freed(K, id, f[1], cap) end
     if class == 'a' then
       if scores[j] then abandoned = abandoned + 1 end
     else
+      if f[1] then redis.call('HINCRBY', K.prefix .. 'c:' .. id, args[i + 4] .. '|' .. class, '1') end
       outcome(K, id, class, f[1], f[2], now, cap, settings, tonumber(args[i + 3]))
     end
   end
@@ -528,7 +532,7 @@ local function remove(keys, args)
   if #points > 0 then redis.call('ZREM', K.ring, unpack(points)) end
   redis.call('HDEL', K.byurl, args[4])
   redis.call('HDEL', K.state, id)
-  redis.call('DEL', a)
+  redis.call('DEL', a, K.prefix .. 'c:' .. id)
   redis.call('ZREM', K.due, 'q' .. id)
   return 1
 end
@@ -540,21 +544,22 @@ local function end_session(keys, args)
 end
 
 -- snapshot: everything the client needs to build a Snapshot, in one round trip: the state
--- index, URLs, names, each present address's hash (in the index's order), quarantine
--- deadlines, meta, the number of bindings and the newest 200 transitions.
+-- index, URLs, names, each present address's hash and outcome counts (in the index's order),
+-- quarantine deadlines, meta, the number of bindings and the newest 200 transitions.
 local function snapshot(keys, args)
   local K = open(keys, args)
   local states = redis.call('HGETALL', K.state)
-  local rows, until_ms = {}, {}
+  local rows, cells, until_ms = {}, {}, {}
   for i = 1, #states, 2 do
     rows[#rows + 1] = redis.call('HGETALL', addr(K, states[i]))
+    cells[#cells + 1] = redis.call('HGETALL', K.prefix .. 'c:' .. states[i])
     if states[i + 1] == 'quarantined' then
       until_ms[#until_ms + 1] = states[i]
       until_ms[#until_ms + 1] = redis.call('ZSCORE', K.due, 'q' .. states[i])
     end
   end
   return {
-    states, redis.call('HGETALL', K.url), redis.call('HGETALL', K.name), rows, until_ms,
+    states, redis.call('HGETALL', K.url), redis.call('HGETALL', K.name), rows, cells, until_ms,
     redis.call('HGETALL', K.meta), redis.call('HLEN', K.bind), redis.call('LRANGE', K.log, 0, 199)
   }
 end
