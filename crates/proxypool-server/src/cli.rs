@@ -40,9 +40,13 @@ pub struct ServeArgs {
     /// not loopback.
     #[arg(long, env = "PROXYPOOL_AUTH_FILE", value_name = "FILE")]
     pub auth_file: Option<PathBuf>,
-    /// Shared state in Redis: not supported yet (it comes with the library's Redis store).
+    /// Keep the pool in Redis (7.0 or later), shared by every server naming the same pool:
+    /// `redis://HOST:PORT[/DB]` or `redis+cluster://HOST:PORT,HOST:PORT,…`.
     #[arg(long, env = "PROXYPOOL_REDIS", value_name = "URL")]
     pub redis: Option<String>,
+    /// The pool's name in Redis [default: proxypool].
+    #[arg(long, env = "PROXYPOOL_REDIS_POOL", value_name = "NAME")]
+    pub redis_pool: Option<String>,
 }
 
 /// Parses the command line, or explains the mistake in one line and exits 2.

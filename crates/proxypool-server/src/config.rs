@@ -4,7 +4,7 @@
 
 use crate::cli::ServeArgs;
 use anyhow::{Context, bail};
-use proxypool::{PoolConfig, Strategy};
+use proxypool::{PoolConfig, RedisOptions, Strategy};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,6 +24,8 @@ pub struct ServeConfig {
     /// Control URLs the active prober fetches through each upstream (majority rule); empty:
     /// probes are plain TCP connects to the upstream.
     pub probe_urls: Vec<url::Url>,
+    /// Shared state: the pool lives in Redis, one pool for every server naming it.
+    pub redis: Option<RedisOptions>,
 }
 
 /// How the gateway talks to upstreams and judges answers.
@@ -51,6 +53,8 @@ struct FileConfig {
     auth_file: Option<PathBuf>,
     upstreams_poll_ms: Option<u64>,
     probe_urls: Option<Vec<String>>,
+    redis: Option<String>,
+    redis_pool: Option<String>,
     #[serde(default)]
     gateway: GatewayFile,
     #[serde(default)]
@@ -209,15 +213,51 @@ fn read_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
     })
 }
 
+/// `redis://HOST:PORT[/DB]` (or `rediss://`) for one server, `redis+cluster://HOST:PORT,…`
+/// for a Cluster; the pool name becomes the hash tag of the pool's keys.
+fn redis_options(url: &str, pool: &str) -> anyhow::Result<RedisOptions> {
+    if pool.is_empty() || pool.contains(['{', '}']) || pool.chars().any(char::is_whitespace) {
+        bail!("--redis-pool {pool:?}: a pool name is non-empty, without braces or spaces");
+    }
+    let bad = || {
+        anyhow::anyhow!(
+            "--redis {url:?}: expected redis://HOST:PORT[/DB] or redis+cluster://HOST:PORT,HOST:PORT,…"
+        )
+    };
+    if let Some(nodes) = url.strip_prefix("redis+cluster://") {
+        let nodes: Vec<String> = nodes
+            .split(',')
+            .map(|n| {
+                let n = n.trim();
+                n.rsplit_once(':')
+                    .filter(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+                    .map(|_| format!("redis://{n}"))
+                    .ok_or_else(bad)
+            })
+            .collect::<anyhow::Result<_>>()?;
+        return Ok(RedisOptions::cluster(nodes, pool));
+    }
+    let parsed = url::Url::parse(url).map_err(|_| bad())?;
+    if !matches!(parsed.scheme(), "redis" | "rediss") || parsed.host_str().is_none() {
+        return Err(bad());
+    }
+    Ok(RedisOptions::new(url, pool))
+}
+
 impl ServeConfig {
     /// Resolves the flags (which already include the environment) over the file and defaults.
     pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
-        if args.redis.is_some() {
-            bail!(
-                "--redis is not yet supported by the server: the library's Redis store does not judge per site yet, which the gateway relies on; run without it for an in-memory pool"
-            );
-        }
         let file = read_file(args.config.as_deref())?;
+        let redis = match args.redis.or(file.redis) {
+            Some(url) => {
+                let name = args
+                    .redis_pool
+                    .or(file.redis_pool)
+                    .unwrap_or_else(|| "proxypool".to_owned());
+                Some(redis_options(&url, &name)?)
+            }
+            None => None,
+        };
         let g = file.gateway;
         let config = Self {
             upstreams: args
@@ -256,6 +296,7 @@ impl ServeConfig {
                     Err(e) => bail!("probe_urls: {u:?} is not a URL: {e}"),
                 })
                 .collect::<anyhow::Result<_>>()?,
+            redis,
         };
         config.validate()?;
         Ok(config)
@@ -324,13 +365,39 @@ mod tests {
     }
 
     #[test]
-    fn redis_is_refused_with_a_reason() {
-        let args = ServeArgs {
-            upstreams: Some("u.txt".into()),
-            redis: Some("redis://127.0.0.1".into()),
-            ..ServeArgs::default()
+    fn redis_urls_and_pool_names_are_checked() {
+        let resolve = |url: &str, pool: Option<&str>| {
+            ServeConfig::resolve(ServeArgs {
+                upstreams: Some("u.txt".into()),
+                redis: Some(url.into()),
+                redis_pool: pool.map(str::to_owned),
+                ..ServeArgs::default()
+            })
         };
-        let err = ServeConfig::resolve(args).unwrap_err().to_string();
-        assert!(err.contains("not yet supported"), "{err}");
+        assert!(
+            resolve("redis://127.0.0.1:6379/2", None)
+                .unwrap()
+                .redis
+                .is_some()
+        );
+        assert!(
+            resolve(
+                "redis+cluster://127.0.0.1:7001,127.0.0.1:7002",
+                Some("scrape")
+            )
+            .is_ok()
+        );
+        for bad in [
+            "127.0.0.1:6379",
+            "http://127.0.0.1",
+            "redis+cluster://127.0.0.1",
+        ] {
+            let err = resolve(bad, None).unwrap_err().to_string();
+            assert!(err.contains("expected redis://"), "{bad}: {err}");
+        }
+        let err = resolve("redis://127.0.0.1", Some("a{b}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--redis-pool"), "{err}");
     }
 }

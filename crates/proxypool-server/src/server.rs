@@ -31,10 +31,15 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         Some(path) => Some(Arc::new(Credentials::load(path)?)),
         None => None,
     };
-    let pool = Pool::builder()
-        .config(config.pool.clone())
-        .build()
-        .map_err(|e| anyhow::anyhow!("[pool] {e}"))?;
+    let builder = Pool::builder().config(config.pool.clone());
+    let pool = match &config.redis {
+        Some(redis) => builder
+            .redis(redis.clone())
+            .connect()
+            .await
+            .map_err(|e| anyhow::anyhow!("[redis] {e}"))?,
+        None => builder.build().map_err(|e| anyhow::anyhow!("[pool] {e}"))?,
+    };
     let registry = Registry::new(pool.clone());
     upstreams::apply(&config.upstreams, &registry)
         .await

@@ -937,7 +937,13 @@ impl SharedView {
                 state: st,
                 state_since_ms: n(&a, "t"),
                 reason: String::new(),
-                weight: 0.0,
+                // The library's keyless steps (1, 2, 10) are the inverse weights.
+                weight: match st {
+                    HealthState::Healthy => 1.0,
+                    HealthState::Degraded => 0.5,
+                    HealthState::Probing => 0.1,
+                    HealthState::Quarantined | HealthState::Dead => 0.0,
+                },
                 ramp_share: None,
                 active_leases: u32::try_from(n(&a, "n")).unwrap_or(u32::MAX),
                 bound_keys: n(&a, "k"),
@@ -1031,6 +1037,22 @@ impl SharedView {
                     reason: reason.to_owned(),
                 });
             }
+        }
+        // An address's reason is that of its latest transition still in the log.
+        let mut latest: HashMap<&str, &str> = HashMap::new();
+        for d in &view.snapshot.decisions {
+            if let Subject::Address { address } = &d.subject {
+                latest.insert(address, &d.reason);
+            }
+        }
+        let reasons: Vec<Option<String>> = view
+            .snapshot
+            .addresses
+            .iter()
+            .map(|r| latest.get(r.address.as_str()).map(|s| (*s).to_owned()))
+            .collect();
+        for (row, reason) in view.snapshot.addresses.iter_mut().zip(reasons) {
+            row.reason = reason.unwrap_or_default();
         }
         Some(view)
     }
