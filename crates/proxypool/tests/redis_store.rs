@@ -518,3 +518,59 @@ async fn a_sites_blocks_are_counted_for_that_site_not_against_the_address() {
     assert_eq!(row.state, HealthState::Quarantined);
     assert_eq!(row.totals.failures, 8);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_batches_keep_a_probing_address_at_its_small_share() {
+    let redis = RedisServer::start(&dir("share-weights")).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let pool = Pool::builder()
+        .addresses(addresses(3))
+        .clock(clock.clone())
+        .redis(RedisOptions::new(redis.url(), "weights"))
+        .connect()
+        .await
+        .unwrap();
+    let first = pool.acquire(Ticket::new().key("x")).await.unwrap();
+    let probing = first.address().redacted().to_owned();
+    first.release(Outcome::ConnectError).await.unwrap();
+    for _ in 0..2 {
+        let lease = pool.acquire(Ticket::new().key("x")).await.unwrap();
+        lease.release(Outcome::ConnectError).await.unwrap();
+    }
+    let until = pool
+        .snapshot()
+        .await
+        .address(&probing)
+        .unwrap()
+        .quarantined_until_ms;
+    clock.set(proxypool::Timestamp::from_millis(until.unwrap()));
+    assert_eq!(
+        pool.snapshot().await.address(&probing).unwrap().state,
+        HealthState::Probing
+    );
+    // 64 tasks at once: acquires travel in shared batches.
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let pool = pool.clone();
+        tasks.spawn(async move {
+            let mut picks = Vec::new();
+            for _ in 0..20 {
+                let lease = pool.acquire(Ticket::new()).await.unwrap();
+                picks.push(lease.address().redacted().to_owned());
+                lease.release(OK).await.unwrap();
+            }
+            picks
+        });
+    }
+    let (mut total, mut on_probing) = (0, 0);
+    while let Some(picks) = tasks.join_next().await {
+        for p in picks.unwrap() {
+            total += 1;
+            on_probing += usize::from(p == probing);
+        }
+    }
+    // Weights 1, 1 and 0.1: about 5 %; a batch giving every candidate one pick would be 33 %.
+    let share = on_probing as f64 / total as f64;
+    assert!(share > 0.0 && share < 0.12, "probing share {share:.3}");
+}

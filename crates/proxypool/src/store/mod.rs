@@ -160,24 +160,11 @@ impl Store {
         match self {
             Self::Memory(m) => m.probe_targets(now),
             #[cfg(feature = "redis")]
-            Self::Redis(r) => match r.read(now).await {
-                Ok(view) => view
-                    .snapshot
-                    .addresses
-                    .iter()
-                    .zip(view.urls)
-                    .map(|(row, address)| ProbeTarget {
-                        address,
-                        state: row.state,
-                        active_leases: row.active_leases,
-                    })
-                    .collect(),
-                Err(e) => {
-                    // Nothing to probe this round; the next one tries again.
-                    tracing::warn!(target: "proxypool::redis", error = %e, "probe targets unavailable");
-                    Vec::new()
-                }
-            },
+            Self::Redis(r) => r.probe_targets(now).await.unwrap_or_else(|e| {
+                // Nothing to probe this round; the next one tries again.
+                tracing::warn!(target: "proxypool::redis", error = %e, "probe targets unavailable");
+                Vec::new()
+            }),
         }
     }
 

@@ -29,7 +29,9 @@ use rand::{Rng, SeedableRng};
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Value};
+use std::future::Future;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 mod batch;
 
@@ -115,6 +117,8 @@ struct Functions {
     remove: String,
     end_session: String,
     snapshot: String,
+    #[cfg(feature = "probe")]
+    targets: String,
 }
 
 /// Why Redis failed, as the typed errors carry it.
@@ -255,6 +259,8 @@ impl RedisStore {
                 remove: f("remove"),
                 end_session: f("end_session"),
                 snapshot: f("snapshot"),
+                #[cfg(feature = "probe")]
+                targets: f("targets"),
             },
             health,
             cfg,
@@ -266,32 +272,43 @@ impl RedisStore {
             acquires: batch::spawn(me.clone(), Self::acquire_batch),
             releases: batch::spawn(me.clone(), Self::release_batch),
         });
-        store.load().await.map_err(|e| {
-            if e.to_string().contains("unknown command") {
-                format!("the Redis store needs Redis 7.0 or later (FUNCTION LOAD): {e}")
-            } else {
-                unavailable(&e)
-            }
-        })?;
+        store
+            .by(store.deadline(), store.load())
+            .await
+            .map_err(|e| {
+                if e.to_string().contains("unknown command") {
+                    format!("the Redis store needs Redis 7.0 or later (FUNCTION LOAD): {e}")
+                } else {
+                    unavailable(&e)
+                }
+            })?;
         Ok(store)
     }
 
     /// One command, bounded by the timeout.
     async fn query(&self, cmd: &Cmd) -> Result<Value, redis::RedisError> {
-        let call = async {
-            match self.conn.clone() {
-                Conn::Single(mut c) => cmd.query_async(&mut c).await,
-                Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
-            }
-        };
-        tokio::time::timeout(self.timeout, call)
-            .await
-            .map_err(|_| {
-                redis::RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {:?}", self.timeout),
-                ))
-            })?
+        match self.conn.clone() {
+            Conn::Single(mut c) => cmd.query_async(&mut c).await,
+            Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
+        }
+    }
+
+    /// `work` (any number of commands), done by `deadline` or failed as timed out.
+    async fn by<T>(
+        &self,
+        deadline: Instant,
+        work: impl Future<Output = Result<T, redis::RedisError>>,
+    ) -> Result<T, redis::RedisError> {
+        tokio::time::timeout_at(deadline, work).await.map_err(|_| {
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {:?}", self.timeout),
+            ))
+        })?
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeout
     }
 
     /// Loads the library (on every primary of a Cluster); replacing it with itself is harmless.
@@ -302,11 +319,12 @@ impl RedisStore {
     }
 
     /// Whether an acquire or release should sweep: at most every [`SWEEP_EVERY_MS`] per
-    /// process (one caller wins the race), and whenever the pool clock went back.
+    /// process (one caller wins the race), and whenever the pool clock went back further.
     fn claim_sweep(&self, now: Timestamp) -> bool {
         let now = now.as_millis();
         let last = self.last_sweep.load(Ordering::Relaxed);
-        (now < last || now >= last.saturating_add(SWEEP_EVERY_MS))
+        // A batch stamped a little before the last claim is not a clock that went back.
+        (now.saturating_add(SWEEP_EVERY_MS) < last || now >= last.saturating_add(SWEEP_EVERY_MS))
             && self
                 .last_sweep
                 .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
@@ -343,13 +361,16 @@ impl RedisStore {
                 Arg::Float(x) => cmd.arg(*x),
             };
         }
-        match self.query(&cmd).await {
-            Err(e) if e.to_string().contains("Function not found") => {
-                self.load().await?;
-                self.query(&cmd).await
+        self.by(self.deadline(), async {
+            match self.query(&cmd).await {
+                Err(e) if e.to_string().contains("Function not found") => {
+                    self.load().await?;
+                    self.query(&cmd).await
+                }
+                reply => reply,
             }
-            reply => reply,
-        }
+        })
+        .await
     }
 
     fn site_id(&self, site: &Arc<str>) -> u32 {
@@ -377,8 +398,8 @@ impl RedisStore {
         1.0 + rng.random_range(-j..=j)
     }
 
-    /// The address with this id: from memory, or read once from Redis.
-    async fn address(&self, id: u32) -> Result<ProxyAddress, String> {
+    /// The address with this id: from memory, or read once from Redis by `deadline`.
+    async fn address(&self, id: u32, deadline: Instant) -> Result<ProxyAddress, String> {
         let known = self
             .addresses
             .read()
@@ -390,7 +411,10 @@ impl RedisStore {
         }
         let mut cmd = redis::cmd("HGET");
         cmd.arg(&self.url_key).arg(id);
-        let reply = self.query(&cmd).await.map_err(|e| unavailable(&e))?;
+        let reply = self
+            .by(deadline, self.query(&cmd))
+            .await
+            .map_err(|e| unavailable(&e))?;
         let address = text(&reply)
             .and_then(|u| ProxyAddress::parse(&u).ok())
             .ok_or_else(|| format!("no address with id {id} in Redis"))?;
@@ -407,12 +431,13 @@ impl RedisStore {
         &self,
         queue: &Queue<R, Result<O, String>>,
         request: R,
+        deadline: Instant,
     ) -> Result<O, String> {
         let (reply, answer) = oneshot::channel();
         queue
             .send(Job { request, reply })
             .map_err(|_| "the store's batch worker has stopped (its runtime is gone)".to_owned())?;
-        match tokio::time::timeout(self.timeout, answer).await {
+        match tokio::time::timeout_at(deadline, answer).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err("the store's batch worker has stopped (its runtime is gone)".into()),
             Err(_) => Err(format!("no answer within {:?}", self.timeout)),
@@ -438,12 +463,15 @@ impl RedisStore {
                 key_hash(key) >> TO_52_BITS
             },
         };
+        // One deadline for the whole acquire: the batch and, the first time an id is seen,
+        // reading its address.
+        let deadline = self.deadline();
         let reply = self
-            .batched(&self.acquires, request)
+            .batched(&self.acquires, request, deadline)
             .await
             .map_err(AcquireError::StoreUnavailable)?;
-        let address = || async {
-            self.address(reply.id)
+        let address = |id| async move {
+            self.address(id, deadline)
                 .await
                 .map_err(AcquireError::StoreUnavailable)
         };
@@ -452,31 +480,44 @@ impl RedisStore {
             (Some("broken"), _) => {
                 return Err(AcquireError::SessionBroken {
                     key: key.to_owned(),
-                    address: address().await?,
+                    address: address(reply.id).await?,
                 });
             }
             (Some("busy"), _) => {
                 return Err(AcquireError::BoundAddressBusy {
                     key: key.to_owned(),
-                    address: address().await?,
+                    address: address(reply.id).await?,
                 });
             }
             _ => return Err(AcquireError::NoAddressAvailable),
         };
-        Ok(Grant {
-            lease: LeaseRef::shared(LeaseId(reply.lease)),
-            slot: reply.id,
-            site: ticket.site.as_ref().map_or(0, |s| self.site_id(s)),
-            address: address().await?,
-            choice,
-        })
+        let lease = LeaseRef::shared(LeaseId(reply.lease));
+        match address(reply.id).await {
+            Ok(address) => Ok(Grant {
+                lease,
+                slot: reply.id,
+                site: ticket.site.as_ref().map_or(0, |s| self.site_id(s)),
+                address,
+                choice,
+            }),
+            Err(e) => {
+                // Granted but unusable: give the slot back now rather than after the TTL.
+                self.abandon(lease, reply.id, now);
+                Err(e)
+            }
+        }
     }
 
     /// One FCALL for a batch of acquires, at the latest `now` among them.
     async fn acquire_batch(
         self: Arc<Self>,
-        jobs: Vec<Job<AcquireRequest, Result<AcquireReply, String>>>,
+        mut jobs: Vec<Job<AcquireRequest, Result<AcquireReply, String>>>,
     ) {
+        // Callers that gave up (timed out, cancelled) must not take leases.
+        jobs.retain(|j| !j.reply.is_closed());
+        if jobs.is_empty() {
+            return;
+        }
         let now = jobs.iter().map(|j| j.request.now).max().unwrap_or_default();
         let mut args = vec![
             Arg::Int(now.as_millis().saturating_add(millis(self.cfg.lease_ttl))),
@@ -498,7 +539,12 @@ impl RedisStore {
             Ok((replies, more)) => {
                 self.note_more(more);
                 for (job, r) in jobs.into_iter().zip(replies) {
-                    let _ = job.reply.send(Ok(r));
+                    // A caller that left meanwhile: its grant goes straight back.
+                    if let Err(Ok(r)) = job.reply.send(Ok(r))
+                        && r.choice.is_some()
+                    {
+                        self.abandon(LeaseRef::shared(LeaseId(r.lease)), r.id, now);
+                    }
                 }
             }
             Err(e) => {
@@ -527,7 +573,7 @@ impl RedisStore {
             jitter: self.jitter(),
             site,
         };
-        self.batched(&self.releases, request)
+        self.batched(&self.releases, request, self.deadline())
             .await
             .map_err(PoolError::StoreUnavailable)
     }
@@ -668,6 +714,32 @@ impl RedisStore {
         }
     }
 
+    /// The addresses the prober considers, one round trip.
+    #[cfg(feature = "probe")]
+    pub(crate) async fn probe_targets(
+        &self,
+        now: Timestamp,
+    ) -> Result<Vec<super::ProbeTarget>, String> {
+        let reply = self
+            .call(&self.functions.targets, now, true, &[])
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let Value::Array(items) = reply else {
+            return Err("malformed targets reply".into());
+        };
+        Ok(items
+            .chunks(3)
+            .filter_map(|t| {
+                let [state, url, open] = t else { return None };
+                Some(super::ProbeTarget {
+                    state: state_of(&text(state)?)?,
+                    address: ProxyAddress::parse(&text(url)?).ok()?,
+                    active_leases: text(open)?.parse().ok()?,
+                })
+            })
+            .collect())
+    }
+
     /// The raw shared state, one round trip.
     pub(crate) async fn read(&self, now: Timestamp) -> Result<SharedView, String> {
         let reply = self
@@ -741,12 +813,9 @@ fn parse_acquires(reply: Value, n: usize) -> Option<(Vec<AcquireReply>, bool)> {
     Some((out, *more == 1))
 }
 
-/// The shared state as the snapshot script returns it.
+/// The shared state as the snapshot function returns it.
 pub(crate) struct SharedView {
     pub(crate) snapshot: Snapshot,
-    /// Full URLs (with credentials) in the order of `snapshot.addresses`, for the prober.
-    #[cfg(feature = "probe")]
-    pub(crate) urls: Vec<ProxyAddress>,
 }
 
 fn map(v: &Value) -> HashMap<String, String> {
@@ -856,8 +925,6 @@ impl SharedView {
                 },
                 decisions: Vec::new(),
             },
-            #[cfg(feature = "probe")]
-            urls: Vec::new(),
         }
     }
 
@@ -961,14 +1028,10 @@ impl SharedView {
                 failed_cycles: u32::try_from(n(&a, "cy")).unwrap_or(u32::MAX),
                 totals: all.totals(),
             };
-            rows.push((row, full));
+            rows.push(row);
         }
-        rows.sort_by(|a, b| a.0.address.cmp(&b.0.address));
-        #[cfg(feature = "probe")]
-        {
-            view.urls = rows.iter().map(|(_, full)| full.clone()).collect();
-        }
-        view.snapshot.addresses = rows.into_iter().map(|(row, _)| row).collect();
+        rows.sort_by(|a, b| a.address.cmp(&b.address));
+        view.snapshot.addresses = rows;
         matrix.sort_by(|a, b| (&a.address, &a.site).cmp(&(&b.address, &b.site)));
         view.snapshot.matrix = matrix;
         view.snapshot.sites = sites

@@ -176,16 +176,21 @@ local function end_batch(B)
   if unused > 0 then redis.call('HINCRBY', B.K.meta, 'seq', tostring(-unused)) end
 end
 
--- Keyless, stride scheduling by rounds: a batch reads the `wanted` lowest passes once and
--- gives them one pick each in pass order, round after round, each pick adding its step; the
--- passes are written back when the batch ends. Over batches an address is picked in inverse
--- proportion to its step. Read again (after writing back) only when every candidate is full.
--- Candidates are flat: id, state, pass, picks.
+-- Keyless, stride scheduling: a batch reads the lowest passes once (`wanted` of them, plus
+-- the next one's pass as a bound) and then picks, each time, the candidate whose pass plus
+-- its steps taken in this batch is lowest; the passes are written back when the batch ends.
+-- Read again (after writing back) when every candidate is full or the lowest would pass the
+-- bound, where an address not read would be next. Candidates are flat: id, state, pass, picks.
 local function keyless(B, lease_deadline, wanted)
-  for _ = 1, 2 do
+  for _ = 1, 3 do
     if not B.cand then
       local c = {}
-      local r = redis.call('ZRANGE', B.K.pass, '0', tostring(wanted - 1), 'WITHSCORES')
+      local r = redis.call('ZRANGE', B.K.pass, '0', tostring(wanted), 'WITHSCORES')
+      B.bound = nil
+      if #r > 2 * wanted then
+        B.bound = tonumber(r[#r])
+        r[#r], r[#r - 1] = nil, nil
+      end
       for i = 1, #r, 2 do
         local id, step = string.match(r[i], '^(%d+):(%d+)$')
         c[#c + 1] = id
@@ -193,22 +198,26 @@ local function keyless(B, lease_deadline, wanted)
         c[#c + 1] = tonumber(r[i + 1])
         c[#c + 1] = 0
       end
-      B.cand, B.at = c, 1
+      B.cand = c
     end
     local c = B.cand
-    for _ = 1, #c / 4 do
-      local i = B.at
-      B.at = i + 4 > #c and 1 or i + 4
-      local id = c[i]
-      if not B.full[id] then
-        local lid = take(B, id, c[i + 1], lease_deadline)
-        if lid then
-          c[i + 3] = c[i + 3] + 1
-          return lid, tonumber(id), 'weighted'
+    while true do
+      local best, best_pass = nil, nil
+      for i = 1, #c, 4 do
+        if not B.full[c[i]] then
+          local p = c[i + 2] + c[i + 3] * STEP[c[i + 1]]
+          if not best_pass or p < best_pass then best, best_pass = i, p end
         end
-        -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
-        redis.call('ZREM', B.K.pass, member(id, c[i + 1]))
       end
+      if not best or (B.bound and best_pass > B.bound) then break end
+      local id = c[best]
+      local lid = take(B, id, c[best + 1], lease_deadline)
+      if lid then
+        c[best + 3] = c[best + 3] + 1
+        return lid, tonumber(id), 'weighted'
+      end
+      -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
+      redis.call('ZREM', B.K.pass, member(id, c[best + 1]))
     end
     flush_passes(B)
     B.cand = nil
@@ -346,6 +355,9 @@ local function outcome(K, id, class, s, win, now, cap, settings, jitter)
   end
 end
 
+-- The most ring points one placement looks at: with bounded loads the first fit is near.
+local RING_WALK = 2048
+
 -- How many bound keys an address may hold when one more is placed: the port of
 -- `strategy::consistent_hash::Capacity`, with fingerprints and thresholds on 52 bits.
 local TWO52 = 2 ^ 52
@@ -387,26 +399,31 @@ local function acquire_one(B, lease_deadline, session_deadline, factor, key, poi
     redis.call('HINCRBY', K.meta, 'bound', '1')
     return lid, tonumber(cid), 'hashed'
   end
-  for _, range in ipairs({{point, '+inf'}, {'-inf', '(' .. point}}) do
-    local offset = 0
-    while true do
-      local points = redis.call('ZRANGE', K.ring, range[1], range[2], 'BYSCORE', 'LIMIT', offset, 32)
-      for _, p in ipairs(points) do
-        local cid = string.match(p, '^(%d+):')
-        if not seen[cid] then
-          seen[cid] = true
-          local f = redis.call('HMGET', addr(K, cid), 's', 'n', 'k', 'fp')
-          local s = f[1]
-          if (s == 'healthy' or s == 'degraded') and num(f[2]) < cap then
-            local k = num(f[3])
-            if k < floor + (num(f[4]) < threshold and 1 or 0) then return bind(cid, s) end
-            if not fallback and k < ceiling then fallback = {cid, s} end
-          end
+  -- Nothing offered below the cap: no walk (it would visit the whole ring).
+  if redis.call('ZCARD', K.pass) == 0 then return 0, 0, 'none' end
+  -- By rank from the key's point, with wrap-around; at most RING_WALK points, and never
+  -- past the point where every address has been seen.
+  local points, addresses = redis.call('ZCARD', K.ring), redis.call('HLEN', K.state)
+  local start, seen_n = redis.call('ZCOUNT', K.ring, '-inf', '(' .. point), 0
+  local walked = 0
+  while walked < points and walked < RING_WALK and seen_n < addresses do
+    local from = (start + walked) % points
+    local to = math.min(from + 31, points - 1)
+    for _, p in ipairs(redis.call('ZRANGE', K.ring, tostring(from), tostring(to))) do
+      local cid = string.match(p, '^(%d+):')
+      if not seen[cid] then
+        seen[cid] = true
+        seen_n = seen_n + 1
+        local f = redis.call('HMGET', addr(K, cid), 's', 'n', 'k', 'fp')
+        local s = f[1]
+        if (s == 'healthy' or s == 'degraded') and num(f[2]) < cap then
+          local k = num(f[3])
+          if k < floor + (num(f[4]) < threshold and 1 or 0) then return bind(cid, s) end
+          if not fallback and k < ceiling then fallback = {cid, s} end
         end
       end
-      if #points < 32 then break end
-      offset = offset + 32
     end
+    walked = walked + (to - from + 1)
   end
   if fallback then return bind(fallback[1], fallback[2]) end
   return 0, 0, 'none'
@@ -430,10 +447,15 @@ local function acquire(keys, args)
     local key, point = args[i], args[i + 1]
     local lid, id, tag = acquire_one(B, lease_deadline, session_deadline, factor, key, point, keyless_left)
     if tag == 'none' and not swept then
+      -- The batch's pending deadlines first: the sweep must see refreshed bindings as such.
       swept = true
       flush_passes(B)
       B.cand = nil
+      if #B.due > 0 then redis.call('ZADD', K.due, unpack(B.due)) end
+      B.due = {}
       if sweep(K, now, args[1], cap) == 1 then more = 1 end
+      -- Leases the sweep ended may have made room on addresses the batch filled.
+      B.full = {}
       lid, id, tag = acquire_one(B, lease_deadline, session_deadline, factor, key, point, keyless_left)
     end
     if key == '' then keyless_left = keyless_left - 1 end
@@ -507,15 +529,20 @@ local function add(keys, args)
   local id = redis.call('HINCRBY', K.meta, 'next_id', '1')
   redis.call('HSET', K.url, id, url)
   redis.call('HSET', K.name, id, args[5])
-  redis.call('HSET', K.byurl, url, id)
+  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[6], 'v', #args - 6)
+  -- In chunks: Lua's unpack has a limit of a few thousand values.
   local points = {}
   for i = 7, #args do
     points[#points + 1] = args[i]
     points[#points + 1] = id .. ':' .. (i - 7)
+    if #points == 1000 or i == #args then
+      redis.call('ZADD', K.ring, unpack(points))
+      points = {}
+    end
   end
-  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[6], 'v', #args - 6)
-  if #points > 0 then redis.call('ZADD', K.ring, unpack(points)) end
   set_state(K, id, 'healthy', 'added', now, cap)
+  -- Last: until here a failed add leaves nothing that says the URL is present.
+  redis.call('HSET', K.byurl, url, id)
   return 1
 end
 
@@ -527,9 +554,14 @@ local function remove(keys, args)
   if not id then return 0 end
   set_state(K, id, 'removed', 'removed', now, cap)
   local a = addr(K, id)
-  local points = {}
-  for v = 0, num(redis.call('HGET', a, 'v')) - 1 do points[#points + 1] = id .. ':' .. v end
-  if #points > 0 then redis.call('ZREM', K.ring, unpack(points)) end
+  local points, vnodes = {}, num(redis.call('HGET', a, 'v'))
+  for v = 0, vnodes - 1 do
+    points[#points + 1] = id .. ':' .. v
+    if #points == 1000 or v == vnodes - 1 then
+      redis.call('ZREM', K.ring, unpack(points))
+      points = {}
+    end
+  end
   redis.call('HDEL', K.byurl, args[4])
   redis.call('HDEL', K.state, id)
   redis.call('DEL', a, K.prefix .. 'c:' .. id)
@@ -564,6 +596,20 @@ local function snapshot(keys, args)
   }
 end
 
+-- targets: what the prober needs and no more (it asks every second, from every process): per
+-- present address its state, URL and open leases.
+local function targets(keys, args)
+  local K = open(keys, args)
+  local states = redis.call('HGETALL', K.state)
+  local out = {}
+  for i = 1, #states, 2 do
+    out[#out + 1] = states[i + 1]
+    out[#out + 1] = redis.call('HGET', K.url, states[i])
+    out[#out + 1] = redis.call('HGET', addr(K, states[i]), 'n') or '0'
+  end
+  return out
+end
+
 redis.register_function('__LIB___acquire', acquire)
 redis.register_function('__LIB___release', release)
 redis.register_function('__LIB___probe', probe)
@@ -571,3 +617,4 @@ redis.register_function('__LIB___add', add)
 redis.register_function('__LIB___remove', remove)
 redis.register_function('__LIB___end_session', end_session)
 redis.register_function('__LIB___snapshot', snapshot)
+redis.register_function('__LIB___targets', targets)
