@@ -403,6 +403,46 @@ async fn socks5_upstreams_with_credentials_and_remote_names() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dante_with_username_authentication() {
+    let dir = tempfile::tempdir().unwrap();
+    let dante = Dante::start_with_login(dir.path(), "127.0.0.7");
+    let target = Target::start(&["127.0.0.1"]);
+    let server = Server::start(dir.path(), &[dante.url()], "", &[]);
+    let url = target.url("127.0.0.1", "/");
+    let (status, _, body) = get(&server.client(None), &url).await;
+    assert_eq!((status, body.trim()), (200, "127.0.0.7"));
+    let (status, body) = get_via_connect(server.gateway, None, "127.0.0.1", target.port, "/").await;
+    assert!(status.contains(" 200"), "{status}");
+    assert_eq!(body.trim(), "127.0.0.7");
+
+    // A wrong password: dante refuses, the gateway says the upstream failed.
+    let good_id = server.api_get("/v1/addresses").await[0]["id"].clone();
+    std::fs::write(&server.upstreams, dante.url_as("wrong") + "\n").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows = server.api_get("/v1/addresses").await;
+        if rows.as_array().unwrap().len() == 1 && rows[0]["id"] != good_id {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "file not reloaded: {rows}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, error, body) = get(&server.client(None), &url).await;
+    assert_eq!(
+        (status, error.as_deref()),
+        (502, Some("upstream-failed")),
+        "{body}"
+    );
+    assert!(
+        !body.contains("wrong"),
+        "the upstream's password leaked: {body}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_bodies_stream_through_both_kinds_of_upstream() {
     let dir = tempfile::tempdir().unwrap();
     let tinyproxy = Tinyproxy::start(dir.path(), "127.0.0.2");

@@ -95,21 +95,45 @@ impl Tinyproxy {
     }
 }
 
-/// A dante SOCKS5 server (no authentication) leaving from `external`.
+/// A dante SOCKS5 server leaving from `external`, without authentication or with dante's
+/// username method (RFC 1929), which checks a system account: [`DANTE_USER`], created by
+/// `scripts/test`.
 pub struct Dante {
     pub port: u16,
+    login: bool,
     _process: Process,
 }
 
+/// The system account dante's username method checks in the tests, and its password.
+pub const DANTE_USER: &str = "proxypool-socks";
+pub const DANTE_PASSWORD: &str = "s0cks-test-pass";
+
 impl Dante {
     pub fn start(dir: &Path, external: &str) -> Self {
+        Self::start_inner(dir, external, false)
+    }
+
+    pub fn start_with_login(dir: &Path, external: &str) -> Self {
+        let exists = Command::new("id")
+            .arg(DANTE_USER)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(
+            exists,
+            "the system user {DANTE_USER} is missing: run scripts/test (it creates it)"
+        );
+        Self::start_inner(dir, external, true)
+    }
+
+    fn start_inner(dir: &Path, external: &str, login: bool) -> Self {
         require("danted", "dante-server");
         let port = free_port("127.0.0.1");
         let conf = dir.join(format!("danted-{port}.conf"));
+        let method = if login { "username" } else { "none" };
         std::fs::write(
             &conf,
             format!(
-                "logoutput: stderr\ninternal: 127.0.0.1 port = {port}\nexternal: {external}\nsocksmethod: none\nclientmethod: none\nuser.privileged: root\nuser.unprivileged: nobody\nclient pass {{ from: 127.0.0.0/8 to: 0.0.0.0/0 }}\nsocks pass {{ from: 127.0.0.0/8 to: 0.0.0.0/0 command: connect }}\n"
+                "logoutput: stderr\ninternal: 127.0.0.1 port = {port}\nexternal: {external}\nsocksmethod: {method}\nclientmethod: none\nuser.privileged: root\nuser.unprivileged: nobody\nclient pass {{ from: 127.0.0.0/8 to: 0.0.0.0/0 }}\nsocks pass {{ from: 127.0.0.0/8 to: 0.0.0.0/0 command: connect }}\n"
             ),
         )
         .unwrap();
@@ -119,12 +143,23 @@ impl Dante {
         wait_listening(SocketAddr::from(([127, 0, 0, 1], port)));
         Self {
             port,
+            login,
             _process: process,
         }
     }
 
+    /// Its URL, with the test account's credentials when it asks for them.
     pub fn url(&self) -> String {
-        format!("socks5://127.0.0.1:{}", self.port)
+        if self.login {
+            self.url_as(DANTE_PASSWORD)
+        } else {
+            format!("socks5://127.0.0.1:{}", self.port)
+        }
+    }
+
+    /// Its URL with the test account and `password`.
+    pub fn url_as(&self, password: &str) -> String {
+        format!("socks5://{DANTE_USER}:{password}@127.0.0.1:{}", self.port)
     }
 }
 
