@@ -341,6 +341,21 @@ async fn upstream_file_is_reread_and_bad_lines_are_skipped() {
     }
 }
 
+/// A request the upstream refuses (wrong credentials "…wrong…"): `502 upstream-failed`, and
+/// the answer does not show the upstream's password.
+async fn refused_by_upstream_without_leaking_its_password(server: &Server, url: &str) {
+    let (status, error, body) = get(&server.client(None), url).await;
+    assert_eq!(
+        (status, error.as_deref()),
+        (502, Some("upstream-failed")),
+        "{body}"
+    );
+    assert!(
+        !body.contains("wrong"),
+        "the upstream's password leaked: {body}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn socks5_upstreams_with_credentials_and_remote_names() {
     let dir = tempfile::tempdir().unwrap();
@@ -390,16 +405,7 @@ async fn socks5_upstreams_with_credentials_and_remote_names() {
         .await
         .unwrap();
     assert_eq!(deleted.status(), 204);
-    let (status, error, body) = get(&server.client(None), &url).await;
-    assert_eq!(
-        (status, error.as_deref()),
-        (502, Some("upstream-failed")),
-        "{body}"
-    );
-    assert!(
-        !body.contains("wrong"),
-        "the upstream's password leaked: {body}"
-    );
+    refused_by_upstream_without_leaking_its_password(&server, &url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,16 +436,7 @@ async fn dante_with_username_authentication() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (status, error, body) = get(&server.client(None), &url).await;
-    assert_eq!(
-        (status, error.as_deref()),
-        (502, Some("upstream-failed")),
-        "{body}"
-    );
-    assert!(
-        !body.contains("wrong"),
-        "the upstream's password leaked: {body}"
-    );
+    refused_by_upstream_without_leaking_its_password(&server, &url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
