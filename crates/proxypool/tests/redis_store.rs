@@ -433,7 +433,7 @@ async fn the_prober_drives_a_shared_pool() {
     let pool = shared_pool(&redis, "prober", &clock, PoolConfig::default()).await;
     let bad = addresses(6)[2].clone();
     let check = std::sync::Arc::new(FailOne(bad.clone()));
-    let prober = Prober::new(pool.clone(), check, ProbeSchedule::default()).seed(5);
+    let prober = Prober::new(pool.clone(), check.clone(), ProbeSchedule::default()).seed(5);
     prober.round().await.unwrap();
     for _ in 0..3 {
         clock.advance(Duration::from_secs(61));
@@ -444,6 +444,17 @@ async fn the_prober_drives_a_shared_pool() {
     let snap = pool.snapshot().await;
     assert_eq!(snap.address(&bad).unwrap().state, HealthState::Quarantined);
     assert_eq!(snap.pool.quarantined, 1);
+
+    // A second process's prober on the same pool: one of them probes, not both.
+    let other = shared_pool(&redis, "prober", &clock, PoolConfig::default()).await;
+    let second = Prober::new(other, check, ProbeSchedule::default()).seed(6);
+    for _ in 0..2 {
+        // Two rounds: a new prober schedules its first probes, then would send them.
+        clock.advance(Duration::from_secs(61));
+        let round = second.round().await.unwrap();
+        assert!(round.probed.is_empty(), "both probers probed: {round:?}");
+    }
+    assert!(!prober.round().await.unwrap().probed.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

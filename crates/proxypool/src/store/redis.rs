@@ -102,6 +102,10 @@ const LIBRARY: &str = include_str!("redis/library.lua");
 /// leases, bindings and quarantine waits end at most this late.
 pub(crate) const SWEEP_EVERY_MS: u64 = 100;
 
+/// How long the prober role stays with a process that stopped asking for targets.
+#[cfg(feature = "probe")]
+const PROBER_HOLD: Duration = Duration::from_secs(10);
+
 /// The site column of tickets without one, as snapshots name it.
 const NO_SITE: &str = "-";
 
@@ -145,6 +149,9 @@ pub(crate) struct RedisStore {
     /// never go stale.
     addresses: RwLock<HashMap<u32, ProxyAddress>>,
     sites: Mutex<Sites>,
+    /// This process's claim to the prober role.
+    #[cfg(feature = "probe")]
+    prober_token: String,
     acquires: Queue<AcquireRequest, Result<AcquireReply, String>>,
     releases: Queue<ReleaseRequest, Result<(), String>>,
 }
@@ -269,6 +276,8 @@ impl RedisStore {
             last_sweep: AtomicU64::new(u64::MAX),
             addresses: RwLock::new(HashMap::new()),
             sites: Mutex::new(Sites::default()),
+            #[cfg(feature = "probe")]
+            prober_token: format!("{:016x}", rand::random::<u64>()),
             acquires: batch::spawn(me.clone(), Self::acquire_batch),
             releases: batch::spawn(me.clone(), Self::release_batch),
         });
@@ -714,14 +723,17 @@ impl RedisStore {
         }
     }
 
-    /// The addresses the prober considers, one round trip.
+    /// The addresses the prober considers, one round trip — none unless this process's prober
+    /// holds the pool's prober role (taken when free, kept by asking within [`PROBER_HOLD`]):
+    /// several processes with probers do not multiply the probes.
     #[cfg(feature = "probe")]
     pub(crate) async fn probe_targets(
         &self,
         now: Timestamp,
     ) -> Result<Vec<super::ProbeTarget>, String> {
+        let args = [Arg::Str(&self.prober_token), Arg::Int(millis(PROBER_HOLD))];
         let reply = self
-            .call(&self.functions.targets, now, true, &[])
+            .call(&self.functions.targets, now, true, &args)
             .await
             .map_err(|e| unavailable(&e))?;
         let Value::Array(items) = reply else {

@@ -28,6 +28,7 @@
 --   pass   zset 'id:step' → pass, of the addresses offered for keyless work and below the cap
 --   ring   zset 'id:v' → point, the consistent-hash ring (P1), at the points the client computes
 --   log    list of state transitions, newest first
+--   prober the token of the process whose prober probes the pool, with a TTL
 
 local NAMES = {'meta', 'url', 'name', 'byurl', 'state', 'due', 'bind', 'log', 'pass', 'ring'}
 local pools = {}
@@ -596,10 +597,15 @@ local function snapshot(keys, args)
   }
 end
 
--- targets: what the prober needs and no more (it asks every second, from every process): per
--- present address its state, URL and open leases.
+-- targets: what the prober needs and no more: per present address its state, URL and open
+-- leases. ARGV[4] the asking prober's token, [5] how long (ms) its role holds: one prober
+-- per pool probes (the others get nothing) until it stops asking for that long.
 local function targets(keys, args)
   local K = open(keys, args)
+  local role = K.prefix .. 'prober'
+  local holder = redis.call('GET', role)
+  if holder and holder ~= args[4] then return {} end
+  redis.call('SET', role, args[4], 'PX', args[5])
   local states = redis.call('HGETALL', K.state)
   local out = {}
   for i = 1, #states, 2 do
