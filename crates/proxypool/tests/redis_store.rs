@@ -585,3 +585,64 @@ async fn concurrent_batches_keep_a_probing_address_at_its_small_share() {
     let share = on_probing as f64 / total as f64;
     assert!(share > 0.0 && share < 0.12, "probing share {share:.3}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_cools_the_address_for_that_site_only() {
+    let redis = RedisServer::start(&dir("cooling")).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let pool = shared_pool(&redis, "cooling", &clock, PoolConfig::default()).await;
+    let shop = || Ticket::new().key("acct").site("shop.example");
+    let lease = pool.acquire(shop()).await.unwrap();
+    let cooled = lease.address().clone();
+    let retry_after = Duration::from_secs(30);
+    lease
+        .release(Outcome::RateLimited { retry_after })
+        .await
+        .unwrap();
+
+    // The session is kept but told to wait; other sites still get the address.
+    match pool.acquire(shop()).await {
+        Err(AcquireError::BoundAddressCooling {
+            address, retry_in, ..
+        }) => assert_eq!((address, retry_in), (cooled.clone(), retry_after)),
+        other => panic!("{other:?}"),
+    }
+    let elsewhere = pool
+        .acquire(Ticket::new().key("acct").site("news.example"))
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.address(), &cooled);
+    elsewhere.release(OK).await.unwrap();
+    // Keyless work and new sessions for the site go elsewhere.
+    for i in 0..12 {
+        let lease = pool
+            .acquire(Ticket::new().site("shop.example"))
+            .await
+            .unwrap();
+        assert_ne!(lease.address(), &cooled);
+        lease.release(OK).await.unwrap();
+        let lease = pool
+            .acquire(Ticket::new().key(format!("k{i}")).site("shop.example"))
+            .await
+            .unwrap();
+        assert_ne!(lease.address(), &cooled);
+        lease.release(OK).await.unwrap();
+    }
+    let snap = pool.snapshot().await;
+    let cell = snap
+        .matrix
+        .iter()
+        .find(|c| c.address == cooled.redacted() && c.site == "shop.example")
+        .unwrap();
+    assert_eq!(cell.cooling_until_ms, Some(1_000_000 + 30_000));
+    assert_eq!(
+        snap.address(cooled.redacted()).unwrap().state,
+        HealthState::Healthy
+    );
+
+    // Once the wait is over the session goes on where it was.
+    clock.advance(retry_after);
+    let lease = pool.acquire(shop()).await.unwrap();
+    assert_eq!((lease.choice(), lease.address()), (Choice::Bound, &cooled));
+}

@@ -163,6 +163,8 @@ struct AcquireRequest {
     key: String,
     /// The key's point on the ring.
     point: u64,
+    /// `-` for tickets without a site.
+    site: Arc<str>,
 }
 
 /// One release (or abandon) in a batch.
@@ -176,6 +178,8 @@ struct ReleaseRequest {
     jitter: f64,
     /// `-` for tickets without a site.
     site: Arc<str>,
+    /// For a rate limit: until when (ms) the address cools for the site.
+    cool_until: u64,
 }
 
 /// Site names of this process's tickets by small ids, so a lease carries its site as the
@@ -471,6 +475,7 @@ impl RedisStore {
             } else {
                 key_hash(key) >> TO_52_BITS
             },
+            site: ticket.site.clone().unwrap_or_else(|| Arc::from(NO_SITE)),
         };
         // One deadline for the whole acquire: the batch and, the first time an id is seen,
         // reading its address.
@@ -490,6 +495,14 @@ impl RedisStore {
                 return Err(AcquireError::SessionBroken {
                     key: key.to_owned(),
                     address: address(reply.id).await?,
+                });
+            }
+            (Some("cooling"), _) => {
+                return Err(AcquireError::BoundAddressCooling {
+                    key: key.to_owned(),
+                    address: address(reply.id).await?,
+                    // The library puts the cooling's end where a grant's lease id goes.
+                    retry_in: Timestamp::from_millis(reply.lease).since(now),
                 });
             }
             (Some("busy"), _) => {
@@ -536,6 +549,7 @@ impl RedisStore {
         for j in &jobs {
             args.push(Arg::Str(&j.request.key));
             args.push(Arg::Int(j.request.point));
+            args.push(Arg::Str(&j.request.site));
         }
         let reply = self
             .call(&self.functions.acquire, now, self.claim_sweep(now), &args)
@@ -574,6 +588,12 @@ impl RedisStore {
             Outcome::Captcha => "c",
             Outcome::RateLimited { .. } => "r",
         };
+        let cool_until = match release.outcome {
+            Outcome::RateLimited { retry_after } => {
+                now.as_millis().saturating_add(millis(retry_after))
+            }
+            _ => 0,
+        };
         let request = ReleaseRequest {
             now,
             lease: release.lease.id.0,
@@ -581,6 +601,7 @@ impl RedisStore {
             class,
             jitter: self.jitter(),
             site,
+            cool_until,
         };
         self.batched(&self.releases, request, self.deadline())
             .await
@@ -598,6 +619,7 @@ impl RedisStore {
             class: "a",
             jitter: 1.0,
             site: Arc::from(NO_SITE),
+            cool_until: 0,
         };
         let _ = self.releases.send(Job { request, reply });
     }
@@ -614,6 +636,7 @@ impl RedisStore {
                 Arg::Str(r.class),
                 Arg::Float(r.jitter),
                 Arg::Str(&r.site),
+                Arg::Int(r.cool_until),
             ]);
         }
         let result = self
@@ -812,6 +835,7 @@ fn parse_acquires(reply: Value, n: usize) -> Option<(Vec<AcquireReply>, bool)> {
             Some("weighted") => (Some(Choice::Weighted), None),
             Some("broken") => (None, Some("broken")),
             Some("busy") => (None, Some("busy")),
+            Some("cooling") => (None, Some("cooling")),
             Some("none") => (None, Some("none")),
             _ => return None,
         };
@@ -994,6 +1018,10 @@ impl SharedView {
             let mut all = Counts::default();
             for (site, c) in counts_by_site(cells) {
                 all.add(c);
+                let cooling_until_ms = a
+                    .get(&format!("cool|{site}"))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .filter(|&until| until > now.as_millis());
                 let seen = sites.entry(site.clone()).or_default();
                 seen.0.add(c);
                 seen.1 += 1;
@@ -1005,7 +1033,7 @@ impl SharedView {
                     success_rate: c.rate(c.s),
                     captcha_rate: c.rate(c.c),
                     avoided: false,
-                    cooling_until_ms: None,
+                    cooling_until_ms,
                     totals: c.totals(),
                 });
             }

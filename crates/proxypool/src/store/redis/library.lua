@@ -19,7 +19,8 @@
 --   state  hash id → health state (present addresses only; the index for scans)
 --   a:ID   hash of one address: s state, n open leases, k bound keys, w outcome window,
 --          t state since, lv backoff level, cy failed cycles, st success streak,
---          fp fingerprint (52 bits), v ring points
+--          fp fingerprint (52 bits), v ring points, 'cool|<site>' end of a rate limit's
+--          cooling for that site ('-': tickets without a site)
 --   c:ID   hash of one address's outcome counts per site: '<site>|<class>' → n ('-' for
 --          tickets without a site), for the address × site matrix and the address's rates
 --   due    zset of deadlines: 'l<lease>:<id>' lease TTL (P14), 'b<key>' binding TTL (P2),
@@ -29,6 +30,8 @@
 --   ring   zset 'id:v' → point, the consistent-hash ring (P1), at the points the client computes
 --   log    list of state transitions, newest first
 --   prober the token of the process whose prober probes the pool, with a TTL
+--   cools  hash site → the latest end of any cooling for it, so acquires for a site without
+--          one skip the per-address check
 
 local NAMES = {'meta', 'url', 'name', 'byurl', 'state', 'due', 'bind', 'log', 'pass', 'ring'}
 local pools = {}
@@ -177,18 +180,27 @@ local function end_batch(B)
   if unused > 0 then redis.call('HINCRBY', B.K.meta, 'seq', tostring(-unused)) end
 end
 
+-- Whether `id` cools for the current acquire's site.
+local function cools(B, id)
+  if not B.site_cools then return false end
+  return num(redis.call('HGET', addr(B.K, id), 'cool|' .. B.site)) > B.now
+end
+
 -- Keyless, stride scheduling: a batch reads the lowest passes once (`wanted` of them, plus
 -- the next one's pass as a bound) and then picks, each time, the candidate whose pass plus
 -- its steps taken in this batch is lowest; the passes are written back when the batch ends.
 -- Read again (after writing back) when every candidate is full or the lowest would pass the
--- bound, where an address not read would be next. Candidates are flat: id, state, pass, picks.
+-- bound, where an address not read would be next; candidates cooling for the acquire's site
+-- are passed over. Candidates are flat: id, state, pass, picks.
 local function keyless(B, lease_deadline, wanted)
-  for _ = 1, 3 do
+  for attempt = 1, 3 do
     if not B.cand then
+      -- Wider when the first read held only full or cooling candidates; the third reads all.
+      local n = attempt == 1 and wanted or attempt == 2 and wanted + 32 or -1
       local c = {}
-      local r = redis.call('ZRANGE', B.K.pass, '0', tostring(wanted), 'WITHSCORES')
+      local r = redis.call('ZRANGE', B.K.pass, '0', tostring(n), 'WITHSCORES')
       B.bound = nil
-      if #r > 2 * wanted then
+      if n >= 0 and #r > 2 * n then
         B.bound = tonumber(r[#r])
         r[#r], r[#r - 1] = nil, nil
       end
@@ -202,23 +214,31 @@ local function keyless(B, lease_deadline, wanted)
       B.cand = c
     end
     local c = B.cand
+    local cooling, skipped = {}, false
     while true do
       local best, best_pass = nil, nil
       for i = 1, #c, 4 do
-        if not B.full[c[i]] then
+        if not B.full[c[i]] and not cooling[i] then
           local p = c[i + 2] + c[i + 3] * STEP[c[i + 1]]
           if not best_pass or p < best_pass then best, best_pass = i, p end
         end
       end
-      if not best or (B.bound and best_pass > B.bound) then break end
+      -- Past the bound an address not read would be next — unless cooling ones were passed
+      -- over, when any candidate left is better than none.
+      if not best or (B.bound and best_pass > B.bound and not skipped) then break end
       local id = c[best]
-      local lid = take(B, id, c[best + 1], lease_deadline)
-      if lid then
-        c[best + 3] = c[best + 3] + 1
-        return lid, tonumber(id), 'weighted'
+      if cools(B, id) then
+        -- Rate limited for this acquire's site: the next best, for this acquire only.
+        cooling[best], skipped = true, true
+      else
+        local lid = take(B, id, c[best + 1], lease_deadline)
+        if lid then
+          c[best + 3] = c[best + 3] + 1
+          return lid, tonumber(id), 'weighted'
+        end
+        -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
+        redis.call('ZREM', B.K.pass, member(id, c[best + 1]))
       end
-      -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
-      redis.call('ZREM', B.K.pass, member(id, c[best + 1]))
     end
     flush_passes(B)
     B.cand = nil
@@ -377,8 +397,12 @@ local function acquire_one(B, lease_deadline, session_deadline, factor, key, poi
   if key == '' then return keyless(B, lease_deadline, keyless_left) end
   local id = redis.call('HGET', K.bind, key)
   if id then
-    local s = redis.call('HGET', addr(K, id), 's')
+    local f = redis.call('HMGET', addr(K, id), 's', 'cool|' .. B.site)
+    local s = f[1]
     if s == 'healthy' or s == 'degraded' then
+      -- Rate limited there: the session is kept; the caller learns until when (in the lease
+      -- id's place).
+      if num(f[2]) > B.now then return tonumber(f[2]), tonumber(id), 'cooling' end
       local lid = take(B, id, s, lease_deadline, session_deadline, key)
       if not lid then return 0, tonumber(id), 'busy' end
       return lid, tonumber(id), 'bound'
@@ -415,9 +439,9 @@ local function acquire_one(B, lease_deadline, session_deadline, factor, key, poi
       if not seen[cid] then
         seen[cid] = true
         seen_n = seen_n + 1
-        local f = redis.call('HMGET', addr(K, cid), 's', 'n', 'k', 'fp')
+        local f = redis.call('HMGET', addr(K, cid), 's', 'n', 'k', 'fp', 'cool|' .. B.site)
         local s = f[1]
-        if (s == 'healthy' or s == 'degraded') and num(f[2]) < cap then
+        if (s == 'healthy' or s == 'degraded') and num(f[2]) < cap and num(f[5]) <= B.now then
           local k = num(f[3])
           if k < floor + (num(f[4]) < threshold and 1 or 0) then return bind(cid, s) end
           if not fallback and k < ceiling then fallback = {cid, s} end
@@ -431,21 +455,28 @@ local function acquire_one(B, lease_deadline, session_deadline, factor, key, poi
 end
 
 -- acquire, a batch of them in order: ARGV[4] the leases' deadline, [5] the sessions' deadline
--- (ms), [6] load factor, then per acquire: key ('' = keyless), the key's ring point. Replies
--- three elements per acquire (see acquire_one), then `more`. An acquire that finds nothing
+-- (ms), [6] load factor, then per acquire: key ('' = keyless), the key's ring point, site
+-- ('-' for none). Replies three elements per acquire (see acquire_one), then `more`. An acquire that finds nothing
 -- sweeps first if the call did not (expired leases may be what holds the capacity).
 local function acquire(keys, args)
   local K, now, cap, more = open(keys, args)
   local swept = args[2] == '1'
   local lease_deadline, session_deadline, factor = args[4], args[5], tonumber(args[6])
-  local size, keyless_left = (#args - 6) / 2, 0
-  for i = 7, #args, 2 do
+  local size, keyless_left = (#args - 6) / 3, 0
+  for i = 7, #args, 3 do
     if args[i] == '' then keyless_left = keyless_left + 1 end
   end
   local B = new_batch(K, cap, size)
+  B.now = now
+  local site_cools = {}
   local out = {}
-  for i = 7, #args, 2 do
+  for i = 7, #args, 3 do
     local key, point = args[i], args[i + 1]
+    B.site = args[i + 2]
+    if site_cools[B.site] == nil then
+      site_cools[B.site] = num(redis.call('HGET', K.prefix .. 'cools', B.site)) > now
+    end
+    B.site_cools = site_cools[B.site]
     local lid, id, tag = acquire_one(B, lease_deadline, session_deadline, factor, key, point, keyless_left)
     if tag == 'none' and not swept then
       -- The batch's pending deadlines first: the sweep must see refreshed bindings as such.
@@ -460,7 +491,7 @@ local function acquire(keys, args)
       lid, id, tag = acquire_one(B, lease_deadline, session_deadline, factor, key, point, keyless_left)
     end
     if key == '' then keyless_left = keyless_left - 1 end
-    if lid == 0 then redis.call('HINCRBY', K.meta, tag, '1') end
+    if tag ~= 'weighted' and tag ~= 'bound' and tag ~= 'hashed' then redis.call('HINCRBY', K.meta, tag, '1') end
     out[#out + 1] = lid
     out[#out + 1] = id
     out[#out + 1] = tag
@@ -470,16 +501,28 @@ local function acquire(keys, args)
   return out
 end
 
+-- A rate limit: `id` cools for `site` until `until_ms` (never shortened); the site's latest
+-- cooling end rises with it.
+local function cool(K, id, site, until_ms)
+  local field = 'cool|' .. site
+  if tonumber(until_ms) > num(redis.call('HGET', addr(K, id), field)) then
+    redis.call('HSET', addr(K, id), field, until_ms)
+  end
+  if tonumber(until_ms) > num(redis.call('HGET', K.prefix .. 'cools', site)) then
+    redis.call('HSET', K.prefix .. 'cools', site, until_ms)
+  end
+end
+
 -- release, a batch of them: ARGV[4] health settings, then per lease: lease id, address id,
 -- outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter factor, site
--- ('-' for none). An
+-- ('-' for none), for a rate limit ('r') the end of the cooling it asks for (ms). An
 -- expired lease frees nothing twice, but its outcome is still news. Released leases are not
 -- counted: every lease is released, expired, abandoned or open, so the snapshot derives it.
 local function release(keys, args)
   local K, now, cap, more = open(keys, args)
   local settings = args[4]
   local leases = {}
-  for i = 5, #args, 5 do leases[#leases + 1] = 'l' .. args[i] .. ':' .. args[i + 1] end
+  for i = 5, #args, 6 do leases[#leases + 1] = 'l' .. args[i] .. ':' .. args[i + 1] end
   -- Which are still open, and close them: two calls for the whole batch.
   local scores = redis.call('ZMSCORE', K.due, unpack(leases))
   local open_leases = {}
@@ -489,14 +532,17 @@ local function release(keys, args)
   if #open_leases > 0 then redis.call('ZREM', K.due, unpack(open_leases)) end
   local abandoned = 0
   for j = 1, #leases do
-    local i = 5 + (j - 1) * 5
+    local i = 5 + (j - 1) * 6
     local id, class = args[i + 1], args[i + 2]
     local f = redis.call('HMGET', addr(K, id), 's', 'w')
     if scores[j] then freed(K, id, f[1], cap) end
     if class == 'a' then
       if scores[j] then abandoned = abandoned + 1 end
     else
-      if f[1] then redis.call('HINCRBY', K.prefix .. 'c:' .. id, args[i + 4] .. '|' .. class, '1') end
+      if f[1] then
+        redis.call('HINCRBY', K.prefix .. 'c:' .. id, args[i + 4] .. '|' .. class, '1')
+        if class == 'r' then cool(K, id, args[i + 4], args[i + 5]) end
+      end
       outcome(K, id, class, f[1], f[2], now, cap, settings, tonumber(args[i + 3]))
     end
   end
