@@ -55,8 +55,10 @@ local function num(v) return tonumber(v or '0') or 0 end
 -- member's name so that picking needs no second read.
 local STEP = {healthy = 1, degraded = 2, probing = 10}
 local BY_STEP = {['1'] = 'healthy', ['2'] = 'degraded', ['10'] = 'probing'}
+-- The same steps as text: a number in a string costs Lua 5.1 an sprintf.
+local STEP_TEXT = {healthy = '1', degraded = '2', probing = '10'}
 
-local function member(id, s) return id .. ':' .. STEP[s] end
+local function member(id, s) return id .. ':' .. STEP_TEXT[s] end
 
 -- Quarantined and probing count against the quarantine cap (the episode is still open).
 local function counted(s) return s == 'quarantined' or s == 'probing' end
@@ -163,11 +165,11 @@ local function flush_passes(B)
   local c = B.cand
   if not c then return end
   local updates = {}
-  for i = 1, #c, 4 do
-    if c[i + 3] > 0 and not B.full[c[i]] then
-      updates[#updates + 1] = c[i + 2] + c[i + 3] * STEP[c[i + 1]]
-      updates[#updates + 1] = member(c[i], c[i + 1])
-      c[i + 3] = 0
+  for i = 1, #c, 6 do
+    if c[i + 3] and not B.full[c[i]] then
+      updates[#updates + 1] = c[i + 2]
+      updates[#updates + 1] = c[i + 4]
+      c[i + 3] = false
     end
   end
   if #updates > 0 then redis.call('ZADD', B.K.pass, 'XX', unpack(updates)) end
@@ -191,7 +193,8 @@ end
 -- its steps taken in this batch is lowest; the passes are written back when the batch ends.
 -- Read again (after writing back) when every candidate is full or the lowest would pass the
 -- bound, where an address not read would be next; candidates cooling for the acquire's site
--- are passed over. Candidates are flat: id, state, pass, picks.
+-- are passed over. Candidates are flat: id, state, pass (with this batch's picks), changed,
+-- member, step.
 local function keyless(B, lease_deadline, wanted)
   for attempt = 1, 3 do
     if not B.cand then
@@ -209,7 +212,9 @@ local function keyless(B, lease_deadline, wanted)
         c[#c + 1] = id
         c[#c + 1] = BY_STEP[step]
         c[#c + 1] = tonumber(r[i + 1])
-        c[#c + 1] = 0
+        c[#c + 1] = false
+        c[#c + 1] = r[i]
+        c[#c + 1] = tonumber(step)
       end
       B.cand = c
     end
@@ -217,10 +222,11 @@ local function keyless(B, lease_deadline, wanted)
     local cooling, skipped = {}, false
     while true do
       local best, best_pass = nil, nil
-      for i = 1, #c, 4 do
-        if not B.full[c[i]] and not cooling[i] then
-          local p = c[i + 2] + c[i + 3] * STEP[c[i + 1]]
-          if not best_pass or p < best_pass then best, best_pass = i, p end
+      local full = B.full
+      for i = 1, #c, 6 do
+        local p = c[i + 2]
+        if (not best_pass or p < best_pass) and not full[c[i]] and not cooling[i] then
+          best, best_pass = i, p
         end
       end
       -- Past the bound an address not read would be next — unless cooling ones were passed
@@ -233,11 +239,12 @@ local function keyless(B, lease_deadline, wanted)
       else
         local lid = take(B, id, c[best + 1], lease_deadline)
         if lid then
-          c[best + 3] = c[best + 3] + 1
+          c[best + 2] = best_pass + c[best + 5]
+          c[best + 3] = true
           return lid, tonumber(id), 'weighted'
         end
         -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
-        redis.call('ZREM', B.K.pass, member(id, c[best + 1]))
+        redis.call('ZREM', B.K.pass, c[best + 4])
       end
     end
     flush_passes(B)
