@@ -321,7 +321,7 @@ fn four_processes_share_one_pool_exactly() {
         .chunks(2)
         .map(|p| (p[0].as_str(), p[1].parse().unwrap_or(0)))
         .collect();
-    assert_eq!(meta["seq"], grants, "{meta:?}");
+    assert_eq!(meta["seq"] - meta["seq0"], grants, "{meta:?}");
     assert_eq!(meta.get("expired"), None, "{meta:?}");
     assert_eq!(meta.get("abandoned"), None, "{meta:?}");
     let ids = cli(&redis, &["HKEYS", "proxypool:{multi}:state"]);
@@ -645,4 +645,60 @@ async fn a_rate_limit_cools_the_address_for_that_site_only() {
     clock.advance(retry_after);
     let lease = pool.acquire(shop()).await.unwrap();
     assert_eq!((lease.choice(), lease.address()), (Choice::Bound, &cooled));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_redis_lost_is_rebuilt_and_old_ids_name_nothing() {
+    let redis = RedisServer::start(&dir("lost")).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let pool = shared_pool(&redis, "lost", &clock, PoolConfig::default()).await;
+    let held = pool.acquire(Ticket::new()).await.unwrap();
+    pool.acquire(Ticket::new())
+        .await
+        .unwrap()
+        .release(OK)
+        .await
+        .unwrap();
+    // Redis loses everything, as after a restart without persistence: keys and functions.
+    cli(&redis, &["FLUSHALL"]);
+    cli(&redis, &["FUNCTION", "FLUSH"]);
+    // The first acquire finds an empty pool of a new epoch; this process adds its addresses
+    // again, after which acquires work on the new ids.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let lease = loop {
+        match pool.acquire(Ticket::new()).await {
+            Ok(lease) => break lease,
+            Err(AcquireError::NoAddressAvailable) => {
+                assert!(Instant::now() < deadline, "the pool was never rebuilt");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(addresses(6).contains(&lease.address().to_string()));
+    // The lease from before the loss ends without touching whichever address has its id now.
+    held.release(Outcome::ConnectError).await.unwrap();
+    held_is_harmless(&pool).await;
+    lease.release(OK).await.unwrap();
+}
+
+async fn held_is_harmless(pool: &Pool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let snap = pool.snapshot().await;
+        if snap.pool.addresses == 6 {
+            assert_eq!(snap.pool.active_leases, 1, "{:?}", snap.pool);
+            assert!(
+                snap.addresses
+                    .iter()
+                    .all(|a| a.state == HealthState::Healthy && a.totals.failures == 0),
+                "{:?}",
+                snap.addresses
+            );
+            return;
+        }
+        assert!(Instant::now() < deadline, "{:?}", snap.pool);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

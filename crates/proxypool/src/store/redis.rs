@@ -149,6 +149,11 @@ pub(crate) struct RedisStore {
     /// never go stale.
     addresses: RwLock<HashMap<u32, ProxyAddress>>,
     sites: Mutex<Sites>,
+    /// The pool's epoch as last seen (set by the first add of a pool): when it changes, Redis
+    /// lost the pool and ids name other addresses.
+    epoch: Mutex<Option<String>>,
+    /// What this process added (start list, API): added again when the pool was lost.
+    added: Mutex<Vec<ProxyAddress>>,
     /// This process's claim to the prober role.
     #[cfg(feature = "probe")]
     prober_token: String,
@@ -280,6 +285,8 @@ impl RedisStore {
             last_sweep: AtomicU64::new(u64::MAX),
             addresses: RwLock::new(HashMap::new()),
             sites: Mutex::new(Sites::default()),
+            epoch: Mutex::new(None),
+            added: Mutex::new(Vec::new()),
             #[cfg(feature = "probe")]
             prober_token: format!("{:016x}", rand::random::<u64>()),
             acquires: batch::spawn(me.clone(), Self::acquire_batch),
@@ -384,6 +391,39 @@ impl RedisStore {
             }
         })
         .await
+    }
+
+    /// A new epoch means Redis lost the pool (a restart without persistence, a failover to
+    /// a stale replica): cached ids are forgotten and what this process added is added again.
+    fn note_epoch(self: &Arc<Self>, epoch: String, now: Timestamp) {
+        let mut seen = self.epoch.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.as_deref() == Some(epoch.as_str()) {
+            return;
+        }
+        let lost = seen.is_some();
+        *seen = Some(epoch);
+        drop(seen);
+        if !lost {
+            return;
+        }
+        tracing::warn!(target: "proxypool::redis", "the pool's epoch changed: Redis lost it; adding this process's addresses again");
+        self.addresses
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let added = me
+                .added
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            for address in added {
+                if let Err(e) = me.add_idempotent(&address, now).await {
+                    tracing::warn!(target: "proxypool::redis", error = %e, "re-adding an address failed");
+                }
+            }
+        });
     }
 
     fn site_id(&self, site: &Arc<str>) -> u32 {
@@ -559,8 +599,9 @@ impl RedisStore {
                 parse_acquires(v, jobs.len()).ok_or_else(|| "malformed acquire reply".into())
             });
         match reply {
-            Ok((replies, more)) => {
+            Ok((replies, more, epoch)) => {
                 self.note_more(more);
+                self.note_epoch(epoch, now);
                 for (job, r) in jobs.into_iter().zip(replies) {
                     // A caller that left meanwhile: its grant goes straight back.
                     if let Err(Ok(r)) = job.reply.send(Ok(r))
@@ -681,16 +722,22 @@ impl RedisStore {
         now: Timestamp,
     ) -> Result<bool, PoolError> {
         let url = address.as_str();
+        let token = format!("{:016x}", rand::random::<u64>());
         let mut args = vec![
             Arg::Str(url),
             Arg::Str(address.redacted()),
             Arg::Int(fingerprint(url) >> TO_52_BITS),
+            Arg::Str(&token),
         ];
         args.extend(points(url, self.cfg.ring_vnodes).map(|p| Arg::Int(p >> TO_52_BITS)));
         let reply = self
             .call(&self.functions.add, now, true, &args)
             .await
             .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))?;
+        let mut added = self.added.lock().unwrap_or_else(PoisonError::into_inner);
+        if !added.contains(address) {
+            added.push(address.clone());
+        }
         Ok(matches!(reply, Value::Int(1)))
     }
 
@@ -716,6 +763,10 @@ impl RedisStore {
             )
             .await
             .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))?;
+        self.added
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|a| a != address);
         if matches!(reply, Value::Int(1)) {
             Ok(())
         } else {
@@ -813,12 +864,14 @@ struct AcquireReply {
     refusal: Option<&'static str>,
 }
 
-/// The acquire function's reply: three elements per acquire, then `more`.
-fn parse_acquires(reply: Value, n: usize) -> Option<(Vec<AcquireReply>, bool)> {
+/// The acquire function's reply: three elements per acquire, then `more` and the epoch.
+fn parse_acquires(reply: Value, n: usize) -> Option<(Vec<AcquireReply>, bool, String)> {
     let Value::Array(items) = reply else {
         return None;
     };
-    let (Value::Int(more), rest) = items.split_last()? else {
+    let (epoch, rest) = items.split_last()?;
+    let epoch = text(epoch)?;
+    let (Value::Int(more), rest) = rest.split_last()? else {
         return None;
     };
     if rest.len() != 3 * n {
@@ -846,7 +899,7 @@ fn parse_acquires(reply: Value, n: usize) -> Option<(Vec<AcquireReply>, bool)> {
             refusal,
         });
     }
-    Some((out, *more == 1))
+    Some((out, *more == 1, epoch))
 }
 
 /// The shared state as the snapshot function returns it.
@@ -1112,7 +1165,8 @@ impl SharedView {
             Value::Int(b) => usize::try_from(*b).unwrap_or(0),
             _ => 0,
         };
-        p.acquired = n(&meta, "seq");
+        // Lease ids of an epoch start at a random `seq0`.
+        p.acquired = n(&meta, "seq").saturating_sub(n(&meta, "seq0"));
         p.abandoned = n(&meta, "abandoned");
         p.expired = n(&meta, "expired");
         // Every lease is released, expired, abandoned or still open.

@@ -463,7 +463,8 @@ end
 
 -- acquire, a batch of them in order: ARGV[4] the leases' deadline, [5] the sessions' deadline
 -- (ms), [6] load factor, then per acquire: key ('' = keyless), the key's ring point, site
--- ('-' for none). Replies three elements per acquire (see acquire_one), then `more`. An acquire that finds nothing
+-- ('-' for none). Replies three elements per acquire (see acquire_one), then `more` and the
+-- pool's epoch. An acquire that finds nothing
 -- sweeps first if the call did not (expired leases may be what holds the capacity).
 local function acquire(keys, args)
   local K, now, cap, more = open(keys, args)
@@ -505,6 +506,9 @@ local function acquire(keys, args)
   end
   end_batch(B)
   out[#out + 1] = more
+  -- Which incarnation of the pool answered (see `add`): a client that sees it change knows
+  -- its cached ids are stale.
+  out[#out + 1] = redis.call('HGET', K.meta, 'epoch') or ''
   return out
 end
 
@@ -522,8 +526,9 @@ end
 
 -- release, a batch of them: ARGV[4] health settings, then per lease: lease id, address id,
 -- outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter factor, site
--- ('-' for none), for a rate limit ('r') the end of the cooling it asks for (ms). An
--- expired lease frees nothing twice, but its outcome is still news. Released leases are not
+-- ('-' for none), for a rate limit ('r') the end of the cooling it asks for (ms). A lease no
+-- longer open (expired, or granted before Redis lost the pool) frees nothing and judges
+-- nothing: its address id may name another address by now. Released leases are not
 -- counted: every lease is released, expired, abandoned or open, so the snapshot derives it.
 local function release(keys, args)
   local K, now, cap, more = open(keys, args)
@@ -539,18 +544,18 @@ local function release(keys, args)
   if #open_leases > 0 then redis.call('ZREM', K.due, unpack(open_leases)) end
   local abandoned = 0
   for j = 1, #leases do
-    local i = 5 + (j - 1) * 6
-    local id, class = args[i + 1], args[i + 2]
-    local f = redis.call('HMGET', addr(K, id), 's', 'w')
-    if scores[j] then freed(K, id, f[1], cap) end
-    if class == 'a' then
-      if scores[j] then abandoned = abandoned + 1 end
-    else
-      if f[1] then
+    if scores[j] then
+      local i = 5 + (j - 1) * 6
+      local id, class = args[i + 1], args[i + 2]
+      local f = redis.call('HMGET', addr(K, id), 's', 'w')
+      freed(K, id, f[1], cap)
+      if class == 'a' then
+        abandoned = abandoned + 1
+      elseif f[1] then
         redis.call('HINCRBY', K.prefix .. 'c:' .. id, args[i + 4] .. '|' .. class, '1')
         if class == 'r' then cool(K, id, args[i + 4], args[i + 5]) end
+        outcome(K, id, class, f[1], f[2], now, cap, settings, tonumber(args[i + 3]))
       end
-      outcome(K, id, class, f[1], f[2], now, cap, settings, tonumber(args[i + 3]))
     end
   end
   if abandoned > 0 then redis.call('HINCRBY', K.meta, 'abandoned', tostring(abandoned)) end
@@ -574,21 +579,29 @@ local function probe(keys, args)
   return 1
 end
 
--- add: ARGV[4] url, [5] redacted name, [6] fingerprint (52 bits), [7..] ring points.
--- Replies 0 if the URL is present already (every process may add the same start list).
+-- add: ARGV[4] url, [5] redacted name, [6] fingerprint (52 bits), [7] an epoch token (16
+-- random hex digits), [8..] ring points. Replies 0 if the URL is present already (every process may add the same
+-- start list). The first add of a pool (or of a pool Redis lost) sets its epoch.
 local function add(keys, args)
   local K, now, cap = open(keys, args)
   local url = args[4]
   if redis.call('HEXISTS', K.byurl, url) == 1 then return 0 end
+  -- A new epoch starts lease ids at a random point below 2^44, so that leases granted before
+  -- a loss cannot close the new ones. (Below 10^14: Lua 5.1 prints larger numbers with an
+  -- exponent, and lease members are built from the printed id.)
+  if redis.call('HSETNX', K.meta, 'epoch', args[7]) == 1 then
+    local seq0 = tostring(tonumber(string.sub(args[7], 1, 11), 16))
+    redis.call('HSET', K.meta, 'seq', seq0, 'seq0', seq0)
+  end
   local id = redis.call('HINCRBY', K.meta, 'next_id', '1')
   redis.call('HSET', K.url, id, url)
   redis.call('HSET', K.name, id, args[5])
-  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[6], 'v', #args - 6)
+  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[6], 'v', #args - 7)
   -- In chunks: Lua's unpack has a limit of a few thousand values.
   local points = {}
-  for i = 7, #args do
+  for i = 8, #args do
     points[#points + 1] = args[i]
-    points[#points + 1] = id .. ':' .. (i - 7)
+    points[#points + 1] = id .. ':' .. (i - 8)
     if #points == 1000 or i == #args then
       redis.call('ZADD', K.ring, unpack(points))
       points = {}
