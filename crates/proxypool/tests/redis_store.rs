@@ -486,17 +486,29 @@ async fn a_sites_blocks_are_counted_for_that_site_not_against_the_address() {
     let first = pool.acquire(ticket()).await.unwrap();
     let address = first.address().redacted().to_owned();
     first.release(OK).await.unwrap();
-    // Five blocks and two captchas from one site: the address stays healthy and bound.
-    for outcome in [Outcome::Blocked; 5]
-        .into_iter()
-        .chain([Outcome::Captcha, Outcome::Captcha])
-    {
+    // A block, a captcha, a success, a block from one site: the pair looks bad (3 of its last
+    // 5), so the address is kept away from that site for a while — still healthy, the
+    // session kept but told to wait.
+    for outcome in [Outcome::Blocked, Outcome::Captcha, OK, Outcome::Blocked] {
         let lease = pool.acquire(ticket()).await.unwrap();
         assert_eq!(lease.choice(), Choice::Bound);
         lease.release(outcome).await.unwrap();
     }
+    match pool.acquire(ticket()).await {
+        Err(AcquireError::BoundAddressCooling { retry_in, .. }) => {
+            assert_eq!(retry_in, Duration::from_secs(60));
+        }
+        other => panic!("{other:?}"),
+    }
     let snap = pool.snapshot().await;
     assert_eq!(snap.address(&address).unwrap().state, HealthState::Healthy);
+    assert!(
+        snap.decisions
+            .iter()
+            .any(|d| d.to == "avoided" && d.reason.contains("shop.example")),
+        "{:?}",
+        snap.decisions
+    );
     let cell = snap
         .matrix
         .iter()
@@ -508,17 +520,26 @@ async fn a_sites_blocks_are_counted_for_that_site_not_against_the_address() {
             cell.totals.failures,
             cell.totals.captchas
         ),
-        (1, 5, 2)
+        (2, 2, 1)
     );
-    assert_eq!(cell.window_samples, 8);
-    assert_eq!(cell.success_rate, Some(1.0 / 8.0));
+    assert_eq!(cell.window_samples, 5);
+    assert_eq!(cell.success_rate, Some(2.0 / 5.0));
+    assert!(cell.cooling_until_ms.is_some());
     let site = snap
         .sites
         .iter()
         .find(|s| s.site == "shop.example")
         .unwrap();
-    assert_eq!(site.failure_rate, Some(5.0 / 8.0));
+    assert_eq!(site.failure_rate, Some(2.0 / 5.0));
     assert_eq!(site.spread, Some(1.0));
+    // Another site still gets it; after the wait the session goes on.
+    let other = pool
+        .acquire(Ticket::new().key("acct").site("news.example"))
+        .await
+        .unwrap();
+    assert_eq!(other.address().redacted(), address);
+    other.release(OK).await.unwrap();
+    clock.advance(Duration::from_secs(60));
     // Connection failures are the address's own: three of them quarantine it.
     for _ in 0..3 {
         let lease = pool.acquire(ticket()).await.unwrap();
@@ -527,7 +548,7 @@ async fn a_sites_blocks_are_counted_for_that_site_not_against_the_address() {
     let snap = pool.snapshot().await;
     let row = snap.address(&address).unwrap();
     assert_eq!(row.state, HealthState::Quarantined);
-    assert_eq!(row.totals.failures, 8);
+    assert_eq!(row.totals.failures, 5);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -20,7 +20,8 @@
 --   a:ID   hash of one address: s state, n open leases, k bound keys, w outcome window,
 --          t state since, lv backoff level, cy failed cycles, st success streak,
 --          fp fingerprint (52 bits), v ring points, 'cool|<site>' end of a rate limit's
---          cooling for that site ('-': tickets without a site)
+--          cooling or of an avoidance for that site ('-': tickets without a site),
+--          'w|<site>' the pair's recent outcomes while one of them is a block or captcha
 --   c:ID   hash of one address's outcome counts per site: '<site>|<class>' → n ('-' for
 --          tickets without a site), for the address × site matrix and the address's rates
 --   due    zset of deadlines: 'l<lease>:<id>' lease TTL (P14), 'b<key>' binding TTL (P2),
@@ -524,6 +525,30 @@ local function cool(K, id, site, until_ms)
   end
 end
 
+-- The address × site pair (P9): blocks and captchas from one site are that pair's problem,
+-- not the address's. When the pair's last `recent` outcomes hold `recent_failures` of them,
+-- the address is kept away from the site (passed over there, bound sessions told to wait) for
+-- the backoff base; its health elsewhere is untouched. The window is kept only while it holds
+-- a block or captcha, and read with the address's own in one HMGET.
+local function judge_pair(K, id, site, class, win, now, settings)
+  local H = health(settings)
+  local a = addr(K, id)
+  win = string.sub(class .. (win or ''), 1, H.recent)
+  local _, bad = string.gsub(win, '[bc]', '')
+  if bad == 0 then
+    redis.call('HDEL', a, 'w|' .. site)
+  elseif bad >= H.recent_failures then
+    redis.call('HDEL', a, 'w|' .. site)
+    cool(K, id, site, tostring(now + H.base))
+    redis.call('LPUSH', K.log, table.concat({now, redis.call('HGET', K.name, id) or id, 'ok', 'avoided',
+      'on site ' .. site .. ': ' .. bad .. ' blocks or captchas in the last ' .. #win ..
+      ' outcomes; kept away from it for ' .. math.floor(H.base / 1000) .. ' s'}, '\t'))
+    redis.call('LTRIM', K.log, 0, 999)
+  else
+    redis.call('HSET', a, 'w|' .. site, win)
+  end
+end
+
 -- release, a batch of them: ARGV[4] health settings, then per lease: lease id, address id,
 -- outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter factor, site
 -- ('-' for none), for a rate limit ('r') the end of the cooling it asks for (ms). A lease no
@@ -546,14 +571,17 @@ local function release(keys, args)
   for j = 1, #leases do
     if scores[j] then
       local i = 5 + (j - 1) * 6
-      local id, class = args[i + 1], args[i + 2]
-      local f = redis.call('HMGET', addr(K, id), 's', 'w')
+      local id, class, site = args[i + 1], args[i + 2], args[i + 4]
+      local f = redis.call('HMGET', addr(K, id), 's', 'w', 'w|' .. site)
       freed(K, id, f[1], cap)
       if class == 'a' then
         abandoned = abandoned + 1
       elseif f[1] then
-        redis.call('HINCRBY', K.prefix .. 'c:' .. id, args[i + 4] .. '|' .. class, '1')
-        if class == 'r' then cool(K, id, args[i + 4], args[i + 5]) end
+        redis.call('HINCRBY', K.prefix .. 'c:' .. id, site .. '|' .. class, '1')
+        if class == 'r' then cool(K, id, site, args[i + 5]) end
+        if site ~= '-' and (f[3] or class == 'b' or class == 'c') then
+          judge_pair(K, id, site, class, f[3], now, settings)
+        end
         outcome(K, id, class, f[1], f[2], now, cap, settings, tonumber(args[i + 3]))
       end
     end
