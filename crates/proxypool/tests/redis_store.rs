@@ -666,6 +666,26 @@ async fn a_rate_limit_cools_the_address_for_that_site_only() {
     clock.advance(retry_after);
     let lease = pool.acquire(shop()).await.unwrap();
     assert_eq!((lease.choice(), lease.address()), (Choice::Bound, &cooled));
+
+    // A site asking for forever gets the longest quarantine wait, and breaks nothing.
+    lease
+        .release(Outcome::RateLimited {
+            retry_after: Duration::MAX,
+        })
+        .await
+        .unwrap();
+    match pool.acquire(shop()).await {
+        Err(AcquireError::BoundAddressCooling { retry_in, .. }) => {
+            assert_eq!(retry_in, PoolConfig::default().backoff.cap);
+        }
+        other => panic!("{other:?}"),
+    }
+    pool.acquire(Ticket::new())
+        .await
+        .unwrap()
+        .release(OK)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

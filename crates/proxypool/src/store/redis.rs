@@ -102,9 +102,10 @@ const LIBRARY: &str = include_str!("redis/library.lua");
 /// leases, bindings and quarantine waits end at most this late.
 pub(crate) const SWEEP_EVERY_MS: u64 = 100;
 
-/// How long the prober role stays with a process that stopped asking for targets.
+/// How long the prober role stays with a process that stopped asking for targets: longer than
+/// a round (probes time out after 10 s, then each is reported).
 #[cfg(feature = "probe")]
-const PROBER_HOLD: Duration = Duration::from_secs(10);
+const PROBER_HOLD: Duration = Duration::from_secs(60);
 
 /// The site column of tickets without one, as snapshots name it.
 const NO_SITE: &str = "-";
@@ -151,7 +152,9 @@ pub(crate) struct RedisStore {
     sites: Mutex<Sites>,
     /// The pool's epoch as last seen (set by the first add of a pool): when it changes, Redis
     /// lost the pool and ids name other addresses.
-    epoch: Mutex<Option<String>>,
+    epoch: Mutex<Epoch>,
+    /// A re-add after a loss is running.
+    rebuilding: std::sync::atomic::AtomicBool,
     /// What this process added (start list, API): added again when the pool was lost.
     added: Mutex<Vec<ProxyAddress>>,
     /// This process's claim to the prober role.
@@ -185,6 +188,15 @@ struct ReleaseRequest {
     site: Arc<str>,
     /// For a rate limit: until when (ms) the address cools for the site.
     cool_until: u64,
+}
+
+/// What a process knows of the pool's epoch (see `add` in library.lua).
+#[derive(Debug)]
+enum Epoch {
+    Unknown,
+    Seen(String),
+    /// Seen, then gone: the pool is being added again.
+    Lost,
 }
 
 /// Site names of this process's tickets by small ids, so a lease carries its site as the
@@ -285,7 +297,8 @@ impl RedisStore {
             last_sweep: AtomicU64::new(u64::MAX),
             addresses: RwLock::new(HashMap::new()),
             sites: Mutex::new(Sites::default()),
-            epoch: Mutex::new(None),
+            epoch: Mutex::new(Epoch::Unknown),
+            rebuilding: std::sync::atomic::AtomicBool::new(false),
             added: Mutex::new(Vec::new()),
             #[cfg(feature = "probe")]
             prober_token: format!("{:016x}", rand::random::<u64>()),
@@ -393,17 +406,33 @@ impl RedisStore {
         .await
     }
 
-    /// A new epoch means Redis lost the pool (a restart without persistence, a failover to
-    /// a stale replica): cached ids are forgotten and what this process added is added again.
+    /// The epoch an acquire batch saw. Redis lost the pool (a restart without persistence)
+    /// when a known epoch turns into none, or into another (a process rebuilt it first):
+    /// cached ids are forgotten and what this process added is added again — retried while
+    /// the pool stays without an epoch. (A failover to a stale replica keeps the epoch and is
+    /// not detected.)
     fn note_epoch(self: &Arc<Self>, epoch: String, now: Timestamp) {
-        let mut seen = self.epoch.lock().unwrap_or_else(PoisonError::into_inner);
-        if seen.as_deref() == Some(epoch.as_str()) {
-            return;
-        }
-        let lost = seen.is_some();
-        *seen = Some(epoch);
-        drop(seen);
-        if !lost {
+        let mut state = self.epoch.lock().unwrap_or_else(PoisonError::into_inner);
+        let rebuild = match &*state {
+            Epoch::Seen(e) if *e == epoch => false,
+            Epoch::Seen(_) if epoch.is_empty() => {
+                *state = Epoch::Lost;
+                true
+            }
+            Epoch::Seen(_) => {
+                *state = Epoch::Seen(epoch);
+                true
+            }
+            // Nothing added yet: an empty pool is no loss.
+            Epoch::Unknown if epoch.is_empty() => false,
+            Epoch::Lost if epoch.is_empty() => true,
+            Epoch::Unknown | Epoch::Lost => {
+                *state = Epoch::Seen(epoch);
+                false
+            }
+        };
+        drop(state);
+        if !rebuild || self.rebuilding.swap(true, Ordering::AcqRel) {
             return;
         }
         tracing::warn!(target: "proxypool::redis", "the pool's epoch changed: Redis lost it; adding this process's addresses again");
@@ -423,6 +452,7 @@ impl RedisStore {
                     tracing::warn!(target: "proxypool::redis", error = %e, "re-adding an address failed");
                 }
             }
+            me.rebuilding.store(false, Ordering::Release);
         });
     }
 
@@ -630,9 +660,10 @@ impl RedisStore {
             Outcome::RateLimited { .. } => "r",
         };
         let cool_until = match release.outcome {
-            Outcome::RateLimited { retry_after } => {
-                now.as_millis().saturating_add(millis(retry_after))
-            }
+            // A site's Retry-After is not trusted beyond the longest quarantine wait.
+            Outcome::RateLimited { retry_after } => now
+                .as_millis()
+                .saturating_add(millis(retry_after.min(self.cfg.backoff.cap))),
             _ => 0,
         };
         let request = ReleaseRequest {

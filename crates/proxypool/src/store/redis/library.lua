@@ -132,7 +132,7 @@ end
 -- turns each number into one with sprintf.)
 local function new_batch(K, cap, size)
   local last = redis.call('HINCRBY', K.meta, 'seq', tostring(size))
-  return {K = K, cap = cap, next_lid = last - size + 1, last_lid = last, due = {}, full = {}}
+  return {K = K, cap = cap, next_lid = last - size + 1, last_lid = last, due = {}, full = {}, cool_memo = {}}
 end
 
 -- Takes one more lease on `id` (state `s`) if the cap allows; its deadline (and the binding's,
@@ -183,10 +183,20 @@ local function end_batch(B)
   if unused > 0 then redis.call('HINCRBY', B.K.meta, 'seq', tostring(-unused)) end
 end
 
--- Whether `id` cools for the current acquire's site.
+-- Whether `id` cools for the current acquire's site (read once per batch and site).
 local function cools(B, id)
   if not B.site_cools then return false end
-  return num(redis.call('HGET', addr(B.K, id), 'cool|' .. B.site)) > B.now
+  local memo = B.cool_memo[B.site]
+  if not memo then
+    memo = {}
+    B.cool_memo[B.site] = memo
+  end
+  local c = memo[id]
+  if c == nil then
+    c = num(redis.call('HGET', addr(B.K, id), 'cool|' .. B.site)) > B.now
+    memo[id] = c
+  end
+  return c
 end
 
 -- Keyless, stride scheduling: a batch reads the lowest passes once (`wanted` of them, plus
@@ -242,6 +252,14 @@ local function keyless(B, lease_deadline, wanted)
         if lid then
           c[best + 2] = best_pass + c[best + 5]
           c[best + 3] = true
+          -- Those passed over for cooling do not bank the turns they missed: no burst at
+          -- the site when their cooling ends.
+          for k in pairs(cooling) do
+            if c[k + 2] < best_pass then
+              c[k + 2] = best_pass
+              c[k + 3] = true
+            end
+          end
           return lid, tonumber(id), 'weighted'
         end
         -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
@@ -552,8 +570,8 @@ end
 -- release, a batch of them: ARGV[4] health settings, then per lease: lease id, address id,
 -- outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter factor, site
 -- ('-' for none), for a rate limit ('r') the end of the cooling it asks for (ms). A lease no
--- longer open (expired, or granted before Redis lost the pool) frees nothing and judges
--- nothing: its address id may name another address by now. Released leases are not
+-- longer open frees nothing; its outcome is judged if it was granted in this epoch (expired),
+-- not if it comes from before Redis lost the pool (its address id may name another address). Released leases are not
 -- counted: every lease is released, expired, abandoned or open, so the snapshot derives it.
 local function release(keys, args)
   local K, now, cap, more = open(keys, args)
@@ -568,14 +586,19 @@ local function release(keys, args)
   end
   if #open_leases > 0 then redis.call('ZREM', K.due, unpack(open_leases)) end
   local abandoned = 0
+  -- Lease ids of this epoch: an expired lease's outcome is still news about its address; one
+  -- from before a loss names nothing.
+  local ids = redis.call('HMGET', K.meta, 'seq0', 'seq')
+  local first, last = num(ids[1]), num(ids[2])
   for j = 1, #leases do
-    if scores[j] then
-      local i = 5 + (j - 1) * 6
+    local i = 5 + (j - 1) * 6
+    local lid = tonumber(args[i])
+    if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 4]
       local f = redis.call('HMGET', addr(K, id), 's', 'w', 'w|' .. site)
-      freed(K, id, f[1], cap)
+      if scores[j] then freed(K, id, f[1], cap) end
       if class == 'a' then
-        abandoned = abandoned + 1
+        if scores[j] then abandoned = abandoned + 1 end
       elseif f[1] then
         redis.call('HINCRBY', K.prefix .. 'c:' .. id, site .. '|' .. class, '1')
         if class == 'r' then cool(K, id, site, args[i + 5]) end
