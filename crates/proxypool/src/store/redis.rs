@@ -156,7 +156,7 @@ pub(crate) struct RedisStore {
     /// A re-add after a loss is running.
     rebuilding: std::sync::atomic::AtomicBool,
     /// What this process added (start list, API): added again when the pool was lost.
-    added: Mutex<Vec<ProxyAddress>>,
+    added: Mutex<HashMap<String, ProxyAddress>>,
     /// This process's claim to the prober role.
     #[cfg(feature = "probe")]
     prober_token: String,
@@ -299,7 +299,7 @@ impl RedisStore {
             sites: Mutex::new(Sites::default()),
             epoch: Mutex::new(Epoch::Unknown),
             rebuilding: std::sync::atomic::AtomicBool::new(false),
-            added: Mutex::new(Vec::new()),
+            added: Mutex::new(HashMap::new()),
             #[cfg(feature = "probe")]
             prober_token: format!("{:016x}", rand::random::<u64>()),
             acquires: batch::spawn(me.clone(), Self::acquire_batch),
@@ -442,11 +442,13 @@ impl RedisStore {
             .clear();
         let me = Arc::clone(self);
         tokio::spawn(async move {
-            let added = me
+            let added: Vec<ProxyAddress> = me
                 .added
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .clone();
+                .values()
+                .cloned()
+                .collect();
             for address in added {
                 if let Err(e) = me.add_idempotent(&address, now).await {
                     tracing::warn!(target: "proxypool::redis", error = %e, "re-adding an address failed");
@@ -765,10 +767,10 @@ impl RedisStore {
             .call(&self.functions.add, now, true, &args)
             .await
             .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))?;
-        let mut added = self.added.lock().unwrap_or_else(PoisonError::into_inner);
-        if !added.contains(address) {
-            added.push(address.clone());
-        }
+        self.added
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(url.to_owned(), address.clone());
         Ok(matches!(reply, Value::Int(1)))
     }
 
@@ -797,7 +799,7 @@ impl RedisStore {
         self.added
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .retain(|a| a != address);
+            .remove(address.as_str());
         if matches!(reply, Value::Int(1)) {
             Ok(())
         } else {
