@@ -44,6 +44,15 @@ async fn shared_pool(
         .unwrap()
 }
 
+/// A throwaway server, a clock at 1 000 s and a pool named `name` on it (default config).
+async fn lab(name: &str) -> (RedisServer, ManualClock, Pool) {
+    let redis = RedisServer::start(&dir(name)).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let pool = shared_pool(&redis, name, &clock, PoolConfig::default()).await;
+    (redis, clock, pool)
+}
+
 /// `redis-cli` against the test's server, one reply line per element.
 fn cli(redis: &RedisServer, args: &[&str]) -> Vec<String> {
     let out = Command::new("redis-cli")
@@ -427,10 +436,7 @@ impl proxypool::probe::Check for FailOne {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_prober_drives_a_shared_pool() {
     use proxypool::probe::{ProbeSchedule, Prober};
-    let redis = RedisServer::start(&dir("prober")).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
-    let pool = shared_pool(&redis, "prober", &clock, PoolConfig::default()).await;
+    let (redis, clock, pool) = lab("prober").await;
     let bad = addresses(6)[2].clone();
     let check = std::sync::Arc::new(FailOne(bad.clone()));
     let prober = Prober::new(pool.clone(), check.clone(), ProbeSchedule::default()).seed(5);
@@ -478,10 +484,7 @@ async fn a_dropped_lease_is_abandoned_in_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sites_blocks_are_counted_for_that_site_not_against_the_address() {
-    let redis = RedisServer::start(&dir("sites")).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
-    let pool = shared_pool(&redis, "sites", &clock, PoolConfig::default()).await;
+    let (_redis, clock, pool) = lab("sites").await;
     let ticket = || Ticket::new().key("acct").site("shop.example");
     let first = pool.acquire(ticket()).await.unwrap();
     let address = first.address().redacted().to_owned();
@@ -609,10 +612,7 @@ async fn concurrent_batches_keep_a_probing_address_at_its_small_share() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_cools_the_address_for_that_site_only() {
-    let redis = RedisServer::start(&dir("cooling")).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
-    let pool = shared_pool(&redis, "cooling", &clock, PoolConfig::default()).await;
+    let (_redis, clock, pool) = lab("cooling").await;
     let shop = || Ticket::new().key("acct").site("shop.example");
     let lease = pool.acquire(shop()).await.unwrap();
     let cooled = lease.address().clone();
@@ -690,10 +690,7 @@ async fn a_rate_limit_cools_the_address_for_that_site_only() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_redis_lost_is_rebuilt_and_old_ids_name_nothing() {
-    let redis = RedisServer::start(&dir("lost")).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
-    let pool = shared_pool(&redis, "lost", &clock, PoolConfig::default()).await;
+    let (redis, _clock, pool) = lab("lost").await;
     let held = pool.acquire(Ticket::new()).await.unwrap();
     pool.acquire(Ticket::new())
         .await
