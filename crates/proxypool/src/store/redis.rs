@@ -146,9 +146,10 @@ pub(crate) struct RedisStore {
     rng: Mutex<StdRng>,
     /// Pool-clock ms of this process's last sweep; `u64::MAX` for "sweep on the next call".
     last_sweep: AtomicU64,
-    /// Address id → address. Ids are never reused and an id's URL never changes, so entries
-    /// never go stale.
-    addresses: RwLock<HashMap<u32, ProxyAddress>>,
+    /// Address id → address, with a generation bumped whenever Redis lost the pool (ids then
+    /// name other addresses); within an epoch ids are never reused and an id's URL never
+    /// changes.
+    addresses: RwLock<(u64, HashMap<u32, ProxyAddress>)>,
     sites: Mutex<Sites>,
     /// The pool's epoch as last seen (set by the first add of a pool): when it changes, Redis
     /// lost the pool and ids name other addresses.
@@ -295,7 +296,7 @@ impl RedisStore {
             timeout: options.timeout,
             rng: Mutex::new(rng),
             last_sweep: AtomicU64::new(u64::MAX),
-            addresses: RwLock::new(HashMap::new()),
+            addresses: RwLock::new((0, HashMap::new())),
             sites: Mutex::new(Sites::default()),
             epoch: Mutex::new(Epoch::Unknown),
             rebuilding: std::sync::atomic::AtomicBool::new(false),
@@ -436,10 +437,14 @@ impl RedisStore {
             return;
         }
         tracing::warn!(target: "proxypool::redis", "the pool's epoch changed: Redis lost it; adding this process's addresses again");
-        self.addresses
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        {
+            let mut cache = self
+                .addresses
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            cache.0 += 1;
+            cache.1.clear();
+        }
         let me = Arc::clone(self);
         tokio::spawn(async move {
             let added: Vec<ProxyAddress> = me
@@ -485,12 +490,13 @@ impl RedisStore {
 
     /// The address with this id: from memory, or read once from Redis by `deadline`.
     async fn address(&self, id: u32, deadline: Instant) -> Result<ProxyAddress, String> {
-        let known = self
-            .addresses
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&id)
-            .cloned();
+        let (known, generation) = {
+            let cache = self
+                .addresses
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            (cache.1.get(&id).cloned(), cache.0)
+        };
         if let Some(a) = known {
             return Ok(a);
         }
@@ -503,10 +509,14 @@ impl RedisStore {
         let address = text(&reply)
             .and_then(|u| ProxyAddress::parse(&u).ok())
             .ok_or_else(|| format!("no address with id {id} in Redis"))?;
-        self.addresses
+        let mut cache = self
+            .addresses
             .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, address.clone());
+            .unwrap_or_else(PoisonError::into_inner);
+        // Not if the cache was cleared meanwhile: the answer may predate a loss of the pool.
+        if cache.0 == generation {
+            cache.1.insert(id, address.clone());
+        }
         Ok(address)
     }
 
