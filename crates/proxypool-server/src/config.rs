@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use proxypool::{PoolConfig, RedisOptions, Strategy};
 use serde::Deserialize;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Everything `serve` needs, validated.
@@ -193,26 +193,6 @@ const DEFAULT_CAPTCHA_MARKERS: [&str; 4] = [
     "/cdn-cgi/challenge-platform/",
 ];
 
-fn read_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
-    let Some(path) = path else {
-        return Ok(FileConfig::default());
-    };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read config file {}", path.display()))?;
-    toml::from_str(&text).map_err(|e| {
-        // toml's message spans several lines (with a source excerpt); keep the gist.
-        let msg = e.message().to_owned();
-        let at = e
-            .span()
-            .map(|s| {
-                let line = text[..s.start].matches('\n').count() + 1;
-                format!(" at line {line}")
-            })
-            .unwrap_or_default();
-        anyhow::anyhow!("invalid config file {}{at}: {msg}", path.display())
-    })
-}
-
 /// `redis://HOST:PORT[/DB]` (or `rediss://`) for one server, `redis+cluster://HOST:PORT,…`
 /// for a Cluster; the pool name becomes the hash tag of the pool's keys.
 fn redis_options(url: &str, pool: &str) -> anyhow::Result<RedisOptions> {
@@ -247,7 +227,7 @@ fn redis_options(url: &str, pool: &str) -> anyhow::Result<RedisOptions> {
 impl ServeConfig {
     /// Resolves the flags (which already include the environment) over the file and defaults.
     pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
-        let file = read_file(args.config.as_deref())?;
+        let file = service_edge::read_toml::<FileConfig>(args.config.as_deref())?;
         let redis = match args.redis.or(file.redis) {
             Some(url) => {
                 let name = args

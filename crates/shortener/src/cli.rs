@@ -150,25 +150,5 @@ pub struct TokenCreateArgs {
 
 /// Parses the command line, or explains the mistake in one line and exits 2.
 pub fn parse() -> Cli {
-    match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
-                e.exit();
-            }
-            let rendered = e.render().to_string();
-            let first = rendered
-                .lines()
-                .next()
-                .unwrap_or("error: invalid arguments");
-            eprintln!("{first} (see --help)");
-            std::process::exit(2);
-        }
-    }
+    service_edge::parse_cli()
 }

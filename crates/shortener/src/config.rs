@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Everything `serve` needs, validated.
@@ -48,7 +48,7 @@ pub struct AggregateConfig {
 
 impl AggregateConfig {
     pub fn resolve(args: AggregateArgs) -> anyhow::Result<Self> {
-        let file = read_file(args.store.config.as_deref())?;
+        let file = service_edge::read_toml::<FileConfig>(args.store.config.as_deref())?;
         let Some(redis) = redis_target(&args.store, &file)? else {
             bail!("aggregate needs --redis (or SHORTENER_REDIS, or `redis` in the config file)");
         };
@@ -111,7 +111,7 @@ pub enum StoreConfig {
 impl StoreConfig {
     /// Resolves the store flags (which already include the environment) over the file.
     pub fn resolve(args: &StoreArgs) -> anyhow::Result<Self> {
-        let file = read_file(args.config.as_deref())?;
+        let file = service_edge::read_toml::<FileConfig>(args.config.as_deref())?;
         // Every subcommand takes `--redis`; a wrong one is refused even where unused.
         redis_target(args, &file)?;
         Self::from_layers(args, &file)
@@ -188,26 +188,6 @@ struct FileConfig {
     no_aggregator: Option<bool>,
 }
 
-fn read_file(path: Option<&Path>) -> anyhow::Result<FileConfig> {
-    let Some(path) = path else {
-        return Ok(FileConfig::default());
-    };
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read config file {}", path.display()))?;
-    toml::from_str(&text).map_err(|e| {
-        // toml's message spans several lines (with a source excerpt); keep the gist.
-        let msg = e.message().to_owned();
-        let at = e
-            .span()
-            .map(|s| {
-                let line = text[..s.start].matches('\n').count() + 1;
-                format!(" at line {line}")
-            })
-            .unwrap_or_default();
-        anyhow::anyhow!("invalid config file {}{at}: {msg}", path.display())
-    })
-}
-
 fn positive(name: &str, value: u32) -> anyhow::Result<NonZeroU32> {
     NonZeroU32::new(value).with_context(|| format!("{name} must be at least 1"))
 }
@@ -215,7 +195,7 @@ fn positive(name: &str, value: u32) -> anyhow::Result<NonZeroU32> {
 impl ServeConfig {
     /// Resolves the flags (which already include the environment) over the file and defaults.
     pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
-        let file = read_file(args.store.config.as_deref())?;
+        let file = service_edge::read_toml::<FileConfig>(args.store.config.as_deref())?;
         let redis = redis_target(&args.store, &file)?;
         let store = StoreConfig::from_layers(&args.store, &file)?;
         if redis.is_some() {
