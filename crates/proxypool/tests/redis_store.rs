@@ -8,7 +8,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use proxypool::{
-    AcquireError, Choice, HealthState, ManualClock, Outcome, Pool, PoolConfig, RedisOptions, Ticket,
+    AcquireError, Choice, Clock, HealthState, ManualClock, Outcome, Pool, PoolConfig, RedisOptions,
+    Ticket,
 };
 use rand::Rng;
 use testkit::{Process, RedisServer};
@@ -203,6 +204,14 @@ async fn unreachable_redis_fails_fast_with_a_typed_error() {
     }
 }
 
+/// The addresses the multi-process test's workers find bad.
+const BAD: [&str; 4] = [
+    "http://10.0.0.1:3128",
+    "http://10.0.0.2:3128",
+    "http://10.0.0.3:3128",
+    "http://10.0.0.4:3128",
+];
+
 /// Run by the multi-process test in child processes of this same test binary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_process() {
@@ -225,13 +234,13 @@ async fn worker_process() {
         tasks.spawn(async move {
             let mut log = Vec::new();
             for _ in 0..150 {
-                let (keyed, key, fail, hold) = {
+                let (keyed, key, roll, hold) = {
                     let mut rng = rand::rng();
                     let key = format!("k{}", rng.random_range(0..40));
                     (
                         rng.random_bool(0.5),
                         key,
-                        rng.random_bool(0.08),
+                        rng.random::<f64>(),
                         rng.random_range(0..3),
                     )
                 };
@@ -253,6 +262,10 @@ async fn worker_process() {
                             log.push("a".to_owned());
                         }
                         tokio::time::sleep(Duration::from_millis(hold)).await;
+                        // Half the pool is bad (70 % failures), more than the quarantine cap
+                        // allows out; the rest fails now and then (3 %).
+                        let bad = BAD.contains(&lease.address().as_str());
+                        let fail = roll < if bad { 0.7 } else { 0.03 };
                         let outcome = if fail { Outcome::ConnectError } else { OK };
                         lease.release(outcome).await.unwrap();
                     }
@@ -739,4 +752,213 @@ async fn held_is_harmless(pool: &Pool) {
         assert!(Instant::now() < deadline, "{:?}", snap.pool);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// What the judgement of an address shows in a snapshot.
+#[derive(Debug, PartialEq)]
+struct Judged {
+    state: HealthState,
+    backoff_level: u32,
+    failed_cycles: u32,
+    quarantine_entries: u32,
+    ramp_share: Option<f64>,
+    quarantined_for_ms: Option<u64>,
+    steps: Vec<String>,
+}
+
+async fn judged(pool: &Pool, clock: &ManualClock, address: &str) -> Judged {
+    let snap = pool.snapshot().await;
+    let row = snap.address(address).unwrap();
+    Judged {
+        state: row.state,
+        backoff_level: row.backoff_level,
+        failed_cycles: row.failed_cycles,
+        quarantine_entries: row.quarantine_entries,
+        ramp_share: row.ramp_share,
+        quarantined_for_ms: row
+            .quarantined_until_ms
+            .map(|u| u - clock.now().as_millis()),
+        steps: snap
+            .decisions
+            .iter()
+            .filter(|d| matches!(&d.subject, proxypool::Subject::Address { address: a } if a == address))
+            .map(|d| format!("{}->{}", d.from, d.to))
+            .collect(),
+    }
+}
+
+/// The newest decision's reason for `address`.
+async fn reason(pool: &Pool, address: &str) -> String {
+    let snap = pool.snapshot().await;
+    let d = snap.decisions.iter().rfind(
+        |d| matches!(&d.subject, proxypool::Subject::Address { address: a } if a == address),
+    );
+    d.unwrap().reason.clone()
+}
+
+/// `outcomes` on the address `key` is bound to; that address.
+async fn through(pool: &Pool, key: &str, outcomes: &[Outcome]) -> String {
+    let mut address = String::new();
+    for o in outcomes {
+        let lease = pool.acquire(Ticket::new().key(key)).await.unwrap();
+        address = lease.address().redacted().to_owned();
+        lease.release(*o).await.unwrap();
+    }
+    address
+}
+
+/// One script of outcomes, probes and clock steps through the memory store and the Redis
+/// store side by side: after every step both judge each address alike — suspect and confirm
+/// (P4), the success-rate and captcha-rate signals, the ramp back and a failure during it
+/// (P10), failed cycles (P11) and the backoff reset after a stable stretch (P6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redis_store_judges_like_the_memory_store() {
+    const F: Outcome = Outcome::ConnectError;
+    const C: Outcome = Outcome::Captcha;
+    let redis = RedisServer::start(&dir("parity")).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let (memory, redis_pool) = side_by_side(&redis, &clock, "parity").await;
+    let pools = [&memory, &redis_pool];
+    let both = |what: &'static str, address: String| {
+        let (memory, redis_pool, clock) = (memory.clone(), redis_pool.clone(), clock.clone());
+        async move {
+            let a = judged(&memory, &clock, &address).await;
+            let b = judged(&redis_pool, &clock, &address).await;
+            assert_eq!(a, b, "{what}: memory (left) and Redis (right) differ");
+            a
+        }
+    };
+
+    // Slow start: a new address ramps too.
+    assert_eq!(
+        both("new", "http://10.0.0.1:3128".into()).await.ramp_share,
+        Some(0.10)
+    );
+    clock.advance(Duration::from_secs(61));
+
+    // A long good record, then 3 failures in 5: suspect (degraded); as many more confirm it.
+    let mut x = String::new();
+    for pool in pools {
+        x = through(pool, "acct-x", &[OK; 20]).await;
+        through(pool, "acct-x", &[F, F, F]).await;
+    }
+    let j = both("suspect", x.clone()).await;
+    assert_eq!(j.state, HealthState::Degraded);
+    for pool in pools {
+        assert!(reason(pool, &x).await.contains("suspect"));
+        assert_eq!(through(pool, "acct-x", &[F, F, F]).await, x);
+    }
+    let j = both("confirmed", x.clone()).await;
+    assert_eq!(j.state, HealthState::Quarantined);
+    assert_eq!((j.backoff_level, j.quarantine_entries), (1, 1));
+    assert_eq!(j.quarantined_for_ms, Some(60_000));
+    for pool in pools {
+        assert!(
+            reason(pool, &x)
+                .await
+                .contains("confirmed by 3 more failures")
+        );
+    }
+
+    // Half-open, five passing probes after the dwell: back on the ramp at 10 %.
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(
+        both("wait over", x.clone()).await.state,
+        HealthState::Probing
+    );
+    for _ in 0..5 {
+        clock.advance(Duration::from_secs(10));
+        for pool in pools {
+            pool.report_probe(&x, true).await.unwrap();
+        }
+    }
+    let j = both("risen", x.clone()).await;
+    assert_eq!((j.state, j.ramp_share), (HealthState::Healthy, Some(0.10)));
+    clock.advance(Duration::from_secs(20));
+    assert_eq!(both("ramp step", x.clone()).await.ramp_share, Some(0.25));
+
+    // One failure during the ramp back: quarantined again at once, a failed cycle, a longer wait.
+    for pool in pools {
+        assert_eq!(through(pool, "acct-x", &[F]).await, x);
+        assert!(reason(pool, &x).await.contains("failure during the ramp"));
+    }
+    let j = both("failed during the ramp", x.clone()).await;
+    assert_eq!(j.state, HealthState::Quarantined);
+    assert_eq!((j.failed_cycles, j.backoff_level), (1, 2));
+    assert_eq!(j.quarantined_for_ms, Some(120_000));
+
+    // Back again; a completed ramp ends the failed cycle count.
+    clock.advance(Duration::from_secs(120));
+    for _ in 0..5 {
+        clock.advance(Duration::from_secs(10));
+        for pool in pools {
+            pool.report_probe(&x, true).await.unwrap();
+        }
+    }
+    clock.advance(Duration::from_secs(61));
+    let j = both("ramp over", x.clone()).await;
+    assert_eq!((j.ramp_share, j.failed_cycles), (None, 0));
+
+    // Ten stable minutes reset the backoff: the next fall waits the base again.
+    clock.advance(Duration::from_secs(600));
+    for pool in pools {
+        assert_eq!(through(pool, "acct-x", &[F, F, F]).await, x);
+    }
+    let j = both("reset", x.clone()).await;
+    assert_eq!((j.state, j.backoff_level), (HealthState::Quarantined, 1));
+    assert_eq!(j.quarantined_for_ms, Some(60_000));
+
+    // The success rate over the window, with no 3 failures in any 5.
+    let pattern = [OK, F, OK, OK, F, OK, OK, F, OK, OK, F];
+    let mut y = String::new();
+    for pool in pools {
+        y = through(pool, "acct-y", &pattern).await;
+        assert!(
+            reason(pool, &y)
+                .await
+                .starts_with("success rate 64% over 11 outcomes")
+        );
+    }
+    assert_ne!(x, y);
+    assert_eq!(
+        both("low success", y.clone()).await.state,
+        HealthState::Quarantined
+    );
+
+    // Captchas (without a site) past their own threshold, in a fresh pair of pools: here bad
+    // outcomes on three addresses would have the memory store judge the site instead (P9),
+    // which the Redis store does not do.
+    let (memory, redis_pool) = side_by_side(&redis, &clock, "parity-captchas").await;
+    let mut z = String::new();
+    for pool in [&memory, &redis_pool] {
+        z = through(pool, "acct-z", &[OK, OK, C, OK, OK, C, OK, OK, OK, C]).await;
+        let why = reason(pool, &z).await;
+        assert!(
+            why.starts_with("captcha rate 30% over 10 outcomes"),
+            "{why}"
+        );
+    }
+    let a = judged(&memory, &clock, &z).await;
+    assert_eq!(a, judged(&redis_pool, &clock, &z).await);
+    assert_eq!(a.state, HealthState::Quarantined);
+}
+
+/// A memory pool and a Redis pool named `name` with one configuration (no backoff jitter).
+async fn side_by_side(redis: &RedisServer, clock: &ManualClock, name: &str) -> (Pool, Pool) {
+    let mut cfg = PoolConfig::default();
+    cfg.backoff.jitter = 0.0;
+    let builder = || {
+        Pool::builder()
+            .addresses(addresses(10))
+            .config(cfg.clone())
+            .clock(clock.clone())
+            .seed(1)
+    };
+    let shared = builder()
+        .redis(RedisOptions::new(redis.url(), name))
+        .connect()
+        .await
+        .unwrap();
+    (builder().build().unwrap(), shared)
 }

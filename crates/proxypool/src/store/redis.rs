@@ -20,6 +20,7 @@
 //! and bindings the other processes cannot see (breaking the caps and sticky sessions).
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
@@ -43,7 +44,7 @@ use crate::clock::{Timestamp, millis};
 use crate::config::PoolConfig;
 use crate::decision::{Decision, Subject};
 use crate::error::{AcquireError, PoolError};
-use crate::health::HealthState;
+use crate::health::{HealthState, ramp};
 use crate::lease::{Choice, LeaseId, Outcome};
 use crate::snapshot::{
     AddressSnapshot, CellSnapshot, PoolSnapshot, SiteSnapshot, Snapshot, Totals,
@@ -263,8 +264,8 @@ impl RedisStore {
         let name = format!("proxypool_{:012x}", fingerprint(LIBRARY) >> 16);
         let f = |op: &str| format!("{name}_{op}");
         let (h, b) = (&cfg.health, &cfg.backoff);
-        let health = format!(
-            "{} {} {} {} {} {} {} {} {}",
+        let mut health = format!(
+            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
             h.recent,
             h.recent_failures,
             cfg.quarantine_cap,
@@ -274,7 +275,19 @@ impl RedisStore {
             h.dead_after_cycles,
             h.rise_successes,
             millis(h.min_dwell),
+            h.window,
+            millis(h.window_max_age),
+            h.min_success_rate,
+            h.min_samples,
+            h.max_captcha_rate,
+            h.degraded_weight,
+            h.probing_weight,
+            millis(h.ramp_duration),
+            millis(b.reset_after),
         );
+        for share in &h.ramp_steps {
+            let _ = write!(health, " {share}");
+        }
         let store = Arc::new_cyclic(|me: &Weak<Self>| Self {
             conn,
             meta: format!("proxypool:{{{tag}}}:meta"),
@@ -387,7 +400,8 @@ impl RedisStore {
             .arg(&self.meta)
             .arg(now.as_millis())
             .arg(if sweep { "1" } else { "0" })
-            .arg(self.cfg.max_leases_per_address);
+            .arg(self.cfg.max_leases_per_address)
+            .arg(&self.health);
         for a in args {
             match a {
                 Arg::Int(n) => cmd.arg(*n),
@@ -711,7 +725,7 @@ impl RedisStore {
     /// One FCALL for a batch of releases.
     async fn release_batch(self: Arc<Self>, jobs: Vec<Job<ReleaseRequest, Result<(), String>>>) {
         let now = jobs.iter().map(|j| j.request.now).max().unwrap_or_default();
-        let mut args = vec![Arg::Str(&self.health)];
+        let mut args = Vec::with_capacity(jobs.len() * 6);
         for j in &jobs {
             let r = &j.request;
             args.extend([
@@ -827,7 +841,6 @@ impl RedisStore {
             Arg::Str(address.as_str()),
             Arg::Str(if passed { "1" } else { "0" }),
             Arg::Float(self.jitter()),
-            Arg::Str(&self.health),
         ];
         let reply = self
             .call(&self.functions.probe, now, true, &args)
@@ -1111,6 +1124,13 @@ impl SharedView {
                 .cloned()
                 .unwrap_or_else(|| full.redacted().to_owned());
             by_state[st as usize] += 1;
+            let ramp_share = a
+                .get("rs")
+                .and_then(|v| v.parse::<u64>().ok())
+                .and_then(|started| {
+                    let (h, started) = (&cfg.health, Timestamp::from_millis(started));
+                    ramp::share(&h.ramp_steps, h.ramp_duration, started, now)
+                });
             let mut all = Counts::default();
             for (site, c) in counts_by_site(cells) {
                 all.add(c);
@@ -1140,14 +1160,14 @@ impl SharedView {
                 state: st,
                 state_since_ms: n(&a, "t"),
                 reason: String::new(),
-                // The library's keyless steps (1, 2, 10) are the inverse weights.
+                // The library's keyless step is the inverse of this weight.
                 weight: match st {
                     HealthState::Healthy => 1.0,
-                    HealthState::Degraded => 0.5,
-                    HealthState::Probing => 0.1,
+                    HealthState::Degraded => cfg.health.degraded_weight,
+                    HealthState::Probing => cfg.health.probing_weight,
                     HealthState::Quarantined | HealthState::Dead => 0.0,
-                },
-                ramp_share: None,
+                } * ramp_share.unwrap_or(1.0),
+                ramp_share,
                 active_leases: u32::try_from(n(&a, "n")).unwrap_or(u32::MAX),
                 bound_keys: n(&a, "k"),
                 window_samples: all.judged() as usize,
@@ -1159,7 +1179,7 @@ impl SharedView {
                     .get(&id)
                     .and_then(|v| v.parse::<f64>().ok())
                     .map(|v| v as u64),
-                quarantine_entries: 0,
+                quarantine_entries: u32::try_from(n(&a, "qe")).unwrap_or(u32::MAX),
                 backoff_level: u32::try_from(n(&a, "lv")).unwrap_or(u32::MAX),
                 failed_cycles: u32::try_from(n(&a, "cy")).unwrap_or(u32::MAX),
                 totals: all.totals(),

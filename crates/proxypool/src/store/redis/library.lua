@@ -7,7 +7,8 @@
 -- keys share its prefix, so they share its hash tag and Cluster slot.
 --
 -- Arguments common to every function: ARGV[1] now (ms, the caller's pool clock), [2] '1' to
--- sweep due deadlines first, [3] the per-address lease cap. Acquire and release take batches
+-- sweep due deadlines first, [3] the per-address lease cap, [4] the health settings (see
+-- `health`). Acquire and release take batches
 -- (the client coalesces concurrent calls: one FCALL's fixed cost, many operations) and reply
 -- with a flag `more`: 1 when the sweep stopped at its limit and the caller should sweep again.
 --
@@ -17,17 +18,23 @@
 --   name   hash id → redacted URL
 --   byurl  hash full URL → id (present addresses only)
 --   state  hash id → health state (present addresses only; the index for scans)
---   a:ID   hash of one address: s state, n open leases, k bound keys, w outcome window,
---          t state since, lv backoff level, cy failed cycles, st success streak,
+--   a:ID   hash of one address: s state, n open leases, k bound keys, t state since,
+--          w outcome window (newest first, kept while it holds a failure or captcha), wt
+--          the time of its newest outcome, ws lifetime successes when it last emptied, su
+--          failures since suspect (P4), lv backoff level,
+--          cy failed cycles, st success streak, qe quarantine entries, ss stable (healthy)
+--          since, rs ramp start (P10), p keyless step (its `pass` member is 'ID:p'),
 --          fp fingerprint (52 bits), v ring points, 'cool|<site>' end of a rate limit's
 --          cooling or of an avoidance for that site ('-': tickets without a site),
 --          'w|<site>' the pair's recent outcomes while one of them is a block or captcha
 --   c:ID   hash of one address's outcome counts per site: '<site>|<class>' → n ('-' for
 --          tickets without a site), for the address × site matrix and the address's rates
 --   due    zset of deadlines: 'l<lease>:<id>' lease TTL (P14), 'b<key>' binding TTL (P2),
---          'q<id>' end of a quarantine wait (P6). Redis 7.0 has no per-field TTL.
+--          'q<id>' end of a quarantine wait (P6), 'r<id>' next ramp stage (P10). Redis 7.0
+--          has no per-field TTL.
 --   bind   hash key → id (P2)
---   pass   zset 'id:step' → pass, of the addresses offered for keyless work and below the cap
+--   pass   zset 'id:step' → pass, of the addresses offered for keyless work and below the cap;
+--          the step is the inverse of the weight (state × ramp share), as text
 --   ring   zset 'id:v' → point, the consistent-hash ring (P1), at the points the client computes
 --   log    list of state transitions, newest first
 --   prober the token of the process whose prober probes the pool, with a TTL
@@ -51,15 +58,43 @@ local function addr(K, id) return K.prefix .. 'a:' .. id end
 
 local function num(v) return tonumber(v or '0') or 0 end
 
--- Keyless selection is stride scheduling (smooth weighted): the member of `pass` with the lowest
--- pass wins and its pass grows by its step, the inverse of its weight. The step is in the
--- member's name so that picking needs no second read.
-local STEP = {healthy = 1, degraded = 2, probing = 10}
-local BY_STEP = {['1'] = 'healthy', ['2'] = 'degraded', ['10'] = 'probing'}
--- The same steps as text: a number in a string costs Lua 5.1 an sprintf.
-local STEP_TEXT = {healthy = '1', degraded = '2', probing = '10'}
+-- Health settings come as one space-separated argument, parsed once per distinct text: the
+-- fields below in order, then the ramp's weight shares (P10).
+local HEALTH_FIELDS = {
+  'recent', 'recent_failures', 'qcap', 'min_in_service', 'base', 'max', 'dead_after', 'rise',
+  'dwell', 'window', 'max_age', 'min_success', 'min_samples', 'max_captcha', 'degraded_weight',
+  'probing_weight', 'ramp_ms', 'reset_ms',
+}
+local parsed_health = {}
 
-local function member(id, s) return id .. ':' .. STEP_TEXT[s] end
+-- Offered for selection (P3); the others are not in `pass` or the ring walk.
+local OFFERED = {healthy = true, degraded = true, probing = true}
+
+local function health(text)
+  local H = parsed_health[text]
+  if H then return H end
+  H = {steps = {}}
+  local i = 1
+  for v in string.gmatch(text, '%S+') do
+    local name = HEALTH_FIELDS[i]
+    if name then H[name] = tonumber(v) else H.steps[#H.steps + 1] = tonumber(v) end
+    i = i + 1
+  end
+  -- Keyless selection is stride scheduling (smooth weighted): the member of `pass` with the
+  -- lowest pass wins and its pass grows by its step, the inverse of its weight. The step is in
+  -- the member's name so that picking needs no second read; here as text per offered state,
+  -- at full weight ([0]) and at each ramp stage ([1] …).
+  H.text = {}
+  for s, w in pairs({healthy = 1, degraded = H.degraded_weight, probing = H.probing_weight}) do
+    local t = {[0] = string.format('%.6g', 1 / w)}
+    for k = 1, #H.steps - 1 do t[k] = string.format('%.6g', 1 / (w * H.steps[k])) end
+    H.text[s] = t
+  end
+  parsed_health[text] = H
+  return H
+end
+
+local function member(id, step) return id .. ':' .. step end
 
 -- Quarantined and probing count against the quarantine cap (the episode is still open).
 local function counted(s) return s == 'quarantined' or s == 'probing' end
@@ -70,11 +105,62 @@ local function join_pass(K, m)
   redis.call('ZADD', K.pass, head[2] or 0, m)
 end
 
-local function set_state(K, id, to, reason, now, cap)
+-- The ramp stage (1 …) of an address ramping since `rs` (P10) and when the next one begins;
+-- nil once the ramp is over. The shares are spread evenly over the ramp's duration, the last
+-- one (full weight) reached at its end, as `health::ramp::share` does.
+local function ramp_stage(H, rs, now)
+  local stages = #H.steps - 1
+  if not rs or stages < 1 then return nil end
+  local start = tonumber(rs)
+  -- Another process's clock may run a little behind this one's.
+  local elapsed = math.max(now - start, 0)
+  if elapsed >= H.ramp_ms then return nil end
+  local k = math.floor(elapsed * stages / H.ramp_ms)
+  return k + 1, start + math.ceil(H.ramp_ms * (k + 1) / stages)
+end
+
+-- Moves `id`'s `pass` member to step `to`, keeping its pass; not if it is out (at the cap).
+local function restep_member(K, id, from, to)
+  if from == to then return end
+  local score = redis.call('ZSCORE', K.pass, member(id, from))
+  if score then
+    redis.call('ZREM', K.pass, member(id, from))
+    redis.call('ZADD', K.pass, score, member(id, to))
+  end
+end
+
+local function set_state(K, id, to, reason, now, cap, H)
   local a = addr(K, id)
-  local f = redis.call('HMGET', a, 's', 'n')
-  local from, n = f[1] or 'absent', num(f[2])
-  redis.call('HSET', a, 's', to, 't', now)
+  local f = redis.call('HMGET', a, 's', 'n', 'p', 'rs')
+  local from, n, rs = f[1] or 'absent', num(f[2]), f[4]
+  local set, del = {'s', to, 't', now, 'st', '0'}, {'su'}
+  -- P10: entering service from outside it, or from probing, starts the ramp (a new address's
+  -- slow start too); leaving service ends it.
+  if to == 'healthy' and (not OFFERED[from] or from == 'probing') then
+    rs = now
+    set[#set + 1], set[#set + 2] = 'rs', now
+  elseif not OFFERED[to] then
+    rs = nil
+    del[#del + 1] = 'rs'
+    redis.call('ZREM', K.due, 'r' .. id)
+  end
+  -- P6: the backoff level resets after a stable stretch, counted from entering healthy.
+  if to == 'healthy' then
+    set[#set + 1], set[#set + 2] = 'ss', now
+  elseif to ~= 'probing' then
+    del[#del + 1] = 'ss'
+  end
+  local step = nil
+  if OFFERED[to] then
+    local k, next_at = ramp_stage(H, rs, now)
+    step = H.text[to][k or 0]
+    set[#set + 1], set[#set + 2] = 'p', step
+    if next_at then redis.call('ZADD', K.due, next_at, 'r' .. id) end
+  else
+    del[#del + 1] = 'p'
+  end
+  redis.call('HSET', a, unpack(set))
+  redis.call('HDEL', a, unpack(del))
   redis.call('HSET', K.state, id, to)
   if counted(to) and not counted(from) then
     local q = redis.call('HINCRBY', K.meta, 'q', '1')
@@ -82,23 +168,48 @@ local function set_state(K, id, to, reason, now, cap)
   elseif counted(from) and not counted(to) then
     redis.call('HINCRBY', K.meta, 'q', '-1')
   end
-  if to == 'quarantined' then redis.call('HINCRBY', K.meta, 'q_entries', '1') end
-  if STEP[to] and not STEP[from] then
+  if to == 'quarantined' then
+    redis.call('HINCRBY', K.meta, 'q_entries', '1')
+    redis.call('HINCRBY', a, 'qe', '1')
+  end
+  if OFFERED[to] and not OFFERED[from] then
     redis.call('HINCRBY', K.meta, 'offered', '1')
-  elseif STEP[from] and not STEP[to] then
+  elseif OFFERED[from] and not OFFERED[to] then
     redis.call('HINCRBY', K.meta, 'offered', '-1')
   end
   -- Membership of `pass`: offered and below the cap. A change of step keeps the pass.
   local score = nil
-  if STEP[from] then
-    score = redis.call('ZSCORE', K.pass, member(id, from))
-    redis.call('ZREM', K.pass, member(id, from))
+  if OFFERED[from] then
+    local old = member(id, f[3] or H.text[from][0])
+    score = redis.call('ZSCORE', K.pass, old)
+    redis.call('ZREM', K.pass, old)
   end
-  if STEP[to] and n < cap then
-    if score then redis.call('ZADD', K.pass, score, member(id, to)) else join_pass(K, member(id, to)) end
+  if OFFERED[to] and n < cap then
+    if score then redis.call('ZADD', K.pass, score, member(id, step)) else join_pass(K, member(id, step)) end
   end
   redis.call('LPUSH', K.log, table.concat({now, redis.call('HGET', K.name, id) or id, from, to, reason}, '\t'))
   redis.call('LTRIM', K.log, 0, 999)
+end
+
+-- The next ramp stage of `id` is due: its step moves on, or the ramp is over — and with it
+-- the quarantine cycle before it, which succeeded (P11).
+local function ramp_on(K, id, now, H)
+  local a = addr(K, id)
+  local f = redis.call('HMGET', a, 's', 'p', 'rs')
+  local s = f[1]
+  if not OFFERED[s] or not f[3] then return end
+  local k, next_at = ramp_stage(H, f[3], now)
+  if next_at then
+    redis.call('ZADD', K.due, next_at, 'r' .. id)
+  else
+    redis.call('HDEL', a, 'rs')
+    redis.call('HSET', a, 'cy', '0')
+  end
+  local step = H.text[s][k or 0]
+  if step ~= f[2] then
+    restep_member(K, id, f[2] or H.text[s][0], step)
+    redis.call('HSET', a, 'p', step)
+  end
 end
 
 local function unbind(K, key)
@@ -111,18 +222,19 @@ local function unbind(K, key)
   return true
 end
 
--- An open lease of `id` (state `s`; nil if removed: nothing to count) has ended.
-local function freed(K, id, s, cap)
+-- An open lease of `id` (state `s`, step `step`; nil if removed: nothing to count) has ended.
+local function freed(K, id, s, step, cap, H)
   if not s then return end
   local n = redis.call('HINCRBY', addr(K, id), 'n', '-1')
   -- Back below the cap: offered for keyless work again.
-  if n == cap - 1 and STEP[s] then join_pass(K, member(id, s)) end
+  if n == cap - 1 and OFFERED[s] then join_pass(K, member(id, step or H.text[s][0])) end
 end
 
 -- Frees the slot of an open lease; false if it was closed or expired already.
-local function close_lease(K, lid, id, s, cap)
+local function close_lease(K, lid, id, cap, H)
   if redis.call('ZREM', K.due, 'l' .. lid .. ':' .. id) == 0 then return false end
-  freed(K, id, s, cap)
+  local f = redis.call('HMGET', addr(K, id), 's', 'p')
+  freed(K, id, f[1], f[2], cap, H)
   return true
 end
 
@@ -130,14 +242,14 @@ end
 -- ids, one ZADD of the deadlines, one read of the keyless candidates (the lowest passes) and
 -- one write of their new passes. (Arguments to redis.call are strings where possible: Lua 5.1
 -- turns each number into one with sprintf.)
-local function new_batch(K, cap, size)
+local function new_batch(K, cap, size, H)
   local last = redis.call('HINCRBY', K.meta, 'seq', tostring(size))
-  return {K = K, cap = cap, next_lid = last - size + 1, last_lid = last, due = {}, full = {}, cool_memo = {}}
+  return {K = K, cap = cap, H = H, next_lid = last - size + 1, last_lid = last, due = {}, full = {}, cool_memo = {}}
 end
 
--- Takes one more lease on `id` (state `s`) if the cap allows; its deadline (and the binding's,
--- for a key) is set when the batch ends. Returns the lease id, or nil at the cap.
-local function take(B, id, s, lease_deadline, session_deadline, key)
+-- Takes one more lease on `id` (`m` its `pass` member) if the cap allows; its deadline (and
+-- the binding's, for a key) is set when the batch ends. Returns the lease id, or nil at the cap.
+local function take(B, id, m, lease_deadline, session_deadline, key)
   local a = addr(B.K, id)
   local n = redis.call('HINCRBY', a, 'n', '1')
   if n > B.cap then
@@ -147,7 +259,7 @@ local function take(B, id, s, lease_deadline, session_deadline, key)
   end
   if n == B.cap then
     B.full[id] = true
-    if STEP[s] then redis.call('ZREM', B.K.pass, member(id, s)) end
+    redis.call('ZREM', B.K.pass, m)
   end
   local lid = B.next_lid
   B.next_lid = lid + 1
@@ -166,10 +278,10 @@ local function flush_passes(B)
   local c = B.cand
   if not c then return end
   local updates = {}
-  for i = 1, #c, 6 do
+  for i = 1, #c, 5 do
     if c[i + 3] and not B.full[c[i]] then
       updates[#updates + 1] = c[i + 2]
-      updates[#updates + 1] = c[i + 4]
+      updates[#updates + 1] = c[i + 1]
       c[i + 3] = false
     end
   end
@@ -204,8 +316,8 @@ end
 -- its steps taken in this batch is lowest; the passes are written back when the batch ends.
 -- Read again (after writing back) when every candidate is full or the lowest would pass the
 -- bound, where an address not read would be next; candidates cooling for the acquire's site
--- are passed over. Candidates are flat: id, state, pass (with this batch's picks), changed,
--- member, step.
+-- are passed over. Candidates are flat: id, member, pass (with this batch's picks), changed,
+-- step.
 local function keyless(B, lease_deadline, wanted)
   for attempt = 1, 3 do
     if not B.cand then
@@ -219,12 +331,11 @@ local function keyless(B, lease_deadline, wanted)
         r[#r], r[#r - 1] = nil, nil
       end
       for i = 1, #r, 2 do
-        local id, step = string.match(r[i], '^(%d+):(%d+)$')
+        local id, step = string.match(r[i], '^(%d+):(.+)$')
         c[#c + 1] = id
-        c[#c + 1] = BY_STEP[step]
+        c[#c + 1] = r[i]
         c[#c + 1] = tonumber(r[i + 1])
         c[#c + 1] = false
-        c[#c + 1] = r[i]
         c[#c + 1] = tonumber(step)
       end
       B.cand = c
@@ -234,7 +345,7 @@ local function keyless(B, lease_deadline, wanted)
     while true do
       local best, best_pass = nil, nil
       local full = B.full
-      for i = 1, #c, 6 do
+      for i = 1, #c, 5 do
         local p = c[i + 2]
         if (not best_pass or p < best_pass) and not full[c[i]] and not cooling[i] then
           best, best_pass = i, p
@@ -250,7 +361,7 @@ local function keyless(B, lease_deadline, wanted)
       else
         local lid = take(B, id, c[best + 1], lease_deadline)
         if lid then
-          c[best + 2] = best_pass + c[best + 5]
+          c[best + 2] = best_pass + c[best + 4]
           c[best + 3] = true
           -- Those passed over for cooling do not bank the turns they missed: no burst at
           -- the site when their cooling ends.
@@ -263,7 +374,7 @@ local function keyless(B, lease_deadline, wanted)
           return lid, tonumber(id), 'weighted'
         end
         -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
-        redis.call('ZREM', B.K.pass, c[best + 4])
+        redis.call('ZREM', B.K.pass, c[best + 1])
       end
     end
     flush_passes(B)
@@ -272,56 +383,22 @@ local function keyless(B, lease_deadline, wanted)
   return 0, 0, 'none'
 end
 
-local function sweep(K, now, now_text, cap)
-  local due = redis.call('ZRANGE', K.due, '-inf', now_text, 'BYSCORE', 'LIMIT', '0', '64')
-  for _, m in ipairs(due) do
-    local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
-    if kind == 'l' then
-      local lid, id = string.match(rest, '^(%d+):(%d+)$')
-      if close_lease(K, lid, id, redis.call('HGET', addr(K, id), 's'), cap) then
-        redis.call('HINCRBY', K.meta, 'expired', '1')
-      end
-    elseif kind == 'b' then
-      unbind(K, rest)
-    else
-      redis.call('ZREM', K.due, m)
-      if redis.call('HGET', addr(K, rest), 's') == 'quarantined' then
-        redis.call('HSET', addr(K, rest), 'st', '0')
-        set_state(K, rest, 'probing', 'quarantine wait over; half-open', now, cap)
-      end
-    end
+-- The address's lifetime successes (every site), from its outcome counts.
+local function successes(K, id)
+  local cells = redis.call('HGETALL', K.prefix .. 'c:' .. id)
+  local n = 0
+  for i = 1, #cells, 2 do
+    if string.sub(cells[i], -2) == '|s' then n = n + tonumber(cells[i + 1]) end
   end
-  return #due == 64 and 1 or 0
+  return n
 end
 
--- The call's context from the common arguments; sweeps if asked.
-local function open(keys, args)
-  local K = keys_of(keys[1])
-  local now, cap = tonumber(args[1]), tonumber(args[3])
-  local more = 0
-  if args[2] == '1' then more = sweep(K, now, args[1], cap) end
-  return K, now, cap, more
-end
+local function dwelt(t, now, H) return now - num(t) >= H.dwell end
 
--- Health settings come as one space-separated argument, parsed when a judgement needs them:
--- recent, recent failures, quarantine cap fraction, minimum in service, backoff base ms,
--- backoff max ms, dead after cycles, rise successes, minimum dwell ms.
-local HEALTH_FIELDS = {'recent', 'recent_failures', 'qcap', 'min_in_service', 'base', 'max', 'dead_after', 'rise', 'dwell'}
-local parsed_health = {}
+local function percent(x) return string.format('%.0f', x * 100) end
 
-local function health(text)
-  local h = parsed_health[text]
-  if h then return h end
-  h = {}
-  local i = 1
-  for v in string.gmatch(text, '%S+') do
-    h[HEALTH_FIELDS[i]] = tonumber(v)
-    i = i + 1
-  end
-  parsed_health[text] = h
-  return h
-end
-
+-- A fall into quarantine (P6), or death after too many failed cycles (P11), unless the cap or
+-- the minimum in service forbids it (P7, P8): then the address only loses weight.
 local function quarantine(K, id, from, reason, now, cap, H, jitter)
   local a = addr(K, id)
   local total = redis.call('HLEN', K.state)
@@ -337,47 +414,70 @@ local function quarantine(K, id, from, reason, now, cap, H, jitter)
   end
   if refusal then
     if from == 'healthy' then
-      set_state(K, id, 'degraded', reason .. '; kept in service at reduced weight: ' .. refusal, now, cap)
+      set_state(K, id, 'degraded', reason .. '; kept in service at reduced weight: ' .. refusal, now, cap, H)
     elseif from == 'probing' then
       redis.call('HSET', a, 'st', '0')
     end
     return
   end
-  local cycles = num(redis.call('HGET', a, 'cy'))
-  if from == 'probing' then
+  local g = redis.call('HMGET', a, 'cy', 'lv', 'ss', 'rs', 'qe')
+  local cycles, level = num(g[1]), num(g[2])
+  -- P6: a fall after a long stable stretch starts the backoff afresh.
+  if g[3] and now - num(g[3]) >= H.reset_ms then level = 0 end
+  -- P11: a fall while probing, or during the ramp back from a quarantine, is a failed cycle.
+  if from == 'probing' or (g[4] and num(g[5]) > 0) then
     cycles = cycles + 1
     redis.call('HSET', a, 'cy', cycles)
   end
-  redis.call('HDEL', a, 'w')
   if cycles >= H.dead_after then
-    set_state(K, id, 'dead', reason .. '; ' .. cycles .. ' failed quarantine cycles in a row', now, cap)
+    set_state(K, id, 'dead', reason .. '; ' .. cycles .. ' failed quarantine cycles in a row', now, cap, H)
     return
   end
-  local level = redis.call('HINCRBY', a, 'lv', '1') - 1
+  redis.call('HSET', a, 'lv', level + 1)
   local wait = math.floor(math.min(H.base * 2 ^ level, H.max) * jitter)
   redis.call('ZADD', K.due, now + wait, 'q' .. id)
-  set_state(K, id, 'quarantined', reason .. '; quarantined for ' .. math.floor(wait / 1000) .. ' s', now, cap)
+  set_state(K, id, 'quarantined', reason .. '; quarantined for ' .. math.floor(wait / 1000) .. ' s', now, cap, H)
 end
 
--- One outcome of address `id` in state `s` with outcome window `win`: 's' success, 'f' failure,
--- 'c' captcha (neither: the in-memory engine judges it per site, by its rate), anything else
--- ('b' a block by a named site, 'r' a rate limit) no health news for the address as a whole. `settings` is the health argument, parsed only when a judgement needs it.
-local function dwelt(a, now, H) return now - num(redis.call('HGET', a, 't')) >= H.dwell end
+-- The fall signals of an address's window (P4), newest first: a reason; whether it is
+-- "failures among the last `recent`" (which a long good record meets by chance now and then);
+-- and the window's success rate. Rates are judged over at least `min_samples` outcomes.
+local function fall(H, win)
+  local n = #win
+  local _, successes = string.gsub(win, 's', '')
+  local rate = successes / n
+  local _, failures = string.gsub(string.sub(win, 1, H.recent), 'f', '')
+  if H.recent_failures > 0 and failures >= H.recent_failures then
+    return failures .. ' failures in the last ' .. math.min(H.recent, n) .. ' outcomes (window success ' ..
+      percent(rate) .. '%)', true, rate
+  end
+  if n >= H.min_samples then
+    if rate < H.min_success then
+      return 'success rate ' .. percent(rate) .. '% over ' .. n .. ' outcomes', false, rate
+    end
+    local _, captchas = string.gsub(win, 'c', '')
+    if captchas / n > H.max_captcha then
+      return 'captcha rate ' .. percent(captchas / n) .. '% over ' .. n .. ' outcomes', false, rate
+    end
+  end
+  return nil
+end
 
-local function outcome(K, id, class, s, win, now, cap, settings, jitter)
+-- One outcome of address `id` in state `s` with outcome window `win`: 's' success, 'f'
+-- failure, 'c' captcha; anything else ('b' a block by a named site, 'r' a rate limit, a
+-- captcha from a named site) is no health news for the address as a whole.
+local function outcome(K, id, class, s, win, now, cap, H, jitter)
   -- The common case, a success of a healthy address with a clean record, is no news.
   if not s or (class == 's' and s == 'healthy' and not win) then return end
   local a = addr(K, id)
   if s == 'probing' or s == 'dead' then
     if class == 's' then
-      local H = health(settings)
       local streak = redis.call('HINCRBY', a, 'st', '1')
-      if streak >= H.rise and dwelt(a, now, H) then
-        redis.call('HSET', a, 'cy', '0')
-        set_state(K, id, 'healthy', streak .. ' successes in a row', now, cap)
+      if streak >= H.rise and dwelt(redis.call('HGET', a, 't'), now, H) then
+        set_state(K, id, 'healthy', streak .. ' successes in a row; ramping up', now, cap, H)
       end
     elseif class == 'f' and s == 'probing' then
-      quarantine(K, id, s, 'failure while probing', now, cap, health(settings), jitter)
+      quarantine(K, id, s, 'failure while probing', now, cap, H, jitter)
     elseif class == 'f' then
       redis.call('HSET', a, 'st', '0')
     end
@@ -385,21 +485,93 @@ local function outcome(K, id, class, s, win, now, cap, settings, jitter)
   end
   if s ~= 'healthy' and s ~= 'degraded' then return end
   if class ~= 's' and class ~= 'f' and class ~= 'c' then return end
-  -- The last `recent` outcomes, kept only while one of them is a failure: a clean record is
-  -- the common case and costs nothing more.
-  if not win and class ~= 'f' then
-    if s == 'degraded' and dwelt(a, now, health(settings)) then set_state(K, id, 'healthy', 'signals cleared', now, cap) end
+  local g = redis.call('HMGET', a, 'wt', 'su', 'rs', 'qe', 't', 'ws')
+  local suspect, bad = g[2], class ~= 's'
+  -- The window (the last `window` outcomes) is kept only while it holds a failure or a
+  -- captcha: a clean record costs nothing, and when a bad outcome starts a new window, the
+  -- successes since the last one emptied are its older part. A window whose newest outcome
+  -- (each one rewrites it) is older than the maximum age is forgotten whole, with the record
+  -- before it.
+  local expired = win and now - num(g[1]) > H.max_age
+  if expired then win = nil end
+  if win then
+    win = string.sub(class .. win, 1, H.window)
+  elseif bad then
+    local before = expired and 0 or math.min(H.window - 1, successes(K, id) - num(g[6]))
+    win = class .. string.rep('s', before)
+  end
+  if win then
+    if string.find(win, '[fc]') then
+      redis.call('HSET', a, 'w', win, 'wt', now)
+    else
+      redis.call('HDEL', a, 'w', 'wt')
+      redis.call('HSET', a, 'ws', successes(K, id) - #win)
+    end
+  end
+  -- P10: a failure during the ramp back from a quarantine sends the address back at once.
+  if class == 'f' and g[3] and num(g[4]) > 0 then
+    return quarantine(K, id, s, 'failure during the ramp', now, cap, H, jitter)
+  end
+  local reason, recent, rate = nil, false, 1
+  if win and (bad or suspect) then reason, recent, rate = fall(H, win) end
+  if bad then
+    if not reason then return end
+    if not recent then return quarantine(K, id, s, reason, now, cap, H, jitter) end
+    -- "3 of the last 5" quarantines at once when the window agrees; against a long good
+    -- record it makes the address suspect (degraded), and as many failures again while it
+    -- holds confirm it.
+    if not suspect then
+      if rate < H.min_success then return quarantine(K, id, s, reason, now, cap, H, jitter) end
+      if s == 'healthy' then
+        set_state(K, id, 'degraded', reason .. '; suspect until as many more confirm it', now, cap, H)
+      end
+      redis.call('HSET', a, 'su', '0')
+    elseif class == 'f' then
+      local n = redis.call('HINCRBY', a, 'su', '1')
+      if n >= H.recent_failures then
+        quarantine(K, id, s, reason .. ', confirmed by ' .. n .. ' more failures', now, cap, H, jitter)
+      end
+    end
     return
   end
-  local H = health(settings)
-  win = string.sub(class .. (win or ''), 1, H.recent)
-  local _, fails = string.gsub(win, 'f', '')
-  if fails == 0 then redis.call('HDEL', a, 'w') else redis.call('HSET', a, 'w', win) end
-  if class == 'f' and fails >= H.recent_failures then
-    quarantine(K, id, s, fails .. ' failures in the last ' .. #win .. ' outcomes', now, cap, H, jitter)
-  elseif s == 'degraded' and fails == 0 and dwelt(a, now, H) then
-    set_state(K, id, 'healthy', 'signals cleared', now, cap)
+  if suspect and not reason then
+    redis.call('HDEL', a, 'su')
+  elseif s == 'degraded' and dwelt(g[5], now, H) then
+    set_state(K, id, 'healthy', 'signals cleared', now, cap, H)
   end
+end
+
+local function sweep(K, now, now_text, cap, H)
+  local due = redis.call('ZRANGE', K.due, '-inf', now_text, 'BYSCORE', 'LIMIT', '0', '64')
+  for _, m in ipairs(due) do
+    local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
+    if kind == 'l' then
+      local lid, id = string.match(rest, '^(%d+):(%d+)$')
+      if close_lease(K, lid, id, cap, H) then
+        redis.call('HINCRBY', K.meta, 'expired', '1')
+      end
+    elseif kind == 'b' then
+      unbind(K, rest)
+    elseif kind == 'r' then
+      redis.call('ZREM', K.due, m)
+      ramp_on(K, rest, now, H)
+    else
+      redis.call('ZREM', K.due, m)
+      if redis.call('HGET', addr(K, rest), 's') == 'quarantined' then
+        set_state(K, rest, 'probing', 'quarantine wait over; half-open', now, cap, H)
+      end
+    end
+  end
+  return #due == 64 and 1 or 0
+end
+
+-- The call's context from the common arguments; sweeps if asked.
+local function open(keys, args)
+  local K = keys_of(keys[1])
+  local now, cap, H = tonumber(args[1]), tonumber(args[3]), health(args[4])
+  local more = 0
+  if args[2] == '1' then more = sweep(K, now, args[1], cap, H) end
+  return K, now, cap, more, H
 end
 
 -- The most ring points one placement looks at: with bounded loads the first fit is near.
@@ -423,13 +595,13 @@ local function acquire_one(B, lease_deadline, session_deadline, factor, key, poi
   if key == '' then return keyless(B, lease_deadline, keyless_left) end
   local id = redis.call('HGET', K.bind, key)
   if id then
-    local f = redis.call('HMGET', addr(K, id), 's', 'cool|' .. B.site)
+    local f = redis.call('HMGET', addr(K, id), 's', 'cool|' .. B.site, 'p')
     local s = f[1]
     if s == 'healthy' or s == 'degraded' then
       -- Rate limited there: the session is kept; the caller learns until when (in the lease
       -- id's place).
       if num(f[2]) > B.now then return tonumber(f[2]), tonumber(id), 'cooling' end
-      local lid = take(B, id, s, lease_deadline, session_deadline, key)
+      local lid = take(B, id, member(id, f[3] or B.H.text[s][0]), lease_deadline, session_deadline, key)
       if not lid then return 0, tonumber(id), 'busy' end
       return lid, tonumber(id), 'bound'
     end
@@ -443,8 +615,8 @@ local function acquire_one(B, lease_deadline, session_deadline, factor, key, poi
   local floor, threshold = capacity(num(m[1]), num(m[2]), factor)
   local ceiling = floor + (threshold > 0 and 1 or 0)
   local seen, fallback = {}, nil
-  local function bind(cid, s)
-    local lid = take(B, cid, s, lease_deadline, session_deadline, key)
+  local function bind(cid, m)
+    local lid = take(B, cid, m, lease_deadline, session_deadline, key)
     redis.call('HSET', K.bind, key, cid)
     redis.call('HINCRBY', addr(K, cid), 'k', '1')
     redis.call('HINCRBY', K.meta, 'bound', '1')
@@ -465,12 +637,13 @@ local function acquire_one(B, lease_deadline, session_deadline, factor, key, poi
       if not seen[cid] then
         seen[cid] = true
         seen_n = seen_n + 1
-        local f = redis.call('HMGET', addr(K, cid), 's', 'n', 'k', 'fp', 'cool|' .. B.site)
+        local f = redis.call('HMGET', addr(K, cid), 's', 'n', 'k', 'fp', 'cool|' .. B.site, 'p')
         local s = f[1]
         if (s == 'healthy' or s == 'degraded') and num(f[2]) < cap and num(f[5]) <= B.now then
           local k = num(f[3])
-          if k < floor + (num(f[4]) < threshold and 1 or 0) then return bind(cid, s) end
-          if not fallback and k < ceiling then fallback = {cid, s} end
+          local m = member(cid, f[6] or B.H.text[s][0])
+          if k < floor + (num(f[4]) < threshold and 1 or 0) then return bind(cid, m) end
+          if not fallback and k < ceiling then fallback = {cid, m} end
         end
       end
     end
@@ -480,24 +653,24 @@ local function acquire_one(B, lease_deadline, session_deadline, factor, key, poi
   return 0, 0, 'none'
 end
 
--- acquire, a batch of them in order: ARGV[4] the leases' deadline, [5] the sessions' deadline
--- (ms), [6] load factor, then per acquire: key ('' = keyless), the key's ring point, site
+-- acquire, a batch of them in order: ARGV[5] the leases' deadline, [6] the sessions' deadline
+-- (ms), [7] load factor, then per acquire: key ('' = keyless), the key's ring point, site
 -- ('-' for none). Replies three elements per acquire (see acquire_one), then `more` and the
 -- pool's epoch. An acquire that finds nothing
 -- sweeps first if the call did not (expired leases may be what holds the capacity).
 local function acquire(keys, args)
-  local K, now, cap, more = open(keys, args)
+  local K, now, cap, more, H = open(keys, args)
   local swept = args[2] == '1'
-  local lease_deadline, session_deadline, factor = args[4], args[5], tonumber(args[6])
-  local size, keyless_left = (#args - 6) / 3, 0
-  for i = 7, #args, 3 do
+  local lease_deadline, session_deadline, factor = args[5], args[6], tonumber(args[7])
+  local size, keyless_left = (#args - 7) / 3, 0
+  for i = 8, #args, 3 do
     if args[i] == '' then keyless_left = keyless_left + 1 end
   end
-  local B = new_batch(K, cap, size)
+  local B = new_batch(K, cap, size, H)
   B.now = now
   local site_cools = {}
   local out = {}
-  for i = 7, #args, 3 do
+  for i = 8, #args, 3 do
     local key, point = args[i], args[i + 1]
     B.site = args[i + 2]
     if site_cools[B.site] == nil then
@@ -512,7 +685,7 @@ local function acquire(keys, args)
       B.cand = nil
       if #B.due > 0 then redis.call('ZADD', K.due, unpack(B.due)) end
       B.due = {}
-      if sweep(K, now, args[1], cap) == 1 then more = 1 end
+      if sweep(K, now, args[1], cap, H) == 1 then more = 1 end
       -- Leases the sweep ended may have made room on addresses the batch filled.
       B.full = {}
       lid, id, tag = acquire_one(B, lease_deadline, session_deadline, factor, key, point, keyless_left)
@@ -548,8 +721,7 @@ end
 -- the address is kept away from the site (passed over there, bound sessions told to wait) for
 -- the backoff base; its health elsewhere is untouched. The window is kept only while it holds
 -- a block or captcha, and read with the address's own in one HMGET.
-local function judge_pair(K, id, site, class, win, now, settings)
-  local H = health(settings)
+local function judge_pair(K, id, site, class, win, now, H)
   local a = addr(K, id)
   win = string.sub(class .. (win or ''), 1, H.recent)
   local _, bad = string.gsub(win, '[bc]', '')
@@ -567,15 +739,14 @@ local function judge_pair(K, id, site, class, win, now, settings)
   end
 end
 
--- release, a batch of them: ARGV[4] health settings, then per lease: lease id, address id,
+-- release, a batch of them, per lease from ARGV[5]: lease id, address id,
 -- outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter factor, site
 -- ('-' for none), for a rate limit ('r') the end of the cooling it asks for (ms). A lease no
 -- longer open frees nothing; its outcome is judged if it was granted in this epoch (expired),
 -- not if it comes from before Redis lost the pool (its address id may name another address). Released leases are not
 -- counted: every lease is released, expired, abandoned or open, so the snapshot derives it.
 local function release(keys, args)
-  local K, now, cap, more = open(keys, args)
-  local settings = args[4]
+  local K, now, cap, more, H = open(keys, args)
   local leases = {}
   for i = 5, #args, 6 do leases[#leases + 1] = 'l' .. args[i] .. ':' .. args[i + 1] end
   -- Which are still open, and close them: two calls for the whole batch.
@@ -595,17 +766,19 @@ local function release(keys, args)
     local lid = tonumber(args[i])
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 4]
-      local f = redis.call('HMGET', addr(K, id), 's', 'w', 'w|' .. site)
-      if scores[j] then freed(K, id, f[1], cap) end
+      local f = redis.call('HMGET', addr(K, id), 's', 'w', 'w|' .. site, 'p')
+      if scores[j] then freed(K, id, f[1], f[4], cap, H) end
       if class == 'a' then
         if scores[j] then abandoned = abandoned + 1 end
       elseif f[1] then
         redis.call('HINCRBY', K.prefix .. 'c:' .. id, site .. '|' .. class, '1')
         if class == 'r' then cool(K, id, site, args[i + 5]) end
         if site ~= '-' and (f[3] or class == 'b' or class == 'c') then
-          judge_pair(K, id, site, class, f[3], now, settings)
+          judge_pair(K, id, site, class, f[3], now, H)
         end
-        outcome(K, id, class, f[1], f[2], now, cap, settings, tonumber(args[i + 3]))
+        -- A captcha from a named site is that site's judgement of the pair (above).
+        if class == 'c' and site ~= '-' then class = 'n' end
+        outcome(K, id, class, f[1], f[2], now, cap, H, tonumber(args[i + 3]))
       end
     end
   end
@@ -613,64 +786,64 @@ local function release(keys, args)
   return more
 end
 
--- probe report: ARGV[4] url, [5] '1' passed / '0' failed, [6] jitter, [7] health settings.
+-- probe report: ARGV[5] url, [6] '1' passed / '0' failed, [7] jitter.
 -- Probing or dead: a pass counts toward the rise; probing: a failure back to quarantine; in
 -- service: a failure is one failed outcome; a pass there is not news. Replies 0 if unknown.
 local function probe(keys, args)
-  local K, now, cap = open(keys, args)
-  local id = redis.call('HGET', K.byurl, args[4])
+  local K, now, cap, _, H = open(keys, args)
+  local id = redis.call('HGET', K.byurl, args[5])
   if not id then return 0 end
   local f = redis.call('HMGET', addr(K, id), 's', 'w')
   local s = f[1]
-  if args[5] == '1' then
-    if s == 'probing' or s == 'dead' then outcome(K, id, 's', s, f[2], now, cap, args[7], tonumber(args[6])) end
+  if args[6] == '1' then
+    if s == 'probing' or s == 'dead' then outcome(K, id, 's', s, f[2], now, cap, H, tonumber(args[7])) end
   else
-    outcome(K, id, 'f', s, f[2], now, cap, args[7], tonumber(args[6]))
+    outcome(K, id, 'f', s, f[2], now, cap, H, tonumber(args[7]))
   end
   return 1
 end
 
--- add: ARGV[4] url, [5] redacted name, [6] fingerprint (52 bits), [7] an epoch token (16
--- random hex digits), [8..] ring points. Replies 0 if the URL is present already (every process may add the same
+-- add: ARGV[5] url, [6] redacted name, [7] fingerprint (52 bits), [8] an epoch token (16
+-- random hex digits), [9..] ring points. Replies 0 if the URL is present already (every process may add the same
 -- start list). The first add of a pool (or of a pool Redis lost) sets its epoch.
 local function add(keys, args)
-  local K, now, cap = open(keys, args)
-  local url = args[4]
+  local K, now, cap, _, H = open(keys, args)
+  local url = args[5]
   if redis.call('HEXISTS', K.byurl, url) == 1 then return 0 end
   -- A new epoch starts lease ids at a random point below 2^44, so that leases granted before
   -- a loss cannot close the new ones. (Below 10^14: Lua 5.1 prints larger numbers with an
   -- exponent, and lease members are built from the printed id.)
-  if redis.call('HSETNX', K.meta, 'epoch', args[7]) == 1 then
-    local seq0 = tostring(tonumber(string.sub(args[7], 1, 11), 16))
+  if redis.call('HSETNX', K.meta, 'epoch', args[8]) == 1 then
+    local seq0 = tostring(tonumber(string.sub(args[8], 1, 11), 16))
     redis.call('HSET', K.meta, 'seq', seq0, 'seq0', seq0)
   end
   local id = redis.call('HINCRBY', K.meta, 'next_id', '1')
   redis.call('HSET', K.url, id, url)
-  redis.call('HSET', K.name, id, args[5])
-  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[6], 'v', #args - 7)
+  redis.call('HSET', K.name, id, args[6])
+  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[7], 'v', #args - 8)
   -- In chunks: Lua's unpack has a limit of a few thousand values.
   local points = {}
-  for i = 8, #args do
+  for i = 9, #args do
     points[#points + 1] = args[i]
-    points[#points + 1] = id .. ':' .. (i - 8)
+    points[#points + 1] = id .. ':' .. (i - 9)
     if #points == 1000 or i == #args then
       redis.call('ZADD', K.ring, unpack(points))
       points = {}
     end
   end
-  set_state(K, id, 'healthy', 'added', now, cap)
+  set_state(K, id, 'healthy', 'added (slow start)', now, cap, H)
   -- Last: until here a failed add leaves nothing that says the URL is present.
   redis.call('HSET', K.byurl, url, id)
   return 1
 end
 
--- remove: ARGV[4] url. The url and name stay: bindings to it report a broken session with its
+-- remove: ARGV[5] url. The url and name stay: bindings to it report a broken session with its
 -- address. Replies 0 if unknown.
 local function remove(keys, args)
-  local K, now, cap = open(keys, args)
-  local id = redis.call('HGET', K.byurl, args[4])
+  local K, now, cap, _, H = open(keys, args)
+  local id = redis.call('HGET', K.byurl, args[5])
   if not id then return 0 end
-  set_state(K, id, 'removed', 'removed', now, cap)
+  set_state(K, id, 'removed', 'removed', now, cap, H)
   local a = addr(K, id)
   local points, vnodes = {}, num(redis.call('HGET', a, 'v'))
   for v = 0, vnodes - 1 do
@@ -680,17 +853,17 @@ local function remove(keys, args)
       points = {}
     end
   end
-  redis.call('HDEL', K.byurl, args[4])
+  redis.call('HDEL', K.byurl, args[5])
   redis.call('HDEL', K.state, id)
   redis.call('DEL', a, K.prefix .. 'c:' .. id)
   redis.call('ZREM', K.due, 'q' .. id)
   return 1
 end
 
--- end_session: ARGV[4] key. Replies 1 if it was bound.
+-- end_session: ARGV[5] key. Replies 1 if it was bound.
 local function end_session(keys, args)
   local K = open(keys, args)
-  return unbind(K, args[4]) and 1 or 0
+  return unbind(K, args[5]) and 1 or 0
 end
 
 -- snapshot: everything the client needs to build a Snapshot, in one round trip: the state
@@ -715,14 +888,14 @@ local function snapshot(keys, args)
 end
 
 -- targets: what the prober needs and no more: per present address its state, URL and open
--- leases. ARGV[4] the asking prober's token, [5] how long (ms) its role holds: one prober
+-- leases. ARGV[5] the asking prober's token, [6] how long (ms) its role holds: one prober
 -- per pool probes (the others get nothing) until it stops asking for that long.
 local function targets(keys, args)
   local K = open(keys, args)
   local role = K.prefix .. 'prober'
   local holder = redis.call('GET', role)
-  if holder and holder ~= args[4] then return {} end
-  redis.call('SET', role, args[4], 'PX', args[5])
+  if holder and holder ~= args[5] then return {} end
+  redis.call('SET', role, args[5], 'PX', args[6])
   local states = redis.call('HGETALL', K.state)
   local out = {}
   for i = 1, #states, 2 do
