@@ -271,8 +271,10 @@ impl ServeConfig {
                 .unwrap_or_default()
                 .iter()
                 .map(|u| match url::Url::parse(u) {
-                    Ok(url) if url.scheme() == "http" => Ok(url),
-                    Ok(_) => bail!("probe_urls: {u:?} must be an http:// URL"),
+                    Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {
+                        Ok(url)
+                    }
+                    Ok(_) => bail!("probe_urls: {u:?} must be an http:// or https:// URL"),
                     Err(e) => bail!("probe_urls: {u:?} is not a URL: {e}"),
                 })
                 .collect::<anyhow::Result<_>>()?,
@@ -342,6 +344,28 @@ mod tests {
         };
         let err = ServeConfig::resolve(args).unwrap_err().to_string();
         assert!(err.contains("--auth-file"), "{err}");
+    }
+
+    #[test]
+    fn probe_urls_are_http_or_https() {
+        let dir = std::env::temp_dir().join(format!("proxypool-probe-urls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let resolve = |urls: &str| {
+            let file = dir.join("c.toml");
+            std::fs::write(&file, format!("probe_urls = [{urls}]\n")).unwrap();
+            ServeConfig::resolve(ServeArgs {
+                config: Some(file),
+                upstreams: Some("u.txt".into()),
+                ..ServeArgs::default()
+            })
+        };
+        let ok = resolve(r#""http://a.example/p", "https://b.example:8443/generate_204""#);
+        assert_eq!(ok.unwrap().probe_urls.len(), 2);
+        for bad in [r#""ftp://a.example/""#, r#""https://""#, r#""a.example/p""#] {
+            let err = resolve(bad).unwrap_err().to_string();
+            assert!(err.contains("probe_urls"), "{bad}: {err}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

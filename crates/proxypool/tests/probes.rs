@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use proxypool::probe::{Check, CheckError, CheckFuture, HttpGet, Majority, ProbeSchedule, Prober};
 use proxypool::{HealthState, ManualClock, Pool, PoolConfig, ProxyAddress, Subject, Ticket};
+use rustls::pki_types::PrivatePkcs8KeyDer;
 use testkit::Process;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use url::Url;
 
@@ -29,10 +30,18 @@ fn free_port() -> u16 {
 }
 
 fn tinyproxy(dir: &Path, port: u16) -> Process {
+    tinyproxy_with(dir, port, "")
+}
+
+/// tinyproxy with `extra` configuration lines (without any `ConnectPort`, it tunnels to every
+/// port).
+fn tinyproxy_with(dir: &Path, port: u16, extra: &str) -> Process {
     let conf = dir.join(format!("tinyproxy-{port}.conf"));
     std::fs::write(
         &conf,
-        format!("Port {port}\nListen 127.0.0.1\nAllow 127.0.0.1\nTimeout 5\nLogLevel Error\n"),
+        format!(
+            "Port {port}\nListen 127.0.0.1\nAllow 127.0.0.1\nTimeout 5\nLogLevel Error\n{extra}"
+        ),
     )
     .unwrap();
     let mut cmd = Command::new("tinyproxy");
@@ -49,31 +58,102 @@ fn tinyproxy(dir: &Path, port: u16) -> Process {
     p
 }
 
+/// Answers one request with 200 and the marker.
+async fn answer(mut s: impl AsyncRead + AsyncWrite + Unpin) {
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let body = MARKER;
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = s.write_all(resp.as_bytes()).await;
+    let _ = s.shutdown().await;
+}
+
 /// A control endpoint answering every request with 200 and the marker.
 async fn control_server() -> Url {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
-        while let Ok((mut s, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let body = MARKER;
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = s.write_all(resp.as_bytes()).await;
-            });
+        while let Ok((s, _)) = listener.accept().await {
+            tokio::spawn(answer(s));
         }
     });
     Url::parse(&format!("http://127.0.0.1:{port}/probe")).unwrap()
+}
+
+/// The same over TLS, with a self-signed certificate for 127.0.0.1; its URL and the
+/// certificate (DER) to trust.
+async fn tls_control_server() -> (Url, Vec<u8>) {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.subject_alt_names = vec![rcgen::SanType::IpAddress([127, 0, 0, 1].into())];
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            PrivatePkcs8KeyDer::from(key.serialize_der()).into(),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                if let Ok(tls) = acceptor.accept(s).await {
+                    answer(tls).await;
+                }
+            });
+        }
+    });
+    let url = Url::parse(&format!("https://127.0.0.1:{port}/probe?x=1")).unwrap();
+    (url, cert.der().to_vec())
+}
+
+/// An `https://` control URL through tinyproxy: a tunnel (CONNECT), then TLS verified against
+/// the roots — the test's own certificate only when told to trust it — and the GET inside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_control_urls_go_through_a_verified_tunnel() {
+    let dir = std::env::temp_dir().join(format!("proxypool-probes-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let _proxy = tinyproxy(&dir, port);
+    let proxy = ProxyAddress::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+    let (url, certificate) = tls_control_server().await;
+
+    let trusted = HttpGet::new(url.clone())
+        .body_marker(MARKER)
+        .trust(certificate.clone());
+    trusted.check(&proxy).await.unwrap();
+    let wrong_marker = trusted.clone().body_marker("not-there");
+    assert!(matches!(
+        wrong_marker.check(&proxy).await,
+        Err(CheckError::MarkerMissing(_))
+    ));
+    let err = HttpGet::new(url.clone()).check(&proxy).await.unwrap_err();
+    assert!(matches!(err, CheckError::Tls(_)), "{err}");
+    assert!(err.to_string().contains("UnknownIssuer"), "{err}");
+
+    // A proxy that tunnels to port 443 only refuses this one.
+    let strict_port = free_port();
+    let _strict = tinyproxy_with(&dir, strict_port, "ConnectPort 443\n");
+    let strict = ProxyAddress::parse(&format!("http://127.0.0.1:{strict_port}")).unwrap();
+    let err = trusted.check(&strict).await.unwrap_err();
+    assert!(matches!(err, CheckError::Tunnel(403)), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn decisions_of(s: &proxypool::Snapshot, address: &str) -> Vec<(String, String, String)> {

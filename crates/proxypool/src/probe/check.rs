@@ -10,11 +10,14 @@ use std::time::Duration;
 use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
-use hyper::Request;
 use hyper::header::{CONNECTION, HOST, PROXY_AUTHORIZATION};
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::{CertificateDer, ServerName};
 use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 use url::Url;
 
 use crate::address::ProxyAddress;
@@ -51,6 +54,12 @@ pub enum CheckError {
     /// The request could not be built.
     #[error("request: {0}")]
     Request(#[from] hyper::http::Error),
+    /// The proxy refused to open a tunnel (CONNECT) to an `https://` control URL.
+    #[error("CONNECT answered {0}")]
+    Tunnel(u16),
+    /// The TLS session with an `https://` control URL failed (handshake, certificate).
+    #[error("tls: {0}")]
+    Tls(String),
     /// The response body could not be read (or was too long).
     #[error("body: {0}")]
     Body(String),
@@ -120,16 +129,18 @@ impl Check for TcpConnect {
     }
 }
 
-/// Passes when a plain-HTTP GET of a control URL through an `http://` proxy answers the
-/// expected status (and contains the marker, if one is set). The proxy's credentials go in
-/// `Proxy-Authorization`. Control URLs are `http://`: an `https://` one would need CONNECT and
-/// TLS, which this check does not do.
+/// Passes when a GET of a control URL through an `http://` proxy answers the expected status
+/// (and contains the marker, if one is set). The proxy's credentials go in
+/// `Proxy-Authorization`. An `http://` control URL is asked of the proxy directly; an
+/// `https://` one through a tunnel (CONNECT), with TLS to the control host verified against
+/// the Mozilla roots (`webpki-roots`) and any added with [`HttpGet::trust`].
 #[derive(Debug, Clone)]
 pub struct HttpGet {
     url: Url,
     expected_status: u16,
     marker: Option<String>,
     timeout: Duration,
+    extra_roots: Vec<CertificateDer<'static>>,
 }
 
 /// Bodies longer than this fail the check: a control page is small.
@@ -143,7 +154,15 @@ impl HttpGet {
             expected_status: 200,
             marker: None,
             timeout: Duration::from_secs(10),
+            extra_roots: Vec::new(),
         }
+    }
+
+    /// Also trusts this root certificate (DER) for `https://` control URLs: a private CA.
+    pub fn trust(mut self, certificate_der: impl Into<Vec<u8>>) -> Self {
+        self.extra_roots
+            .push(CertificateDer::from(certificate_der.into()));
+        self
     }
 
     /// The status the control URL answers.
@@ -169,33 +188,34 @@ impl HttpGet {
         if proxy_url.scheme() != "http" {
             return Err(CheckError::Unsupported(proxy_url.scheme().to_owned()));
         }
-        let stream = TcpStream::connect((host.as_str(), port)).await?;
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        // The connection task ends when the exchange does (Connection: close) or the sender
-        // is dropped on timeout.
-        tokio::spawn(conn);
-        let authority = match (self.url.host_str(), self.url.port()) {
-            (Some(h), Some(p)) => format!("{h}:{p}"),
-            (Some(h), None) => h.to_owned(),
-            (None, _) => String::new(),
-        };
-        // Absolute-form request target: that is how a client asks an HTTP proxy.
-        let mut req = Request::get(self.url.as_str())
-            .header(HOST, authority)
-            .header(CONNECTION, "close");
-        if !proxy_url.username().is_empty() {
+        let authorization = (!proxy_url.username().is_empty()).then(|| {
             let creds = format!(
                 "{}:{}",
                 proxy_url.username(),
                 proxy_url.password().unwrap_or_default()
             );
             let encoded = base64::engine::general_purpose::STANDARD.encode(creds);
-            req = req.header(PROXY_AUTHORIZATION, format!("Basic {encoded}"));
-        }
-        let resp = sender
-            .send_request(req.body(Empty::<Bytes>::new())?)
-            .await?;
+            format!("Basic {encoded}")
+        });
+        let authority = self.authority();
+        let stream = TcpStream::connect((host.as_str(), port)).await?;
+        let resp = if self.url.scheme() == "https" {
+            let tunnel = connect_tunnel(stream, &authority, authorization.as_deref()).await?;
+            let tls = self.tls(tunnel).await?;
+            // Origin-form inside the tunnel: the control host is the peer now.
+            let target = match self.url.query() {
+                Some(q) => format!("{}?{q}", self.url.path()),
+                None => self.url.path().to_owned(),
+            };
+            exchange(tls, Request::get(target).header(HOST, &authority)).await?
+        } else {
+            // Absolute-form request target: that is how a client asks an HTTP proxy.
+            let mut req = Request::get(self.url.as_str()).header(HOST, &authority);
+            if let Some(a) = &authorization {
+                req = req.header(PROXY_AUTHORIZATION, a);
+            }
+            exchange(stream, req).await?
+        };
         let got = resp.status().as_u16();
         if got != self.expected_status {
             return Err(CheckError::Status {
@@ -215,6 +235,95 @@ impl HttpGet {
         }
         Ok(())
     }
+
+    /// `host[:port]` of the control URL, as in `Host` and CONNECT.
+    fn authority(&self) -> String {
+        let host = self.url.host_str().unwrap_or_default();
+        match self.url.port_or_known_default() {
+            Some(p) if Some(p) != default_port(self.url.scheme()) => format!("{host}:{p}"),
+            _ => host.to_owned(),
+        }
+    }
+
+    /// TLS with the control host over `io`. The client configuration is built per probe:
+    /// probes are seconds apart, and the roots are already parsed.
+    async fn tls<IO>(&self, io: IO) -> Result<tokio_rustls::client::TlsStream<IO>, CheckError>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        let tls_error = |e: &dyn std::fmt::Display| CheckError::Tls(e.to_string());
+        let mut roots = rustls::RootCertStore {
+            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+        };
+        for cert in &self.extra_roots {
+            roots.add(cert.clone()).map_err(|e| tls_error(&e))?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| tls_error(&e))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let host = match self.url.host() {
+            Some(url::Host::Ipv4(ip)) => ServerName::from(std::net::IpAddr::V4(ip)),
+            Some(url::Host::Ipv6(ip)) => ServerName::from(std::net::IpAddr::V6(ip)),
+            Some(url::Host::Domain(d)) => {
+                ServerName::try_from(d.to_owned()).map_err(|e| tls_error(&e))?
+            }
+            None => return Err(CheckError::Tls("control URL has no host".into())),
+        };
+        TlsConnector::from(Arc::new(config))
+            .connect(host, io)
+            .await
+            .map_err(|e| tls_error(&e))
+    }
+}
+
+fn default_port(scheme: &str) -> Option<u16> {
+    match scheme {
+        "http" => Some(80),
+        "https" => Some(443),
+        _ => None,
+    }
+}
+
+/// Asks the proxy for a tunnel to `authority` (CONNECT); the stream carries it on a 200.
+async fn connect_tunnel(
+    stream: TcpStream,
+    authority: &str,
+    authorization: Option<&str>,
+) -> Result<TokioIo<hyper::upgrade::Upgraded>, CheckError> {
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn.with_upgrades());
+    let mut req = Request::connect(authority).header(HOST, authority);
+    if let Some(a) = authorization {
+        req = req.header(PROXY_AUTHORIZATION, a);
+    }
+    let resp = sender
+        .send_request(req.body(Empty::<Bytes>::new())?)
+        .await?;
+    if resp.status() != StatusCode::OK {
+        return Err(CheckError::Tunnel(resp.status().as_u16()));
+    }
+    Ok(TokioIo::new(hyper::upgrade::on(resp).await?))
+}
+
+/// One HTTP/1.1 request on `io`, one connection per probe (`Connection: close`): pooling would
+/// only hide a proxy that stopped accepting.
+async fn exchange<IO>(
+    io: IO,
+    req: hyper::http::request::Builder,
+) -> Result<Response<hyper::body::Incoming>, CheckError>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io)).await?;
+    // The connection task ends when the exchange does or the sender is dropped on timeout.
+    tokio::spawn(conn);
+    let req = req
+        .header(CONNECTION, "close")
+        .body(Empty::<Bytes>::new())?;
+    Ok(sender.send_request(req).await?)
 }
 
 impl Check for HttpGet {
