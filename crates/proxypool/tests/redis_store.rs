@@ -221,6 +221,8 @@ async fn worker_process() {
     let out = std::env::var("PROXYPOOL_WORKER_OUT").unwrap();
     let mut cfg = PoolConfig::default();
     cfg.max_leases_per_address = 3;
+    // Half the pool failing is what a bad site looks like (P9); here it is the addresses.
+    cfg.judgement.site_min_addresses = 9;
     let pool = Pool::builder()
         .addresses(addresses(8))
         .config(cfg)
@@ -798,9 +800,18 @@ async fn reason(pool: &Pool, address: &str) -> String {
 
 /// `outcomes` on the address `key` is bound to; that address.
 async fn through(pool: &Pool, key: &str, outcomes: &[Outcome]) -> String {
+    through_at(pool, key, None, outcomes).await
+}
+
+/// `outcomes` on the address `key` is bound to, for tickets of `site`; that address.
+async fn through_at(pool: &Pool, key: &str, site: Option<&str>, outcomes: &[Outcome]) -> String {
     let mut address = String::new();
     for o in outcomes {
-        let lease = pool.acquire(Ticket::new().key(key)).await.unwrap();
+        let ticket = match site {
+            Some(site) => Ticket::new().key(key).site(site),
+            None => Ticket::new().key(key),
+        };
+        let lease = pool.acquire(ticket).await.unwrap();
         address = lease.address().redacted().to_owned();
         lease.release(*o).await.unwrap();
     }
@@ -961,4 +972,147 @@ async fn side_by_side(redis: &RedisServer, clock: &ManualClock, name: &str) -> (
         .await
         .unwrap();
     (builder().build().unwrap(), shared)
+}
+
+/// Whether `site` is judged degraded, whether quarantining is frozen, and the state of every
+/// address.
+async fn site_view(pool: &Pool, site: &str) -> (bool, bool, Vec<(String, HealthState)>) {
+    let snap = pool.snapshot().await;
+    let degraded = snap.sites.iter().any(|s| s.site == site && s.degraded);
+    let mut states: Vec<_> = snap
+        .addresses
+        .iter()
+        .map(|a| (a.address.clone(), a.state))
+        .collect();
+    states.sort_by(|a, b| a.0.cmp(&b.0));
+    (degraded, snap.pool.frozen, states)
+}
+
+/// P9 side by side: one bad address at a good site is quarantined; failures at one site from
+/// every address make the site degraded (judged from the outcome that convicts it, and
+/// excused from then on) rather than the addresses; every site with traffic degraded freezes
+/// quarantining; successes bring a site back after the dwell. Both stores agree after every
+/// outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sites_are_judged_like_in_the_memory_store() {
+    const F: Outcome = Outcome::ConnectError;
+    let redis = RedisServer::start(&dir("parity-sites")).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let (memory, redis_pool) = side_by_side(&redis, &clock, "sites").await;
+    let pools = [&memory, &redis_pool];
+    // Keys bound to ten different addresses (the same in both: one ring).
+    let (mut keys, mut seen) = (Vec::new(), Vec::new());
+    for k in 0.. {
+        let key = format!("k{k}");
+        let address = through(&memory, &key, &[OK]).await;
+        assert_eq!(through(&redis_pool, &key, &[OK]).await, address);
+        if !seen.contains(&address) {
+            seen.push(address);
+            keys.push(key);
+        }
+        if keys.len() == 10 {
+            break;
+        }
+    }
+    let step = |key: String, site: &'static str, outcome: Outcome| {
+        let (memory, redis_pool) = (memory.clone(), redis_pool.clone());
+        async move {
+            let a = through_at(&memory, &key, Some(site), &[outcome]).await;
+            let b = through_at(&redis_pool, &key, Some(site), &[outcome]).await;
+            assert_eq!(a, b, "{key} is bound alike");
+            let (m, r) = (
+                site_view(&memory, site).await,
+                site_view(&redis_pool, site).await,
+            );
+            assert_eq!(
+                m, r,
+                "{key} at {site}: memory (left) and Redis (right) differ"
+            );
+            m
+        }
+    };
+
+    // One bad address at a good site: the address falls, the site stays ok.
+    let bad = seen[0].clone();
+    for _ in 0..3 {
+        step(keys[0].clone(), "shop", F).await;
+        for key in &keys[1..] {
+            step(key.clone(), "shop", OK).await;
+        }
+    }
+    let (degraded, frozen, states) = site_view(&redis_pool, "shop").await;
+    assert!(!degraded && !frozen);
+    let quarantined: Vec<_> = states
+        .iter()
+        .filter(|(_, s)| *s == HealthState::Quarantined)
+        .map(|(a, _)| a.clone())
+        .collect();
+    assert_eq!(quarantined, std::slice::from_ref(&bad));
+
+    // Every address failing at one site: the site is judged, not the addresses.
+    clock.advance(Duration::from_secs(11 * 60));
+    let mut convicted = None;
+    for round in 0..3 {
+        for (i, key) in keys[1..].iter().enumerate() {
+            let (degraded, frozen, _) = step(key.clone(), "down", F).await;
+            assert!(!frozen);
+            if degraded && convicted.is_none() {
+                convicted = Some(round * 9 + i + 1);
+            }
+        }
+    }
+    assert_eq!(convicted, Some(10), "degraded at the 10th outcome");
+    let (_, _, states) = site_view(&redis_pool, "down").await;
+    assert_eq!(
+        states
+            .iter()
+            .filter(|(_, s)| *s == HealthState::Healthy)
+            .count(),
+        9,
+        "{states:?}"
+    );
+
+    // A second site going the same way: every site with traffic is degraded, our side.
+    for _ in 0..2 {
+        for key in &keys[1..] {
+            step(key.clone(), "also-down", F).await;
+        }
+    }
+    for pool in pools {
+        let (degraded, frozen, _) = site_view(pool, "also-down").await;
+        assert!(degraded && frozen);
+        let snap = pool.snapshot().await;
+        let pool_steps: Vec<_> = snap
+            .decisions
+            .iter()
+            .filter(|d| d.subject == proxypool::Subject::Pool)
+            .map(|d| format!("{}->{}", d.from, d.to))
+            .collect();
+        assert_eq!(pool_steps, ["quarantining->frozen"]);
+    }
+
+    // Successes at the first site after the dwell: it recovers, and the freeze ends.
+    clock.advance(Duration::from_secs(31));
+    let mut recovered = None;
+    for round in 0..10 {
+        for (i, key) in keys[1..].iter().enumerate() {
+            let (degraded, frozen, _) = step(key.clone(), "down", OK).await;
+            if !degraded && recovered.is_none() {
+                recovered = Some(round * 9 + i + 1);
+                assert!(!frozen);
+            }
+        }
+    }
+    assert!(recovered.is_some());
+    for pool in pools {
+        let snap = pool.snapshot().await;
+        let site_steps: Vec<_> = snap
+            .decisions
+            .iter()
+            .filter(|d| matches!(&d.subject, proxypool::Subject::Site { site } if site == "down"))
+            .map(|d| format!("{}->{}", d.from, d.to))
+            .collect();
+        assert_eq!(site_steps, ["ok->degraded", "degraded->ok"]);
+    }
 }

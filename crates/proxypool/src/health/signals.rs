@@ -119,10 +119,12 @@ pub(crate) fn fall(
 }
 
 /// A latency tail far above the address's own median (from the window's latency histogram:
-/// no sorting on the release path).
+/// no sorting on the release path). A median below the latency noise counts as the noise: a
+/// tail of a few milliseconds is no jump.
 pub(crate) fn slow_tail(w: &Window, cfg: &HealthConfig) -> Option<Signal> {
     let (median_ms, p95_ms) = w.tail_quantiles(cfg.min_samples)?;
-    (f64::from(p95_ms) > cfg.latency_factor * f64::from(median_ms))
+    let norm = f64::from(median_ms).max(super::weight::LATENCY_NOISE_MS);
+    (f64::from(p95_ms) > cfg.latency_factor * norm)
         .then_some(Signal::SlowTail { p95_ms, median_ms })
 }
 

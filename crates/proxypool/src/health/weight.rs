@@ -10,6 +10,11 @@ use super::{Health, HealthState, ramp};
 pub(crate) const MIN_WEIGHT: f64 = 0.01;
 const MAX_WEIGHT: f64 = 100.0;
 
+/// Latency differences this small (ms) are noise, not quality: both sides of a latency ratio
+/// get it added, so 1 ms against 0.2 ms (loopback) weighs about the same while 400 ms against
+/// 200 ms still halves the weight.
+pub(crate) const LATENCY_NOISE_MS: f64 = 10.0;
+
 /// Success rate ÷ normalised latency of a window's counted outcomes.
 ///
 /// The success rate is smoothed towards 1 with two virtual successes so that one early failure
@@ -19,7 +24,9 @@ const MAX_WEIGHT: f64 = 100.0;
 pub(crate) fn quality(t: &Tally, reference_ms: Option<f64>) -> f64 {
     let success = (f64::from(t.successes) + 2.0) / (f64::from(t.n) + 2.0);
     let latency = match (t.mean_latency_ms(), reference_ms) {
-        (Some(own), Some(reference)) if reference > 0.0 => (own / reference).max(0.05),
+        (Some(own), Some(reference)) if reference >= 0.0 => {
+            ((own + LATENCY_NOISE_MS) / (reference + LATENCY_NOISE_MS)).max(0.05)
+        }
         _ => 1.0,
     };
     success / latency

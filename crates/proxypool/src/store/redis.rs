@@ -285,6 +285,12 @@ impl RedisStore {
             millis(h.ramp_duration),
             millis(b.reset_after),
         );
+        let j = &cfg.judgement;
+        let _ = write!(
+            health,
+            " {} {} {} {} {}",
+            j.site_window, j.site_recent, j.site_min_samples, j.site_min_addresses, j.site_spread
+        );
         for share in &h.ramp_steps {
             let _ = write!(health, " {share}");
         }
@@ -1193,8 +1199,8 @@ impl SharedView {
         view.snapshot.sites = sites
             .into_iter()
             .map(|(site, (c, addresses, bad))| SiteSnapshot {
+                degraded: meta.contains_key(&format!("d|{site}")),
                 site,
-                degraded: false,
                 window_samples: c.judged() as usize,
                 failure_rate: c.rate(c.f + c.b),
                 captcha_rate: c.rate(c.c),
@@ -1238,20 +1244,29 @@ impl SharedView {
             .saturating_sub(p.active_leases + p.abandoned + p.expired);
         p.unavailable = n(&meta, "none");
         p.sessions_broken = n(&meta, "broken");
+        p.frozen = meta.get("frozen").is_some_and(|f| f == "1");
         if let Value::Array(entries) = log {
             // Newest first in Redis; oldest first in a snapshot.
             for e in entries.iter().rev().filter_map(text) {
                 let mut f = e.splitn(5, '\t');
-                let (Some(at), Some(address), Some(from), Some(to), Some(reason)) =
+                let (Some(at), Some(subject), Some(from), Some(to), Some(reason)) =
                     (f.next(), f.next(), f.next(), f.next(), f.next())
                 else {
                     continue;
                 };
+                // Addresses are URLs; the library names sites and the pool with an '@'.
+                let subject = match subject.strip_prefix("@site ") {
+                    Some(site) => Subject::Site {
+                        site: site.to_owned(),
+                    },
+                    None if subject == "@pool" => Subject::Pool,
+                    None => Subject::Address {
+                        address: subject.to_owned(),
+                    },
+                };
                 view.snapshot.decisions.push(Decision {
                     at_ms: at.parse().unwrap_or(0),
-                    subject: Subject::Address {
-                        address: address.to_owned(),
-                    },
+                    subject,
                     from: from.to_owned(),
                     to: to.to_owned(),
                     reason: reason.to_owned(),

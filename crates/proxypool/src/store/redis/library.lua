@@ -13,7 +13,8 @@
 -- with a flag `more`: 1 when the sweep stopped at its limit and the caller should sweep again.
 --
 -- Key layout (suffixes of the prefix):
---   meta   hash: counters (seq, released, expired, …), `bound`, `offered`, `q`, `next_id`
+--   meta   hash: counters (seq, released, expired, …), `bound`, `offered`, `q`, `next_id`,
+--          `frozen` (P9: our side), and per site 'w|SITE', 'd|SITE', 't|SITE' (see `sites_of`)
 --   url    hash id → full URL (kept after removal: broken sessions name their address)
 --   name   hash id → redacted URL
 --   byurl  hash full URL → id (present addresses only)
@@ -63,7 +64,8 @@ local function num(v) return tonumber(v or '0') or 0 end
 local HEALTH_FIELDS = {
   'recent', 'recent_failures', 'qcap', 'min_in_service', 'base', 'max', 'dead_after', 'rise',
   'dwell', 'window', 'max_age', 'min_success', 'min_samples', 'max_captcha', 'degraded_weight',
-  'probing_weight', 'ramp_ms', 'reset_ms',
+  'probing_weight', 'ramp_ms', 'reset_ms', 'site_window', 'site_recent', 'site_min_samples',
+  'site_min_addresses', 'site_spread',
 }
 local parsed_health = {}
 
@@ -95,6 +97,13 @@ local function health(text)
 end
 
 local function member(id, step) return id .. ':' .. step end
+
+-- One decision in the shared log (newest first, the last 1 000). `subject` is an address's
+-- name, or '@site NAME' or '@pool'.
+local function decide(K, now, subject, from, to, reason)
+  redis.call('LPUSH', K.log, table.concat({now, subject, from, to, reason}, '\t'))
+  redis.call('LTRIM', K.log, 0, 999)
+end
 
 -- Quarantined and probing count against the quarantine cap (the episode is still open).
 local function counted(s) return s == 'quarantined' or s == 'probing' end
@@ -187,8 +196,7 @@ local function set_state(K, id, to, reason, now, cap, H)
   if OFFERED[to] and n < cap then
     if score then redis.call('ZADD', K.pass, score, member(id, step)) else join_pass(K, member(id, step)) end
   end
-  redis.call('LPUSH', K.log, table.concat({now, redis.call('HGET', K.name, id) or id, from, to, reason}, '\t'))
-  redis.call('LTRIM', K.log, 0, 999)
+  decide(K, now, redis.call('HGET', K.name, id) or id, from, to, reason)
 end
 
 -- The next ramp stage of `id` is due: its step moves on, or the ramp is over — and with it
@@ -403,14 +411,16 @@ local function quarantine(K, id, from, reason, now, cap, H, jitter)
   local a = addr(K, id)
   local total = redis.call('HLEN', K.state)
   local qcap = math.max(1, math.ceil(H.qcap * total))
-  local m = redis.call('HMGET', K.meta, 'q', 'offered')
+  local m = redis.call('HMGET', K.meta, 'q', 'offered', 'frozen')
   local q, offered = num(m[1]), num(m[2])
   local min_in_service = math.min(H.min_in_service, total)
   local refusal = nil
-  if not counted(from) and q >= qcap then
-    refusal = 'quarantine cap ' .. qcap .. ' reached'
+  if m[3] == '1' then
+    refusal = 'quarantining frozen: our side looks broken'
+  elseif not counted(from) and q >= qcap then
+    refusal = 'quarantine cap of ' .. qcap .. ' reached'
   elseif offered - 1 < min_in_service then
-    refusal = 'minimum in service ' .. min_in_service
+    refusal = 'would leave fewer than ' .. min_in_service .. ' in service'
   end
   if refusal then
     if from == 'healthy' then
@@ -730,12 +740,166 @@ local function judge_pair(K, id, site, class, win, now, H)
   elseif bad >= H.recent_failures then
     redis.call('HDEL', a, 'w|' .. site)
     cool(K, id, site, tostring(now + H.base))
-    redis.call('LPUSH', K.log, table.concat({now, redis.call('HGET', K.name, id) or id, 'ok', 'avoided',
+    decide(K, now, redis.call('HGET', K.name, id) or id, 'ok', 'avoided',
       'on site ' .. site .. ': ' .. bad .. ' blocks or captchas in the last ' .. #win ..
-      ' outcomes; kept away from it for ' .. math.floor(H.base / 1000) .. ' s'}, '\t'))
-    redis.call('LTRIM', K.log, 0, 999)
+      ' outcomes; kept away from it for ' .. math.floor(H.base / 1000) .. ' s')
   else
     redis.call('HSET', a, 'w|' .. site, win)
+  end
+end
+
+-- P9, the judgement of sites. Each site ('-' for tickets without one) keeps, in `meta`, a window of its last `site_window` outcomes over all addresses ('w|SITE': newest
+-- first, one ENTRY per outcome: its class letter and the address id padded to 9 digits), the
+-- time it was degraded ('d|SITE', absent when it is not) and when it last had traffic
+-- ('t|SITE', to the second). Like an address's, the window is kept only while it holds a bad
+-- outcome (or the site is degraded): a clean site costs a release batch nothing but a few
+-- fields in the read of `meta` it makes anyway.
+local ENTRY = 10
+-- string.byte('s'), string.byte('c') (the standard library is not reachable while loading)
+local S_BYTE, C_BYTE = 115, 99
+
+-- The sites of a release batch: their windows, degraded times and traffic times, read with
+-- the `meta` fields `pre`, whose values come back too.
+local function sites_of(K, sites, now, H, pre)
+  local fields, list = {}, {}
+  for _, f in ipairs(pre) do fields[#fields + 1] = f end
+  for _, site in ipairs(sites) do
+    if not list[site] then
+      list[site] = true
+      fields[#fields + 1] = 'w|' .. site
+      fields[#fields + 1] = 'd|' .. site
+      fields[#fields + 1] = 't|' .. site
+    end
+  end
+  local got = redis.call('HMGET', K.meta, unpack(fields))
+  local S, seen = {}, {}
+  for i = #pre + 1, #fields, 3 do
+    local site = string.sub(fields[i], 3)
+    local win, seen_at = got[i], num(got[i + 2])
+    -- A window whose newest outcome is older than the maximum age is forgotten whole.
+    if now - seen_at > H.max_age then win = nil end
+    -- (An absent field reads as false.)
+    S[site] = {name = site, win = win or nil, deg = got[i + 1] or nil, changed = false}
+    if now - seen_at >= 1000 then
+      seen[#seen + 1] = 't|' .. site
+      seen[#seen + 1] = now
+    end
+  end
+  if #seen > 0 then redis.call('HSET', K.meta, unpack(seen)) end
+  return S, got
+end
+
+-- Counts over a stretch of a site window, with the distinct addresses and those with a bad
+-- outcome there.
+local function tally(T, k, id)
+  T.n = T.n + 1
+  if k == S_BYTE then
+    T.s = T.s + 1
+  elseif k == C_BYTE then
+    T.c = T.c + 1
+  end
+  local had_bad = T.ids[id]
+  if had_bad == nil then T.distinct = T.distinct + 1 end
+  if k ~= S_BYTE and not had_bad then
+    T.bad = T.bad + 1
+    T.ids[id] = true
+  elseif had_bad == nil then
+    T.ids[id] = false
+  end
+end
+
+-- Why the site should be judged degraded, if it should: over its whole window or its newest
+-- `site_recent` outcomes, the success or captcha rate crosses the thresholds an address is
+-- judged by and the bad outcomes are spread over most of the addresses seen there (as
+-- `Site::verdict` in the memory store).
+local function site_verdict(win, H)
+  local total = #win / ENTRY
+  local recent = math.min(total, H.site_recent)
+  local W = {n = 0, s = 0, c = 0, ids = {}, distinct = 0, bad = 0}
+  local R = {n = 0, s = 0, c = 0, ids = {}, distinct = 0, bad = 0}
+  for i = 0, total - 1 do
+    local at = i * ENTRY
+    local k, id = string.byte(win, at + 1), string.sub(win, at + 2, at + ENTRY)
+    tally(W, k, id)
+    if i < recent then tally(R, k, id) end
+  end
+  for _, T in ipairs({W, R}) do
+    if T.n >= math.max(H.site_min_samples, 1)
+      and (T.s < H.min_success * T.n or T.c > H.max_captcha * T.n)
+      and T.distinct >= H.site_min_addresses and T.bad / T.distinct > H.site_spread then
+      return 'success ' .. percent(T.s / T.n) .. '%, captcha ' .. percent(T.c / T.n) ..
+        '% over the last ' .. T.n .. ' outcomes; ' .. T.bad .. ' of ' .. T.distinct .. ' addresses affected'
+    end
+  end
+  return nil
+end
+
+-- P9, our side: every site with traffic (at least two) degraded freezes quarantining.
+local function judge_our_side(K, now, H)
+  local all = redis.call('HGETALL', K.meta)
+  local fields = {}
+  for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
+  local seen, degraded = 0, 0
+  for f, at in pairs(fields) do
+    if string.sub(f, 1, 2) == 't|' and now - tonumber(at) <= H.max_age then
+      seen = seen + 1
+      if fields['d|' .. string.sub(f, 3)] then degraded = degraded + 1 end
+    end
+  end
+  local frozen = seen >= 2 and degraded == seen
+  local was = redis.call('HGET', K.meta, 'frozen') == '1'
+  if frozen == was then return end
+  redis.call('HSET', K.meta, 'frozen', frozen and '1' or '0')
+  local reason = degraded .. ' of ' .. seen .. ' sites with traffic degraded'
+  if frozen then
+    decide(K, now, '@pool', 'quarantining', 'frozen', reason)
+  else
+    decide(K, now, '@pool', 'frozen', 'quarantining', reason)
+  end
+end
+
+-- Judges site `st` now: degraded on a verdict; back to ok when it has none and the dwell
+-- has passed.
+local function judge_site(K, st, now, H)
+  local reason = st.win and site_verdict(st.win, H)
+  local subject = '@site ' .. st.name
+  if not st.deg and reason then
+    st.deg = tostring(now)
+    redis.call('HSET', K.meta, 'd|' .. st.name, st.deg)
+    decide(K, now, subject, 'ok', 'degraded', reason .. ': failures there are not held against addresses')
+    judge_our_side(K, now, H)
+  elseif st.deg and not reason and now - tonumber(st.deg) >= H.dwell then
+    st.deg = nil
+    redis.call('HDEL', K.meta, 'd|' .. st.name)
+    decide(K, now, subject, 'degraded', 'ok', 'failures no longer spread over most addresses')
+    judge_our_side(K, now, H)
+  end
+end
+
+-- An outcome at site `st` ('s', 'f' or 'c') by address `id`. Returns whether the site is
+-- degraded now, when the outcome says nothing about the address. A bad outcome judges the
+-- site at once (so the one that convicts it is excused); a degraded site is judged again
+-- once per batch (`end_sites`), to see it recover.
+local function observe(K, st, id, class, now, H)
+  if not st.win and class == 's' then return st.deg ~= nil end
+  local e = class .. string.rep('0', 9 - #id) .. id
+  st.win = string.sub(e .. (st.win or ''), 1, H.site_window * ENTRY)
+  st.changed = true
+  if class ~= 's' and not st.deg then judge_site(K, st, now, H) end
+  return st.deg ~= nil
+end
+
+-- Writes the batch's site windows back: dropped when clean and the site is not degraded.
+local function end_sites(K, S, now, H)
+  for _, st in pairs(S) do
+    if st.deg then judge_site(K, st, now, H) end
+    if st.changed then
+      if st.deg or string.find(st.win, '[fc]') then
+        redis.call('HSET', K.meta, 'w|' .. st.name, st.win)
+      else
+        redis.call('HDEL', K.meta, 'w|' .. st.name)
+      end
+    end
   end
 end
 
@@ -759,7 +923,9 @@ local function release(keys, args)
   local abandoned = 0
   -- Lease ids of this epoch: an expired lease's outcome is still news about its address; one
   -- from before a loss names nothing.
-  local ids = redis.call('HMGET', K.meta, 'seq0', 'seq')
+  local names = {}
+  for i = 9, #args, 6 do names[#names + 1] = args[i] end
+  local S, ids = sites_of(K, names, now, H, {'seq0', 'seq'})
   local first, last = num(ids[1]), num(ids[2])
   for j = 1, #leases do
     local i = 5 + (j - 1) * 6
@@ -773,15 +939,20 @@ local function release(keys, args)
       elseif f[1] then
         redis.call('HINCRBY', K.prefix .. 'c:' .. id, site .. '|' .. class, '1')
         if class == 'r' then cool(K, id, site, args[i + 5]) end
-        if site ~= '-' and (f[3] or class == 'b' or class == 'c') then
-          judge_pair(K, id, site, class, f[3], now, H)
+        -- At a degraded site, outcomes say nothing about the address (P9).
+        local excused = class ~= 'r' and observe(K, S[site], id, class == 'b' and 'f' or class, now, H)
+        if not excused then
+          if site ~= '-' and (f[3] or class == 'b' or class == 'c') then
+            judge_pair(K, id, site, class, f[3], now, H)
+          end
+          -- A captcha from a named site is that site's judgement of the pair (above).
+          if class == 'c' and site ~= '-' then class = 'n' end
+          outcome(K, id, class, f[1], f[2], now, cap, H, tonumber(args[i + 3]))
         end
-        -- A captcha from a named site is that site's judgement of the pair (above).
-        if class == 'c' and site ~= '-' then class = 'n' end
-        outcome(K, id, class, f[1], f[2], now, cap, H, tonumber(args[i + 3]))
       end
     end
   end
+  end_sites(K, S, now, H)
   if abandoned > 0 then redis.call('HINCRBY', K.meta, 'abandoned', tostring(abandoned)) end
   return more
 end
@@ -797,6 +968,13 @@ local function probe(keys, args)
   local s = f[1]
   if args[6] == '1' then
     if s == 'probing' or s == 'dead' then outcome(K, id, 's', s, f[2], now, cap, H, tonumber(args[7])) end
+  elseif s == 'healthy' or s == 'degraded' then
+    -- One failed outcome without a site, as a release would be.
+    local S = sites_of(K, {'-'}, now, H, {})
+    if not observe(K, S['-'], id, 'f', now, H) then
+      outcome(K, id, 'f', s, f[2], now, cap, H, tonumber(args[7]))
+    end
+    end_sites(K, S, now, H)
   else
     outcome(K, id, 'f', s, f[2], now, cap, H, tonumber(args[7]))
   end
@@ -868,7 +1046,8 @@ end
 
 -- snapshot: everything the client needs to build a Snapshot, in one round trip: the state
 -- index, URLs, names, each present address's hash and outcome counts (in the index's order),
--- quarantine deadlines, meta, the number of bindings and the newest 200 transitions.
+-- quarantine deadlines, meta (with the sites' judgement), the number of bindings and the
+-- newest 200 transitions.
 local function snapshot(keys, args)
   local K = open(keys, args)
   local states = redis.call('HGETALL', K.state)
