@@ -941,6 +941,23 @@ async fn the_redis_store_judges_like_the_memory_store() {
     // outcomes on three addresses would have the memory store judge the site instead (P9),
     // which the Redis store does not do.
     let (memory, redis_pool) = side_by_side(&redis, &clock, "parity-captchas").await;
+
+    // A failure, then a window gone stale: the successes after it count, the failure not —
+    // 3 failures in 5 against that record only make the address suspect.
+    let mut w = String::new();
+    for pool in [&memory, &redis_pool] {
+        w = through(pool, "acct-w", &[F]).await;
+    }
+    clock.advance(Duration::from_secs(11 * 60));
+    for pool in [&memory, &redis_pool] {
+        through(pool, "acct-w", &[OK; 30]).await;
+        through(pool, "acct-w", &[F, OK, F, F]).await;
+        assert!(reason(pool, &w).await.contains("suspect"));
+    }
+    let a = judged(&memory, &clock, &w).await;
+    assert_eq!(a, judged(&redis_pool, &clock, &w).await);
+    assert_eq!(a.state, HealthState::Degraded);
+
     let mut z = String::new();
     for pool in [&memory, &redis_pool] {
         z = through(pool, "acct-z", &[OK, OK, C, OK, OK, C, OK, OK, OK, C]).await;
@@ -1115,4 +1132,38 @@ async fn sites_are_judged_like_in_the_memory_store() {
             .collect();
         assert_eq!(site_steps, ["ok->degraded", "degraded->ok"]);
     }
+
+    // Failures at a site long ago are forgotten: a failure now does not convict it with them.
+    for key in &keys[1..] {
+        step(key.clone(), "stale", F).await;
+    }
+    clock.advance(Duration::from_secs(11 * 60));
+    step(keys[1].clone(), "stale", OK).await;
+    let (degraded, _, _) = step(keys[2].clone(), "stale", F).await;
+    assert!(!degraded);
+}
+
+/// A pool laid out by another version of the library is refused with a clear error, before
+/// anything is written: processes of one pool must run one version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_another_layout_is_refused() {
+    let (redis, _clock, pool) = lab("layout").await;
+    pool.acquire(Ticket::new())
+        .await
+        .unwrap()
+        .release(OK)
+        .await
+        .unwrap();
+    cli(&redis, &["HSET", "proxypool:{layout}:meta", "layout", "1"]);
+    let seq = cli(&redis, &["HGET", "proxypool:{layout}:meta", "seq"]);
+    match pool.acquire(Ticket::new()).await {
+        Err(AcquireError::StoreUnavailable(e)) => {
+            assert!(e.contains("another version of proxypool"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        cli(&redis, &["HGET", "proxypool:{layout}:meta", "seq"]),
+        seq
+    );
 }

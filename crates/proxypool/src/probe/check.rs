@@ -4,14 +4,14 @@
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::header::{CONNECTION, HOST, PROXY_AUTHORIZATION};
-use hyper::{Request, Response, StatusCode};
+use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use thiserror::Error;
@@ -133,7 +133,9 @@ impl Check for TcpConnect {
 /// (and contains the marker, if one is set). The proxy's credentials go in
 /// `Proxy-Authorization`. An `http://` control URL is asked of the proxy directly; an
 /// `https://` one through a tunnel (CONNECT), with TLS to the control host verified against
-/// the Mozilla roots (`webpki-roots`) and any added with [`HttpGet::trust`].
+/// the Mozilla roots (`webpki-roots`), the system's (`SSL_CERT_FILE`, `SSL_CERT_DIR` or the
+/// platform store: where a TLS-inspecting egress proxy's CA lives) and any added with
+/// [`HttpGet::trust`].
 #[derive(Debug, Clone)]
 pub struct HttpGet {
     url: Url,
@@ -141,6 +143,8 @@ pub struct HttpGet {
     marker: Option<String>,
     timeout: Duration,
     extra_roots: Vec<CertificateDer<'static>>,
+    /// Built at the first `https://` probe and shared by clones.
+    tls: Arc<OnceLock<Result<Arc<rustls::ClientConfig>, String>>>,
 }
 
 /// Bodies longer than this fail the check: a control page is small.
@@ -155,6 +159,7 @@ impl HttpGet {
             marker: None,
             timeout: Duration::from_secs(10),
             extra_roots: Vec::new(),
+            tls: Arc::default(),
         }
     }
 
@@ -162,6 +167,7 @@ impl HttpGet {
     pub fn trust(mut self, certificate_der: impl Into<Vec<u8>>) -> Self {
         self.extra_roots
             .push(CertificateDer::from(certificate_der.into()));
+        self.tls = Arc::default();
         self
     }
 
@@ -200,7 +206,13 @@ impl HttpGet {
         let authority = self.authority();
         let stream = TcpStream::connect((host.as_str(), port)).await?;
         let resp = if self.url.scheme() == "https" {
-            let tunnel = connect_tunnel(stream, &authority, authorization.as_deref()).await?;
+            // CONNECT names the port even when it is the default (RFC 9112 §3.2.3).
+            let target = format!(
+                "{}:{}",
+                self.url.host_str().unwrap_or_default(),
+                self.url.port_or_known_default().unwrap_or(443)
+            );
+            let tunnel = connect_tunnel(stream, &target, authorization.as_deref()).await?;
             let tls = self.tls(tunnel).await?;
             // Origin-form inside the tunnel: the control host is the peer now.
             let target = match self.url.query() {
@@ -245,25 +257,36 @@ impl HttpGet {
         }
     }
 
-    /// TLS with the control host over `io`. The client configuration is built per probe:
-    /// probes are seconds apart, and the roots are already parsed.
+    /// The TLS client configuration, built once per check (parsing the roots takes
+    /// milliseconds).
+    fn tls_config(&self) -> Result<Arc<rustls::ClientConfig>, CheckError> {
+        let built = self.tls.get_or_init(|| {
+            let mut roots = rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            };
+            // Certificates of the system store that do not parse are skipped, as curl does.
+            roots.add_parsable_certificates(system_roots().iter().cloned());
+            for cert in &self.extra_roots {
+                roots.add(cert.clone()).map_err(|e| e.to_string())?;
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            Ok(Arc::new(config))
+        });
+        built.clone().map_err(CheckError::Tls)
+    }
+
+    /// TLS with the control host over `io`.
     async fn tls<IO>(&self, io: IO) -> Result<tokio_rustls::client::TlsStream<IO>, CheckError>
     where
         IO: AsyncRead + AsyncWrite + Unpin,
     {
         let tls_error = |e: &dyn std::fmt::Display| CheckError::Tls(e.to_string());
-        let mut roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        for cert in &self.extra_roots {
-            roots.add(cert.clone()).map_err(|e| tls_error(&e))?;
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| tls_error(&e))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let config = self.tls_config()?;
         let host = match self.url.host() {
             Some(url::Host::Ipv4(ip)) => ServerName::from(std::net::IpAddr::V4(ip)),
             Some(url::Host::Ipv6(ip)) => ServerName::from(std::net::IpAddr::V6(ip)),
@@ -272,11 +295,24 @@ impl HttpGet {
             }
             None => return Err(CheckError::Tls("control URL has no host".into())),
         };
-        TlsConnector::from(Arc::new(config))
+        TlsConnector::from(config)
             .connect(host, io)
             .await
             .map_err(|e| tls_error(&e))
     }
+}
+
+/// The system's trusted certificates, read once per process (a missing store is no error:
+/// the Mozilla roots remain).
+fn system_roots() -> &'static [CertificateDer<'static>] {
+    static ROOTS: OnceLock<Vec<CertificateDer<'static>>> = OnceLock::new();
+    ROOTS.get_or_init(|| {
+        let found = rustls_native_certs::load_native_certs();
+        for e in &found.errors {
+            tracing::debug!(target: "proxypool::probe", error = %e, "system certificate store");
+        }
+        found.certs
+    })
 }
 
 fn default_port(scheme: &str) -> Option<u16> {
@@ -287,7 +323,8 @@ fn default_port(scheme: &str) -> Option<u16> {
     }
 }
 
-/// Asks the proxy for a tunnel to `authority` (CONNECT); the stream carries it on a 200.
+/// Asks the proxy for a tunnel to `authority` (`host:port`, CONNECT); the stream carries it
+/// on a 2xx.
 async fn connect_tunnel(
     stream: TcpStream,
     authority: &str,
@@ -302,7 +339,7 @@ async fn connect_tunnel(
     let resp = sender
         .send_request(req.body(Empty::<Bytes>::new())?)
         .await?;
-    if resp.status() != StatusCode::OK {
+    if !resp.status().is_success() {
         return Err(CheckError::Tunnel(resp.status().as_u16()));
     }
     Ok(TokioIo::new(hyper::upgrade::on(resp).await?))

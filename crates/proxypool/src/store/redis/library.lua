@@ -14,14 +14,17 @@
 --
 -- Key layout (suffixes of the prefix):
 --   meta   hash: counters (seq, released, expired, …), `bound`, `offered`, `q`, `next_id`,
---          `frozen` (P9: our side), and per site 'w|SITE', 'd|SITE', 't|SITE' (see `sites_of`)
+--          `layout` (see LAYOUT), `frozen` (P9: our side); per site 'w|SITE', 'd|SITE',
+--          't|SITE', 'n|SITE' (see `site_fields`) and 'cool|SITE', the latest end of any
+--          cooling for it, so acquires for a site without one skip the per-address check
 --   url    hash id → full URL (kept after removal: broken sessions name their address)
 --   name   hash id → redacted URL
 --   byurl  hash full URL → id (present addresses only)
 --   state  hash id → health state (present addresses only; the index for scans)
 --   a:ID   hash of one address: s state, n open leases, k bound keys, t state since,
 --          w outcome window (newest first, kept while it holds a failure or captcha), wt
---          the time of its newest outcome, ws lifetime successes when it last emptied, su
+--          the time of its newest outcome, ws lifetime successes when it last emptied (we:
+--          when; or the address was added), su
 --          failures since suspect (P4), lv backoff level,
 --          cy failed cycles, st success streak, qe quarantine entries, ss stable (healthy)
 --          since, rs ramp start (P10), p keyless step (its `pass` member is 'ID:p'),
@@ -39,8 +42,6 @@
 --   ring   zset 'id:v' → point, the consistent-hash ring (P1), at the points the client computes
 --   log    list of state transitions, newest first
 --   prober the token of the process whose prober probes the pool, with a TTL
---   cools  hash site → the latest end of any cooling for it, so acquires for a site without
---          one skip the per-address check
 
 local NAMES = {'meta', 'url', 'name', 'byurl', 'state', 'due', 'bind', 'log', 'pass', 'ring'}
 local pools = {}
@@ -435,7 +436,7 @@ local function quarantine(K, id, from, reason, now, cap, H, jitter)
   -- P6: a fall after a long stable stretch starts the backoff afresh.
   if g[3] and now - num(g[3]) >= H.reset_ms then level = 0 end
   -- P11: a fall while probing, or during the ramp back from a quarantine, is a failed cycle.
-  if from == 'probing' or (g[4] and num(g[5]) > 0) then
+  if from == 'probing' or (ramp_stage(H, g[4] or nil, now) and num(g[5]) > 0) then
     cycles = cycles + 1
     redis.call('HSET', a, 'cy', cycles)
   end
@@ -495,31 +496,43 @@ local function outcome(K, id, class, s, win, now, cap, H, jitter)
   end
   if s ~= 'healthy' and s ~= 'degraded' then return end
   if class ~= 's' and class ~= 'f' and class ~= 'c' then return end
-  local g = redis.call('HMGET', a, 'wt', 'su', 'rs', 'qe', 't', 'ws')
+  local g = redis.call('HMGET', a, 'wt', 'su', 'rs', 'qe', 't', 'ws', 'we')
   local suspect, bad = g[2], class ~= 's'
   -- The window (the last `window` outcomes) is kept only while it holds a failure or a
-  -- captcha: a clean record costs nothing, and when a bad outcome starts a new window, the
-  -- successes since the last one emptied are its older part. A window whose newest outcome
-  -- (each one rewrites it) is older than the maximum age is forgotten whole, with the record
-  -- before it.
-  local expired = win and now - num(g[1]) > H.max_age
-  if expired then win = nil end
+  -- captcha: a clean record costs nothing. When a bad outcome starts a new window, the
+  -- successes since the last one emptied (`ws` lifetime successes then, at `we`) are its
+  -- older part — as many as fall in the maximum age if they were spread evenly since, and at
+  -- least the last `recent` of them. A
+  -- window whose newest outcome (each one rewrites it) is older than the maximum age is
+  -- forgotten whole, with the record before it.
+  if win and now - num(g[1]) > H.max_age then
+    win = nil
+    redis.call('HDEL', a, 'w', 'wt')
+    -- This outcome, if a success, is already in the lifetime counts and is recent.
+    g[6] = successes(K, id) - (class == 's' and 1 or 0)
+    g[7] = now
+    redis.call('HSET', a, 'ws', g[6], 'we', now)
+  end
   if win then
     win = string.sub(class .. win, 1, H.window)
   elseif bad then
-    local before = expired and 0 or math.min(H.window - 1, successes(K, id) - num(g[6]))
-    win = class .. string.rep('s', before)
+    local since, span = successes(K, id) - num(g[6]), now - num(g[7])
+    -- Spread evenly, but the newest few are taken as recent: they came last.
+    if span > H.max_age then
+      since = math.max(math.floor(since * H.max_age / span), math.min(since, H.recent))
+    end
+    win = class .. string.rep('s', math.min(H.window - 1, since))
   end
   if win then
     if string.find(win, '[fc]') then
       redis.call('HSET', a, 'w', win, 'wt', now)
     else
       redis.call('HDEL', a, 'w', 'wt')
-      redis.call('HSET', a, 'ws', successes(K, id) - #win)
+      redis.call('HSET', a, 'ws', successes(K, id) - #win, 'we', now)
     end
   end
   -- P10: a failure during the ramp back from a quarantine sends the address back at once.
-  if class == 'f' and g[3] and num(g[4]) > 0 then
+  if class == 'f' and ramp_stage(H, g[3] or nil, now) and num(g[4]) > 0 then
     return quarantine(K, id, s, 'failure during the ramp', now, cap, H, jitter)
   end
   local reason, recent, rate = nil, false, 1
@@ -576,12 +589,27 @@ local function sweep(K, now, now_text, cap, H)
 end
 
 -- The call's context from the common arguments; sweeps if asked.
-local function open(keys, args)
+-- The layout of a pool's keys and fields. Processes running library versions with another
+-- layout must not share a pool: the older one would write what this one misreads.
+local LAYOUT = '2'
+
+-- The call's context from the common arguments, and the values of `meta` fields `extra`
+-- after 'layout' and 'epoch', read before anything is written: a pool laid out by another
+-- version is refused. Sweeps if asked.
+local function open(keys, args, extra)
   local K = keys_of(keys[1])
   local now, cap, H = tonumber(args[1]), tonumber(args[3]), health(args[4])
+  local fields = {'layout', 'epoch'}
+  for _, f in ipairs(extra or {}) do fields[#fields + 1] = f end
+  local got = redis.call('HMGET', K.meta, unpack(fields))
+  if got[2] and got[1] ~= LAYOUT then
+    error({err = 'ERR the pool ' .. K.prefix .. '* was laid out by another version of proxypool (layout ' ..
+      (got[1] or '1') .. ', this one ' .. LAYOUT .. '): every process of a pool must run one version; ' ..
+      'give the new version another pool name'})
+  end
   local more = 0
   if args[2] == '1' then more = sweep(K, now, args[1], cap, H) end
-  return K, now, cap, more, H
+  return K, now, cap, more, H, got
 end
 
 -- The most ring points one placement looks at: with bounded loads the first fit is near.
@@ -669,7 +697,15 @@ end
 -- pool's epoch. An acquire that finds nothing
 -- sweeps first if the call did not (expired leases may be what holds the capacity).
 local function acquire(keys, args)
-  local K, now, cap, more, H = open(keys, args)
+  -- The batch's sites' latest cooling ends come with the context.
+  local sites, cool_fields = {}, {}
+  for i = 10, #args, 3 do
+    if not sites[args[i]] then
+      sites[args[i]] = #cool_fields + 3
+      cool_fields[#cool_fields + 1] = 'cool|' .. args[i]
+    end
+  end
+  local K, now, cap, more, H, got = open(keys, args, cool_fields)
   local swept = args[2] == '1'
   local lease_deadline, session_deadline, factor = args[5], args[6], tonumber(args[7])
   local size, keyless_left = (#args - 7) / 3, 0
@@ -678,15 +714,11 @@ local function acquire(keys, args)
   end
   local B = new_batch(K, cap, size, H)
   B.now = now
-  local site_cools = {}
   local out = {}
   for i = 8, #args, 3 do
     local key, point = args[i], args[i + 1]
     B.site = args[i + 2]
-    if site_cools[B.site] == nil then
-      site_cools[B.site] = num(redis.call('HGET', K.prefix .. 'cools', B.site)) > now
-    end
-    B.site_cools = site_cools[B.site]
+    B.site_cools = num(got[sites[B.site]]) > now
     local lid, id, tag = acquire_one(B, lease_deadline, session_deadline, factor, key, point, keyless_left)
     if tag == 'none' and not swept then
       -- The batch's pending deadlines first: the sweep must see refreshed bindings as such.
@@ -710,7 +742,7 @@ local function acquire(keys, args)
   out[#out + 1] = more
   -- Which incarnation of the pool answered (see `add`): a client that sees it change knows
   -- its cached ids are stale.
-  out[#out + 1] = redis.call('HGET', K.meta, 'epoch') or ''
+  out[#out + 1] = got[2] or ''
   return out
 end
 
@@ -721,8 +753,8 @@ local function cool(K, id, site, until_ms)
   if tonumber(until_ms) > num(redis.call('HGET', addr(K, id), field)) then
     redis.call('HSET', addr(K, id), field, until_ms)
   end
-  if tonumber(until_ms) > num(redis.call('HGET', K.prefix .. 'cools', site)) then
-    redis.call('HSET', K.prefix .. 'cools', site, until_ms)
+  if tonumber(until_ms) > num(redis.call('HGET', K.meta, 'cool|' .. site)) then
+    redis.call('HSET', K.meta, 'cool|' .. site, until_ms)
   end
 end
 
@@ -748,45 +780,63 @@ local function judge_pair(K, id, site, class, win, now, H)
   end
 end
 
--- P9, the judgement of sites. Each site ('-' for tickets without one) keeps, in `meta`, a window of its last `site_window` outcomes over all addresses ('w|SITE': newest
--- first, one ENTRY per outcome: its class letter and the address id padded to 9 digits), the
--- time it was degraded ('d|SITE', absent when it is not) and when it last had traffic
--- ('t|SITE', to the second). Like an address's, the window is kept only while it holds a bad
--- outcome (or the site is degraded): a clean site costs a release batch nothing but a few
--- fields in the read of `meta` it makes anyway.
+-- P9, the judgement of sites. Each site ('-' for tickets without one) keeps, in `meta`, a
+-- window of its last `site_window` outcomes over all addresses ('w|SITE': newest first, one
+-- ENTRY per outcome: its class letter and the address id padded to 9 digits), the time it
+-- was degraded ('d|SITE', absent when it is not), when it last had a judged outcome
+-- ('t|SITE', to the second) and how many it had since it was last idle for the maximum age
+-- ('n|SITE', counted up to `site_min_samples`: its evidence, for our side). Like an
+-- address's, the window is kept only while it holds a bad outcome (or the site is
+-- degraded), and forgotten whole after the maximum age without outcomes there. Its fields
+-- come with the read of `meta` a release batch makes anyway; a batch's entries are added to
+-- the window once, at its end, or when a bad outcome judges the site.
 local ENTRY = 10
 -- string.byte('s'), string.byte('c') (the standard library is not reachable while loading)
 local S_BYTE, C_BYTE = 115, 99
+local SITE_FIELDS = {'w|', 'd|', 't|', 'n|'}
 
--- The sites of a release batch: their windows, degraded times and traffic times, read with
--- the `meta` fields `pre`, whose values come back too.
-local function sites_of(K, sites, now, H, pre)
-  local fields, list = {}, {}
-  for _, f in ipairs(pre) do fields[#fields + 1] = f end
-  for _, site in ipairs(sites) do
-    if not list[site] then
-      list[site] = true
-      fields[#fields + 1] = 'w|' .. site
-      fields[#fields + 1] = 'd|' .. site
-      fields[#fields + 1] = 't|' .. site
+-- Appends the `meta` fields of the distinct sites in `names` to `fields`; the sites in order.
+local function site_fields(names, fields)
+  local order, known = {}, {}
+  for _, site in ipairs(names) do
+    if not known[site] then
+      known[site] = true
+      order[#order + 1] = site
+      for _, p in ipairs(SITE_FIELDS) do fields[#fields + 1] = p .. site end
     end
   end
-  local got = redis.call('HMGET', K.meta, unpack(fields))
-  local S, seen = {}, {}
-  for i = #pre + 1, #fields, 3 do
-    local site = string.sub(fields[i], 3)
-    local win, seen_at = got[i], num(got[i + 2])
-    -- A window whose newest outcome is older than the maximum age is forgotten whole.
-    if now - seen_at > H.max_age then win = nil end
-    -- (An absent field reads as false.)
-    S[site] = {name = site, win = win or nil, deg = got[i + 1] or nil, changed = false}
-    if now - seen_at >= 1000 then
-      seen[#seen + 1] = 't|' .. site
-      seen[#seen + 1] = now
+  return order
+end
+
+-- The sites' state from the values of their fields in `got`, from index `at`. (An absent
+-- field reads as false.)
+local function sites_from(order, got, at, now, H)
+  local S = {}
+  for _, site in ipairs(order) do
+    local st = {
+      name = site, win = got[at] or nil, deg = got[at + 1] or nil, seen = num(got[at + 2]),
+      n = num(got[at + 3]), pending = {}, judged = 0, changed = false,
+    }
+    at = at + 4
+    if now - st.seen > H.max_age then
+      st.n = 0
+      if st.win then st.win, st.changed = nil, true end
     end
+    S[site] = st
   end
-  if #seen > 0 then redis.call('HSET', K.meta, unpack(seen)) end
-  return S, got
+  return S
+end
+
+-- Adds the batch's pending entries to the site's window (newest first).
+local function materialize(st, H)
+  local pending = st.pending
+  if #pending == 0 then return end
+  local parts = {}
+  for i = #pending, 1, -1 do parts[#parts + 1] = pending[i] end
+  parts[#parts + 1] = st.win or ''
+  st.win = string.sub(table.concat(parts), 1, H.site_window * ENTRY)
+  st.pending = {}
+  st.changed = true
 end
 
 -- Counts over a stretch of a site window, with the distinct addresses and those with a bad
@@ -808,13 +858,25 @@ local function tally(T, k, id)
   end
 end
 
+-- Rates that would condemn an address, over enough outcomes to judge.
+local function rates_bad(n, s, c, H)
+  return n >= math.max(H.site_min_samples, 1) and (s < H.min_success * n or c > H.max_captcha * n)
+end
+
 -- Why the site should be judged degraded, if it should: over its whole window or its newest
 -- `site_recent` outcomes, the success or captcha rate crosses the thresholds an address is
 -- judged by and the bad outcomes are spread over most of the addresses seen there (as
--- `Site::verdict` in the memory store).
+-- `Site::verdict` in the memory store). The rates are counted first (ids are digits, so
+-- letters are classes); the entries are walked only when one is bad.
 local function site_verdict(win, H)
   local total = #win / ENTRY
   local recent = math.min(total, H.site_recent)
+  local head = string.sub(win, 1, recent * ENTRY)
+  local _, ws = string.gsub(win, 's', '')
+  local _, wc = string.gsub(win, 'c', '')
+  local _, hs = string.gsub(head, 's', '')
+  local _, hc = string.gsub(head, 'c', '')
+  if not rates_bad(total, ws, wc, H) and not rates_bad(recent, hs, hc, H) then return nil end
   local W = {n = 0, s = 0, c = 0, ids = {}, distinct = 0, bad = 0}
   local R = {n = 0, s = 0, c = 0, ids = {}, distinct = 0, bad = 0}
   for i = 0, total - 1 do
@@ -824,9 +886,8 @@ local function site_verdict(win, H)
     if i < recent then tally(R, k, id) end
   end
   for _, T in ipairs({W, R}) do
-    if T.n >= math.max(H.site_min_samples, 1)
-      and (T.s < H.min_success * T.n or T.c > H.max_captcha * T.n)
-      and T.distinct >= H.site_min_addresses and T.bad / T.distinct > H.site_spread then
+    if rates_bad(T.n, T.s, T.c, H) and T.distinct >= H.site_min_addresses
+      and T.bad / T.distinct > H.site_spread then
       return 'success ' .. percent(T.s / T.n) .. '%, captcha ' .. percent(T.c / T.n) ..
         '% over the last ' .. T.n .. ' outcomes; ' .. T.bad .. ' of ' .. T.distinct .. ' addresses affected'
     end
@@ -834,20 +895,30 @@ local function site_verdict(win, H)
   return nil
 end
 
--- P9, our side: every site with traffic (at least two) degraded freezes quarantining.
-local function judge_our_side(K, now, H)
+-- P9, our side: every site with evidence (at least `site_min_samples` outcomes since it was
+-- last idle for the maximum age; at least two such sites) degraded freezes quarantining.
+-- `S`, the batch's sites, count with their outcomes so far.
+local function judge_our_side(K, now, H, S)
   local all = redis.call('HGETALL', K.meta)
   local fields = {}
   for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
+  for site, st in pairs(S) do
+    fields['t|' .. site] = now
+    fields['n|' .. site] = st.n + st.judged
+    fields['d|' .. site] = st.deg
+  end
   local seen, degraded = 0, 0
   for f, at in pairs(fields) do
     if string.sub(f, 1, 2) == 't|' and now - tonumber(at) <= H.max_age then
-      seen = seen + 1
-      if fields['d|' .. string.sub(f, 3)] then degraded = degraded + 1 end
+      local site = string.sub(f, 3)
+      if num(fields['n|' .. site]) >= H.site_min_samples then
+        seen = seen + 1
+        if fields['d|' .. site] then degraded = degraded + 1 end
+      end
     end
   end
   local frozen = seen >= 2 and degraded == seen
-  local was = redis.call('HGET', K.meta, 'frozen') == '1'
+  local was = fields.frozen == '1'
   if frozen == was then return end
   redis.call('HSET', K.meta, 'frozen', frozen and '1' or '0')
   local reason = degraded .. ' of ' .. seen .. ' sites with traffic degraded'
@@ -860,19 +931,20 @@ end
 
 -- Judges site `st` now: degraded on a verdict; back to ok when it has none and the dwell
 -- has passed.
-local function judge_site(K, st, now, H)
+local function judge_site(K, st, now, H, S)
+  materialize(st, H)
   local reason = st.win and site_verdict(st.win, H)
   local subject = '@site ' .. st.name
   if not st.deg and reason then
     st.deg = tostring(now)
     redis.call('HSET', K.meta, 'd|' .. st.name, st.deg)
     decide(K, now, subject, 'ok', 'degraded', reason .. ': failures there are not held against addresses')
-    judge_our_side(K, now, H)
+    judge_our_side(K, now, H, S)
   elseif st.deg and not reason and now - tonumber(st.deg) >= H.dwell then
     st.deg = nil
     redis.call('HDEL', K.meta, 'd|' .. st.name)
     decide(K, now, subject, 'degraded', 'ok', 'failures no longer spread over most addresses')
-    judge_our_side(K, now, H)
+    judge_our_side(K, now, H, S)
   end
 end
 
@@ -880,26 +952,37 @@ end
 -- degraded now, when the outcome says nothing about the address. A bad outcome judges the
 -- site at once (so the one that convicts it is excused); a degraded site is judged again
 -- once per batch (`end_sites`), to see it recover.
-local function observe(K, st, id, class, now, H)
-  if not st.win and class == 's' then return st.deg ~= nil end
-  local e = class .. string.rep('0', 9 - #id) .. id
-  st.win = string.sub(e .. (st.win or ''), 1, H.site_window * ENTRY)
-  st.changed = true
-  if class ~= 's' and not st.deg then judge_site(K, st, now, H) end
+local function observe(K, S, site, id, class, now, H)
+  local st = S[site]
+  st.judged = st.judged + 1
+  if class == 's' and not st.win and #st.pending == 0 then return st.deg ~= nil end
+  st.pending[#st.pending + 1] = class .. string.rep('0', 9 - #id) .. id
+  if class ~= 's' and not st.deg then judge_site(K, st, now, H, S) end
   return st.deg ~= nil
 end
 
--- Writes the batch's site windows back: dropped when clean and the site is not degraded.
+-- Writes the batch's sites back: windows (dropped when clean and the site is not degraded),
+-- traffic times and evidence.
 local function end_sites(K, S, now, H)
   for _, st in pairs(S) do
-    if st.deg then judge_site(K, st, now, H) end
+    materialize(st, H)
+    if st.deg then judge_site(K, st, now, H, S) end
+    local set, del = {}, {}
     if st.changed then
-      if st.deg or string.find(st.win, '[fc]') then
-        redis.call('HSET', K.meta, 'w|' .. st.name, st.win)
+      if st.win and (st.deg or string.find(st.win, '[fc]')) then
+        set[#set + 1], set[#set + 2] = 'w|' .. st.name, st.win
       else
-        redis.call('HDEL', K.meta, 'w|' .. st.name)
+        del[#del + 1] = 'w|' .. st.name
       end
     end
+    if st.judged > 0 then
+      if now - st.seen >= 1000 then set[#set + 1], set[#set + 2] = 't|' .. st.name, now end
+      if st.n < H.site_min_samples then
+        set[#set + 1], set[#set + 2] = 'n|' .. st.name, math.min(st.n + st.judged, H.site_min_samples)
+      end
+    end
+    if #set > 0 then redis.call('HSET', K.meta, unpack(set)) end
+    if #del > 0 then redis.call('HDEL', K.meta, unpack(del)) end
   end
 end
 
@@ -910,7 +993,12 @@ end
 -- not if it comes from before Redis lost the pool (its address id may name another address). Released leases are not
 -- counted: every lease is released, expired, abandoned or open, so the snapshot derives it.
 local function release(keys, args)
-  local K, now, cap, more, H = open(keys, args)
+  -- The batch's sites (P9) and the epoch's lease ids come with the context.
+  local names, fields = {}, {'seq0', 'seq'}
+  for i = 9, #args, 6 do names[#names + 1] = args[i] end
+  local order = site_fields(names, fields)
+  local K, now, cap, more, H, got = open(keys, args, fields)
+  local S = sites_from(order, got, 5, now, H)
   local leases = {}
   for i = 5, #args, 6 do leases[#leases + 1] = 'l' .. args[i] .. ':' .. args[i + 1] end
   -- Which are still open, and close them: two calls for the whole batch.
@@ -923,10 +1011,7 @@ local function release(keys, args)
   local abandoned = 0
   -- Lease ids of this epoch: an expired lease's outcome is still news about its address; one
   -- from before a loss names nothing.
-  local names = {}
-  for i = 9, #args, 6 do names[#names + 1] = args[i] end
-  local S, ids = sites_of(K, names, now, H, {'seq0', 'seq'})
-  local first, last = num(ids[1]), num(ids[2])
+  local first, last = num(got[3]), num(got[4])
   for j = 1, #leases do
     local i = 5 + (j - 1) * 6
     local lid = tonumber(args[i])
@@ -940,7 +1025,7 @@ local function release(keys, args)
         redis.call('HINCRBY', K.prefix .. 'c:' .. id, site .. '|' .. class, '1')
         if class == 'r' then cool(K, id, site, args[i + 5]) end
         -- At a degraded site, outcomes say nothing about the address (P9).
-        local excused = class ~= 'r' and observe(K, S[site], id, class == 'b' and 'f' or class, now, H)
+        local excused = class ~= 'r' and observe(K, S, site, id, class == 'b' and 'f' or class, now, H)
         if not excused then
           if site ~= '-' and (f[3] or class == 'b' or class == 'c') then
             judge_pair(K, id, site, class, f[3], now, H)
@@ -961,7 +1046,9 @@ end
 -- Probing or dead: a pass counts toward the rise; probing: a failure back to quarantine; in
 -- service: a failure is one failed outcome; a pass there is not news. Replies 0 if unknown.
 local function probe(keys, args)
-  local K, now, cap, _, H = open(keys, args)
+  local fields = {}
+  local order = site_fields({'-'}, fields)
+  local K, now, cap, _, H, got = open(keys, args, fields)
   local id = redis.call('HGET', K.byurl, args[5])
   if not id then return 0 end
   local f = redis.call('HMGET', addr(K, id), 's', 'w')
@@ -970,8 +1057,8 @@ local function probe(keys, args)
     if s == 'probing' or s == 'dead' then outcome(K, id, 's', s, f[2], now, cap, H, tonumber(args[7])) end
   elseif s == 'healthy' or s == 'degraded' then
     -- One failed outcome without a site, as a release would be.
-    local S = sites_of(K, {'-'}, now, H, {})
-    if not observe(K, S['-'], id, 'f', now, H) then
+    local S = sites_from(order, got, 3, now, H)
+    if not observe(K, S, '-', id, 'f', now, H) then
       outcome(K, id, 'f', s, f[2], now, cap, H, tonumber(args[7]))
     end
     end_sites(K, S, now, H)
@@ -993,12 +1080,16 @@ local function add(keys, args)
   -- exponent, and lease members are built from the printed id.)
   if redis.call('HSETNX', K.meta, 'epoch', args[8]) == 1 then
     local seq0 = tostring(tonumber(string.sub(args[8], 1, 11), 16))
-    redis.call('HSET', K.meta, 'seq', seq0, 'seq0', seq0)
+    redis.call('HSET', K.meta, 'seq', seq0, 'seq0', seq0, 'layout', LAYOUT)
+  end
+  -- Site windows hold ids in 9 digits.
+  if num(redis.call('HGET', K.meta, 'next_id')) >= 999999999 then
+    error({err = 'ERR the pool ' .. K.prefix .. '* has used up its address ids; give it another name'})
   end
   local id = redis.call('HINCRBY', K.meta, 'next_id', '1')
   redis.call('HSET', K.url, id, url)
   redis.call('HSET', K.name, id, args[6])
-  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[7], 'v', #args - 8)
+  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[7], 'v', #args - 8, 'we', now)
   -- In chunks: Lua's unpack has a limit of a few thousand values.
   local points = {}
   for i = 9, #args do
