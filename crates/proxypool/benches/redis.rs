@@ -59,6 +59,15 @@ fn print_script_cost(port: u16, what: &str) {
     cli(port, &["CONFIG", "RESETSTAT"]);
 }
 
+/// Microseconds the server spent in FCALLs since the last reset (`INFO commandstats`).
+fn script_usec(port: u16) -> f64 {
+    cli(port, &["INFO", "commandstats"])
+        .lines()
+        .find(|l| l.starts_with("cmdstat_fcall:"))
+        .and_then(|l| l.split("usec=").nth(1)?.split(',').next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 async fn pairs_per_second(pool: &Pool, keyed: bool) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
@@ -131,12 +140,14 @@ fn main() {
             let cpu = server_cpu(redis.port());
             let rate = rt.block_on(pairs_per_second(&pool, keyed));
             let busy = (server_cpu(redis.port()) - cpu) / RUN.as_secs_f64();
+            // Script time per pair: the server's cost of a pair, less noisy than the rate.
+            let per_pair = script_usec(redis.port()) / (rate * RUN.as_secs_f64());
             let ratio = rate / ceiling;
             ratios[i].push(ratio);
             println!(
                 "round {round}: redis-benchmark EVALSHA \"return 1\" (50 connections) {ceiling:.0} calls/s; \
                  acquire+release, {TASKS} tasks, 50 addresses, {}: {rate:.0} pairs/s, ratio {ratio:.2} \
-                 (server busy {:.0} % of one core)",
+                 (server busy {:.0} % of one core, script {per_pair:.1} µs per pair)",
                 if keyed {
                     "keyed (2 000 keys)"
                 } else {

@@ -60,6 +60,19 @@ local function addr(K, id) return K.prefix .. 'a:' .. id end
 
 local function num(v) return tonumber(v or '0') or 0 end
 
+-- The `meta` field names of a site, made once per site (and server): every release batch
+-- reads them, and a string made in Lua costs as much as a command's reply.
+local site_names, site_names_n = {}, 0
+local function names_of(site)
+  local f = site_names[site]
+  if f then return f end
+  -- Bounded: site names come from callers.
+  if site_names_n >= 10000 then site_names, site_names_n = {}, 0 end
+  f = {'w|' .. site, 'd|' .. site, 't|' .. site, 'n|' .. site, 'cool|' .. site}
+  site_names[site], site_names_n = f, site_names_n + 1
+  return f
+end
+
 -- Health settings come as one space-separated argument, parsed once per distinct text: the
 -- fields below in order, then the ramp's weight shares (P10).
 local HEALTH_FIELDS = {
@@ -593,15 +606,14 @@ end
 -- layout must not share a pool: the older one would write what this one misreads.
 local LAYOUT = '2'
 
--- The call's context from the common arguments, and the values of `meta` fields `extra`
--- after 'layout' and 'epoch', read before anything is written: a pool laid out by another
--- version is refused. Sweeps if asked.
-local function open(keys, args, extra)
+-- The call's context from the common arguments, and the values of the `meta` fields
+-- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
+-- before anything is written: a pool laid out by another version is refused. Sweeps if
+-- asked.
+local function open(keys, args, fields)
   local K = keys_of(keys[1])
   local now, cap, H = tonumber(args[1]), tonumber(args[3]), health(args[4])
-  local fields = {'layout', 'epoch'}
-  for _, f in ipairs(extra or {}) do fields[#fields + 1] = f end
-  local got = redis.call('HMGET', K.meta, unpack(fields))
+  local got = redis.call('HMGET', K.meta, unpack(fields or {'layout', 'epoch'}))
   if got[2] and got[1] ~= LAYOUT then
     error({err = 'ERR the pool ' .. K.prefix .. '* was laid out by another version of proxypool (layout ' ..
       (got[1] or '1') .. ', this one ' .. LAYOUT .. '): every process of a pool must run one version; ' ..
@@ -698,14 +710,15 @@ end
 -- sweeps first if the call did not (expired leases may be what holds the capacity).
 local function acquire(keys, args)
   -- The batch's sites' latest cooling ends come with the context.
-  local sites, cool_fields = {}, {}
+  local sites, fields = {}, {'layout', 'epoch'}
   for i = 10, #args, 3 do
-    if not sites[args[i]] then
-      sites[args[i]] = #cool_fields + 3
-      cool_fields[#cool_fields + 1] = 'cool|' .. args[i]
+    local site = args[i]
+    if not sites[site] then
+      fields[#fields + 1] = names_of(site)[5]
+      sites[site] = #fields
     end
   end
-  local K, now, cap, more, H, got = open(keys, args, cool_fields)
+  local K, now, cap, more, H, got = open(keys, args, fields)
   local swept = args[2] == '1'
   local lease_deadline, session_deadline, factor = args[5], args[6], tonumber(args[7])
   local size, keyless_left = (#args - 7) / 3, 0
@@ -753,8 +766,8 @@ local function cool(K, id, site, until_ms)
   if tonumber(until_ms) > num(redis.call('HGET', addr(K, id), field)) then
     redis.call('HSET', addr(K, id), field, until_ms)
   end
-  if tonumber(until_ms) > num(redis.call('HGET', K.meta, 'cool|' .. site)) then
-    redis.call('HSET', K.meta, 'cool|' .. site, until_ms)
+  if tonumber(until_ms) > num(redis.call('HGET', K.meta, names_of(site)[5])) then
+    redis.call('HSET', K.meta, names_of(site)[5], until_ms)
   end
 end
 
@@ -793,16 +806,17 @@ end
 local ENTRY = 10
 -- string.byte('s'), string.byte('c') (the standard library is not reachable while loading)
 local S_BYTE, C_BYTE = 115, 99
-local SITE_FIELDS = {'w|', 'd|', 't|', 'n|'}
-
--- Appends the `meta` fields of the distinct sites in `names` to `fields`; the sites in order.
-local function site_fields(names, fields)
+-- Appends the `meta` fields of the distinct sites among `args[from]`, `args[from + step]`, …
+-- to `fields`; the sites in order.
+local function site_fields(args, from, step, fields)
   local order, known = {}, {}
-  for _, site in ipairs(names) do
+  for i = from, #args, step do
+    local site = args[i]
     if not known[site] then
       known[site] = true
       order[#order + 1] = site
-      for _, p in ipairs(SITE_FIELDS) do fields[#fields + 1] = p .. site end
+      local f = names_of(site)
+      fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = f[1], f[2], f[3], f[4]
     end
   end
   return order
@@ -815,7 +829,7 @@ local function sites_from(order, got, at, now, H)
   for _, site in ipairs(order) do
     local st = {
       name = site, win = got[at] or nil, deg = got[at + 1] or nil, seen = num(got[at + 2]),
-      n = num(got[at + 3]), pending = {}, judged = 0, changed = false,
+      n = num(got[at + 3]), pending = nil, judged = 0, changed = false,
     }
     at = at + 4
     if now - st.seen > H.max_age then
@@ -830,12 +844,12 @@ end
 -- Adds the batch's pending entries to the site's window (newest first).
 local function materialize(st, H)
   local pending = st.pending
-  if #pending == 0 then return end
+  if not pending then return end
   local parts = {}
   for i = #pending, 1, -1 do parts[#parts + 1] = pending[i] end
   parts[#parts + 1] = st.win or ''
   st.win = string.sub(table.concat(parts), 1, H.site_window * ENTRY)
-  st.pending = {}
+  st.pending = nil
   st.changed = true
 end
 
@@ -955,8 +969,10 @@ end
 local function observe(K, S, site, id, class, now, H)
   local st = S[site]
   st.judged = st.judged + 1
-  if class == 's' and not st.win and #st.pending == 0 then return st.deg ~= nil end
-  st.pending[#st.pending + 1] = class .. string.rep('0', 9 - #id) .. id
+  if class == 's' and not st.win and not st.pending then return st.deg ~= nil end
+  local pending = st.pending or {}
+  st.pending = pending
+  pending[#pending + 1] = class .. string.rep('0', 9 - #id) .. id
   if class ~= 's' and not st.deg then judge_site(K, st, now, H, S) end
   return st.deg ~= nil
 end
@@ -967,22 +983,21 @@ local function end_sites(K, S, now, H)
   for _, st in pairs(S) do
     materialize(st, H)
     if st.deg then judge_site(K, st, now, H, S) end
-    local set, del = {}, {}
+    local f = names_of(st.name)
     if st.changed then
       if st.win and (st.deg or string.find(st.win, '[fc]')) then
-        set[#set + 1], set[#set + 2] = 'w|' .. st.name, st.win
+        redis.call('HSET', K.meta, f[1], st.win)
       else
-        del[#del + 1] = 'w|' .. st.name
+        redis.call('HDEL', K.meta, f[1])
       end
     end
+    -- Traffic times to the second, evidence up to what counts: most batches write nothing.
     if st.judged > 0 then
-      if now - st.seen >= 1000 then set[#set + 1], set[#set + 2] = 't|' .. st.name, now end
+      if now - st.seen >= 1000 then redis.call('HSET', K.meta, f[3], now) end
       if st.n < H.site_min_samples then
-        set[#set + 1], set[#set + 2] = 'n|' .. st.name, math.min(st.n + st.judged, H.site_min_samples)
+        redis.call('HSET', K.meta, f[4], math.min(st.n + st.judged, H.site_min_samples))
       end
     end
-    if #set > 0 then redis.call('HSET', K.meta, unpack(set)) end
-    if #del > 0 then redis.call('HDEL', K.meta, unpack(del)) end
   end
 end
 
@@ -994,9 +1009,8 @@ end
 -- counted: every lease is released, expired, abandoned or open, so the snapshot derives it.
 local function release(keys, args)
   -- The batch's sites (P9) and the epoch's lease ids come with the context.
-  local names, fields = {}, {'seq0', 'seq'}
-  for i = 9, #args, 6 do names[#names + 1] = args[i] end
-  local order = site_fields(names, fields)
+  local fields = {'layout', 'epoch', 'seq0', 'seq'}
+  local order = site_fields(args, 9, 6, fields)
   local K, now, cap, more, H, got = open(keys, args, fields)
   local S = sites_from(order, got, 5, now, H)
   local leases = {}
@@ -1046,8 +1060,8 @@ end
 -- Probing or dead: a pass counts toward the rise; probing: a failure back to quarantine; in
 -- service: a failure is one failed outcome; a pass there is not news. Replies 0 if unknown.
 local function probe(keys, args)
-  local fields = {}
-  local order = site_fields({'-'}, fields)
+  local fields = {'layout', 'epoch'}
+  local order = site_fields({'-'}, 1, 1, fields)
   local K, now, cap, _, H, got = open(keys, args, fields)
   local id = redis.call('HGET', K.byurl, args[5])
   if not id then return 0 end
