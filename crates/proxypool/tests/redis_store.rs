@@ -627,7 +627,7 @@ async fn concurrent_batches_keep_a_probing_address_at_its_small_share() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_cools_the_address_for_that_site_only() {
-    let (_redis, clock, pool) = lab("cooling").await;
+    let (redis, clock, pool) = lab("cooling").await;
     let shop = || Ticket::new().key("acct").site("shop.example");
     let lease = pool.acquire(shop()).await.unwrap();
     let cooled = lease.address().clone();
@@ -677,10 +677,19 @@ async fn a_rate_limit_cools_the_address_for_that_site_only() {
         HealthState::Healthy
     );
 
-    // Once the wait is over the session goes on where it was.
+    // Once the wait is over the session goes on where it was, and the cooling's fields go.
     clock.advance(retry_after);
     let lease = pool.acquire(shop()).await.unwrap();
     assert_eq!((lease.choice(), lease.address()), (Choice::Bound, &cooled));
+    let left: Vec<String> = cli(&redis, &["KEYS", "proxypool:{cooling}:*"])
+        .into_iter()
+        .filter(|k| k.contains(":a:") || k.contains("cooled"))
+        .flat_map(|k| cli(&redis, &["HKEYS", &k]))
+        .filter(|f| f.starts_with("cool|"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let sets = cli(&redis, &["KEYS", "proxypool:{cooling}:cooled:*"]);
+    assert!(sets.iter().all(|k| k.is_empty()), "{sets:?}");
 
     // A site asking for forever gets the longest quarantine wait, and breaks nothing.
     lease

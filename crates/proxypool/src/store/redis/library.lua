@@ -42,6 +42,8 @@
 --   ring   zset 'id:v' → point, the consistent-hash ring (P1), at the points the client computes
 --   log    list of state transitions, newest first
 --   prober the token of the process whose prober probes the pool, with a TTL
+--   cooled:SITE  set of the addresses with a 'cool|SITE' field, deleted with those fields
+--          once the site's latest cooling is over
 
 local NAMES = {'meta', 'url', 'name', 'byurl', 'state', 'due', 'bind', 'log', 'pass', 'ring'}
 local pools = {}
@@ -327,7 +329,7 @@ local function cools(B, id)
   end
   local c = memo[id]
   if c == nil then
-    c = num(redis.call('HGET', addr(B.K, id), 'cool|' .. B.site)) > B.now
+    c = num(redis.call('HGET', addr(B.K, id), names_of(B.site)[5])) > B.now
     memo[id] = c
   end
   return c
@@ -645,7 +647,7 @@ local function acquire_one(B, lease_deadline, session_deadline, factor, key, poi
   if key == '' then return keyless(B, lease_deadline, keyless_left) end
   local id = redis.call('HGET', K.bind, key)
   if id then
-    local f = redis.call('HMGET', addr(K, id), 's', 'cool|' .. B.site, 'p')
+    local f = redis.call('HMGET', addr(K, id), 's', names_of(B.site)[5], 'p')
     local s = f[1]
     if s == 'healthy' or s == 'degraded' then
       -- Rate limited there: the session is kept; the caller learns until when (in the lease
@@ -687,7 +689,7 @@ local function acquire_one(B, lease_deadline, session_deadline, factor, key, poi
       if not seen[cid] then
         seen[cid] = true
         seen_n = seen_n + 1
-        local f = redis.call('HMGET', addr(K, cid), 's', 'n', 'k', 'fp', 'cool|' .. B.site, 'p')
+        local f = redis.call('HMGET', addr(K, cid), 's', 'n', 'k', 'fp', names_of(B.site)[5], 'p')
         local s = f[1]
         if (s == 'healthy' or s == 'degraded') and num(f[2]) < cap and num(f[5]) <= B.now then
           local k = num(f[3])
@@ -708,6 +710,16 @@ end
 -- ('-' for none). Replies three elements per acquire (see acquire_one), then `more` and the
 -- pool's epoch. An acquire that finds nothing
 -- sweeps first if the call did not (expired leases may be what holds the capacity).
+-- Deletes the cooling fields of a site whose every cooling is over (the addresses cooled
+-- there are kept in a set until then).
+local function uncool(K, site)
+  local cooled = K.prefix .. 'cooled:' .. site
+  local field = names_of(site)[5]
+  for _, id in ipairs(redis.call('SMEMBERS', cooled)) do redis.call('HDEL', addr(K, id), field) end
+  redis.call('DEL', cooled)
+  redis.call('HDEL', K.meta, field)
+end
+
 local function acquire(keys, args)
   -- The batch's sites' latest cooling ends come with the context.
   local sites, fields = {}, {'layout', 'epoch'}
@@ -724,6 +736,10 @@ local function acquire(keys, args)
   local size, keyless_left = (#args - 7) / 3, 0
   for i = 8, #args, 3 do
     if args[i] == '' then keyless_left = keyless_left + 1 end
+  end
+  -- A site's latest cooling over: every cooling there is, and their fields go.
+  for site, at in pairs(sites) do
+    if got[at] and num(got[at]) <= now then uncool(K, site) end
   end
   local B = new_batch(K, cap, size, H)
   B.now = now
@@ -762,12 +778,13 @@ end
 -- A rate limit: `id` cools for `site` until `until_ms` (never shortened); the site's latest
 -- cooling end rises with it.
 local function cool(K, id, site, until_ms)
-  local field = 'cool|' .. site
+  local field = names_of(site)[5]
   if tonumber(until_ms) > num(redis.call('HGET', addr(K, id), field)) then
     redis.call('HSET', addr(K, id), field, until_ms)
+    redis.call('SADD', K.prefix .. 'cooled:' .. site, id)
   end
-  if tonumber(until_ms) > num(redis.call('HGET', K.meta, names_of(site)[5])) then
-    redis.call('HSET', K.meta, names_of(site)[5], until_ms)
+  if tonumber(until_ms) > num(redis.call('HGET', K.meta, field)) then
+    redis.call('HSET', K.meta, field, until_ms)
   end
 end
 
