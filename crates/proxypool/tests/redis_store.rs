@@ -54,6 +54,16 @@ async fn lab(name: &str) -> (RedisServer, ManualClock, Pool) {
     (redis, clock, pool)
 }
 
+/// One keyless acquire, released with a success.
+async fn one_pair(pool: &Pool) {
+    pool.acquire(Ticket::new())
+        .await
+        .unwrap()
+        .release(OK)
+        .await
+        .unwrap();
+}
+
 /// `redis-cli` against the test's server, one reply line per element.
 fn cli(redis: &RedisServer, args: &[&str]) -> Vec<String> {
     let out = Command::new("redis-cli")
@@ -185,12 +195,7 @@ async fn unreachable_redis_fails_fast_with_a_typed_error() {
         .connect()
         .await
         .unwrap();
-    pool.acquire(Ticket::new())
-        .await
-        .unwrap()
-        .release(OK)
-        .await
-        .unwrap();
+    one_pair(&pool).await;
     redis.stop();
     for _ in 0..3 {
         let started = Instant::now();
@@ -677,10 +682,18 @@ async fn a_rate_limit_cools_the_address_for_that_site_only() {
         HealthState::Healthy
     );
 
-    // Once the wait is over the session goes on where it was, and the cooling's fields go.
+    // Once the wait is over the session goes on where it was; a few seconds later (other
+    // processes' clocks may lag) the cooling's fields go.
     clock.advance(retry_after);
     let lease = pool.acquire(shop()).await.unwrap();
     assert_eq!((lease.choice(), lease.address()), (Choice::Bound, &cooled));
+    clock.advance(Duration::from_secs(5));
+    pool.acquire(Ticket::new().site("shop.example"))
+        .await
+        .unwrap()
+        .release(OK)
+        .await
+        .unwrap();
     let left: Vec<String> = cli(&redis, &["KEYS", "proxypool:{cooling}:*"])
         .into_iter()
         .filter(|k| k.contains(":a:") || k.contains("cooled"))
@@ -704,24 +717,14 @@ async fn a_rate_limit_cools_the_address_for_that_site_only() {
         }
         other => panic!("{other:?}"),
     }
-    pool.acquire(Ticket::new())
-        .await
-        .unwrap()
-        .release(OK)
-        .await
-        .unwrap();
+    one_pair(&pool).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_redis_lost_is_rebuilt_and_old_ids_name_nothing() {
     let (redis, _clock, pool) = lab("lost").await;
     let held = pool.acquire(Ticket::new()).await.unwrap();
-    pool.acquire(Ticket::new())
-        .await
-        .unwrap()
-        .release(OK)
-        .await
-        .unwrap();
+    one_pair(&pool).await;
     // Redis loses everything, as after a restart without persistence: keys and functions.
     cli(&redis, &["FLUSHALL"]);
     cli(&redis, &["FUNCTION", "FLUSH"]);
@@ -835,10 +838,7 @@ async fn through_at(pool: &Pool, key: &str, site: Option<&str>, outcomes: &[Outc
 async fn the_redis_store_judges_like_the_memory_store() {
     const F: Outcome = Outcome::ConnectError;
     const C: Outcome = Outcome::Captcha;
-    let redis = RedisServer::start(&dir("parity")).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
-    let (memory, redis_pool) = side_by_side(&redis, &clock, "parity").await;
+    let (redis, clock, memory, redis_pool) = side_by_side_lab("parity").await;
     let pools = [&memory, &redis_pool];
     let both = |what: &'static str, address: String| {
         let (memory, redis_pool, clock) = (memory.clone(), redis_pool.clone(), clock.clone());
@@ -981,6 +981,16 @@ async fn the_redis_store_judges_like_the_memory_store() {
     assert_eq!(a.state, HealthState::Quarantined);
 }
 
+/// A throwaway server, a clock at 1 000 s, and a memory pool and a Redis pool named `name`
+/// side by side.
+async fn side_by_side_lab(name: &str) -> (RedisServer, ManualClock, Pool, Pool) {
+    let redis = RedisServer::start(&dir(&format!("parity-{name}"))).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let (memory, shared) = side_by_side(&redis, &clock, name).await;
+    (redis, clock, memory, shared)
+}
+
 /// A memory pool and a Redis pool named `name` with one configuration (no backoff jitter).
 async fn side_by_side(redis: &RedisServer, clock: &ManualClock, name: &str) -> (Pool, Pool) {
     let mut cfg = PoolConfig::default();
@@ -1022,10 +1032,7 @@ async fn site_view(pool: &Pool, site: &str) -> (bool, bool, Vec<(String, HealthS
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sites_are_judged_like_in_the_memory_store() {
     const F: Outcome = Outcome::ConnectError;
-    let redis = RedisServer::start(&dir("parity-sites")).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
-    let (memory, redis_pool) = side_by_side(&redis, &clock, "sites").await;
+    let (_redis, clock, memory, redis_pool) = side_by_side_lab("sites").await;
     let pools = [&memory, &redis_pool];
     // Keys bound to ten different addresses (the same in both: one ring).
     let (mut keys, mut seen) = (Vec::new(), Vec::new());
@@ -1157,12 +1164,7 @@ async fn sites_are_judged_like_in_the_memory_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_of_another_layout_is_refused() {
     let (redis, _clock, pool) = lab("layout").await;
-    pool.acquire(Ticket::new())
-        .await
-        .unwrap()
-        .release(OK)
-        .await
-        .unwrap();
+    one_pair(&pool).await;
     cli(&redis, &["HSET", "proxypool:{layout}:meta", "layout", "1"]);
     let seq = cli(&redis, &["HGET", "proxypool:{layout}:meta", "seq"]);
     match pool.acquire(Ticket::new()).await {

@@ -705,21 +705,25 @@ local function acquire_one(B, lease_deadline, session_deadline, factor, key, poi
   return 0, 0, 'none'
 end
 
+-- Clocks of the processes of a pool may differ by this much (ms): a cooling's fields are kept
+-- until it is over for all of them.
+local CLOCK_SLACK = 5000
+
+-- Deletes the cooling fields of a site whose every cooling is over (the addresses cooled
+-- there are kept in a set until then), 256 at a time: the site-level end goes last.
+local function uncool(K, site)
+  local cooled = K.prefix .. 'cooled:' .. site
+  local field = names_of(site)[5]
+  local ids = redis.call('SPOP', cooled, 256)
+  for _, id in ipairs(ids) do redis.call('HDEL', addr(K, id), field) end
+  if #ids < 256 then redis.call('HDEL', K.meta, field) end
+end
+
 -- acquire, a batch of them in order: ARGV[5] the leases' deadline, [6] the sessions' deadline
 -- (ms), [7] load factor, then per acquire: key ('' = keyless), the key's ring point, site
 -- ('-' for none). Replies three elements per acquire (see acquire_one), then `more` and the
 -- pool's epoch. An acquire that finds nothing
 -- sweeps first if the call did not (expired leases may be what holds the capacity).
--- Deletes the cooling fields of a site whose every cooling is over (the addresses cooled
--- there are kept in a set until then).
-local function uncool(K, site)
-  local cooled = K.prefix .. 'cooled:' .. site
-  local field = names_of(site)[5]
-  for _, id in ipairs(redis.call('SMEMBERS', cooled)) do redis.call('HDEL', addr(K, id), field) end
-  redis.call('DEL', cooled)
-  redis.call('HDEL', K.meta, field)
-end
-
 local function acquire(keys, args)
   -- The batch's sites' latest cooling ends come with the context.
   local sites, fields = {}, {'layout', 'epoch'}
@@ -739,7 +743,7 @@ local function acquire(keys, args)
   end
   -- A site's latest cooling over: every cooling there is, and their fields go.
   for site, at in pairs(sites) do
-    if got[at] and num(got[at]) <= now then uncool(K, site) end
+    if got[at] and num(got[at]) + CLOCK_SLACK <= now then uncool(K, site) end
   end
   local B = new_batch(K, cap, size, H)
   B.now = now
@@ -968,12 +972,12 @@ local function judge_site(K, st, now, H, S)
   local subject = '@site ' .. st.name
   if not st.deg and reason then
     st.deg = tostring(now)
-    redis.call('HSET', K.meta, 'd|' .. st.name, st.deg)
+    redis.call('HSET', K.meta, names_of(st.name)[2], st.deg)
     decide(K, now, subject, 'ok', 'degraded', reason .. ': failures there are not held against addresses')
     judge_our_side(K, now, H, S)
   elseif st.deg and not reason and now - tonumber(st.deg) >= H.dwell then
     st.deg = nil
-    redis.call('HDEL', K.meta, 'd|' .. st.name)
+    redis.call('HDEL', K.meta, names_of(st.name)[2])
     decide(K, now, subject, 'degraded', 'ok', 'failures no longer spread over most addresses')
     judge_our_side(K, now, H, S)
   end
@@ -1001,20 +1005,27 @@ local function end_sites(K, S, now, H)
     materialize(st, H)
     if st.deg then judge_site(K, st, now, H, S) end
     local f = names_of(st.name)
+    -- The window; traffic times to the second, evidence up to what counts: most batches
+    -- write nothing, the others one HSET (and an HDEL for a window gone clean).
+    local set = nil
     if st.changed then
       if st.win and (st.deg or string.find(st.win, '[fc]')) then
-        redis.call('HSET', K.meta, f[1], st.win)
+        set = {f[1], st.win}
       else
         redis.call('HDEL', K.meta, f[1])
       end
     end
-    -- Traffic times to the second, evidence up to what counts: most batches write nothing.
     if st.judged > 0 then
-      if now - st.seen >= 1000 then redis.call('HSET', K.meta, f[3], now) end
+      if now - st.seen >= 1000 then
+        set = set or {}
+        set[#set + 1], set[#set + 2] = f[3], now
+      end
       if st.n < H.site_min_samples then
-        redis.call('HSET', K.meta, f[4], math.min(st.n + st.judged, H.site_min_samples))
+        set = set or {}
+        set[#set + 1], set[#set + 2] = f[4], math.min(st.n + st.judged, H.site_min_samples)
       end
     end
+    if set then redis.call('HSET', K.meta, unpack(set)) end
   end
 end
 
@@ -1048,7 +1059,7 @@ local function release(keys, args)
     local lid = tonumber(args[i])
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 4]
-      local f = redis.call('HMGET', addr(K, id), 's', 'w', 'w|' .. site, 'p')
+      local f = redis.call('HMGET', addr(K, id), 's', 'w', names_of(site)[1], 'p')
       if scores[j] then freed(K, id, f[1], f[4], cap, H) end
       if class == 'a' then
         if scores[j] then abandoned = abandoned + 1 end
