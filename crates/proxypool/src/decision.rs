@@ -61,28 +61,7 @@ impl DecisionLog {
     }
 
     pub(crate) fn record(&mut self, d: Decision) {
-        match &d.subject {
-            Subject::Address { address } => tracing::info!(
-                target: "proxypool::decision",
-                address = %address, from = %d.from, to = %d.to, reason = %d.reason,
-                "address {address}: {} -> {}", d.from, d.to
-            ),
-            Subject::Site { site } => tracing::info!(
-                target: "proxypool::decision",
-                site = %site, from = %d.from, to = %d.to, reason = %d.reason,
-                "site {site}: {} -> {}", d.from, d.to
-            ),
-            Subject::Cell { address, site } => tracing::info!(
-                target: "proxypool::decision",
-                address = %address, site = %site, from = %d.from, to = %d.to, reason = %d.reason,
-                "address {address} on site {site}: {} -> {}", d.from, d.to
-            ),
-            Subject::Pool => tracing::warn!(
-                target: "proxypool::decision",
-                from = %d.from, to = %d.to, reason = %d.reason,
-                "pool: {} -> {}", d.from, d.to
-            ),
-        }
+        trace(&d);
         if self.keep == 0 {
             return;
         }
@@ -94,5 +73,31 @@ impl DecisionLog {
 
     pub(crate) fn recent(&self) -> Vec<Decision> {
         self.recent.iter().cloned().collect()
+    }
+}
+
+/// Sends a decision to `tracing` (target `proxypool::decision`): `info`, a pool-wide one `warn`.
+pub(crate) fn trace(d: &Decision) {
+    match &d.subject {
+        Subject::Address { address } => tracing::info!(
+            target: "proxypool::decision",
+            address = %address, from = %d.from, to = %d.to, reason = %d.reason,
+            "address {address}: {} -> {}", d.from, d.to
+        ),
+        Subject::Site { site } => tracing::info!(
+            target: "proxypool::decision",
+            site = %site, from = %d.from, to = %d.to, reason = %d.reason,
+            "site {site}: {} -> {}", d.from, d.to
+        ),
+        Subject::Cell { address, site } => tracing::info!(
+            target: "proxypool::decision",
+            address = %address, site = %site, from = %d.from, to = %d.to, reason = %d.reason,
+            "address {address} on site {site}: {} -> {}", d.from, d.to
+        ),
+        Subject::Pool => tracing::warn!(
+            target: "proxypool::decision",
+            from = %d.from, to = %d.to, reason = %d.reason,
+            "pool: {} -> {}", d.from, d.to
+        ),
     }
 }

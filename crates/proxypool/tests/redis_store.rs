@@ -1178,3 +1178,64 @@ async fn a_pool_of_another_layout_is_refused() {
         seq
     );
 }
+
+/// Log lines written by `tracing` in this test.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// The process holding the prober role passes the shared pool's new decisions to its logs
+/// (`proxypool::decision`), as the memory store does as it makes them; a prober without the
+/// role logs none of them.
+#[tokio::test(flavor = "current_thread")]
+async fn the_probers_process_logs_the_pools_decisions() {
+    use proxypool::probe::{ProbeSchedule, Prober};
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let (redis, clock, pool) = lab("decisions").await;
+    let check = std::sync::Arc::new(FailOne(String::new()));
+    let prober = Prober::new(pool.clone(), check.clone(), ProbeSchedule::default()).seed(5);
+    prober.round().await.unwrap();
+    let other = shared_pool(&redis, "decisions", &clock, PoolConfig::default()).await;
+    let bystander = Prober::new(other.clone(), check, ProbeSchedule::default()).seed(6);
+    bystander.round().await.unwrap();
+
+    // Made through the other pool ("process"): three failures quarantine an address.
+    let mut address = String::new();
+    for _ in 0..3 {
+        let lease = other.acquire(Ticket::new().key("acct")).await.unwrap();
+        address = lease.address().redacted().to_owned();
+        lease.release(Outcome::ConnectError).await.unwrap();
+    }
+    bystander.round().await.unwrap();
+    assert!(!logs.text().contains("-> quarantined"), "{}", logs.text());
+    prober.round().await.unwrap();
+    let text = logs.text();
+    let line = format!("address {address}: healthy -> quarantined");
+    assert_eq!(text.matches(&line).count(), 1, "{text}");
+    assert!(
+        !text.contains("absent -> healthy"),
+        "old decisions logged: {text}"
+    );
+}

@@ -162,6 +162,9 @@ pub(crate) struct RedisStore {
     /// This process's claim to the prober role.
     #[cfg(feature = "probe")]
     prober_token: String,
+    /// The number of the newest decision this process passed to `tracing` (prober only).
+    #[cfg(feature = "probe")]
+    logged: AtomicU64,
     acquires: Queue<AcquireRequest, Result<AcquireReply, String>>,
     releases: Queue<ReleaseRequest, Result<(), String>>,
 }
@@ -322,6 +325,8 @@ impl RedisStore {
             added: Mutex::new(HashMap::new()),
             #[cfg(feature = "probe")]
             prober_token: format!("{:016x}", rand::random::<u64>()),
+            #[cfg(feature = "probe")]
+            logged: AtomicU64::new(0),
             acquires: batch::spawn(me.clone(), Self::acquire_batch),
             releases: batch::spawn(me.clone(), Self::release_batch),
         });
@@ -861,20 +866,41 @@ impl RedisStore {
 
     /// The addresses the prober considers, one round trip — none unless this process's prober
     /// holds the pool's prober role (taken when free, kept by asking within [`PROBER_HOLD`]):
-    /// several processes with probers do not multiply the probes.
+    /// several processes with probers do not multiply the probes. The holder also passes the
+    /// pool's new decisions to `tracing`, as the memory store does as it makes them: once per
+    /// pool, not once per process.
     #[cfg(feature = "probe")]
     pub(crate) async fn probe_targets(
         &self,
         now: Timestamp,
     ) -> Result<Vec<super::ProbeTarget>, String> {
-        let args = [Arg::Str(&self.prober_token), Arg::Int(millis(PROBER_HOLD))];
+        let logged = self.logged.load(Ordering::Relaxed);
+        let args = [
+            Arg::Str(&self.prober_token),
+            Arg::Int(millis(PROBER_HOLD)),
+            Arg::Int(logged),
+        ];
         let reply = self
             .call(&self.functions.targets, now, true, &args)
             .await
             .map_err(|e| unavailable(&e))?;
-        let Value::Array(items) = reply else {
+        let Value::Array(parts) = reply else {
             return Err("malformed targets reply".into());
         };
+        let [Value::Array(items), decided, Value::Array(new)] = parts.as_slice() else {
+            return Err("malformed targets reply".into());
+        };
+        // Oldest first; a count below ours means Redis lost the pool: start again from there.
+        let mut entries: Vec<(u64, Decision)> =
+            new.iter().filter_map(|e| log_entry(&text(e)?)).collect();
+        entries.sort_by_key(|(n, _)| *n);
+        for (_, d) in entries.iter().filter(|(n, _)| *n > logged) {
+            crate::decision::trace(d);
+        }
+        if let Value::Int(decided) = decided {
+            self.logged
+                .store(u64::try_from(*decided).unwrap_or(0), Ordering::Relaxed);
+        }
         Ok(items
             .chunks(3)
             .filter_map(|t| {
@@ -907,6 +933,34 @@ impl RedisStore {
             }
         }
     }
+}
+
+/// One entry of the library's decision log: its number and the decision.
+fn log_entry(e: &str) -> Option<(u64, Decision)> {
+    let mut f = e.splitn(6, '\t');
+    let (Some(n), Some(at), Some(subject), Some(from), Some(to), Some(reason)) =
+        (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+    else {
+        return None;
+    };
+    // Addresses are URLs; the library names sites and the pool with an '@'.
+    let subject = match subject.strip_prefix("@site ") {
+        Some(site) => Subject::Site {
+            site: site.to_owned(),
+        },
+        None if subject == "@pool" => Subject::Pool,
+        None => Subject::Address {
+            address: subject.to_owned(),
+        },
+    };
+    let decision = Decision {
+        at_ms: at.parse().ok()?,
+        subject,
+        from: from.to_owned(),
+        to: to.to_owned(),
+        reason: reason.to_owned(),
+    };
+    Some((n.parse().ok()?, decision))
 }
 
 fn text(v: &Value) -> Option<String> {
@@ -1247,31 +1301,11 @@ impl SharedView {
         p.frozen = meta.get("frozen").is_some_and(|f| f == "1");
         if let Value::Array(entries) = log {
             // Newest first in Redis; oldest first in a snapshot.
-            for e in entries.iter().rev().filter_map(text) {
-                let mut f = e.splitn(5, '\t');
-                let (Some(at), Some(subject), Some(from), Some(to), Some(reason)) =
-                    (f.next(), f.next(), f.next(), f.next(), f.next())
-                else {
-                    continue;
-                };
-                // Addresses are URLs; the library names sites and the pool with an '@'.
-                let subject = match subject.strip_prefix("@site ") {
-                    Some(site) => Subject::Site {
-                        site: site.to_owned(),
-                    },
-                    None if subject == "@pool" => Subject::Pool,
-                    None => Subject::Address {
-                        address: subject.to_owned(),
-                    },
-                };
-                view.snapshot.decisions.push(Decision {
-                    at_ms: at.parse().unwrap_or(0),
-                    subject,
-                    from: from.to_owned(),
-                    to: to.to_owned(),
-                    reason: reason.to_owned(),
-                });
-            }
+            view.snapshot.decisions = entries
+                .iter()
+                .rev()
+                .filter_map(|e| Some(log_entry(&text(e)?)?.1))
+                .collect();
         }
         // An address's reason is that of its latest transition still in the log.
         let mut latest: HashMap<&str, &str> = HashMap::new();

@@ -114,10 +114,12 @@ end
 
 local function member(id, step) return id .. ':' .. step end
 
--- One decision in the shared log (newest first, the last 1 000). `subject` is an address's
--- name, or '@site NAME' or '@pool'.
+-- One decision in the shared log (newest first, the last 1 000), numbered (`meta` field
+-- `decided`) so that the prober's process can pass new ones to its logs. `subject` is an
+-- address's name, or '@site NAME' or '@pool'.
 local function decide(K, now, subject, from, to, reason)
-  redis.call('LPUSH', K.log, table.concat({now, subject, from, to, reason}, '\t'))
+  local n = redis.call('HINCRBY', K.meta, 'decided', '1')
+  redis.call('LPUSH', K.log, table.concat({n, now, subject, from, to, reason}, '\t'))
   redis.call('LTRIM', K.log, 0, 999)
 end
 
@@ -606,7 +608,7 @@ end
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '2'
+local LAYOUT = '3'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -1200,13 +1202,14 @@ local function snapshot(keys, args)
 end
 
 -- targets: what the prober needs and no more: per present address its state, URL and open
--- leases. ARGV[5] the asking prober's token, [6] how long (ms) its role holds: one prober
+-- leases, and the decisions since ARGV[7] (see below). ARGV[5] the asking prober's token,
+-- [6] how long (ms) its role holds: one prober
 -- per pool probes (the others get nothing) until it stops asking for that long.
 local function targets(keys, args)
   local K = open(keys, args)
   local role = K.prefix .. 'prober'
   local holder = redis.call('GET', role)
-  if holder and holder ~= args[5] then return {} end
+  if holder and holder ~= args[5] then return {{}, 0, {}} end
   redis.call('SET', role, args[5], 'PX', args[6])
   local states = redis.call('HGETALL', K.state)
   local out = {}
@@ -1215,7 +1218,15 @@ local function targets(keys, args)
     out[#out + 1] = redis.call('HGET', K.url, states[i])
     out[#out + 1] = redis.call('HGET', addr(K, states[i]), 'n') or '0'
   end
-  return out
+  -- Decisions numbered above ARGV[7] (none for 0: a new prober starts from now), newest
+  -- first, at most 100 per round.
+  local decided, since, new = num(redis.call('HGET', K.meta, 'decided')), num(args[7]), {}
+  if since > 0 and decided > since then
+    for _, e in ipairs(redis.call('LRANGE', K.log, 0, math.min(decided - since, 100) - 1)) do
+      new[#new + 1] = e
+    end
+  end
+  return {out, decided, new}
 end
 
 redis.register_function('__LIB___acquire', acquire)
