@@ -469,3 +469,28 @@ async fn large_bodies_stream_through_both_kinds_of_upstream() {
         "{rows}"
     );
 }
+
+/// The probes' HTTP check goes through SOCKS5 upstreams too (dante with its username method),
+/// so a server with `probe_urls` keeps them in service; a wrong password fails the check with
+/// the SOCKS reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_checks_go_through_socks5_upstreams() {
+    use proxypool::probe::{Check, CheckError, HttpGet};
+    let dir = tempfile::tempdir().unwrap();
+    let dante = Dante::start_with_login(dir.path(), "127.0.0.7");
+    let target = Target::start(&["127.0.0.1"]);
+    let control = url::Url::parse(&target.url("127.0.0.1", "/")).unwrap();
+    let proxy = proxypool::ProxyAddress::parse(&dante.url()).unwrap();
+    HttpGet::new(control.clone())
+        .body_marker("127.0.0.7")
+        .check(&proxy)
+        .await
+        .unwrap();
+    let remote_dns = dante.url().replacen("socks5://", "socks5h://", 1);
+    let proxy = proxypool::ProxyAddress::parse(&remote_dns).unwrap();
+    HttpGet::new(control.clone()).check(&proxy).await.unwrap();
+    let wrong = proxypool::ProxyAddress::parse(&dante.url_as("wrong")).unwrap();
+    let err = HttpGet::new(control).check(&wrong).await.unwrap_err();
+    assert!(matches!(err, CheckError::Socks(_)), "{err}");
+    assert!(!err.to_string().contains("wrong"), "{err}");
+}

@@ -18,6 +18,8 @@ use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
+use tokio_socks::TargetAddr;
+use tokio_socks::tcp::Socks5Stream;
 use url::Url;
 
 use crate::address::ProxyAddress;
@@ -60,6 +62,9 @@ pub enum CheckError {
     /// The TLS session with an `https://` control URL failed (handshake, certificate).
     #[error("tls: {0}")]
     Tls(String),
+    /// The SOCKS5 proxy refused the connection to the control host (or its credentials).
+    #[error("socks5: {0}")]
+    Socks(String),
     /// The response body could not be read (or was too long).
     #[error("body: {0}")]
     Body(String),
@@ -129,10 +134,12 @@ impl Check for TcpConnect {
     }
 }
 
-/// Passes when a GET of a control URL through an `http://` proxy answers the expected status
-/// (and contains the marker, if one is set). The proxy's credentials go in
-/// `Proxy-Authorization`. An `http://` control URL is asked of the proxy directly; an
-/// `https://` one through a tunnel (CONNECT), with TLS to the control host verified against
+/// Passes when a GET of a control URL through the proxy answers the expected status (and
+/// contains the marker, if one is set). Through an `http://` proxy, an `http://` control URL
+/// is asked of the proxy directly (credentials in `Proxy-Authorization`) and an `https://`
+/// one through a tunnel (CONNECT); through a `socks5://` or `socks5h://` proxy (which
+/// resolves the control host itself), both go through a SOCKS5 connection. TLS to the
+/// control host is verified against
 /// the Mozilla roots (`webpki-roots`), the system's (`SSL_CERT_FILE`, `SSL_CERT_DIR` or the
 /// platform store: where a TLS-inspecting egress proxy's CA lives) and any added with
 /// [`HttpGet::trust`].
@@ -191,42 +198,77 @@ impl HttpGet {
 
     async fn get(&self, proxy: &ProxyAddress) -> Result<(), CheckError> {
         let (proxy_url, host, port) = host_port(proxy)?;
-        if proxy_url.scheme() != "http" {
-            return Err(CheckError::Unsupported(proxy_url.scheme().to_owned()));
-        }
-        let authorization = (!proxy_url.username().is_empty()).then(|| {
-            let creds = format!(
-                "{}:{}",
-                proxy_url.username(),
-                proxy_url.password().unwrap_or_default()
-            );
-            let encoded = base64::engine::general_purpose::STANDARD.encode(creds);
-            format!("Basic {encoded}")
+        let credentials = (!proxy_url.username().is_empty()).then(|| {
+            (
+                decode(proxy_url.username()),
+                decode(proxy_url.password().unwrap_or_default()),
+            )
         });
         let authority = self.authority();
-        let stream = TcpStream::connect((host.as_str(), port)).await?;
-        let resp = if self.url.scheme() == "https" {
-            // CONNECT names the port even when it is the default (RFC 9112 §3.2.3).
-            let target = format!(
-                "{}:{}",
-                self.url.host_str().unwrap_or_default(),
-                self.url.port_or_known_default().unwrap_or(443)
-            );
-            let tunnel = connect_tunnel(stream, &target, authorization.as_deref()).await?;
-            let tls = self.tls(tunnel).await?;
-            // Origin-form inside the tunnel: the control host is the peer now.
-            let target = match self.url.query() {
-                Some(q) => format!("{}?{q}", self.url.path()),
-                None => self.url.path().to_owned(),
-            };
-            exchange(tls, Request::get(target).header(HOST, &authority)).await?
-        } else {
-            // Absolute-form request target: that is how a client asks an HTTP proxy.
-            let mut req = Request::get(self.url.as_str()).header(HOST, &authority);
-            if let Some(a) = &authorization {
-                req = req.header(PROXY_AUTHORIZATION, a);
+        let https = self.url.scheme() == "https";
+        let target_host = self.url.host_str().unwrap_or_default();
+        let target_port = self.url.port_or_known_default().unwrap_or(443);
+        let resp = match proxy_url.scheme() {
+            "http" => {
+                let authorization = credentials.map(|(user, password)| {
+                    let encoded = base64::engine::general_purpose::STANDARD
+                        .encode(format!("{user}:{password}"));
+                    format!("Basic {encoded}")
+                });
+                let stream = TcpStream::connect((host.as_str(), port)).await?;
+                if https {
+                    // CONNECT names the port even when it is the default (RFC 9112 §3.2.3).
+                    let target = format!("{target_host}:{target_port}");
+                    let tunnel = connect_tunnel(stream, &target, authorization.as_deref()).await?;
+                    let tls = self.tls(tunnel).await?;
+                    exchange(
+                        tls,
+                        Request::get(self.origin_form()).header(HOST, &authority),
+                    )
+                    .await?
+                } else {
+                    // Absolute-form request target: that is how a client asks an HTTP proxy.
+                    let mut req = Request::get(self.url.as_str()).header(HOST, &authority);
+                    if let Some(a) = &authorization {
+                        req = req.header(PROXY_AUTHORIZATION, a);
+                    }
+                    exchange(stream, req).await?
+                }
             }
-            exchange(stream, req).await?
+            scheme @ ("socks5" | "socks5h") => {
+                let stream = TcpStream::connect((host.as_str(), port)).await?;
+                let bare = target_host.trim_start_matches('[').trim_end_matches(']');
+                let target = match bare.parse::<std::net::IpAddr>() {
+                    Ok(ip) => TargetAddr::Ip(std::net::SocketAddr::new(ip, target_port)),
+                    Err(_) if scheme == "socks5h" => {
+                        TargetAddr::Domain(bare.to_owned().into(), target_port)
+                    }
+                    Err(_) => TargetAddr::Ip(
+                        tokio::net::lookup_host((bare, target_port))
+                            .await?
+                            .next()
+                            .ok_or_else(|| CheckError::Socks(format!("{bare} did not resolve")))?,
+                    ),
+                };
+                let socks = match &credentials {
+                    None => Socks5Stream::connect_with_socket(stream, target).await,
+                    Some((user, password)) => {
+                        Socks5Stream::connect_with_password_and_socket(
+                            stream, target, user, password,
+                        )
+                        .await
+                    }
+                }
+                .map_err(|e| CheckError::Socks(e.to_string()))?
+                .into_inner();
+                let req = Request::get(self.origin_form()).header(HOST, &authority);
+                if https {
+                    exchange(self.tls(socks).await?, req).await?
+                } else {
+                    exchange(socks, req).await?
+                }
+            }
+            other => return Err(CheckError::Unsupported(other.to_owned())),
         };
         let got = resp.status().as_u16();
         if got != self.expected_status {
@@ -248,7 +290,15 @@ impl HttpGet {
         Ok(())
     }
 
-    /// `host[:port]` of the control URL, as in `Host` and CONNECT.
+    /// The request target once connected to the control host: path and query.
+    fn origin_form(&self) -> String {
+        match self.url.query() {
+            Some(q) => format!("{}?{q}", self.url.path()),
+            None => self.url.path().to_owned(),
+        }
+    }
+
+    /// `host[:port]` of the control URL, as in `Host`.
     fn authority(&self) -> String {
         let host = self.url.host_str().unwrap_or_default();
         match self.url.port_or_known_default() {
@@ -313,6 +363,13 @@ fn system_roots() -> &'static [CertificateDer<'static>] {
         }
         found.certs
     })
+}
+
+/// A percent-encoded URL user or password, as the proxy expects it.
+fn decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 fn default_port(scheme: &str) -> Option<u16> {
