@@ -68,8 +68,8 @@
 //! process using the same pool name (P15): each operation is one Lua script (one round trip per
 //! acquire and per release); if Redis does not answer within [`RedisOptions::timeout`],
 //! acquire fails at once with [`AcquireError::StoreUnavailable`]. The Redis store judges
-//! health more simply than the in-memory engine (no per-site judgement, no rates or dynamic
-//! weights, whole pool only): see ARCHITECTURE.md.
+//! addresses and sites as the in-memory engine does, but not latency (weights by state and
+//! ramp only), and keeps the whole pool only (no sub-pools): see ARCHITECTURE.md.
 //!
 //! Active probes (P12) are in [`probe`] (feature `probe`, on by default): the only module that
 //! opens sockets and speaks HTTP; it reports through [`Pool::report_probe`]'s hook like any

@@ -205,7 +205,7 @@ impl PoolBuilder {
 
     /// Keeps the pool's state in Redis, shared by every process that uses the same server
     /// and pool name (P15). Build it with [`PoolBuilder::connect`]. The shared store keeps the
-    /// whole pool only (no sub-pools) and its own simpler health judgement: see the crate's
+    /// whole pool only (no sub-pools) and does not judge latency: see the crate's
     /// ARCHITECTURE notes.
     #[cfg(feature = "redis")]
     pub fn redis(mut self, options: crate::store::redis::RedisOptions) -> Self {

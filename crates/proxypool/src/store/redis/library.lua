@@ -515,6 +515,8 @@ local function outcome(K, id, class, s, win, now, cap, H, jitter)
   if class ~= 's' and class ~= 'f' and class ~= 'c' then return end
   local g = redis.call('HMGET', a, 'wt', 'su', 'rs', 'qe', 't', 'ws', 'we')
   local suspect, bad = g[2], class ~= 's'
+  -- The lifetime successes, read (an HGETALL) at most once per outcome.
+  local lifetime = nil
   -- The window (the last `window` outcomes) is kept only while it holds a failure or a
   -- captcha: a clean record costs nothing. When a bad outcome starts a new window, the
   -- successes since the last one emptied (`ws` lifetime successes then, at `we`) are its
@@ -526,14 +528,16 @@ local function outcome(K, id, class, s, win, now, cap, H, jitter)
     win = nil
     redis.call('HDEL', a, 'w', 'wt')
     -- This outcome, if a success, is already in the lifetime counts and is recent.
-    g[6] = successes(K, id) - (class == 's' and 1 or 0)
+    lifetime = successes(K, id)
+    g[6] = lifetime - (class == 's' and 1 or 0)
     g[7] = now
     redis.call('HSET', a, 'ws', g[6], 'we', now)
   end
   if win then
     win = string.sub(class .. win, 1, H.window)
   elseif bad then
-    local since, span = successes(K, id) - num(g[6]), now - num(g[7])
+    lifetime = lifetime or successes(K, id)
+    local since, span = lifetime - num(g[6]), now - num(g[7])
     -- Spread evenly, but the newest few are taken as recent: they came last.
     if span > H.max_age then
       since = math.max(math.floor(since * H.max_age / span), math.min(since, H.recent))
@@ -545,7 +549,7 @@ local function outcome(K, id, class, s, win, now, cap, H, jitter)
       redis.call('HSET', a, 'w', win, 'wt', now)
     else
       redis.call('HDEL', a, 'w', 'wt')
-      redis.call('HSET', a, 'ws', successes(K, id) - #win, 'we', now)
+      redis.call('HSET', a, 'ws', (lifetime or successes(K, id)) - #win, 'we', now)
     end
   end
   -- P10: a failure during the ramp back from a quarantine sends the address back at once.
