@@ -120,7 +120,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .with_graceful_shutdown(wait(stopped))
             .await
     });
-    shutdown_signal().await;
+    service_edge::shutdown_signal().await;
     prober.abort();
     let _ = stop.send(true);
     gateway_task.await.context("the gateway panicked")?;
@@ -131,19 +131,4 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     housekeeping.abort();
     tracing::info!("shut down cleanly");
     Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
-    }
 }

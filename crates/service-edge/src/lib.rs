@@ -2,7 +2,7 @@
 //! reading say only what is theirs: logging to stderr under an `EnvFilter` from one variable,
 //! a multi-threaded tokio runtime, every error as one `error: …` line with a failure exit
 //! code; command-line mistakes in one line with exit code 2; a TOML config file whose errors
-//! name the file and the line.
+//! name the file and the line; SIGTERM or SIGINT as the signal to stop gracefully.
 //!
 //! ```
 //! #[derive(Debug, Default, serde::Deserialize)]
@@ -100,6 +100,23 @@ where
             .unwrap_or_default();
         anyhow::anyhow!("invalid config file {}{at}: {msg}", path.display())
     })
+}
+
+/// Resolves at the first SIGTERM or SIGINT (logged), the signal for a graceful shutdown. If
+/// the handlers cannot be installed it logs so and never resolves.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
 }
 
 #[cfg(test)]

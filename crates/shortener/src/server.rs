@@ -158,7 +158,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         listener,
         app.clone(),
         router(app.clone()),
-        shutdown_signal(),
+        service_edge::shutdown_signal(),
     )
     .await;
 
@@ -212,23 +212,8 @@ pub(crate) async fn aggregate(config: AggregateConfig) -> anyhow::Result<()> {
     tracing::info!(consumer = %config.consumer, store = %config.store, redis = %config.redis, "aggregating clicks");
     println!("aggregating as {}", config.consumer);
     let _ = std::io::stdout().flush();
-    shutdown_signal().await;
+    service_edge::shutdown_signal().await;
     let _ = stop.send(true);
     aggregator.await.context("the click aggregator panicked")?;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        tracing::error!("cannot install signal handlers; stop with SIGKILL");
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
-    }
 }
