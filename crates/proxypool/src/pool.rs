@@ -220,18 +220,25 @@ impl PoolBuilder {
         #[cfg(feature = "redis")]
         if let Some(options) = &self.redis {
             self.config.validate()?;
-            if !self.sub_pools.is_empty() || self.addresses.iter().any(|(_, p)| !p.is_empty()) {
-                return Err(BuildError::InvalidConfig(
-                    "the Redis store keeps the whole pool only: no sub-pools".into(),
+            check_sub_pools(&self.sub_pools)?;
+            let mut start = Vec::with_capacity(self.addresses.len());
+            for (address, pools) in &self.addresses {
+                start.push((
+                    ProxyAddress::parse(address).map_err(PoolError::from)?,
+                    pools,
                 ));
             }
             let clock = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
-            let store = crate::store::redis::RedisStore::connect(options, self.config, self.seed)
-                .await
-                .map_err(|e| BuildError::Pool(PoolError::StoreUnavailable(e)))?;
-            for (address, _) in &self.addresses {
-                let address = ProxyAddress::parse(address).map_err(PoolError::from)?;
-                store.add_idempotent(&address, clock.now()).await?;
+            let store = crate::store::redis::RedisStore::connect(
+                options,
+                self.config,
+                &self.sub_pools,
+                self.seed,
+            )
+            .await
+            .map_err(|e| BuildError::Pool(PoolError::StoreUnavailable(e)))?;
+            for (address, pools) in start {
+                store.add_idempotent(&address, pools, clock.now()).await?;
             }
             return Ok(Pool {
                 shared: Arc::new(Shared {
@@ -246,14 +253,7 @@ impl PoolBuilder {
     /// Checks everything and builds the pool (in memory).
     pub fn build(self) -> Result<Pool, BuildError> {
         self.config.validate()?;
-        let mut names = std::collections::HashSet::new();
-        for (name, _) in &self.sub_pools {
-            if name.is_empty() || !names.insert(name.as_str()) {
-                return Err(BuildError::InvalidConfig(format!(
-                    "sub-pool names must be non-empty and unique: {name:?}"
-                )));
-            }
-        }
+        check_sub_pools(&self.sub_pools)?;
         let rng = match self.seed {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_os_rng(),
@@ -275,4 +275,21 @@ impl PoolBuilder {
             }),
         })
     }
+}
+
+/// Sub-pool names are non-empty, unique and without whitespace or control characters (the
+/// Redis store keeps an address's sub-pools as one space-separated field).
+fn check_sub_pools(sub_pools: &[(String, Strategy)]) -> Result<(), BuildError> {
+    let mut names = std::collections::HashSet::new();
+    for (name, _) in sub_pools {
+        if name.is_empty()
+            || name.chars().any(|c| c.is_whitespace() || c.is_control())
+            || !names.insert(name.as_str())
+        {
+            return Err(BuildError::InvalidConfig(format!(
+                "sub-pool names must be non-empty, unique and without spaces: {name:?}"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use proxypool::{
     AcquireError, Choice, Clock, HealthState, ManualClock, Outcome, Pool, PoolConfig, RedisOptions,
-    Ticket,
+    Strategy, Ticket,
 };
 use rand::Rng;
 use testkit::{Process, RedisServer};
@@ -1177,4 +1177,196 @@ async fn a_pool_of_another_layout_is_refused() {
         cli(&redis, &["HGET", "proxypool:{layout}:meta", "seq"]),
         seq
     );
+}
+
+/// A memory pool and a Redis pool named `name` with sub-pools: `shop` (weighted) holds
+/// addresses 1–2, `rr` (round-robin) and `lc` (least connections) hold 3–5; 6 is in the
+/// whole pool only (no backoff jitter).
+async fn with_sub_pools(redis: &RedisServer, clock: &ManualClock, name: &str) -> (Pool, Pool) {
+    let mut cfg = PoolConfig::default();
+    cfg.backoff.jitter = 0.0;
+    let builder = || {
+        let mut b = Pool::builder()
+            .config(cfg.clone())
+            .clock(clock.clone())
+            .seed(1)
+            .sub_pool("shop", Strategy::Weighted)
+            .sub_pool("rr", Strategy::RoundRobin)
+            .sub_pool("lc", Strategy::LeastConnections);
+        for (i, a) in addresses(6).into_iter().enumerate() {
+            b = match i {
+                0 | 1 => b.address_in(a, &["shop"]),
+                2..=4 => b.address_in(a, &["rr", "lc"]),
+                _ => b.address_in(a, &[]),
+            };
+        }
+        b
+    };
+    let shared = builder()
+        .redis(RedisOptions::new(redis.url(), name))
+        .connect()
+        .await
+        .unwrap();
+    (builder().build().unwrap(), shared)
+}
+
+/// Sub-pools and keyless strategies, side by side: each sub-pool serves its members only,
+/// with its own strategy (round-robin in turn, least connections balancing held leases); a
+/// new session is placed on the sub-pool's ring exactly as in memory, and keeps its address
+/// whichever pool a later ticket names; the minimum in service holds per sub-pool (P8), also
+/// after a removal; runtime additions join the named sub-pools; unknown names are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sub_pools_and_strategies_work_like_in_the_memory_store() {
+    const F: Outcome = Outcome::ConnectError;
+    let redis = RedisServer::start(&dir("sub-pools")).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let (memory, shared) = with_sub_pools(&redis, &clock, "sub-pools").await;
+    let pools = [&memory, &shared];
+    let a = |i: usize| format!("http://10.0.0.{i}:3128");
+    clock.advance(Duration::from_secs(61));
+
+    for pool in pools {
+        // Each sub-pool's members only.
+        for _ in 0..20 {
+            let lease = pool.acquire(Ticket::new().sub_pool("shop")).await.unwrap();
+            let got = lease.address().redacted().to_owned();
+            assert!(got == a(1) || got == a(2), "{got}");
+            assert_eq!(lease.choice(), Choice::Weighted);
+            lease.release(OK).await.unwrap();
+        }
+        // Round-robin: each member once in every three picks.
+        let mut picks = Vec::new();
+        for _ in 0..9 {
+            let lease = pool.acquire(Ticket::new().sub_pool("rr")).await.unwrap();
+            assert_eq!(lease.choice(), Choice::RoundRobin);
+            picks.push(lease.address().redacted().to_owned());
+            lease.release(OK).await.unwrap();
+        }
+        for turn in picks.chunks(3) {
+            let mut turn = turn.to_vec();
+            turn.sort();
+            assert_eq!(turn, [a(3), a(4), a(5)], "{picks:?}");
+        }
+        // Least connections: held leases spread evenly.
+        let mut held = Vec::new();
+        for _ in 0..12 {
+            let lease = pool.acquire(Ticket::new().sub_pool("lc")).await.unwrap();
+            assert_eq!(lease.choice(), Choice::LeastConnections);
+            held.push(lease);
+        }
+        let mut per: HashMap<String, usize> = HashMap::new();
+        for lease in &held {
+            *per.entry(lease.address().redacted().to_owned())
+                .or_default() += 1;
+        }
+        assert_eq!(per.len(), 3, "{per:?}");
+        assert!(per.values().all(|n| (2..=6).contains(n)), "{per:?}");
+        for lease in held {
+            lease.release(OK).await.unwrap();
+        }
+        assert!(matches!(
+            pool.acquire(Ticket::new().sub_pool("nope")).await,
+            Err(AcquireError::UnknownSubPool(_))
+        ));
+        assert!(
+            pool.add_to("http://10.0.0.99:3128", &["nope"])
+                .await
+                .is_err()
+        );
+    }
+
+    // New sessions land on the same address of the sub-pool's ring in both stores; a bound
+    // key keeps its address through the whole pool's tickets too.
+    for k in 0..24 {
+        let key = format!("acct-{k}");
+        let mut got = Vec::new();
+        for pool in pools {
+            let lease = pool
+                .acquire(Ticket::new().key(key.as_str()).sub_pool("rr"))
+                .await
+                .unwrap();
+            got.push(lease.address().redacted().to_owned());
+            lease.release(OK).await.unwrap();
+            let again = pool.acquire(Ticket::new().key(key.as_str())).await.unwrap();
+            assert_eq!(again.address().redacted(), got[got.len() - 1]);
+            again.release(OK).await.unwrap();
+        }
+        assert_eq!(got[0], got[1], "{key}");
+        assert!([a(3), a(4), a(5)].contains(&got[0]), "{key}: {got:?}");
+    }
+    for pool in pools {
+        assert_eq!(pool.snapshot().await.pool.bindings, 24);
+    }
+
+    // P8 per sub-pool: `shop` has two members, so a failing one is kept in service (degraded:
+    // suspect, then confirmed, yet not quarantined).
+    let fail = |key: &'static str, n: usize| async move {
+        for pool in pools {
+            for _ in 0..n {
+                let ticket = Ticket::new().key(key).sub_pool("shop");
+                pool.acquire(ticket)
+                    .await
+                    .unwrap()
+                    .release(F)
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    fail("shopper", 6).await;
+    let shopper = pool_binding(&memory, "shopper").await;
+    assert_eq!(shopper, pool_binding(&shared, "shopper").await);
+    let j = judged(&memory, &clock, &shopper).await;
+    assert_eq!(j, judged(&shared, &clock, &shopper).await);
+    assert_eq!(j.state, HealthState::Degraded);
+    for pool in pools {
+        let snap = pool.snapshot().await;
+        assert_eq!(snap.address(&a(1)).unwrap().sub_pools, ["shop"]);
+        assert_eq!(snap.address(&a(6)).unwrap().sub_pools, Vec::<String>::new());
+    }
+
+    // A runtime addition joins `shop`, which can now spare the failing one.
+    for pool in pools {
+        pool.add_to(&a(7), &["shop"]).await.unwrap();
+    }
+    for pool in pools {
+        let snap = pool.snapshot().await;
+        assert_eq!(snap.address(&a(7)).unwrap().sub_pools, ["shop"]);
+    }
+    fail("shopper", 1).await;
+    let j = judged(&memory, &clock, &shopper).await;
+    assert_eq!(j, judged(&shared, &clock, &shopper).await);
+    assert_eq!(j.state, HealthState::Quarantined);
+
+    // Removing another member leaves `shop` short: the quarantined one comes back early.
+    let other = if shopper == a(1) { a(2) } else { a(1) };
+    for pool in pools {
+        pool.remove(&other).await.unwrap();
+        let why = reason(pool, &shopper).await;
+        assert!(
+            why.contains("brought back early to keep 2 in service"),
+            "{why}"
+        );
+    }
+    let j = judged(&memory, &clock, &shopper).await;
+    assert_eq!(j, judged(&shared, &clock, &shopper).await);
+    assert_eq!(j.state, HealthState::Probing);
+    for pool in pools {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..30 {
+            let lease = pool.acquire(Ticket::new().sub_pool("shop")).await.unwrap();
+            seen.insert(lease.address().redacted().to_owned());
+            lease.release(OK).await.unwrap();
+        }
+        assert!(seen.contains(&a(7)) && !seen.contains(&other), "{seen:?}");
+    }
+}
+
+/// The address `key` is bound to, as a whole-pool ticket finds it.
+async fn pool_binding(pool: &Pool, key: &str) -> String {
+    let lease = pool.acquire(Ticket::new().key(key)).await.unwrap();
+    let address = lease.address().redacted().to_owned();
+    lease.release(OK).await.unwrap();
+    address
 }

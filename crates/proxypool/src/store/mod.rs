@@ -122,11 +122,7 @@ impl Store {
         match self {
             Self::Memory(m) => m.add(address, sub_pools, now),
             #[cfg(feature = "redis")]
-            Self::Redis(r) => match sub_pools.first() {
-                // The shared store keeps the whole pool only.
-                Some(name) => Err(PoolError::UnknownSubPool(name.clone())),
-                None => r.add(address, now).await,
-            },
+            Self::Redis(r) => r.add(address, sub_pools, now).await,
         }
     }
 

@@ -41,7 +41,7 @@ use batch::{Job, Queue};
 use super::{Grant, Release};
 use crate::address::ProxyAddress;
 use crate::clock::{Timestamp, millis};
-use crate::config::PoolConfig;
+use crate::config::{PoolConfig, Strategy};
 use crate::decision::{Decision, Subject};
 use crate::error::{AcquireError, PoolError};
 use crate::health::{HealthState, ramp};
@@ -127,6 +127,17 @@ struct Functions {
     targets: String,
 }
 
+/// A pool as the library's acquire names it: the keyless strategy's letter, then the
+/// sub-pool's name (none for the whole pool).
+fn pool_spec(strategy: Strategy, name: &str) -> Arc<str> {
+    let letter = match strategy {
+        Strategy::Weighted => 'w',
+        Strategy::RoundRobin => 'r',
+        Strategy::LeastConnections => 'l',
+    };
+    format!("{letter}{name}").into()
+}
+
 /// Why Redis failed, as the typed errors carry it.
 fn unavailable(e: &redis::RedisError) -> String {
     e.to_string()
@@ -157,8 +168,13 @@ pub(crate) struct RedisStore {
     epoch: Mutex<Epoch>,
     /// A re-add after a loss is running.
     rebuilding: std::sync::atomic::AtomicBool,
-    /// What this process added (start list, API): added again when the pool was lost.
-    added: Mutex<HashMap<String, ProxyAddress>>,
+    /// What this process added (start list, API), with the sub-pools: added again when the
+    /// pool was lost.
+    added: Mutex<HashMap<String, (ProxyAddress, Vec<String>)>>,
+    /// How the library names the whole pool with its keyless strategy (see `acquire` in
+    /// library.lua), and each declared sub-pool.
+    whole: Arc<str>,
+    sub_pools: HashMap<String, Arc<str>>,
     /// This process's claim to the prober role.
     #[cfg(feature = "probe")]
     prober_token: String,
@@ -172,6 +188,8 @@ pub(crate) struct RedisStore {
 /// One acquire in a batch.
 struct AcquireRequest {
     now: Timestamp,
+    /// The pool: the keyless strategy's letter, then the sub-pool's name.
+    pool: Arc<str>,
     /// Empty for keyless work.
     key: String,
     /// The key's point on the ring.
@@ -232,6 +250,7 @@ impl RedisStore {
     pub(crate) async fn connect(
         options: &RedisOptions,
         cfg: PoolConfig,
+        sub_pools: &[(String, Strategy)],
         seed: Option<u64>,
     ) -> Result<Arc<Self>, String> {
         let t = Some(options.timeout);
@@ -297,6 +316,7 @@ impl RedisStore {
         for share in &h.ramp_steps {
             let _ = write!(health, " {share}");
         }
+        let whole = pool_spec(cfg.strategy, "");
         let store = Arc::new_cyclic(|me: &Weak<Self>| Self {
             conn,
             meta: format!("proxypool:{{{tag}}}:meta"),
@@ -323,6 +343,11 @@ impl RedisStore {
             epoch: Mutex::new(Epoch::Unknown),
             rebuilding: std::sync::atomic::AtomicBool::new(false),
             added: Mutex::new(HashMap::new()),
+            whole,
+            sub_pools: sub_pools
+                .iter()
+                .map(|(name, strategy)| (name.clone(), pool_spec(*strategy, name)))
+                .collect(),
             #[cfg(feature = "probe")]
             prober_token: format!("{:016x}", rand::random::<u64>()),
             #[cfg(feature = "probe")]
@@ -472,15 +497,15 @@ impl RedisStore {
         }
         let me = Arc::clone(self);
         tokio::spawn(async move {
-            let added: Vec<ProxyAddress> = me
+            let added: Vec<(ProxyAddress, Vec<String>)> = me
                 .added
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .values()
                 .cloned()
                 .collect();
-            for address in added {
-                if let Err(e) = me.add_idempotent(&address, now).await {
+            for (address, sub_pools) in added {
+                if let Err(e) = me.add_idempotent(&address, &sub_pools, now).await {
                     tracing::warn!(target: "proxypool::redis", error = %e, "re-adding an address failed");
                 }
             }
@@ -569,13 +594,18 @@ impl RedisStore {
         ticket: &Ticket,
         now: Timestamp,
     ) -> Result<Grant, AcquireError> {
-        if let Some(sp) = &ticket.sub_pool {
-            // This store keeps the whole pool only.
-            return Err(AcquireError::UnknownSubPool(sp.to_string()));
-        }
+        let pool = match &ticket.sub_pool {
+            None => Arc::clone(&self.whole),
+            Some(name) => self
+                .sub_pools
+                .get(&**name)
+                .cloned()
+                .ok_or_else(|| AcquireError::UnknownSubPool(name.to_string()))?,
+        };
         let key = ticket.key.as_deref().unwrap_or("");
         let request = AcquireRequest {
             now,
+            pool,
             key: key.to_owned(),
             point: if key.is_empty() {
                 0
@@ -657,6 +687,7 @@ impl RedisStore {
             args.push(Arg::Str(&j.request.key));
             args.push(Arg::Int(j.request.point));
             args.push(Arg::Str(&j.request.site));
+            args.push(Arg::Str(&j.request.pool));
         }
         let reply = self
             .call(&self.functions.acquire, now, self.claim_sweep(now), &args)
@@ -783,12 +814,24 @@ impl RedisStore {
         }
     }
 
-    /// Adds `address` unless it is there: every process may add the same start list.
+    /// Adds `address` to the whole pool and `sub_pools` unless it is there: every process
+    /// may add the same start list.
     pub(crate) async fn add_idempotent(
         &self,
         address: &ProxyAddress,
+        sub_pools: &[String],
         now: Timestamp,
     ) -> Result<bool, PoolError> {
+        let mut names: Vec<&str> = Vec::with_capacity(sub_pools.len());
+        for name in sub_pools {
+            if !self.sub_pools.contains_key(name) {
+                return Err(PoolError::UnknownSubPool(name.clone()));
+            }
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+        let names = names.join(" ");
         let url = address.as_str();
         let token = format!("{:016x}", rand::random::<u64>());
         let mut args = vec![
@@ -796,6 +839,7 @@ impl RedisStore {
             Arg::Str(address.redacted()),
             Arg::Int(fingerprint(url) >> TO_52_BITS),
             Arg::Str(&token),
+            Arg::Str(&names),
         ];
         args.extend(points(url, self.cfg.ring_vnodes).map(|p| Arg::Int(p >> TO_52_BITS)));
         let reply = self
@@ -805,12 +849,17 @@ impl RedisStore {
         self.added
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(url.to_owned(), address.clone());
+            .insert(url.to_owned(), (address.clone(), sub_pools.to_vec()));
         Ok(matches!(reply, Value::Int(1)))
     }
 
-    pub(crate) async fn add(&self, address: ProxyAddress, now: Timestamp) -> Result<(), PoolError> {
-        if self.add_idempotent(&address, now).await? {
+    pub(crate) async fn add(
+        &self,
+        address: ProxyAddress,
+        sub_pools: &[String],
+        now: Timestamp,
+    ) -> Result<(), PoolError> {
+        if self.add_idempotent(&address, sub_pools, now).await? {
             Ok(())
         } else {
             Err(PoolError::Duplicate(address))
@@ -1002,6 +1051,8 @@ fn parse_acquires(reply: Value, n: usize) -> Option<(Vec<AcquireReply>, bool, St
             Some("bound") => (Some(Choice::Bound), None),
             Some("hashed") => (Some(Choice::Hashed), None),
             Some("weighted") => (Some(Choice::Weighted), None),
+            Some("round_robin") => (Some(Choice::RoundRobin), None),
+            Some("least") => (Some(Choice::LeastConnections), None),
             Some("broken") => (None, Some("broken")),
             Some("busy") => (None, Some("busy")),
             Some("cooling") => (None, Some("cooling")),
@@ -1216,7 +1267,10 @@ impl SharedView {
             let row = AddressSnapshot {
                 address: redacted,
                 fingerprint: format!("{:016x}", fingerprint(full.as_str())),
-                sub_pools: Vec::new(),
+                sub_pools: a
+                    .get("sp")
+                    .map(|sp| sp.split_whitespace().map(str::to_owned).collect())
+                    .unwrap_or_default(),
                 state: st,
                 state_since_ms: n(&a, "t"),
                 reason: String::new(),

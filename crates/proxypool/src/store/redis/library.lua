@@ -14,6 +14,7 @@
 --
 -- Key layout (suffixes of the prefix):
 --   meta   hash: counters (seq, released, expired, …), `bound`, `offered`, `q`, `next_id`,
+--          per sub-pool 'offered@NAME', 'bound@NAME', 'members@NAME' (see `pool_of`),
 --          `layout` (see LAYOUT), `frozen` (P9: our side); per site 'w|SITE', 'd|SITE',
 --          't|SITE', 'n|SITE' (see `site_fields`) and 'cool|SITE', the latest end of any
 --          cooling for it, so acquires for a site without one skip the per-address check
@@ -28,7 +29,8 @@
 --          failures since suspect (P4), lv backoff level,
 --          cy failed cycles, st success streak, qe quarantine entries, ss stable (healthy)
 --          since, rs ramp start (P10), p keyless step (its `pass` member is 'ID:p'),
---          fp fingerprint (52 bits), v ring points, 'cool|<site>' end of a rate limit's
+--          fp fingerprint (52 bits), v ring points, sp its sub-pools' names (space
+--          separated; absent: the whole pool only), 'cool|<site>' end of a rate limit's
 --          cooling or of an avoidance for that site ('-': tickets without a site),
 --          'w|<site>' the pair's recent outcomes while one of them is a block or captcha
 --   c:ID   hash of one address's outcome counts per site: '<site>|<class>' → n ('-' for
@@ -36,14 +38,17 @@
 --   due    zset of deadlines: 'l<lease>:<id>' lease TTL (P14), 'b<key>' binding TTL (P2),
 --          'q<id>' end of a quarantine wait (P6), 'r<id>' next ramp stage (P10). Redis 7.0
 --          has no per-field TTL.
---   bind   hash key → id (P2)
+--   bind   hash key → id, then ' NAME' if bound through sub-pool NAME (P2)
 --   pass   zset 'id:step' → pass, of the addresses offered for keyless work and below the cap;
 --          the step is the inverse of the weight (state × ramp share), as text
 --   ring   zset 'id:v' → point, the consistent-hash ring (P1), at the points the client computes
+--   sp:NAME:pass, sp:NAME:ring  the same two for sub-pool NAME and its members
 --   log    list of state transitions, newest first
 --   prober the token of the process whose prober probes the pool, with a TTL
 --   cooled:SITE  set of the addresses with a 'cool|SITE' field, deleted with those fields
 --          once the site's latest cooling is over
+
+local function num(v) return tonumber(v or '0') or 0 end
 
 local NAMES = {'meta', 'url', 'name', 'byurl', 'state', 'due', 'bind', 'log', 'pass', 'ring'}
 local pools = {}
@@ -52,15 +57,53 @@ local function keys_of(meta)
   local K = pools[meta]
   if K then return K end
   local prefix = string.sub(meta, 1, -5)
-  K = {prefix = prefix}
+  K = {prefix = prefix, sub = {}, sub_n = 0, lists = {}, lists_n = 0}
   for _, n in ipairs(NAMES) do K[n] = prefix .. n end
   pools[meta] = K
   return K
 end
 
-local function addr(K, id) return K.prefix .. 'a:' .. id end
+-- The selection structures of the whole pool (name '') or of a sub-pool: its `pass` and
+-- `ring` zsets and its `meta` counters of offered addresses, keys bound through it and
+-- members (the whole pool's members are the `state` index).
+local function pool_of(K, name)
+  local P = K.sub[name]
+  if P then return P end
+  -- Bounded: sub-pool names come from callers.
+  if K.sub_n >= 10000 then K.sub, K.sub_n = {}, 0 end
+  if name == '' then
+    P = {name = '', pass = K.pass, ring = K.ring, offered = 'offered', bound = 'bound'}
+  else
+    local p = K.prefix .. 'sp:' .. name .. ':'
+    P = {
+      name = name, pass = p .. 'pass', ring = p .. 'ring', offered = 'offered@' .. name,
+      bound = 'bound@' .. name, members = 'members@' .. name,
+    }
+  end
+  K.sub[name], K.sub_n = P, K.sub_n + 1
+  return P
+end
 
-local function num(v) return tonumber(v or '0') or 0 end
+-- The pools an address belongs to, from its `sp` field (its sub-pools' names, space
+-- separated; absent for the whole pool only): the whole pool first.
+local function pools_in(K, sp)
+  local text = sp or ''
+  local L = K.lists[text]
+  if L then return L end
+  if K.lists_n >= 10000 then K.lists, K.lists_n = {}, 0 end
+  L = {pool_of(K, '')}
+  for name in string.gmatch(text, '%S+') do L[#L + 1] = pool_of(K, name) end
+  K.lists[text], K.lists_n = L, K.lists_n + 1
+  return L
+end
+
+-- How many addresses a pool has.
+local function members_of(K, P)
+  if P.members then return num(redis.call('HGET', K.meta, P.members)) end
+  return redis.call('HLEN', K.state)
+end
+
+local function addr(K, id) return K.prefix .. 'a:' .. id end
 
 -- The `meta` field names of a site, made once per site (and server): every release batch
 -- reads them, and a string made in Lua costs as much as a command's reply.
@@ -127,9 +170,14 @@ end
 local function counted(s) return s == 'quarantined' or s == 'probing' end
 
 -- Joining afresh: at the current lowest pass, so no catch-up burst.
-local function join_pass(K, m)
-  local head = redis.call('ZRANGE', K.pass, 0, 0, 'WITHSCORES')
-  redis.call('ZADD', K.pass, head[2] or 0, m)
+local function join_pass(pass, m)
+  local head = redis.call('ZRANGE', pass, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', pass, head[2] or 0, m)
+end
+
+-- Joins (back below the cap) the `pass` of every pool of the address.
+local function join_passes(K, sp, m)
+  for _, P in ipairs(pools_in(K, sp)) do join_pass(P.pass, m) end
 end
 
 -- The ramp stage (1 …) of an address ramping since `rs` (P10) and when the next one begins;
@@ -146,20 +194,24 @@ local function ramp_stage(H, rs, now)
   return k + 1, start + math.ceil(H.ramp_ms * (k + 1) / stages)
 end
 
--- Moves `id`'s `pass` member to step `to`, keeping its pass; not if it is out (at the cap).
-local function restep_member(K, id, from, to)
+-- Moves `id`'s `pass` members (one per pool, `sp` its sub-pools) to step `to`, keeping
+-- their passes; not where it is out (at the cap).
+local function restep_member(K, id, sp, from, to)
   if from == to then return end
-  local score = redis.call('ZSCORE', K.pass, member(id, from))
-  if score then
-    redis.call('ZREM', K.pass, member(id, from))
-    redis.call('ZADD', K.pass, score, member(id, to))
+  for _, P in ipairs(pools_in(K, sp)) do
+    local score = redis.call('ZSCORE', P.pass, member(id, from))
+    if score then
+      redis.call('ZREM', P.pass, member(id, from))
+      redis.call('ZADD', P.pass, score, member(id, to))
+    end
   end
 end
 
 local function set_state(K, id, to, reason, now, cap, H)
   local a = addr(K, id)
-  local f = redis.call('HMGET', a, 's', 'n', 'p', 'rs')
+  local f = redis.call('HMGET', a, 's', 'n', 'p', 'rs', 'sp')
   local from, n, rs = f[1] or 'absent', num(f[2]), f[4]
+  local in_pools = pools_in(K, f[5])
   local set, del = {'s', to, 't', now, 'st', '0'}, {'su'}
   -- P10: entering service from outside it, or from probing, starts the ramp (a new address's
   -- slow start too); leaving service ends it.
@@ -199,20 +251,23 @@ local function set_state(K, id, to, reason, now, cap, H)
     redis.call('HINCRBY', K.meta, 'q_entries', '1')
     redis.call('HINCRBY', a, 'qe', '1')
   end
-  if OFFERED[to] and not OFFERED[from] then
-    redis.call('HINCRBY', K.meta, 'offered', '1')
-  elseif OFFERED[from] and not OFFERED[to] then
-    redis.call('HINCRBY', K.meta, 'offered', '-1')
-  end
-  -- Membership of `pass`: offered and below the cap. A change of step keeps the pass.
-  local score = nil
-  if OFFERED[from] then
-    local old = member(id, f[3] or H.text[from][0])
-    score = redis.call('ZSCORE', K.pass, old)
-    redis.call('ZREM', K.pass, old)
-  end
-  if OFFERED[to] and n < cap then
-    if score then redis.call('ZADD', K.pass, score, member(id, step)) else join_pass(K, member(id, step)) end
+  -- Per pool: the offered count, and membership of `pass` (offered and below the cap). A
+  -- change of step keeps the pass.
+  for _, P in ipairs(in_pools) do
+    if OFFERED[to] and not OFFERED[from] then
+      redis.call('HINCRBY', K.meta, P.offered, '1')
+    elseif OFFERED[from] and not OFFERED[to] then
+      redis.call('HINCRBY', K.meta, P.offered, '-1')
+    end
+    local score = nil
+    if OFFERED[from] then
+      local old = member(id, f[3] or H.text[from][0])
+      score = redis.call('ZSCORE', P.pass, old)
+      redis.call('ZREM', P.pass, old)
+    end
+    if OFFERED[to] and n < cap then
+      if score then redis.call('ZADD', P.pass, score, member(id, step)) else join_pass(P.pass, member(id, step)) end
+    end
   end
   decide(K, now, redis.call('HGET', K.name, id) or id, from, to, reason)
 end
@@ -221,7 +276,7 @@ end
 -- the quarantine cycle before it, which succeeded (P11).
 local function ramp_on(K, id, now, H)
   local a = addr(K, id)
-  local f = redis.call('HMGET', a, 's', 'p', 'rs')
+  local f = redis.call('HMGET', a, 's', 'p', 'rs', 'sp')
   local s = f[1]
   if not OFFERED[s] or not f[3] then return end
   local k, next_at = ramp_stage(H, f[3], now)
@@ -233,34 +288,41 @@ local function ramp_on(K, id, now, H)
   end
   local step = H.text[s][k or 0]
   if step ~= f[2] then
-    restep_member(K, id, f[2] or H.text[s][0], step)
+    restep_member(K, id, f[4], f[2] or H.text[s][0], step)
     redis.call('HSET', a, 'p', step)
   end
 end
 
+-- A binding's value: the address id, then the sub-pool it was bound through, if any.
+local function binding(v)
+  if not v then return nil end
+  return string.match(v, '^(%d+) ?(.*)$')
+end
+
 local function unbind(K, key)
-  local id = redis.call('HGET', K.bind, key)
+  local id, via = binding(redis.call('HGET', K.bind, key))
   redis.call('ZREM', K.due, 'b' .. key)
   if not id then return false end
   redis.call('HDEL', K.bind, key)
-  redis.call('HINCRBY', K.meta, 'bound', '-1')
+  redis.call('HINCRBY', K.meta, pool_of(K, via).bound, '-1')
   if redis.call('HEXISTS', K.state, id) == 1 then redis.call('HINCRBY', addr(K, id), 'k', '-1') end
   return true
 end
 
--- An open lease of `id` (state `s`, step `step`; nil if removed: nothing to count) has ended.
-local function freed(K, id, s, step, cap, H)
+-- An open lease of `id` (state `s`, step `step`, sub-pools `sp`; nil if removed: nothing to
+-- count) has ended.
+local function freed(K, id, s, step, sp, cap, H)
   if not s then return end
   local n = redis.call('HINCRBY', addr(K, id), 'n', '-1')
   -- Back below the cap: offered for keyless work again.
-  if n == cap - 1 and OFFERED[s] then join_pass(K, member(id, step or H.text[s][0])) end
+  if n == cap - 1 and OFFERED[s] then join_passes(K, sp, member(id, step or H.text[s][0])) end
 end
 
 -- Frees the slot of an open lease; false if it was closed or expired already.
 local function close_lease(K, lid, id, cap, H)
   if redis.call('ZREM', K.due, 'l' .. lid .. ':' .. id) == 0 then return false end
-  local f = redis.call('HMGET', addr(K, id), 's', 'p')
-  freed(K, id, f[1], f[2], cap, H)
+  local f = redis.call('HMGET', addr(K, id), 's', 'p', 'sp')
+  freed(K, id, f[1], f[2], f[3], cap, H)
   return true
 end
 
@@ -270,7 +332,10 @@ end
 -- turns each number into one with sprintf.)
 local function new_batch(K, cap, size, H)
   local last = redis.call('HINCRBY', K.meta, 'seq', tostring(size))
-  return {K = K, cap = cap, H = H, next_lid = last - size + 1, last_lid = last, due = {}, full = {}, cool_memo = {}}
+  return {
+    K = K, cap = cap, H = H, next_lid = last - size + 1, last_lid = last, due = {}, full = {},
+    cool_memo = {}, sel = {},
+  }
 end
 
 -- Takes one more lease on `id` (`m` its `pass` member) if the cap allows; its deadline (and
@@ -285,7 +350,7 @@ local function take(B, id, m, lease_deadline, session_deadline, key)
   end
   if n == B.cap then
     B.full[id] = true
-    redis.call('ZREM', B.K.pass, m)
+    for _, P in ipairs(pools_in(B.K, redis.call('HGET', a, 'sp'))) do redis.call('ZREM', P.pass, m) end
   end
   local lid = B.next_lid
   B.next_lid = lid + 1
@@ -299,9 +364,10 @@ local function take(B, id, m, lease_deadline, session_deadline, key)
   return lid
 end
 
--- Writes the passes the batch advanced (XX: not for those that left `pass` meanwhile).
-local function flush_passes(B)
-  local c = B.cand
+-- Writes the passes the batch advanced in pool `P`'s `pass` (XX: not for those that left
+-- it meanwhile).
+local function flush_pool(B, P, C)
+  local c = C.cand
   if not c then return end
   local updates = {}
   for i = 1, #c, 5 do
@@ -311,7 +377,15 @@ local function flush_passes(B)
       c[i + 3] = false
     end
   end
-  if #updates > 0 then redis.call('ZADD', B.K.pass, 'XX', unpack(updates)) end
+  if #updates > 0 then redis.call('ZADD', P.pass, 'XX', unpack(updates)) end
+end
+
+-- The same for every pool the batch picked from; their candidates are read again after.
+local function flush_passes(B)
+  for P, C in pairs(B.sel) do
+    flush_pool(B, P, C)
+    C.cand = nil
+  end
 end
 
 local function end_batch(B)
@@ -343,17 +417,23 @@ end
 -- Read again (after writing back) when every candidate is full or the lowest would pass the
 -- bound, where an address not read would be next; candidates cooling for the acquire's site
 -- are passed over. Candidates are flat: id, member, pass (with this batch's picks), changed,
--- step.
-local function keyless(B, lease_deadline, wanted)
+-- step. Round-robin (`even`) is the same with every step 1: each offered address in turn.
+-- Per pool `P` (its state in the batch: `C`).
+local function keyless(B, P, lease_deadline, wanted, even)
+  local C = B.sel[P]
+  if not C then
+    C = {}
+    B.sel[P] = C
+  end
   for attempt = 1, 3 do
-    if not B.cand then
+    if not C.cand then
       -- Wider when the first read held only full or cooling candidates; the third reads all.
       local n = attempt == 1 and wanted or attempt == 2 and wanted + 32 or -1
       local c = {}
-      local r = redis.call('ZRANGE', B.K.pass, '0', tostring(n), 'WITHSCORES')
-      B.bound = nil
+      local r = redis.call('ZRANGE', P.pass, '0', tostring(n), 'WITHSCORES')
+      C.bound = nil
       if n >= 0 and #r > 2 * n then
-        B.bound = tonumber(r[#r])
+        C.bound = tonumber(r[#r])
         r[#r], r[#r - 1] = nil, nil
       end
       for i = 1, #r, 2 do
@@ -362,11 +442,11 @@ local function keyless(B, lease_deadline, wanted)
         c[#c + 1] = r[i]
         c[#c + 1] = tonumber(r[i + 1])
         c[#c + 1] = false
-        c[#c + 1] = tonumber(step)
+        c[#c + 1] = even and 1 or tonumber(step)
       end
-      B.cand = c
+      C.cand = c
     end
-    local c = B.cand
+    local c = C.cand
     local cooling, skipped = {}, false
     while true do
       local best, best_pass = nil, nil
@@ -379,7 +459,7 @@ local function keyless(B, lease_deadline, wanted)
       end
       -- Past the bound an address not read would be next — unless cooling ones were passed
       -- over, when any candidate left is better than none.
-      if not best or (B.bound and best_pass > B.bound and not skipped) then break end
+      if not best or (C.bound and best_pass > C.bound and not skipped) then break end
       local id = c[best]
       if cools(B, id) then
         -- Rate limited for this acquire's site: the next best, for this acquire only.
@@ -397,14 +477,50 @@ local function keyless(B, lease_deadline, wanted)
               c[k + 3] = true
             end
           end
-          return lid, tonumber(id), 'weighted'
+          return lid, tonumber(id), even and 'round_robin' or 'weighted'
         end
         -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
-        redis.call('ZREM', B.K.pass, c[best + 1])
+        redis.call('ZREM', P.pass, c[best + 1])
       end
     end
-    flush_passes(B)
-    B.cand = nil
+    flush_pool(B, P, C)
+    C.cand = nil
+  end
+  return 0, 0, 'none'
+end
+
+-- How unwell an offered address is, for least connections' ties (lower is better).
+local UNWELL = {healthy = 0, degraded = 1, probing = 2}
+
+-- Least connections by the power of two choices, as `strategy::least_connections`: two
+-- random members of pool `P`'s `pass` (offered, below the cap) not cooling for the acquire's
+-- site, the one with fewer open leases wins, then the one in the better state; when 16
+-- draws (with repetition: a positive count would return a small set whole, in a fixed order)
+-- do not turn up two eligible ones, the lightest of all.
+local function least(B, P, lease_deadline)
+  for _ = 1, 3 do
+    local best, best_load, best_m, found, weighed = nil, nil, nil, 0, {}
+    local function weigh(m)
+      local id = string.match(m, '^(%d+):')
+      if not id or weighed[id] or B.full[id] or cools(B, id) then return end
+      weighed[id] = true
+      local f = redis.call('HMGET', addr(B.K, id), 'n', 's')
+      local load = num(f[1]) * 4 + (UNWELL[f[2]] or 3)
+      if not best_load or load < best_load then best, best_load, best_m = id, load, m end
+      found = found + 1
+    end
+    for _, m in ipairs(redis.call('ZRANDMEMBER', P.pass, '-16')) do
+      weigh(m)
+      if found == 2 then break end
+    end
+    if found < 2 then
+      for _, m in ipairs(redis.call('ZRANGE', P.pass, '0', '-1')) do weigh(m) end
+    end
+    if not best then return 0, 0, 'none' end
+    local lid = take(B, best, best_m, lease_deadline)
+    if lid then return lid, tonumber(best), 'least' end
+    -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
+    redis.call('ZREM', P.pass, best_m)
   end
   return 0, 0, 'none'
 end
@@ -430,15 +546,21 @@ local function quarantine(K, id, from, reason, now, cap, H, jitter)
   local total = redis.call('HLEN', K.state)
   local qcap = math.max(1, math.ceil(H.qcap * total))
   local m = redis.call('HMGET', K.meta, 'q', 'offered', 'frozen')
-  local q, offered = num(m[1]), num(m[2])
-  local min_in_service = math.min(H.min_in_service, total)
+  local q = num(m[1])
+  -- P8 in each pool of the address: the one with the fewest to spare decides.
+  local tightest, tightest_min = nil, nil
+  for i, P in ipairs(pools_in(K, redis.call('HGET', a, 'sp'))) do
+    local offered = i == 1 and num(m[2]) or num(redis.call('HGET', K.meta, P.offered))
+    local min = math.min(H.min_in_service, i == 1 and total or members_of(K, P))
+    if not tightest or offered - min < tightest then tightest, tightest_min = offered - min, min end
+  end
   local refusal = nil
   if m[3] == '1' then
     refusal = 'quarantining frozen: our side looks broken'
   elseif not counted(from) and q >= qcap then
     refusal = 'quarantine cap of ' .. qcap .. ' reached'
-  elseif offered - 1 < min_in_service then
-    refusal = 'would leave fewer than ' .. min_in_service .. ' in service'
+  elseif tightest <= 0 then
+    refusal = 'would leave fewer than ' .. tightest_min .. ' in service'
   end
   if refusal then
     if from == 'healthy' then
@@ -612,7 +734,7 @@ end
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '3'
+local LAYOUT = '4'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -646,12 +768,17 @@ local function capacity(bound, addresses, factor)
   return floor, math.min((x - floor) * 8, 1) * TWO52
 end
 
--- One acquire: `key` ('' = keyless) and its ring `point`. Returns lease id, address id and the
--- choice, or 0, address id or 0, and 'busy' | 'broken' | 'none'.
-local function acquire_one(B, lease_deadline, session_deadline, factor, key, point, keyless_left)
+-- One acquire: `key` ('' = keyless) and its ring `point`, in pool `P` with keyless strategy
+-- `strategy` ('w' weighted, 'r' round-robin, 'l' least connections). Returns lease id,
+-- address id and the choice, or 0, address id or 0, and 'busy' | 'broken' | 'none'.
+local function acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, keyless_left)
   local K, cap = B.K, B.cap
-  if key == '' then return keyless(B, lease_deadline, keyless_left) end
-  local id = redis.call('HGET', K.bind, key)
+  if key == '' then
+    if strategy == 'l' then return least(B, P, lease_deadline) end
+    return keyless(B, P, lease_deadline, keyless_left, strategy == 'r')
+  end
+  -- A bound key keeps its address whichever pool the ticket names.
+  local id = binding(redis.call('HGET', K.bind, key))
   if id then
     local f = redis.call('HMGET', addr(K, id), 's', names_of(B.site)[5], 'p')
     local s = f[1]
@@ -669,28 +796,28 @@ local function acquire_one(B, lease_deadline, session_deadline, factor, key, poi
   end
   -- A new session: clockwise on the ring from the key's point to the first address in service
   -- (not probing) below the lease cap whose bound keys leave room (bounded loads).
-  local m = redis.call('HMGET', K.meta, 'bound', 'offered')
+  local m = redis.call('HMGET', K.meta, P.bound, P.offered)
   local floor, threshold = capacity(num(m[1]), num(m[2]), factor)
   local ceiling = floor + (threshold > 0 and 1 or 0)
   local seen, fallback = {}, nil
   local function bind(cid, m)
     local lid = take(B, cid, m, lease_deadline, session_deadline, key)
-    redis.call('HSET', K.bind, key, cid)
+    redis.call('HSET', K.bind, key, P.name == '' and cid or cid .. ' ' .. P.name)
     redis.call('HINCRBY', addr(K, cid), 'k', '1')
-    redis.call('HINCRBY', K.meta, 'bound', '1')
+    redis.call('HINCRBY', K.meta, P.bound, '1')
     return lid, tonumber(cid), 'hashed'
   end
   -- Nothing offered below the cap: no walk (it would visit the whole ring).
-  if redis.call('ZCARD', K.pass) == 0 then return 0, 0, 'none' end
+  if redis.call('ZCARD', P.pass) == 0 then return 0, 0, 'none' end
   -- By rank from the key's point, with wrap-around; at most RING_WALK points, and never
   -- past the point where every address has been seen.
-  local points, addresses = redis.call('ZCARD', K.ring), redis.call('HLEN', K.state)
-  local start, seen_n = redis.call('ZCOUNT', K.ring, '-inf', '(' .. point), 0
+  local points, addresses = redis.call('ZCARD', P.ring), members_of(K, P)
+  local start, seen_n = redis.call('ZCOUNT', P.ring, '-inf', '(' .. point), 0
   local walked = 0
   while walked < points and walked < RING_WALK and seen_n < addresses do
     local from = (start + walked) % points
     local to = math.min(from + 31, points - 1)
-    for _, p in ipairs(redis.call('ZRANGE', K.ring, tostring(from), tostring(to))) do
+    for _, p in ipairs(redis.call('ZRANGE', P.ring, tostring(from), tostring(to))) do
       local cid = string.match(p, '^(%d+):')
       if not seen[cid] then
         seen[cid] = true
@@ -725,15 +852,19 @@ local function uncool(K, site)
   if #ids < 256 then redis.call('HDEL', K.meta, field) end
 end
 
+-- Refusals, counted in `meta` by their names.
+local REFUSED = {none = true, broken = true, busy = true, cooling = true}
+
 -- acquire, a batch of them in order: ARGV[5] the leases' deadline, [6] the sessions' deadline
 -- (ms), [7] load factor, then per acquire: key ('' = keyless), the key's ring point, site
--- ('-' for none). Replies three elements per acquire (see acquire_one), then `more` and the
--- pool's epoch. An acquire that finds nothing
--- sweeps first if the call did not (expired leases may be what holds the capacity).
+-- ('-' for none), pool: the keyless strategy's letter (see acquire_one) and the sub-pool's
+-- name (none for the whole pool). Replies three elements per acquire (see acquire_one), then
+-- `more` and the pool's epoch. An acquire that finds nothing sweeps first if the call did
+-- not (expired leases may be what holds the capacity).
 local function acquire(keys, args)
   -- The batch's sites' latest cooling ends come with the context.
   local sites, fields = {}, {'layout', 'epoch'}
-  for i = 10, #args, 3 do
+  for i = 10, #args, 4 do
     local site = args[i]
     if not sites[site] then
       fields[#fields + 1] = names_of(site)[5]
@@ -743,9 +874,10 @@ local function acquire(keys, args)
   local K, now, cap, more, H, got = open(keys, args, fields)
   local swept = args[2] == '1'
   local lease_deadline, session_deadline, factor = args[5], args[6], tonumber(args[7])
-  local size, keyless_left = (#args - 7) / 3, 0
-  for i = 8, #args, 3 do
-    if args[i] == '' then keyless_left = keyless_left + 1 end
+  -- Keyless acquires left in the batch, per pool.
+  local size, keyless_left = (#args - 7) / 4, {}
+  for i = 8, #args, 4 do
+    if args[i] == '' then keyless_left[args[i + 3]] = (keyless_left[args[i + 3]] or 0) + 1 end
   end
   -- A site's latest cooling over: every cooling there is, and their fields go.
   for site, at in pairs(sites) do
@@ -754,25 +886,26 @@ local function acquire(keys, args)
   local B = new_batch(K, cap, size, H)
   B.now = now
   local out = {}
-  for i = 8, #args, 3 do
-    local key, point = args[i], args[i + 1]
+  for i = 8, #args, 4 do
+    local key, point, spec = args[i], args[i + 1], args[i + 3]
+    local P, strategy = pool_of(K, string.sub(spec, 2)), string.sub(spec, 1, 1)
     B.site = args[i + 2]
     B.site_cools = num(got[sites[B.site]]) > now
-    local lid, id, tag = acquire_one(B, lease_deadline, session_deadline, factor, key, point, keyless_left)
+    local left = keyless_left[spec]
+    local lid, id, tag = acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, left)
     if tag == 'none' and not swept then
       -- The batch's pending deadlines first: the sweep must see refreshed bindings as such.
       swept = true
       flush_passes(B)
-      B.cand = nil
       if #B.due > 0 then redis.call('ZADD', K.due, unpack(B.due)) end
       B.due = {}
       if sweep(K, now, args[1], cap, H) == 1 then more = 1 end
       -- Leases the sweep ended may have made room on addresses the batch filled.
       B.full = {}
-      lid, id, tag = acquire_one(B, lease_deadline, session_deadline, factor, key, point, keyless_left)
+      lid, id, tag = acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, left)
     end
-    if key == '' then keyless_left = keyless_left - 1 end
-    if tag ~= 'weighted' and tag ~= 'bound' and tag ~= 'hashed' then redis.call('HINCRBY', K.meta, tag, '1') end
+    if key == '' then keyless_left[spec] = left - 1 end
+    if REFUSED[tag] then redis.call('HINCRBY', K.meta, tag, '1') end
     out[#out + 1] = lid
     out[#out + 1] = id
     out[#out + 1] = tag
@@ -1065,8 +1198,8 @@ local function release(keys, args)
     local lid = tonumber(args[i])
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 4]
-      local f = redis.call('HMGET', addr(K, id), 's', 'w', names_of(site)[1], 'p')
-      if scores[j] then freed(K, id, f[1], f[4], cap, H) end
+      local f = redis.call('HMGET', addr(K, id), 's', 'w', names_of(site)[1], 'p', 'sp')
+      if scores[j] then freed(K, id, f[1], f[4], f[5], cap, H) end
       if class == 'a' then
         if scores[j] then abandoned = abandoned + 1 end
       elseif f[1] then
@@ -1116,9 +1249,35 @@ local function probe(keys, args)
   return 1
 end
 
+-- Adds ring points `args[from..]` of address `id` to `ring`, or removes them; in chunks:
+-- Lua's unpack has a limit of a few thousand values.
+local function place(ring, id, args, from)
+  local points = {}
+  for i = from, #args do
+    points[#points + 1] = args[i]
+    points[#points + 1] = id .. ':' .. (i - from)
+    if #points == 1000 or i == #args then
+      redis.call('ZADD', ring, unpack(points))
+      points = {}
+    end
+  end
+end
+
+local function unplace(ring, id, vnodes)
+  local points = {}
+  for v = 0, vnodes - 1 do
+    points[#points + 1] = id .. ':' .. v
+    if #points == 1000 or v == vnodes - 1 then
+      redis.call('ZREM', ring, unpack(points))
+      points = {}
+    end
+  end
+end
+
 -- add: ARGV[5] url, [6] redacted name, [7] fingerprint (52 bits), [8] an epoch token (16
--- random hex digits), [9..] ring points. Replies 0 if the URL is present already (every process may add the same
--- start list). The first add of a pool (or of a pool Redis lost) sets its epoch.
+-- random hex digits), [9] its sub-pools' names (space separated), [10..] ring points.
+-- Replies 0 if the URL is present already (every process may add the same start list). The
+-- first add of a pool (or of a pool Redis lost) sets its epoch.
 local function add(keys, args)
   local K, now, cap, _, H = open(keys, args)
   local url = args[5]
@@ -1137,21 +1296,66 @@ local function add(keys, args)
   local id = redis.call('HINCRBY', K.meta, 'next_id', '1')
   redis.call('HSET', K.url, id, url)
   redis.call('HSET', K.name, id, args[6])
-  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[7], 'v', #args - 8, 'we', now)
-  -- In chunks: Lua's unpack has a limit of a few thousand values.
-  local points = {}
-  for i = 9, #args do
-    points[#points + 1] = args[i]
-    points[#points + 1] = id .. ':' .. (i - 9)
-    if #points == 1000 or i == #args then
-      redis.call('ZADD', K.ring, unpack(points))
-      points = {}
-    end
+  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[7], 'v', #args - 9, 'we', now)
+  local sp = args[9] ~= '' and args[9] or nil
+  if sp then redis.call('HSET', addr(K, id), 'sp', sp) end
+  for i, P in ipairs(pools_in(K, sp)) do
+    if i > 1 then redis.call('HINCRBY', K.meta, P.members, '1') end
+    place(P.ring, id, args, 10)
   end
   set_state(K, id, 'healthy', 'added (slow start)', now, cap, H)
   -- Last: until here a failed add leaves nothing that says the URL is present.
   redis.call('HSET', K.byurl, url, id)
   return 1
+end
+
+-- The present addresses that are not offered (or, `counted`, that count against the
+-- quarantine cap), of pool `P`, as {id, rank, until}: the end of their quarantine wait
+-- (0 if none), dead ones ranked last.
+local function out_of_service(K, P, want_counted)
+  local states = redis.call('HGETALL', K.state)
+  local out = {}
+  for i = 1, #states, 2 do
+    local id, s = states[i], states[i + 1]
+    local wanted = want_counted and counted(s) or (not want_counted and not OFFERED[s])
+    if wanted and (P.name == '' or string.find(' ' .. (redis.call('HGET', addr(K, id), 'sp') or '') .. ' ',
+      ' ' .. P.name .. ' ', 1, true)) then
+      local rank = (s == 'dead' or s == 'quarantined' and want_counted) and 1 or 0
+      out[#out + 1] = {tonumber(id), rank, num(redis.call('ZSCORE', K.due, 'q' .. id))}
+    end
+  end
+  table.sort(out, function(x, y)
+    if x[2] ~= y[2] then return x[2] < y[2] end
+    if x[3] ~= y[3] then return x[3] < y[3] end
+    return x[1] < y[1]
+  end)
+  return out
+end
+
+-- P8 after a removal: out-of-service members of pool `P` come back early (probing) until it
+-- offers its minimum again — quarantined ones closest to their return first, the dead last.
+local function keep_minimum(K, P, now, cap, H)
+  local min = math.min(H.min_in_service, members_of(K, P))
+  local short = min - num(redis.call('HGET', K.meta, P.offered))
+  if short <= 0 then return end
+  for _, c in ipairs(out_of_service(K, P, false)) do
+    if short <= 0 then return end
+    set_state(K, tostring(c[1]), 'probing', 'brought back early to keep ' .. min .. ' in service', now, cap, H)
+    short = short - 1
+  end
+end
+
+-- P7 after a removal: a smaller pool has a smaller cap; the excess returns to service on a
+-- ramp (probing ones first, then those closest to the end of their wait).
+local function keep_cap(K, now, cap, H)
+  local qcap = math.max(1, math.ceil(H.qcap * redis.call('HLEN', K.state)))
+  local excess = num(redis.call('HGET', K.meta, 'q')) - qcap
+  if excess <= 0 then return end
+  for _, c in ipairs(out_of_service(K, pool_of(K, ''), true)) do
+    if excess <= 0 then return end
+    set_state(K, tostring(c[1]), 'healthy', 'returned early: the pool shrank and its quarantine cap is ' .. qcap, now, cap, H)
+    excess = excess - 1
+  end
 end
 
 -- remove: ARGV[5] url. The url and name stay: bindings to it report a broken session with its
@@ -1162,18 +1366,18 @@ local function remove(keys, args)
   if not id then return 0 end
   set_state(K, id, 'removed', 'removed', now, cap, H)
   local a = addr(K, id)
-  local points, vnodes = {}, num(redis.call('HGET', a, 'v'))
-  for v = 0, vnodes - 1 do
-    points[#points + 1] = id .. ':' .. v
-    if #points == 1000 or v == vnodes - 1 then
-      redis.call('ZREM', K.ring, unpack(points))
-      points = {}
-    end
+  local f = redis.call('HMGET', a, 'v', 'sp')
+  local in_pools = pools_in(K, f[2])
+  for i, P in ipairs(in_pools) do
+    if i > 1 then redis.call('HINCRBY', K.meta, P.members, '-1') end
+    unplace(P.ring, id, num(f[1]))
   end
   redis.call('HDEL', K.byurl, args[5])
   redis.call('HDEL', K.state, id)
   redis.call('DEL', a, K.prefix .. 'c:' .. id)
   redis.call('ZREM', K.due, 'q' .. id)
+  for _, P in ipairs(in_pools) do keep_minimum(K, P, now, cap, H) end
+  keep_cap(K, now, cap, H)
   return 1
 end
 
