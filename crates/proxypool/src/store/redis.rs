@@ -1029,7 +1029,8 @@ struct AcquireReply {
     refusal: Option<&'static str>,
 }
 
-/// The acquire function's reply: three elements per acquire, then `more` and the epoch.
+/// The acquire function's reply: three elements per acquire (lease id, address id, tag),
+/// then `more` and the epoch.
 fn parse_acquires(reply: Value, n: usize) -> Option<(Vec<AcquireReply>, bool, String)> {
     let Value::Array(items) = reply else {
         return None;
@@ -1044,9 +1045,11 @@ fn parse_acquires(reply: Value, n: usize) -> Option<(Vec<AcquireReply>, bool, St
     }
     let mut out = Vec::with_capacity(n);
     for r in rest.chunks(3) {
-        let [Value::Int(lease), Value::Int(id), tag] = r else {
+        // The address id comes as text (the library does not turn it into a number).
+        let [Value::Int(lease), id, tag] = r else {
             return None;
         };
+        let id: u32 = text(id)?.parse().ok()?;
         let (choice, refusal) = match text(tag).as_deref() {
             Some("bound") => (Some(Choice::Bound), None),
             Some("hashed") => (Some(Choice::Hashed), None),
@@ -1061,7 +1064,7 @@ fn parse_acquires(reply: Value, n: usize) -> Option<(Vec<AcquireReply>, bool, St
         };
         out.push(AcquireReply {
             lease: u64::try_from(*lease).ok()?,
-            id: u32::try_from(*id).ok()?,
+            id,
             choice,
             refusal,
         });

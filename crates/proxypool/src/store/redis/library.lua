@@ -48,7 +48,34 @@
 --   cooled:SITE  set of the addresses with a 'cool|SITE' field, deleted with those fields
 --          once the site's latest cooling is over
 
-local function num(v) return tonumber(v or '0') or 0 end
+-- A field's value as a number, 0 when absent.
+local function num(v)
+  if not v then return 0 end
+  return tonumber(v) or 0
+end
+
+-- Lua 5.1 writes a number as text with sprintf, which costs more than most commands here
+-- (about half a microsecond): non-negative integers are written from memoized parts instead,
+-- the thousands (few distinct ones at a time) and the last three digits.
+local SMALL, LOW3 = nil, nil
+local thousands, thousands_n = {}, 0
+local function digits(n)
+  if n < 0 or n >= 1e14 or n ~= math.floor(n) then return tostring(n) end
+  if not SMALL then
+    -- Built on first use: the standard library is not reachable while the library loads.
+    SMALL, LOW3 = {}, {}
+    for i = 0, 999 do SMALL[i], LOW3[i] = tostring(i), string.format('%03d', i) end
+  end
+  local hi = math.floor(n / 1000)
+  if hi == 0 then return SMALL[n] end
+  local h = thousands[hi]
+  if not h then
+    if thousands_n >= 4096 then thousands, thousands_n = {}, 0 end
+    h = tostring(hi)
+    thousands[hi], thousands_n = h, thousands_n + 1
+  end
+  return h .. LOW3[n - hi * 1000]
+end
 
 local NAMES = {'meta', 'url', 'name', 'byurl', 'state', 'due', 'bind', 'log', 'pass', 'ring'}
 local pools = {}
@@ -57,7 +84,9 @@ local function keys_of(meta)
   local K = pools[meta]
   if K then return K end
   local prefix = string.sub(meta, 1, -5)
-  K = {prefix = prefix, sub = {}, sub_n = 0, lists = {}, lists_n = 0}
+  K = {
+    prefix = prefix, sub = {}, sub_n = 0, specs = {}, lists = {}, lists_n = 0, a = {}, c = {}, a_n = 0,
+  }
   for _, n in ipairs(NAMES) do K[n] = prefix .. n end
   pools[meta] = K
   return K
@@ -70,7 +99,7 @@ local function pool_of(K, name)
   local P = K.sub[name]
   if P then return P end
   -- Bounded: sub-pool names come from callers.
-  if K.sub_n >= 10000 then K.sub, K.sub_n = {}, 0 end
+  if K.sub_n >= 10000 then K.sub, K.sub_n, K.specs = {}, 0, {} end
   if name == '' then
     P = {name = '', pass = K.pass, ring = K.ring, offered = 'offered', bound = 'bound'}
   else
@@ -103,7 +132,23 @@ local function members_of(K, P)
   return redis.call('HLEN', K.state)
 end
 
-local function addr(K, id) return K.prefix .. 'a:' .. id end
+-- The keys of an address's hash and of its outcome counts, made once per address (and
+-- server): most operations name one or both.
+local function remember(K, id)
+  if K.a_n >= 100000 then K.a, K.c, K.a_n = {}, {}, 0 end
+  local a = K.prefix .. 'a:' .. id
+  K.a[id], K.c[id], K.a_n = a, K.prefix .. 'c:' .. id, K.a_n + 1
+  return a
+end
+
+local function addr(K, id) return K.a[id] or remember(K, id) end
+
+local function counts_key(K, id)
+  local c = K.c[id]
+  if c then return c end
+  remember(K, id)
+  return K.c[id]
+end
 
 -- The `meta` field names of a site, made once per site (and server): every release batch
 -- reads them, and a string made in Lua costs as much as a command's reply.
@@ -113,7 +158,8 @@ local function names_of(site)
   if f then return f end
   -- Bounded: site names come from callers.
   if site_names_n >= 10000 then site_names, site_names_n = {}, 0 end
-  f = {'w|' .. site, 'd|' .. site, 't|' .. site, 'n|' .. site, 'cool|' .. site}
+  -- [6]: the outcome count fields, by class.
+  f = {'w|' .. site, 'd|' .. site, 't|' .. site, 'n|' .. site, 'cool|' .. site, {}}
   site_names[site], site_names_n = f, site_names_n + 1
   return f
 end
@@ -295,8 +341,8 @@ end
 
 -- A binding's value: the address id, then the sub-pool it was bound through, if any.
 local function binding(v)
-  if not v then return nil end
-  return string.match(v, '^(%d+) ?(.*)$')
+  if not v or not string.find(v, ' ', 1, true) then return v, '' end
+  return string.match(v, '^(%d+) (.*)$')
 end
 
 local function unbind(K, key)
@@ -331,10 +377,10 @@ end
 -- one write of their new passes. (Arguments to redis.call are strings where possible: Lua 5.1
 -- turns each number into one with sprintf.)
 local function new_batch(K, cap, size, H)
-  local last = redis.call('HINCRBY', K.meta, 'seq', tostring(size))
+  local last = redis.call('HINCRBY', K.meta, 'seq', digits(size))
   return {
-    K = K, cap = cap, H = H, next_lid = last - size + 1, last_lid = last, due = {}, full = {},
-    cool_memo = {}, sel = {},
+    K = K, cap = cap, H = H, next_lid = last - size + 1, last_lid = last, due = {}, ndue = 0,
+    full = {}, cool_memo = {}, sel = {},
   }
 end
 
@@ -354,13 +400,15 @@ local function take(B, id, m, lease_deadline, session_deadline, key)
   end
   local lid = B.next_lid
   B.next_lid = lid + 1
-  local due = B.due
-  due[#due + 1] = lease_deadline
-  due[#due + 1] = 'l' .. lid .. ':' .. id
+  local due, k = B.due, B.ndue
+  due[k + 1] = lease_deadline
+  due[k + 2] = 'l' .. digits(lid) .. ':' .. id
   if key then
-    due[#due + 1] = session_deadline
-    due[#due + 1] = 'b' .. key
+    due[k + 3] = session_deadline
+    due[k + 4] = 'b' .. key
+    k = k + 2
   end
+  B.ndue = k + 2
   return lid
 end
 
@@ -372,7 +420,7 @@ local function flush_pool(B, P, C)
   local updates = {}
   for i = 1, #c, 5 do
     if c[i + 3] and not B.full[c[i]] then
-      updates[#updates + 1] = c[i + 2]
+      updates[#updates + 1] = digits(c[i + 2])
       updates[#updates + 1] = c[i + 1]
       c[i + 3] = false
     end
@@ -390,7 +438,7 @@ end
 
 local function end_batch(B)
   flush_passes(B)
-  if #B.due > 0 then redis.call('ZADD', B.K.due, unpack(B.due)) end
+  if B.ndue > 0 then redis.call('ZADD', B.K.due, unpack(B.due, 1, B.ndue)) end
   local unused = B.last_lid - B.next_lid + 1
   if unused > 0 then redis.call('HINCRBY', B.K.meta, 'seq', tostring(-unused)) end
 end
@@ -477,7 +525,7 @@ local function keyless(B, P, lease_deadline, wanted, even)
               c[k + 3] = true
             end
           end
-          return lid, tonumber(id), even and 'round_robin' or 'weighted'
+          return lid, id, even and 'round_robin' or 'weighted'
         end
         -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
         redis.call('ZREM', P.pass, c[best + 1])
@@ -518,7 +566,7 @@ local function least(B, P, lease_deadline)
     end
     if not best then return 0, 0, 'none' end
     local lid = take(B, best, best_m, lease_deadline)
-    if lid then return lid, tonumber(best), 'least' end
+    if lid then return lid, best, 'least' end
     -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
     redis.call('ZREM', P.pass, best_m)
   end
@@ -584,7 +632,8 @@ local function quarantine(K, id, from, reason, now, cap, H, jitter)
     return
   end
   redis.call('HSET', a, 'lv', level + 1)
-  local wait = math.floor(math.min(H.base * 2 ^ level, H.max) * jitter)
+  -- The jitter factor comes as text: most outcomes never need it.
+  local wait = math.floor(math.min(H.base * 2 ^ level, H.max) * (tonumber(jitter) or 1))
   redis.call('ZADD', K.due, now + wait, 'q' .. id)
   set_state(K, id, 'quarantined', reason .. '; quarantined for ' .. math.floor(wait / 1000) .. ' s', now, cap, H)
 end
@@ -785,14 +834,14 @@ local function acquire_one(B, P, strategy, lease_deadline, session_deadline, fac
     if s == 'healthy' or s == 'degraded' then
       -- Rate limited there: the session is kept; the caller learns until when (in the lease
       -- id's place).
-      if num(f[2]) > B.now then return tonumber(f[2]), tonumber(id), 'cooling' end
+      if num(f[2]) > B.now then return tonumber(f[2]), id, 'cooling' end
       local lid = take(B, id, member(id, f[3] or B.H.text[s][0]), lease_deadline, session_deadline, key)
-      if not lid then return 0, tonumber(id), 'busy' end
-      return lid, tonumber(id), 'bound'
+      if not lid then return 0, id, 'busy' end
+      return lid, id, 'bound'
     end
     -- Quarantined, probing, dead or removed: never moved silently (P2).
     unbind(K, key)
-    return 0, tonumber(id), 'broken'
+    return 0, id, 'broken'
   end
   -- A new session: clockwise on the ring from the key's point to the first address in service
   -- (not probing) below the lease cap whose bound keys leave room (bounded loads).
@@ -805,7 +854,7 @@ local function acquire_one(B, P, strategy, lease_deadline, session_deadline, fac
     redis.call('HSET', K.bind, key, P.name == '' and cid or cid .. ' ' .. P.name)
     redis.call('HINCRBY', addr(K, cid), 'k', '1')
     redis.call('HINCRBY', K.meta, P.bound, '1')
-    return lid, tonumber(cid), 'hashed'
+    return lid, cid, 'hashed'
   end
   -- Nothing offered below the cap: no walk (it would visit the whole ring).
   if redis.call('ZCARD', P.pass) == 0 then return 0, 0, 'none' end
@@ -885,20 +934,26 @@ local function acquire(keys, args)
   end
   local B = new_batch(K, cap, size, H)
   B.now = now
-  local out = {}
+  local out, n = {}, 0
   for i = 8, #args, 4 do
     local key, point, spec = args[i], args[i + 1], args[i + 3]
-    local P, strategy = pool_of(K, string.sub(spec, 2)), string.sub(spec, 1, 1)
+    local S = K.specs[spec]
+    if not S then
+      S = {pool_of(K, string.sub(spec, 2)), string.sub(spec, 1, 1)}
+      K.specs[spec] = S
+    end
+    local P, strategy = S[1], S[2]
     B.site = args[i + 2]
-    B.site_cools = num(got[sites[B.site]]) > now
+    local cool_end = got[sites[B.site]]
+    B.site_cools = cool_end and num(cool_end) > now
     local left = keyless_left[spec]
     local lid, id, tag = acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, left)
     if tag == 'none' and not swept then
       -- The batch's pending deadlines first: the sweep must see refreshed bindings as such.
       swept = true
       flush_passes(B)
-      if #B.due > 0 then redis.call('ZADD', K.due, unpack(B.due)) end
-      B.due = {}
+      if B.ndue > 0 then redis.call('ZADD', K.due, unpack(B.due, 1, B.ndue)) end
+      B.due, B.ndue = {}, 0
       if sweep(K, now, args[1], cap, H) == 1 then more = 1 end
       -- Leases the sweep ended may have made room on addresses the batch filled.
       B.full = {}
@@ -906,15 +961,14 @@ local function acquire(keys, args)
     end
     if key == '' then keyless_left[spec] = left - 1 end
     if REFUSED[tag] then redis.call('HINCRBY', K.meta, tag, '1') end
-    out[#out + 1] = lid
-    out[#out + 1] = id
-    out[#out + 1] = tag
+    out[n + 1], out[n + 2], out[n + 3] = lid, id, tag
+    n = n + 3
   end
   end_batch(B)
-  out[#out + 1] = more
+  out[n + 1] = more
   -- Which incarnation of the pool answered (see `add`): a client that sees it change knows
   -- its cached ids are stale.
-  out[#out + 1] = got[2] or ''
+  out[n + 2] = got[2] or ''
   return out
 end
 
@@ -1180,30 +1234,43 @@ local function release(keys, args)
   local order = site_fields(args, 9, 6, fields)
   local K, now, cap, more, H, got = open(keys, args, fields)
   local S = sites_from(order, got, 5, now, H)
-  local leases = {}
-  for i = 5, #args, 6 do leases[#leases + 1] = 'l' .. args[i] .. ':' .. args[i + 1] end
-  -- Which are still open, and close them: two calls for the whole batch.
-  local scores = redis.call('ZMSCORE', K.due, unpack(leases))
-  local open_leases = {}
-  for j = 1, #leases do
-    if scores[j] then open_leases[#open_leases + 1] = leases[j] end
+  local leases, count = {}, 0
+  for i = 5, #args, 6 do
+    count = count + 1
+    leases[count] = 'l' .. args[i] .. ':' .. args[i + 1]
   end
-  if #open_leases > 0 then redis.call('ZREM', K.due, unpack(open_leases)) end
+  -- Which are still open, and close them: two calls for the whole batch.
+  local scores = redis.call('ZMSCORE', K.due, unpack(leases, 1, count))
+  local open_leases, open_n = {}, 0
+  for j = 1, count do
+    if scores[j] then
+      open_n = open_n + 1
+      open_leases[open_n] = leases[j]
+    end
+  end
+  if open_n > 0 then redis.call('ZREM', K.due, unpack(open_leases, 1, open_n)) end
   local abandoned = 0
   -- Lease ids of this epoch: an expired lease's outcome is still news about its address; one
   -- from before a loss names nothing.
   local first, last = num(got[3]), num(got[4])
-  for j = 1, #leases do
+  for j = 1, count do
     local i = 5 + (j - 1) * 6
-    local lid = tonumber(args[i])
+    local lid = not scores[j] and tonumber(args[i])
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 4]
-      local f = redis.call('HMGET', addr(K, id), 's', 'w', names_of(site)[1], 'p', 'sp')
+      local names = names_of(site)
+      local f = redis.call('HMGET', addr(K, id), 's', 'w', names[1], 'p', 'sp')
       if scores[j] then freed(K, id, f[1], f[4], f[5], cap, H) end
       if class == 'a' then
         if scores[j] then abandoned = abandoned + 1 end
       elseif f[1] then
-        redis.call('HINCRBY', K.prefix .. 'c:' .. id, site .. '|' .. class, '1')
+        local by_class = names[6]
+        local cell = by_class[class]
+        if not cell then
+          cell = site .. '|' .. class
+          by_class[class] = cell
+        end
+        redis.call('HINCRBY', counts_key(K, id), cell, '1')
         if class == 'r' then cool(K, id, site, args[i + 5]) end
         -- At a degraded site, outcomes say nothing about the address (P9).
         local excused = class ~= 'r' and observe(K, S, site, id, class == 'b' and 'f' or class, now, H)
@@ -1213,7 +1280,7 @@ local function release(keys, args)
           end
           -- A captcha from a named site is that site's judgement of the pair (above).
           if class == 'c' and site ~= '-' then class = 'n' end
-          outcome(K, id, class, f[1], f[2], now, cap, H, tonumber(args[i + 3]))
+          outcome(K, id, class, f[1], f[2], now, cap, H, args[i + 3])
         end
       end
     end
