@@ -172,7 +172,8 @@ impl PoolBuilder {
         self
     }
 
-    /// Declares a sub-pool (per site or task type) with its keyless strategy.
+    /// Declares a sub-pool (per site or task type) with its keyless strategy. Names are
+    /// non-empty, unique and without spaces.
     pub fn sub_pool(mut self, name: impl Into<String>, strategy: Strategy) -> Self {
         self.sub_pools.push((name.into(), strategy));
         self
@@ -204,9 +205,9 @@ impl PoolBuilder {
     }
 
     /// Keeps the pool's state in Redis, shared by every process that uses the same server
-    /// and pool name (P15). Build it with [`PoolBuilder::connect`]. The shared store keeps the
-    /// whole pool only (no sub-pools) and does not judge latency: see the crate's
-    /// ARCHITECTURE notes.
+    /// and pool name (P15). Build it with [`PoolBuilder::connect`]; every process of a pool
+    /// must declare the same sub-pools and strategies. The shared store does not judge
+    /// latency: see the crate's ARCHITECTURE notes.
     #[cfg(feature = "redis")]
     pub fn redis(mut self, options: crate::store::redis::RedisOptions) -> Self {
         self.redis = Some(options);

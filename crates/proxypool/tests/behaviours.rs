@@ -124,6 +124,19 @@ async fn p1_sub_pools_serve_only_their_members() {
             .unwrap_err(),
         AcquireError::UnknownSubPool("nope".into())
     );
+    for bad in ["", "two words", "tab\there"] {
+        let built = Pool::builder()
+            .sub_pool(bad, Strategy::Weighted)
+            .address("http://10.9.0.1:8080")
+            .build();
+        let err = built.unwrap_err().to_string();
+        assert!(err.contains("without spaces"), "{bad:?}: {err}");
+    }
+    let twice = Pool::builder()
+        .sub_pool("a", Strategy::Weighted)
+        .sub_pool("a", Strategy::RoundRobin)
+        .build();
+    assert!(twice.is_err());
 }
 
 /// Two sites, alternating; address 0 is blocked on `bad` from request `from` on, the rest

@@ -116,8 +116,7 @@ const TO_52_BITS: u32 = 12;
 
 /// The library's functions, by their full names.
 struct Functions {
-    acquire: String,
-    release: String,
+    ops: String,
     probe: String,
     add: String,
     remove: String,
@@ -181,8 +180,20 @@ pub(crate) struct RedisStore {
     /// The number of the newest decision this process passed to `tracing` (prober only).
     #[cfg(feature = "probe")]
     logged: AtomicU64,
-    acquires: Queue<AcquireRequest, Result<AcquireReply, String>>,
-    releases: Queue<ReleaseRequest, Result<(), String>>,
+    /// Acquires and releases, sent together in batches (`ops_batch`).
+    ops: Queue<Op, Result<Answer, String>>,
+}
+
+/// One operation in a batch.
+enum Op {
+    Acquire(AcquireRequest),
+    Release(ReleaseRequest),
+}
+
+/// Its answer.
+enum Answer {
+    Acquired(AcquireReply),
+    Released,
 }
 
 /// One acquire in a batch.
@@ -323,8 +334,7 @@ impl RedisStore {
             url_key: format!("proxypool:{{{tag}}}:url"),
             library: LIBRARY.replace("__LIB__", &name),
             functions: Functions {
-                acquire: f("acquire"),
-                release: f("release"),
+                ops: f("ops"),
                 probe: f("probe"),
                 add: f("add"),
                 remove: f("remove"),
@@ -352,8 +362,7 @@ impl RedisStore {
             prober_token: format!("{:016x}", rand::random::<u64>()),
             #[cfg(feature = "probe")]
             logged: AtomicU64::new(0),
-            acquires: batch::spawn(me.clone(), Self::acquire_batch),
-            releases: batch::spawn(me.clone(), Self::release_batch),
+            ops: batch::spawn(me.clone(), Self::ops_batch),
         });
         store
             .by(store.deadline(), store.load())
@@ -617,10 +626,16 @@ impl RedisStore {
         // One deadline for the whole acquire: the batch and, the first time an id is seen,
         // reading its address.
         let deadline = self.deadline();
-        let reply = self
-            .batched(&self.acquires, request, deadline)
+        let reply = match self
+            .batched(&self.ops, Op::Acquire(request), deadline)
             .await
-            .map_err(AcquireError::StoreUnavailable)?;
+            .map_err(AcquireError::StoreUnavailable)?
+        {
+            Answer::Acquired(reply) => reply,
+            Answer::Released => {
+                return Err(AcquireError::StoreUnavailable("malformed ops reply".into()));
+            }
+        };
         let address = |id| async move {
             self.address(id, deadline)
                 .await
@@ -667,56 +682,6 @@ impl RedisStore {
         }
     }
 
-    /// One FCALL for a batch of acquires, at the latest `now` among them.
-    async fn acquire_batch(
-        self: Arc<Self>,
-        mut jobs: Vec<Job<AcquireRequest, Result<AcquireReply, String>>>,
-    ) {
-        // Callers that gave up (timed out, cancelled) must not take leases.
-        jobs.retain(|j| !j.reply.is_closed());
-        if jobs.is_empty() {
-            return;
-        }
-        let now = jobs.iter().map(|j| j.request.now).max().unwrap_or_default();
-        let mut args = vec![
-            Arg::Int(now.as_millis().saturating_add(millis(self.cfg.lease_ttl))),
-            Arg::Int(now.as_millis().saturating_add(millis(self.cfg.sticky_ttl))),
-            Arg::Float(self.cfg.load_factor),
-        ];
-        for j in &jobs {
-            args.push(Arg::Str(&j.request.key));
-            args.push(Arg::Int(j.request.point));
-            args.push(Arg::Str(&j.request.site));
-            args.push(Arg::Str(&j.request.pool));
-        }
-        let reply = self
-            .call(&self.functions.acquire, now, self.claim_sweep(now), &args)
-            .await
-            .map_err(|e| unavailable(&e))
-            .and_then(|v| {
-                parse_acquires(v, jobs.len()).ok_or_else(|| "malformed acquire reply".into())
-            });
-        match reply {
-            Ok((replies, more, epoch)) => {
-                self.note_more(more);
-                self.note_epoch(epoch, now);
-                for (job, r) in jobs.into_iter().zip(replies) {
-                    // A caller that left meanwhile: its grant goes straight back.
-                    if let Err(Ok(r)) = job.reply.send(Ok(r))
-                        && r.choice.is_some()
-                    {
-                        self.abandon(LeaseRef::shared(LeaseId(r.lease)), r.id, now);
-                    }
-                }
-            }
-            Err(e) => {
-                for job in jobs {
-                    let _ = job.reply.send(Err(e.clone()));
-                }
-            }
-        }
-    }
-
     pub(crate) async fn release(&self, release: Release, now: Timestamp) -> Result<(), PoolError> {
         let site = self.site_name(release.site);
         let class = match release.outcome {
@@ -743,9 +708,13 @@ impl RedisStore {
             site,
             cool_until,
         };
-        self.batched(&self.releases, request, self.deadline())
+        match self
+            .batched(&self.ops, Op::Release(request), self.deadline())
             .await
-            .map_err(PoolError::StoreUnavailable)
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(PoolError::StoreUnavailable(e)),
+        }
     }
 
     /// From `Drop`: queued with the releases, unanswered. Should it be lost (no runtime, Redis
@@ -761,15 +730,42 @@ impl RedisStore {
             site: Arc::from(NO_SITE),
             cool_until: 0,
         };
-        let _ = self.releases.send(Job { request, reply });
+        let _ = self.ops.send(Job {
+            request: Op::Release(request),
+            reply,
+        });
     }
 
-    /// One FCALL for a batch of releases.
-    async fn release_batch(self: Arc<Self>, jobs: Vec<Job<ReleaseRequest, Result<(), String>>>) {
-        let now = jobs.iter().map(|j| j.request.now).max().unwrap_or_default();
-        let mut args = Vec::with_capacity(jobs.len() * 6);
-        for j in &jobs {
-            let r = &j.request;
+    /// One FCALL for a batch of releases and acquires (releases first: they may free what
+    /// the acquires need), at the latest `now` among them.
+    async fn ops_batch(self: Arc<Self>, jobs: Vec<Job<Op, Result<Answer, String>>>) {
+        let mut releases = Vec::new();
+        let mut acquires = Vec::new();
+        for job in jobs {
+            match job.request {
+                Op::Release(r) => releases.push((r, job.reply)),
+                // Callers that gave up (timed out, cancelled) must not take leases. (A release
+                // goes out whatever: an abandon has no caller.)
+                Op::Acquire(_) if job.reply.is_closed() => {}
+                Op::Acquire(r) => acquires.push((r, job.reply)),
+            }
+        }
+        let Some(now) = releases
+            .iter()
+            .map(|(r, _)| r.now)
+            .chain(acquires.iter().map(|(r, _)| r.now))
+            .max()
+        else {
+            return;
+        };
+        let mut args = Vec::with_capacity(4 + releases.len() * 6 + acquires.len() * 4);
+        args.extend([
+            Arg::Int(now.as_millis().saturating_add(millis(self.cfg.lease_ttl))),
+            Arg::Int(now.as_millis().saturating_add(millis(self.cfg.sticky_ttl))),
+            Arg::Float(self.cfg.load_factor),
+            Arg::Int(releases.len() as u64),
+        ]);
+        for (r, _) in &releases {
             args.extend([
                 Arg::Int(r.lease),
                 Arg::Int(u64::from(r.id)),
@@ -779,23 +775,46 @@ impl RedisStore {
                 Arg::Int(r.cool_until),
             ]);
         }
-        let result = self
-            .call(&self.functions.release, now, self.claim_sweep(now), &args)
-            .await;
-        match result {
-            Ok(reply) => {
-                self.note_more(matches!(reply, Value::Int(1)));
-                for job in jobs {
-                    let _ = job.reply.send(Ok(()));
+        for (r, _) in &acquires {
+            args.extend([
+                Arg::Str(&r.key),
+                Arg::Int(r.point),
+                Arg::Str(&r.site),
+                Arg::Str(&r.pool),
+            ]);
+        }
+        let reply = self
+            .call(&self.functions.ops, now, self.claim_sweep(now), &args)
+            .await
+            .map_err(|e| unavailable(&e))
+            .and_then(|v| {
+                parse_acquires(v, acquires.len()).ok_or_else(|| "malformed ops reply".into())
+            });
+        match reply {
+            Ok((replies, more, epoch)) => {
+                self.note_more(more);
+                self.note_epoch(epoch, now);
+                for (_, reply) in releases {
+                    let _ = reply.send(Ok(Answer::Released));
+                }
+                for ((_, reply), r) in acquires.into_iter().zip(replies) {
+                    // A caller that left meanwhile: its grant goes straight back.
+                    if let Err(Ok(Answer::Acquired(r))) = reply.send(Ok(Answer::Acquired(r)))
+                        && r.choice.is_some()
+                    {
+                        self.abandon(LeaseRef::shared(LeaseId(r.lease)), r.id, now);
+                    }
                 }
             }
             Err(e) => {
-                let e = unavailable(&e);
-                if jobs.iter().any(|j| j.request.class == "a") {
+                if releases.iter().any(|(r, _)| r.class == "a") {
                     tracing::warn!(target: "proxypool::redis", error = %e, "abandon lost; the lease TTL frees it");
                 }
-                for job in jobs {
-                    let _ = job.reply.send(Err(e.clone()));
+                for (_, reply) in releases {
+                    let _ = reply.send(Err(e.clone()));
+                }
+                for (_, reply) in acquires {
+                    let _ = reply.send(Err(e.clone()));
                 }
             }
         }

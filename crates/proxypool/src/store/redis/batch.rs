@@ -1,4 +1,4 @@
-//! Group commit for the Redis store: concurrent acquires (or releases) of one process travel
+//! Group commit for the Redis store: concurrent acquires and releases of one process travel
 //! together in one FCALL.
 //!
 //! On Redis 7.0 a function call's fixed cost (the call itself, its arguments, the socket
@@ -12,8 +12,9 @@ use std::sync::{Arc, Weak};
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-/// Batches of one kind out at once: more keep the server busy while answers travel back (with
-/// two the 50-task benchmark left the machine a third idle), fewer make larger batches.
+/// Batches out at once: more keep the server busy while answers travel back, fewer make larger
+/// batches (each call has a fixed cost). With the 50-task benchmark 2, 3 and 4 did alike, 8
+/// worse (smaller batches, the server no busier).
 const IN_FLIGHT: usize = 4;
 
 /// The most operations in one call: a batch runs atomically, so this bounds how long it holds

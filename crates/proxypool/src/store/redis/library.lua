@@ -8,9 +8,9 @@
 --
 -- Arguments common to every function: ARGV[1] now (ms, the caller's pool clock), [2] '1' to
 -- sweep due deadlines first, [3] the per-address lease cap, [4] the health settings (see
--- `health`). Acquire and release take batches
--- (the client coalesces concurrent calls: one FCALL's fixed cost, many operations) and reply
--- with a flag `more`: 1 when the sweep stopped at its limit and the caller should sweep again.
+-- `health`). Acquires and releases travel together in batches (`ops`: the client coalesces
+-- concurrent calls, one FCALL's fixed cost for many operations), whose reply carries a flag
+-- `more`: 1 when the sweep stopped at its limit and the caller should sweep again.
 --
 -- Key layout (suffixes of the prefix):
 --   meta   hash: counters (seq, released, expired, …), `bound`, `offered`, `q`, `next_id`,
@@ -904,38 +904,28 @@ end
 -- Refusals, counted in `meta` by their names.
 local REFUSED = {none = true, broken = true, busy = true, cooling = true}
 
--- acquire, a batch of them in order: ARGV[5] the leases' deadline, [6] the sessions' deadline
--- (ms), [7] load factor, then per acquire: key ('' = keyless), the key's ring point, site
--- ('-' for none), pool: the keyless strategy's letter (see acquire_one) and the sub-pool's
--- name (none for the whole pool). Replies three elements per acquire (see acquire_one), then
--- `more` and the pool's epoch. An acquire that finds nothing sweeps first if the call did
--- not (expired leases may be what holds the capacity).
-local function acquire(keys, args)
-  -- The batch's sites' latest cooling ends come with the context.
-  local sites, fields = {}, {'layout', 'epoch'}
-  for i = 10, #args, 4 do
-    local site = args[i]
-    if not sites[site] then
-      fields[#fields + 1] = names_of(site)[5]
-      sites[site] = #fields
-    end
-  end
-  local K, now, cap, more, H, got = open(keys, args, fields)
+-- The acquires of an `ops` call, in order, from ARGV[from] (see `ops`), after its releases;
+-- `cooling` gives the index in `got` of each of their sites' latest cooling end. Returns
+-- three reply elements per acquire (see acquire_one), their count, and `more`. An acquire
+-- that finds nothing sweeps first if the call did not (expired leases may be what holds the
+-- capacity).
+local function acquire_part(K, now, cap, H, got, cooling, args, from, more)
+  local out, n = {}, 0
+  if from > #args then return out, n, more end
   local swept = args[2] == '1'
   local lease_deadline, session_deadline, factor = args[5], args[6], tonumber(args[7])
   -- Keyless acquires left in the batch, per pool.
-  local size, keyless_left = (#args - 7) / 4, {}
-  for i = 8, #args, 4 do
+  local size, keyless_left = (#args - from + 1) / 4, {}
+  for i = from, #args, 4 do
     if args[i] == '' then keyless_left[args[i + 3]] = (keyless_left[args[i + 3]] or 0) + 1 end
   end
   -- A site's latest cooling over: every cooling there is, and their fields go.
-  for site, at in pairs(sites) do
+  for site, at in pairs(cooling) do
     if got[at] and num(got[at]) + CLOCK_SLACK <= now then uncool(K, site) end
   end
   local B = new_batch(K, cap, size, H)
   B.now = now
-  local out, n = {}, 0
-  for i = 8, #args, 4 do
+  for i = from, #args, 4 do
     local key, point, spec = args[i], args[i + 1], args[i + 3]
     local S = K.specs[spec]
     if not S then
@@ -944,7 +934,7 @@ local function acquire(keys, args)
     end
     local P, strategy = S[1], S[2]
     B.site = args[i + 2]
-    local cool_end = got[sites[B.site]]
+    local cool_end = got[cooling[B.site]]
     B.site_cools = cool_end and num(cool_end) > now
     local left = keyless_left[spec]
     local lid, id, tag = acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, left)
@@ -965,11 +955,7 @@ local function acquire(keys, args)
     n = n + 3
   end
   end_batch(B)
-  out[n + 1] = more
-  -- Which incarnation of the pool answered (see `add`): a client that sees it change knows
-  -- its cached ids are stale.
-  out[n + 2] = got[2] or ''
-  return out
+  return out, n, more
 end
 
 -- A rate limit: `id` cools for `site` until `until_ms` (never shortened); the site's latest
@@ -1021,10 +1007,10 @@ local ENTRY = 10
 -- string.byte('s'), string.byte('c') (the standard library is not reachable while loading)
 local S_BYTE, C_BYTE = 115, 99
 -- Appends the `meta` fields of the distinct sites among `args[from]`, `args[from + step]`, …
--- to `fields`; the sites in order.
-local function site_fields(args, from, step, fields)
+-- (up to `to`) to `fields`; the sites in order.
+local function site_fields(args, from, to, step, fields)
   local order, known = {}, {}
-  for i = from, #args, step do
+  for i = from, to, step do
     local site = args[i]
     if not known[site] then
       known[site] = true
@@ -1222,20 +1208,14 @@ local function end_sites(K, S, now, H)
   end
 end
 
--- release, a batch of them, per lease from ARGV[5]: lease id, address id,
--- outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter factor, site
--- ('-' for none), for a rate limit ('r') the end of the cooling it asks for (ms). A lease no
--- longer open frees nothing; its outcome is judged if it was granted in this epoch (expired),
--- not if it comes from before Redis lost the pool (its address id may name another address). Released leases are not
--- counted: every lease is released, expired, abandoned or open, so the snapshot derives it.
-local function release(keys, args)
-  -- The batch's sites (P9) and the epoch's lease ids come with the context.
-  local fields = {'layout', 'epoch', 'seq0', 'seq'}
-  local order = site_fields(args, 9, 6, fields)
-  local K, now, cap, more, H, got = open(keys, args, fields)
-  local S = sites_from(order, got, 5, now, H)
+-- The releases of an `ops` call, ARGV[from..to] (see `ops`): a lease no longer open frees
+-- nothing; its outcome is judged if it was granted in this epoch (expired), not if it comes
+-- from before Redis lost the pool (its address id may name another address). Released
+-- leases are not counted: every lease is released, expired, abandoned or open, so the
+-- snapshot derives it. `S`, the batch's sites (see `sites_from`).
+local function release_part(K, now, cap, H, got, S, args, from, to)
   local leases, count = {}, 0
-  for i = 5, #args, 6 do
+  for i = from, to, 6 do
     count = count + 1
     leases[count] = 'l' .. args[i] .. ':' .. args[i + 1]
   end
@@ -1254,7 +1234,7 @@ local function release(keys, args)
   -- from before a loss names nothing.
   local first, last = num(got[3]), num(got[4])
   for j = 1, count do
-    local i = 5 + (j - 1) * 6
+    local i = from + (j - 1) * 6
     local lid = not scores[j] and tonumber(args[i])
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 4]
@@ -1285,9 +1265,46 @@ local function release(keys, args)
       end
     end
   end
-  end_sites(K, S, now, H)
   if abandoned > 0 then redis.call('HINCRBY', K.meta, 'abandoned', tostring(abandoned)) end
-  return more
+end
+
+-- ops: a batch of releases, then a batch of acquires, in one call (a call's fixed cost is a
+-- large share of a small operation's). ARGV[5] the leases' deadline, [6] the sessions'
+-- deadline (ms), [7] load factor, [8] the number of releases; then per release: lease id,
+-- address id, outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter
+-- factor, site ('-' for none), for a rate limit ('r') the end of the cooling it asks for
+-- (ms); then per acquire: key ('' = keyless), the key's ring point, site ('-' for none),
+-- pool: the keyless strategy's letter (see acquire_one) and the sub-pool's name (none for
+-- the whole pool). Replies three elements per acquire (see acquire_one), then `more` and
+-- the pool's epoch.
+local function ops(keys, args)
+  local releases = tonumber(args[8]) or 0
+  local last_release = 8 + releases * 6
+  -- What the batch needs of `meta` comes with the context: the epoch's lease ids, the
+  -- judgement of the releases' sites (P9), the latest cooling end of the acquires' sites.
+  local fields = {'layout', 'epoch', 'seq0', 'seq'}
+  local order = site_fields(args, 13, last_release, 6, fields)
+  local cooling = {}
+  for i = last_release + 3, #args, 4 do
+    local site = args[i]
+    if not cooling[site] then
+      fields[#fields + 1] = names_of(site)[5]
+      cooling[site] = #fields
+    end
+  end
+  local K, now, cap, more, H, got = open(keys, args, fields)
+  if releases > 0 then
+    local S = sites_from(order, got, 5, now, H)
+    release_part(K, now, cap, H, got, S, args, 9, last_release)
+    end_sites(K, S, now, H)
+  end
+  local out, n
+  out, n, more = acquire_part(K, now, cap, H, got, cooling, args, last_release + 1, more)
+  out[n + 1] = more
+  -- Which incarnation of the pool answered (see `add`): a client that sees it change knows
+  -- its cached ids are stale.
+  out[n + 2] = got[2] or ''
+  return out
 end
 
 -- probe report: ARGV[5] url, [6] '1' passed / '0' failed, [7] jitter.
@@ -1295,7 +1312,7 @@ end
 -- service: a failure is one failed outcome; a pass there is not news. Replies 0 if unknown.
 local function probe(keys, args)
   local fields = {'layout', 'epoch'}
-  local order = site_fields({'-'}, 1, 1, fields)
+  local order = site_fields({'-'}, 1, 1, 1, fields)
   local K, now, cap, _, H, got = open(keys, args, fields)
   local id = redis.call('HGET', K.byurl, args[5])
   if not id then return 0 end
@@ -1504,8 +1521,7 @@ local function targets(keys, args)
   return {out, decided, new}
 end
 
-redis.register_function('__LIB___acquire', acquire)
-redis.register_function('__LIB___release', release)
+redis.register_function('__LIB___ops', ops)
 redis.register_function('__LIB___probe', probe)
 redis.register_function('__LIB___add', add)
 redis.register_function('__LIB___remove', remove)
