@@ -11,7 +11,7 @@ use proxypool::{
     AcquireError, Choice, Clock, HealthState, ManualClock, Outcome, Pool, PoolConfig, RedisOptions,
     Strategy, Ticket,
 };
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use testkit::{Process, RedisServer};
 
 const OK: Outcome = Outcome::Success {
@@ -1369,4 +1369,102 @@ async fn pool_binding(pool: &Pool, key: &str) -> String {
     let address = lease.address().redacted().to_owned();
     lease.release(OK).await.unwrap();
     address
+}
+
+/// Two pools ("processes") × 32 tasks hammer one shared pool through its sub-pools (each
+/// address in one or two of them, a lease cap of 2) with keyless and keyed tickets and some
+/// failures: no address ever holds more than 2 leases, whichever sub-pool and process took
+/// them; every lease comes back; and afterwards every offered address is in each of its
+/// pools' selection set exactly once, and nothing else is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sub_pools_hold_the_caps_under_concurrency() {
+    let redis = RedisServer::start(&dir("sub-pool-race")).unwrap();
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let mut cfg = PoolConfig::default();
+    cfg.max_leases_per_address = 2;
+    let connect = || {
+        let mut b = Pool::builder()
+            .config(cfg.clone())
+            .clock(clock.clone())
+            .sub_pool("a", Strategy::Weighted)
+            .sub_pool("b", Strategy::LeastConnections)
+            .sub_pool("c", Strategy::RoundRobin);
+        for (i, address) in addresses(9).into_iter().enumerate() {
+            b = b.address_in(address, [&["a"][..], &["b", "c"], &["a", "c"]][i % 3]);
+        }
+        b.redis(RedisOptions::new(redis.url(), "race")).connect()
+    };
+    let pools = [connect().await.unwrap(), connect().await.unwrap()];
+    let held: std::sync::Arc<std::sync::Mutex<HashMap<String, u32>>> = Default::default();
+    let mut tasks = Vec::new();
+    for t in 0..64u64 {
+        let (pool, held) = (pools[(t % 2) as usize].clone(), held.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(t);
+            for _ in 0..150 {
+                let mut ticket = Ticket::new();
+                if let Some(sp) = [None, Some("a"), Some("b"), Some("c")][rng.random_range(0..4)] {
+                    ticket = ticket.sub_pool(sp);
+                }
+                if rng.random_bool(0.3) {
+                    ticket = ticket.key(format!("k{}", rng.random_range(0..40)));
+                }
+                let Ok(lease) = pool.acquire(ticket).await else {
+                    tokio::task::yield_now().await;
+                    continue;
+                };
+                let address = lease.address().redacted().to_owned();
+                let now = {
+                    let mut held = held.lock().unwrap();
+                    let n = held.entry(address.clone()).or_default();
+                    *n += 1;
+                    *n
+                };
+                assert!(now <= 2, "{address} holds {now} leases");
+                tokio::task::yield_now().await;
+                *held.lock().unwrap().get_mut(&address).unwrap() -= 1;
+                let outcome = if rng.random_bool(0.05) {
+                    Outcome::ConnectError
+                } else {
+                    OK
+                };
+                lease.release(outcome).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let snap = pools[0].snapshot().await;
+    assert_eq!(snap.pool.active_leases, 0, "{:?}", snap.pool);
+    assert!(snap.pool.acquired > 1_000, "{:?}", snap.pool);
+
+    // Selection sets: each offered address once in the whole pool's and its sub-pools'.
+    let urls: HashMap<String, String> = cli(&redis, &["HGETALL", "proxypool:{race}:url"])
+        .chunks(2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect();
+    for (set, name) in [
+        ("proxypool:{race}:pass", None),
+        ("proxypool:{race}:sp:a:pass", Some("a")),
+        ("proxypool:{race}:sp:b:pass", Some("b")),
+        ("proxypool:{race}:sp:c:pass", Some("c")),
+    ] {
+        let mut members: Vec<String> = cli(&redis, &["ZRANGE", set, "0", "-1"])
+            .iter()
+            .filter(|m| !m.is_empty())
+            .map(|m| urls[m.split(':').next().unwrap()].clone())
+            .collect();
+        members.sort();
+        let mut expected: Vec<String> = snap
+            .addresses
+            .iter()
+            .filter(|a| a.state.is_offered())
+            .filter(|a| name.is_none_or(|n| a.sub_pools.iter().any(|s| s == n)))
+            .map(|a| a.address.clone())
+            .collect();
+        expected.sort();
+        assert_eq!(members, expected, "{set}");
+    }
 }
