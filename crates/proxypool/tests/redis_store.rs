@@ -1468,3 +1468,82 @@ async fn sub_pools_hold_the_caps_under_concurrency() {
         assert_eq!(members, expected, "{set}");
     }
 }
+
+/// Latency side by side (P1, P4): a jump in one address's latency degrades it in both
+/// stores, and it comes back once its latency is back to its norm; an address steadily much
+/// slower than the pool keeps its state but loses weight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_weighs_and_a_jump_degrades_like_in_memory() {
+    let at = |ms: u64| Outcome::Success {
+        latency: Duration::from_millis(ms),
+    };
+    let (redis, clock, memory, shared) = side_by_side_lab("latency").await;
+    let pools = [&memory, &shared];
+    clock.advance(Duration::from_secs(61));
+    let state = |pool: &Pool, address: String| {
+        let pool = pool.clone();
+        async move { pool.snapshot().await.address(&address).unwrap().state }
+    };
+    let mut x = String::new();
+    for pool in pools {
+        for _ in 0..100 {
+            pool.acquire(Ticket::new())
+                .await
+                .unwrap()
+                .release(at(50))
+                .await
+                .unwrap();
+        }
+        x = through(pool, "acct-x", &[at(50); 30]).await;
+        through(pool, "acct-x", &[at(400); 5]).await;
+    }
+    for pool in pools {
+        assert_eq!(state(pool, x.clone()).await, HealthState::Degraded);
+        let why = reason(pool, &x).await;
+        assert!(why.contains("latency"), "{why}");
+    }
+    for pool in pools {
+        through(pool, "acct-x", &[at(50); 60]).await;
+    }
+    clock.advance(Duration::from_secs(31));
+    for pool in pools {
+        through(pool, "acct-x", &[at(50)]).await;
+        assert_eq!(state(pool, x.clone()).await, HealthState::Healthy);
+        assert_eq!(reason(pool, &x).await, "signals cleared");
+    }
+
+    // Steadily ten times slower than the rest from its first outcome (fresh pools): no jump,
+    // but a small weight.
+    let (memory, shared) = side_by_side(&redis, &clock, "latency-steady").await;
+    clock.advance(Duration::from_secs(61));
+    for pool in [&memory, &shared] {
+        let y = through(pool, "acct-y", &[at(500); 40]).await;
+        for _ in 0..100 {
+            pool.acquire(Ticket::new())
+                .await
+                .unwrap()
+                .release(at(50))
+                .await
+                .unwrap();
+        }
+        let snap = pool.snapshot().await;
+        let row = snap.address(&y).unwrap();
+        assert_eq!(
+            row.state,
+            HealthState::Healthy,
+            "{y}: {}",
+            reason(pool, &y).await
+        );
+        assert!(row.weight < 0.5, "{y}: {}", row.weight);
+        let fast = snap.addresses.iter().find(|a| a.address != y).unwrap();
+        assert!(fast.weight > 0.7, "{fast:?}");
+        // Selection follows: about its weight's share of keyless work.
+        let mut picked = 0;
+        for _ in 0..200 {
+            let lease = pool.acquire(Ticket::new()).await.unwrap();
+            picked += usize::from(lease.address().redacted() == y);
+            lease.release(at(50)).await.unwrap();
+        }
+        assert!(picked < 10, "{y} picked {picked} times of 200");
+    }
+}

@@ -222,6 +222,8 @@ struct ReleaseRequest {
     site: Arc<str>,
     /// For a rate limit: until when (ms) the address cools for the site.
     cool_until: u64,
+    /// For a success: its latency (ms).
+    latency_ms: Option<u64>,
 }
 
 /// What a process knows of the pool's epoch (see `add` in library.lua).
@@ -321,8 +323,13 @@ impl RedisStore {
         let j = &cfg.judgement;
         let _ = write!(
             health,
-            " {} {} {} {} {}",
-            j.site_window, j.site_recent, j.site_min_samples, j.site_min_addresses, j.site_spread
+            " {} {} {} {} {} {}",
+            j.site_window,
+            j.site_recent,
+            j.site_min_samples,
+            j.site_min_addresses,
+            j.site_spread,
+            h.latency_factor
         );
         for share in &h.ramp_steps {
             let _ = write!(health, " {share}");
@@ -699,6 +706,10 @@ impl RedisStore {
                 .saturating_add(millis(retry_after.min(self.cfg.backoff.cap))),
             _ => 0,
         };
+        let latency_ms = match release.outcome {
+            Outcome::Success { latency } => Some(millis(latency)),
+            _ => None,
+        };
         let request = ReleaseRequest {
             now,
             lease: release.lease.id.0,
@@ -707,6 +718,7 @@ impl RedisStore {
             jitter: self.jitter(),
             site,
             cool_until,
+            latency_ms,
         };
         match self
             .batched(&self.ops, Op::Release(request), self.deadline())
@@ -729,6 +741,7 @@ impl RedisStore {
             jitter: 1.0,
             site: Arc::from(NO_SITE),
             cool_until: 0,
+            latency_ms: None,
         };
         let _ = self.ops.send(Job {
             request: Op::Release(request),
@@ -758,7 +771,7 @@ impl RedisStore {
         else {
             return;
         };
-        let mut args = Vec::with_capacity(4 + releases.len() * 6 + acquires.len() * 4);
+        let mut args = Vec::with_capacity(4 + releases.len() * 7 + acquires.len() * 4);
         args.extend([
             Arg::Int(now.as_millis().saturating_add(millis(self.cfg.lease_ttl))),
             Arg::Int(now.as_millis().saturating_add(millis(self.cfg.sticky_ttl))),
@@ -773,6 +786,10 @@ impl RedisStore {
                 Arg::Float(r.jitter),
                 Arg::Str(&r.site),
                 Arg::Int(r.cool_until),
+                match r.latency_ms {
+                    Some(ms) => Arg::Int(ms),
+                    None => Arg::Str(""),
+                },
             ]);
         }
         for (r, _) in &acquires {
@@ -1296,13 +1313,18 @@ impl SharedView {
                 state: st,
                 state_since_ms: n(&a, "t"),
                 reason: String::new(),
-                // The library's keyless step is the inverse of this weight.
-                weight: match st {
+                // The library's keyless step is the inverse of this weight: state × ramp share
+                // × quality (its level in half octaves), within the memory store's bounds.
+                weight: (match st {
                     HealthState::Healthy => 1.0,
                     HealthState::Degraded => cfg.health.degraded_weight,
                     HealthState::Probing => cfg.health.probing_weight,
                     HealthState::Quarantined | HealthState::Dead => 0.0,
-                } * ramp_share.unwrap_or(1.0),
+                } * ramp_share.unwrap_or(1.0)
+                    * a.get("ql")
+                        .and_then(|l| l.parse::<i32>().ok())
+                        .map_or(1.0, |l| 2f64.powf(f64::from(l) / 2.0)))
+                .clamp(if st.is_offered() { 0.01 } else { 0.0 }, 100.0),
                 ramp_share,
                 active_leases: u32::try_from(n(&a, "n")).unwrap_or(u32::MAX),
                 bound_keys: n(&a, "k"),

@@ -170,7 +170,7 @@ local HEALTH_FIELDS = {
   'recent', 'recent_failures', 'qcap', 'min_in_service', 'base', 'max', 'dead_after', 'rise',
   'dwell', 'window', 'max_age', 'min_success', 'min_samples', 'max_captcha', 'degraded_weight',
   'probing_weight', 'ramp_ms', 'reset_ms', 'site_window', 'site_recent', 'site_min_samples',
-  'site_min_addresses', 'site_spread',
+  'site_min_addresses', 'site_spread', 'latency_factor',
 }
 local parsed_health = {}
 
@@ -187,18 +187,60 @@ local function health(text)
     if name then H[name] = tonumber(v) else H.steps[#H.steps + 1] = tonumber(v) end
     i = i + 1
   end
-  -- Keyless selection is stride scheduling (smooth weighted): the member of `pass` with the
-  -- lowest pass wins and its pass grows by its step, the inverse of its weight. The step is in
-  -- the member's name so that picking needs no second read; here as text per offered state,
-  -- at full weight ([0]) and at each ramp stage ([1] …).
-  H.text = {}
-  for s, w in pairs({healthy = 1, degraded = H.degraded_weight, probing = H.probing_weight}) do
-    local t = {[0] = string.format('%.6g', 1 / w)}
-    for k = 1, #H.steps - 1 do t[k] = string.format('%.6g', 1 / (w * H.steps[k])) end
-    H.text[s] = t
-  end
+  H.weight = {healthy = 1, degraded = H.degraded_weight, probing = H.probing_weight}
+  H.text = {healthy = {}, degraded = {}, probing = {}}
   parsed_health[text] = H
   return H
+end
+
+-- Keyless selection is stride scheduling (smooth weighted): the member of `pass` with the
+-- lowest pass wins and its pass grows by its step, the inverse of its weight — state × ramp
+-- share (stage `k`, 0 at full weight) × quality (2^(level / 2), see `quality_level`), within
+-- the memory store's bounds [0.01, 100]. Steps are whole numbers (STRIDE at weight 1), so
+-- that passes stay whole (cheap to write, see `digits`). The step is in the member's name
+-- so that picking needs no second read; made once per state, stage and level.
+local STRIDE = 100
+local function step_text(H, s, k, level)
+  local by_stage = H.text[s]
+  local by_level = by_stage[k]
+  if not by_level then
+    by_level = {}
+    by_stage[k] = by_level
+  end
+  local t = by_level[level]
+  if not t then
+    local share = k > 0 and H.steps[k] or 1
+    local w = math.min(math.max(H.weight[s] * share * 2 ^ (level / 2), 0.01), 100)
+    t = digits(math.max(1, math.floor(STRIDE / w + 0.5)))
+    by_level[level] = t
+  end
+  return t
+end
+
+-- Latency (P1, P4), per address from the latencies of its successes, over about the window's
+-- length: `lm` a running mean (1/16 ms), `lt` the running share of successes slower than
+-- `latency_factor` × that mean (1/10 000: above 5 %, the 95th percentile is), `lc` how many
+-- it has seen, up to `min_samples`; the pool's `lref` in `meta` (1/16 ms), the memory
+-- store's reference latency. All whole numbers (see `digits`).
+local MEAN_ALPHA, REFERENCE_ALPHA = 2 / 51, 0.02
+-- Latency differences this small (ms) are noise, not quality (as `health::weight`).
+local LATENCY_NOISE = 10
+local LN2 = 0.6931471805599453
+
+-- The quality of an address, success rate ÷ normalised latency as `health::weight::quality`
+-- (the rate from its window when it has one, smoothed with two virtual successes; the mean
+-- latency over the pool's), in half-octave levels (-13 … 13): a level moves the step only
+-- when quality changes by a fifth or more.
+local function quality_level(win, lm, lref)
+  local rate = 1
+  if win then
+    local _, successes = string.gsub(win, 's', '')
+    rate = (successes + 2) / (#win + 2)
+  end
+  local latency = 1
+  if lm and lref then latency = math.max((lm + LATENCY_NOISE) / (lref + LATENCY_NOISE), 0.05) end
+  local level = math.floor(2 * math.log(rate / latency) / LN2 + 0.5)
+  return math.min(math.max(level, -13), 13)
 end
 
 local function member(id, step) return id .. ':' .. step end
@@ -255,7 +297,7 @@ end
 
 local function set_state(K, id, to, reason, now, cap, H)
   local a = addr(K, id)
-  local f = redis.call('HMGET', a, 's', 'n', 'p', 'rs', 'sp')
+  local f = redis.call('HMGET', a, 's', 'n', 'p', 'rs', 'sp', 'ql')
   local from, n, rs = f[1] or 'absent', num(f[2]), f[4]
   local in_pools = pools_in(K, f[5])
   local set, del = {'s', to, 't', now, 'st', '0'}, {'su'}
@@ -278,7 +320,7 @@ local function set_state(K, id, to, reason, now, cap, H)
   local step = nil
   if OFFERED[to] then
     local k, next_at = ramp_stage(H, rs, now)
-    step = H.text[to][k or 0]
+    step = step_text(H, to, k or 0, num(f[6]))
     set[#set + 1], set[#set + 2] = 'p', step
     if next_at then redis.call('ZADD', K.due, next_at, 'r' .. id) end
   else
@@ -307,7 +349,7 @@ local function set_state(K, id, to, reason, now, cap, H)
     end
     local score = nil
     if OFFERED[from] then
-      local old = member(id, f[3] or H.text[from][0])
+      local old = member(id, f[3] or step_text(H, from, 0, num(f[6])))
       score = redis.call('ZSCORE', P.pass, old)
       redis.call('ZREM', P.pass, old)
     end
@@ -322,7 +364,7 @@ end
 -- the quarantine cycle before it, which succeeded (P11).
 local function ramp_on(K, id, now, H)
   local a = addr(K, id)
-  local f = redis.call('HMGET', a, 's', 'p', 'rs', 'sp')
+  local f = redis.call('HMGET', a, 's', 'p', 'rs', 'sp', 'ql')
   local s = f[1]
   if not OFFERED[s] or not f[3] then return end
   local k, next_at = ramp_stage(H, f[3], now)
@@ -332,11 +374,25 @@ local function ramp_on(K, id, now, H)
     redis.call('HDEL', a, 'rs')
     redis.call('HSET', a, 'cy', '0')
   end
-  local step = H.text[s][k or 0]
+  local step = step_text(H, s, k or 0, num(f[5]))
   if step ~= f[2] then
-    restep_member(K, id, f[4], f[2] or H.text[s][0], step)
+    restep_member(K, id, f[4], f[2] or step, step)
     redis.call('HSET', a, 'p', step)
   end
+end
+
+-- The quality level of `id` moved to `level`: its step follows if it is offered.
+local function requalify(K, id, level, now, H)
+  local a = addr(K, id)
+  local f = redis.call('HMGET', a, 's', 'p', 'rs', 'sp')
+  local s = f[1]
+  if not OFFERED[s] then
+    redis.call('HSET', a, 'ql', level)
+    return
+  end
+  local step = step_text(H, s, ramp_stage(H, f[3], now) or 0, level)
+  redis.call('HSET', a, 'ql', level, 'p', step)
+  restep_member(K, id, f[4], f[2] or step, step)
 end
 
 -- A binding's value: the address id, then the sub-pool it was bound through, if any.
@@ -361,7 +417,7 @@ local function freed(K, id, s, step, sp, cap, H)
   if not s then return end
   local n = redis.call('HINCRBY', addr(K, id), 'n', '-1')
   -- Back below the cap: offered for keyless work again.
-  if n == cap - 1 and OFFERED[s] then join_passes(K, sp, member(id, step or H.text[s][0])) end
+  if n == cap - 1 and OFFERED[s] then join_passes(K, sp, member(id, step or step_text(H, s, 0, 0))) end
 end
 
 -- Frees the slot of an open lease; false if it was closed or expired already.
@@ -665,9 +721,10 @@ end
 -- One outcome of address `id` in state `s` with outcome window `win`: 's' success, 'f'
 -- failure, 'c' captcha; anything else ('b' a block by a named site, 'r' a rate limit, a
 -- captcha from a named site) is no health news for the address as a whole.
-local function outcome(K, id, class, s, win, now, cap, H, jitter)
+-- `slow`: a success whose latency makes a jump against the address's own norm (P4).
+local function outcome(K, id, class, s, win, now, cap, H, jitter, slow)
   -- The common case, a success of a healthy address with a clean record, is no news.
-  if not s or (class == 's' and s == 'healthy' and not win) then return end
+  if not s or (class == 's' and s == 'healthy' and not win and not slow) then return end
   local a = addr(K, id)
   if s == 'probing' or s == 'dead' then
     if class == 's' then
@@ -751,8 +808,10 @@ local function outcome(K, id, class, s, win, now, cap, H, jitter)
   end
   if suspect and not reason then
     redis.call('HDEL', a, 'su')
-  elseif s == 'degraded' and dwelt(g[5], now, H) then
+  elseif s == 'degraded' and not slow and dwelt(g[5], now, H) then
     set_state(K, id, 'healthy', 'signals cleared', now, cap, H)
+  elseif s == 'healthy' and slow and dwelt(g[5], now, H) then
+    set_state(K, id, 'degraded', slow, now, cap, H)
   end
 end
 
@@ -835,7 +894,7 @@ local function acquire_one(B, P, strategy, lease_deadline, session_deadline, fac
       -- Rate limited there: the session is kept; the caller learns until when (in the lease
       -- id's place).
       if num(f[2]) > B.now then return tonumber(f[2]), id, 'cooling' end
-      local lid = take(B, id, member(id, f[3] or B.H.text[s][0]), lease_deadline, session_deadline, key)
+      local lid = take(B, id, member(id, f[3] or step_text(B.H, s, 0, 0)), lease_deadline, session_deadline, key)
       if not lid then return 0, id, 'busy' end
       return lid, id, 'bound'
     end
@@ -875,7 +934,7 @@ local function acquire_one(B, P, strategy, lease_deadline, session_deadline, fac
         local s = f[1]
         if (s == 'healthy' or s == 'degraded') and num(f[2]) < cap and num(f[5]) <= B.now then
           local k = num(f[3])
-          local m = member(cid, f[6] or B.H.text[s][0])
+          local m = member(cid, f[6] or step_text(B.H, s, 0, 0))
           if k < floor + (num(f[4]) < threshold and 1 or 0) then return bind(cid, m) end
           if not fallback and k < ceiling then fallback = {cid, m} end
         end
@@ -1215,7 +1274,7 @@ end
 -- snapshot derives it. `S`, the batch's sites (see `sites_from`).
 local function release_part(K, now, cap, H, got, S, args, from, to)
   local leases, count = {}, 0
-  for i = from, to, 6 do
+  for i = from, to, 7 do
     count = count + 1
     leases[count] = 'l' .. args[i] .. ':' .. args[i + 1]
   end
@@ -1233,13 +1292,14 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
   -- Lease ids of this epoch: an expired lease's outcome is still news about its address; one
   -- from before a loss names nothing.
   local first, last = num(got[3]), num(got[4])
+  local lref, latencies, latency_sum = got[5] and tonumber(got[5]) / 16, 0, 0
   for j = 1, count do
-    local i = from + (j - 1) * 6
+    local i = from + (j - 1) * 7
     local lid = not scores[j] and tonumber(args[i])
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 4]
       local names = names_of(site)
-      local f = redis.call('HMGET', addr(K, id), 's', 'w', names[1], 'p', 'sp')
+      local f = redis.call('HMGET', addr(K, id), 's', 'w', names[1], 'p', 'sp', 'lm', 'lt', 'lc', 'ql')
       if scores[j] then freed(K, id, f[1], f[4], f[5], cap, H) end
       if class == 'a' then
         if scores[j] then abandoned = abandoned + 1 end
@@ -1252,6 +1312,23 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
         end
         redis.call('HINCRBY', counts_key(K, id), cell, '1')
         if class == 'r' then cool(K, id, site, args[i + 5]) end
+        -- A success's latency: the address's running figures, and whether its tail jumped.
+        local lm, slow = f[6] and tonumber(f[6]) / 16, false
+        local ms = class == 's' and tonumber(args[i + 6])
+        if ms then
+          local tail, seen = num(f[7]) / 10000, num(f[8])
+          local norm = math.max(lm or ms, LATENCY_NOISE)
+          tail = tail + MEAN_ALPHA * ((ms > H.latency_factor * norm and 1 or 0) - tail)
+          lm = lm and lm + MEAN_ALPHA * (ms - lm) or ms
+          local set = {'lm', digits(math.floor(lm * 16 + 0.5)), 'lt', digits(math.floor(tail * 10000 + 0.5))}
+          if seen < H.min_samples then set[5], set[6] = 'lc', digits(seen + 1) end
+          redis.call('HSET', addr(K, id), unpack(set))
+          latencies, latency_sum = latencies + 1, latency_sum + ms
+          if tail > 0.05 and seen + 1 >= H.min_samples then
+            slow = 'latency tail: ' .. math.floor(tail * 100 + 0.5) .. '% of recent successes over ' ..
+              H.latency_factor .. 'x the mean of ' .. math.floor(norm + 0.5) .. ' ms'
+          end
+        end
         -- At a degraded site, outcomes say nothing about the address (P9).
         local excused = class ~= 'r' and observe(K, S, site, id, class == 'b' and 'f' or class, now, H)
         if not excused then
@@ -1260,10 +1337,18 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
           end
           -- A captcha from a named site is that site's judgement of the pair (above).
           if class == 'c' and site ~= '-' then class = 'n' end
-          outcome(K, id, class, f[1], f[2], now, cap, H, args[i + 3])
+          outcome(K, id, class, f[1], f[2], now, cap, H, args[i + 3], slow)
         end
+        -- Its weight follows its quality (P1).
+        local level = quality_level(f[2] and string.sub(class .. f[2], 1, H.window), lm, lref)
+        if level ~= num(f[9]) then requalify(K, id, level, now, H) end
       end
     end
+  end
+  if latencies > 0 then
+    local mean = latency_sum / latencies
+    lref = lref and lref + (1 - (1 - REFERENCE_ALPHA) ^ latencies) * (mean - lref) or mean
+    redis.call('HSET', K.meta, 'lref', digits(math.floor(lref * 16 + 0.5)))
   end
   if abandoned > 0 then redis.call('HINCRBY', K.meta, 'abandoned', tostring(abandoned)) end
 end
@@ -1273,17 +1358,17 @@ end
 -- deadline (ms), [7] load factor, [8] the number of releases; then per release: lease id,
 -- address id, outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter
 -- factor, site ('-' for none), for a rate limit ('r') the end of the cooling it asks for
--- (ms); then per acquire: key ('' = keyless), the key's ring point, site ('-' for none),
+-- (ms), for a success its latency (ms; empty otherwise); then per acquire: key ('' = keyless), the key's ring point, site ('-' for none),
 -- pool: the keyless strategy's letter (see acquire_one) and the sub-pool's name (none for
 -- the whole pool). Replies three elements per acquire (see acquire_one), then `more` and
 -- the pool's epoch.
 local function ops(keys, args)
   local releases = tonumber(args[8]) or 0
-  local last_release = 8 + releases * 6
+  local last_release = 8 + releases * 7
   -- What the batch needs of `meta` comes with the context: the epoch's lease ids, the
   -- judgement of the releases' sites (P9), the latest cooling end of the acquires' sites.
-  local fields = {'layout', 'epoch', 'seq0', 'seq'}
-  local order = site_fields(args, 13, last_release, 6, fields)
+  local fields = {'layout', 'epoch', 'seq0', 'seq', 'lref'}
+  local order = site_fields(args, 13, last_release, 7, fields)
   local cooling = {}
   for i = last_release + 3, #args, 4 do
     local site = args[i]
@@ -1294,7 +1379,7 @@ local function ops(keys, args)
   end
   local K, now, cap, more, H, got = open(keys, args, fields)
   if releases > 0 then
-    local S = sites_from(order, got, 5, now, H)
+    local S = sites_from(order, got, 6, now, H)
     release_part(K, now, cap, H, got, S, args, 9, last_release)
     end_sites(K, S, now, H)
   end
