@@ -84,7 +84,9 @@ async fn pairs_per_second(pool: &Pool, keyed: bool) -> f64 {
                     Ticket::new()
                 };
                 let lease = pool.acquire(ticket).await.unwrap();
-                let latency = Duration::from_millis(80);
+                // Latencies that vary, as real ones do: each success moves the address's
+                // running figures (steady ones would leave nothing to write).
+                let latency = Duration::from_millis(30 + (t as u64 * 31 + i * 17) % 100);
                 lease.release(Outcome::Success { latency }).await.unwrap();
                 done.fetch_add(1, Ordering::Relaxed);
             }

@@ -41,7 +41,7 @@ use sites::{NO_SITE, Sites};
 use sub_pool::SubPool;
 
 /// Smoothing of the pool's reference latency (the denominator of normalised latency).
-const REFERENCE_LATENCY_ALPHA: f64 = 0.02;
+pub(crate) const REFERENCE_LATENCY_ALPHA: f64 = 0.02;
 
 #[derive(Debug, Default)]
 struct Counters {

@@ -35,8 +35,10 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 mod batch;
+mod latency;
 
 use batch::{Job, Queue};
+use latency::Latencies;
 
 use super::{Grant, Release};
 use crate::address::ProxyAddress;
@@ -162,6 +164,7 @@ pub(crate) struct RedisStore {
     /// changes.
     addresses: RwLock<(u64, HashMap<u32, ProxyAddress>)>,
     sites: Mutex<Sites>,
+    latencies: Mutex<Latencies>,
     /// The pool's epoch as last seen (set by the first add of a pool): when it changes, Redis
     /// lost the pool and ids name other addresses.
     epoch: Mutex<Epoch>,
@@ -222,8 +225,8 @@ struct ReleaseRequest {
     site: Arc<str>,
     /// For a rate limit: until when (ms) the address cools for the site.
     cool_until: u64,
-    /// For a success: its latency (ms).
-    latency_ms: Option<u64>,
+    /// For a success: this process's judgement of the address's latency (see `Latencies`).
+    latency: Option<i64>,
 }
 
 /// What a process knows of the pool's epoch (see `add` in library.lua).
@@ -253,6 +256,7 @@ impl std::fmt::Debug for RedisStore {
 
 enum Arg<'a> {
     Int(u64),
+    Signed(i64),
     Str(&'a str),
     Float(f64),
 }
@@ -357,6 +361,7 @@ impl RedisStore {
             last_sweep: AtomicU64::new(u64::MAX),
             addresses: RwLock::new((0, HashMap::new())),
             sites: Mutex::new(Sites::default()),
+            latencies: Mutex::new(Latencies::default()),
             epoch: Mutex::new(Epoch::Unknown),
             rebuilding: std::sync::atomic::AtomicBool::new(false),
             added: Mutex::new(HashMap::new()),
@@ -457,6 +462,7 @@ impl RedisStore {
         for a in args {
             match a {
                 Arg::Int(n) => cmd.arg(*n),
+                Arg::Signed(n) => cmd.arg(*n),
                 Arg::Str(s) => cmd.arg(*s),
                 Arg::Float(x) => cmd.arg(*x),
             };
@@ -706,8 +712,17 @@ impl RedisStore {
                 .saturating_add(millis(retry_after.min(self.cfg.backoff.cap))),
             _ => 0,
         };
-        let latency_ms = match release.outcome {
-            Outcome::Success { latency } => Some(millis(latency)),
+        let latency = match release.outcome {
+            Outcome::Success { latency } => Some(
+                self.latencies
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .note(
+                        release.slot,
+                        latency.as_secs_f64() * 1000.0,
+                        &self.cfg.health,
+                    ),
+            ),
             _ => None,
         };
         let request = ReleaseRequest {
@@ -718,7 +733,7 @@ impl RedisStore {
             jitter: self.jitter(),
             site,
             cool_until,
-            latency_ms,
+            latency,
         };
         match self
             .batched(&self.ops, Op::Release(request), self.deadline())
@@ -741,7 +756,7 @@ impl RedisStore {
             jitter: 1.0,
             site: Arc::from(NO_SITE),
             cool_until: 0,
-            latency_ms: None,
+            latency: None,
         };
         let _ = self.ops.send(Job {
             request: Op::Release(request),
@@ -786,8 +801,8 @@ impl RedisStore {
                 Arg::Float(r.jitter),
                 Arg::Str(&r.site),
                 Arg::Int(r.cool_until),
-                match r.latency_ms {
-                    Some(ms) => Arg::Int(ms),
+                match r.latency {
+                    Some(hint) => Arg::Signed(hint),
                     None => Arg::Str(""),
                 },
             ]);

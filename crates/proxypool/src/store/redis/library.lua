@@ -30,7 +30,9 @@
 --          cy failed cycles, st success streak, qe quarantine entries, ss stable (healthy)
 --          since, rs ramp start (P10), p keyless step (its `pass` member is 'ID:p'),
 --          fp fingerprint (52 bits), v ring points, sp its sub-pools' names (space
---          separated; absent: the whole pool only), 'cool|<site>' end of a rate limit's
+--          separated; absent: the whole pool only), qlat and ql its latency's and its
+--          quality level (see `rate_level`), sl '1' while degraded for its latency,
+--          'cool|<site>' end of a rate limit's
 --          cooling or of an avoidance for that site ('-': tickets without a site),
 --          'w|<site>' the pair's recent outcomes while one of them is a block or captcha
 --   c:ID   hash of one address's outcome counts per site: '<site>|<class>' → n ('-' for
@@ -195,7 +197,7 @@ end
 
 -- Keyless selection is stride scheduling (smooth weighted): the member of `pass` with the
 -- lowest pass wins and its pass grows by its step, the inverse of its weight — state × ramp
--- share (stage `k`, 0 at full weight) × quality (2^(level / 2), see `quality_level`), within
+-- share (stage `k`, 0 at full weight) × quality (2^(level / 2), see `rate_level`), within
 -- the memory store's bounds [0.01, 100]. Steps are whole numbers (STRIDE at weight 1), so
 -- that passes stay whole (cheap to write, see `digits`). The step is in the member's name
 -- so that picking needs no second read; made once per state, stage and level.
@@ -217,30 +219,15 @@ local function step_text(H, s, k, level)
   return t
 end
 
--- Latency (P1, P4), per address from the latencies of its successes, over about the window's
--- length: `lm` a running mean (1/16 ms), `lt` the running share of successes slower than
--- `latency_factor` × that mean (1/10 000: above 5 %, the 95th percentile is), `lc` how many
--- it has seen, up to `min_samples`; the pool's `lref` in `meta` (1/16 ms), the memory
--- store's reference latency. All whole numbers (see `digits`).
-local MEAN_ALPHA, REFERENCE_ALPHA = 2 / 51, 0.02
--- Latency differences this small (ms) are noise, not quality (as `health::weight`).
-local LATENCY_NOISE = 10
+-- Quality (P1) is success rate ÷ normalised latency, as `health::weight::quality`, in
+-- half-octave levels (-13 … 13; a level moves the step only when quality changes by a fifth
+-- or more): the latency's level as the releasing processes report it (`qlat`, see `ops`),
+-- plus the success rate's, from the address's window when it has one (smoothed with two
+-- virtual successes), in `ql`.
 local LN2 = 0.6931471805599453
-
--- The quality of an address, success rate ÷ normalised latency as `health::weight::quality`
--- (the rate from its window when it has one, smoothed with two virtual successes; the mean
--- latency over the pool's), in half-octave levels (-13 … 13): a level moves the step only
--- when quality changes by a fifth or more.
-local function quality_level(win, lm, lref)
-  local rate = 1
-  if win then
-    local _, successes = string.gsub(win, 's', '')
-    rate = (successes + 2) / (#win + 2)
-  end
-  local latency = 1
-  if lm and lref then latency = math.max((lm + LATENCY_NOISE) / (lref + LATENCY_NOISE), 0.05) end
-  local level = math.floor(2 * math.log(rate / latency) / LN2 + 0.5)
-  return math.min(math.max(level, -13), 13)
+local function rate_level(win)
+  local _, successes = string.gsub(win, 's', '')
+  return math.floor(2 * math.log((successes + 2) / (#win + 2)) / LN2 + 0.5)
 end
 
 local function member(id, step) return id .. ':' .. step end
@@ -300,7 +287,8 @@ local function set_state(K, id, to, reason, now, cap, H)
   local f = redis.call('HMGET', a, 's', 'n', 'p', 'rs', 'sp', 'ql')
   local from, n, rs = f[1] or 'absent', num(f[2]), f[4]
   local in_pools = pools_in(K, f[5])
-  local set, del = {'s', to, 't', now, 'st', '0'}, {'su'}
+  -- `sl`: degraded for its latency (see `outcome`).
+  local set, del = {'s', to, 't', now, 'st', '0'}, {'su', 'sl'}
   -- P10: entering service from outside it, or from probing, starts the ramp (a new address's
   -- slow start too); leaving service ends it.
   if to == 'healthy' and (not OFFERED[from] or from == 'probing') then
@@ -381,17 +369,18 @@ local function ramp_on(K, id, now, H)
   end
 end
 
--- The quality level of `id` moved to `level`: its step follows if it is offered.
-local function requalify(K, id, level, now, H)
+-- The quality level of `id` moved to `level` (its latency's to `latency`): its step follows
+-- if it is offered.
+local function requalify(K, id, level, latency, now, H)
   local a = addr(K, id)
   local f = redis.call('HMGET', a, 's', 'p', 'rs', 'sp')
   local s = f[1]
   if not OFFERED[s] then
-    redis.call('HSET', a, 'ql', level)
+    redis.call('HSET', a, 'ql', level, 'qlat', latency)
     return
   end
   local step = step_text(H, s, ramp_stage(H, f[3], now) or 0, level)
-  redis.call('HSET', a, 'ql', level, 'p', step)
+  redis.call('HSET', a, 'ql', level, 'qlat', latency, 'p', step)
   restep_member(K, id, f[4], f[2] or step, step)
 end
 
@@ -721,8 +710,10 @@ end
 -- One outcome of address `id` in state `s` with outcome window `win`: 's' success, 'f'
 -- failure, 'c' captcha; anything else ('b' a block by a named site, 'r' a rate limit, a
 -- captcha from a named site) is no health news for the address as a whole.
--- `slow`: a success whose latency makes a jump against the address's own norm (P4).
-local function outcome(K, id, class, s, win, now, cap, H, jitter, slow)
+-- `slow`, for a success: the reason when the address's latency tail jumped against its own
+-- norm (P4), false when it did not, nil when unknown (the releasing process has seen too
+-- few of its successes); `held`: it is degraded for its latency.
+local function outcome(K, id, class, s, win, now, cap, H, jitter, slow, held)
   -- The common case, a success of a healthy address with a clean record, is no news.
   if not s or (class == 's' and s == 'healthy' and not win and not slow) then return end
   local a = addr(K, id)
@@ -808,10 +799,11 @@ local function outcome(K, id, class, s, win, now, cap, H, jitter, slow)
   end
   if suspect and not reason then
     redis.call('HDEL', a, 'su')
-  elseif s == 'degraded' and not slow and dwelt(g[5], now, H) then
+  elseif s == 'degraded' and not slow and (slow == false or not held) and dwelt(g[5], now, H) then
     set_state(K, id, 'healthy', 'signals cleared', now, cap, H)
   elseif s == 'healthy' and slow and dwelt(g[5], now, H) then
     set_state(K, id, 'degraded', slow, now, cap, H)
+    redis.call('HSET', a, 'sl', '1')
   end
 end
 
@@ -1292,14 +1284,13 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
   -- Lease ids of this epoch: an expired lease's outcome is still news about its address; one
   -- from before a loss names nothing.
   local first, last = num(got[3]), num(got[4])
-  local lref, latencies, latency_sum = got[5] and tonumber(got[5]) / 16, 0, 0
   for j = 1, count do
     local i = from + (j - 1) * 7
     local lid = not scores[j] and tonumber(args[i])
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 4]
       local names = names_of(site)
-      local f = redis.call('HMGET', addr(K, id), 's', 'w', names[1], 'p', 'sp', 'lm', 'lt', 'lc', 'ql')
+      local f = redis.call('HMGET', addr(K, id), 's', 'w', names[1], 'p', 'sp', 'qlat', 'ql', 'sl')
       if scores[j] then freed(K, id, f[1], f[4], f[5], cap, H) end
       if class == 'a' then
         if scores[j] then abandoned = abandoned + 1 end
@@ -1312,21 +1303,17 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
         end
         redis.call('HINCRBY', counts_key(K, id), cell, '1')
         if class == 'r' then cool(K, id, site, args[i + 5]) end
-        -- A success's latency: the address's running figures, and whether its tail jumped.
-        local lm, slow = f[6] and tonumber(f[6]) / 16, false
-        local ms = class == 's' and tonumber(args[i + 6])
-        if ms then
-          local tail, seen = num(f[7]) / 10000, num(f[8])
-          local norm = math.max(lm or ms, LATENCY_NOISE)
-          tail = tail + MEAN_ALPHA * ((ms > H.latency_factor * norm and 1 or 0) - tail)
-          lm = lm and lm + MEAN_ALPHA * (ms - lm) or ms
-          local set = {'lm', digits(math.floor(lm * 16 + 0.5)), 'lt', digits(math.floor(tail * 10000 + 0.5))}
-          if seen < H.min_samples then set[5], set[6] = 'lc', digits(seen + 1) end
-          redis.call('HSET', addr(K, id), unpack(set))
-          latencies, latency_sum = latencies + 1, latency_sum + ms
-          if tail > 0.05 and seen + 1 >= H.min_samples then
-            slow = 'latency tail: ' .. math.floor(tail * 100 + 0.5) .. '% of recent successes over ' ..
-              H.latency_factor .. 'x the mean of ' .. math.floor(norm + 0.5) .. ' ms'
+        -- A success's latency, as its process judged it from its own successes (see `ops`).
+        local hint = class == 's' and tonumber(args[i + 6])
+        local latency, slow, moved = num(f[6]), nil, class ~= 's'
+        if hint then
+          local flag = hint % 4
+          local reported = (hint - flag) / 4
+          if reported ~= latency then latency, moved = reported, true end
+          if flag == 2 then
+            slow = 'latency tail: over 5% of recent successes slower than ' .. H.latency_factor .. 'x the mean'
+          elseif flag == 1 then
+            slow = false
           end
         end
         -- At a degraded site, outcomes say nothing about the address (P9).
@@ -1337,18 +1324,18 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
           end
           -- A captcha from a named site is that site's judgement of the pair (above).
           if class == 'c' and site ~= '-' then class = 'n' end
-          outcome(K, id, class, f[1], f[2], now, cap, H, args[i + 3], slow)
+          outcome(K, id, class, f[1], f[2], now, cap, H, args[i + 3], slow, f[8])
         end
-        -- Its weight follows its quality (P1).
-        local level = quality_level(f[2] and string.sub(class .. f[2], 1, H.window), lm, lref)
-        if level ~= num(f[9]) then requalify(K, id, level, now, H) end
+        -- Its weight follows its quality (P1), which only an outcome other than a clean
+        -- success, or a latency level that moved, can have changed.
+        if moved or f[2] then
+          local level = latency
+          if f[2] then level = level + rate_level(string.sub(class .. f[2], 1, H.window)) end
+          level = math.min(math.max(level, -13), 13)
+          if level ~= num(f[7]) or latency ~= num(f[6]) then requalify(K, id, level, latency, now, H) end
+        end
       end
     end
-  end
-  if latencies > 0 then
-    local mean = latency_sum / latencies
-    lref = lref and lref + (1 - (1 - REFERENCE_ALPHA) ^ latencies) * (mean - lref) or mean
-    redis.call('HSET', K.meta, 'lref', digits(math.floor(lref * 16 + 0.5)))
   end
   if abandoned > 0 then redis.call('HINCRBY', K.meta, 'abandoned', tostring(abandoned)) end
 end
@@ -1358,7 +1345,10 @@ end
 -- deadline (ms), [7] load factor, [8] the number of releases; then per release: lease id,
 -- address id, outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter
 -- factor, site ('-' for none), for a rate limit ('r') the end of the cooling it asks for
--- (ms), for a success its latency (ms; empty otherwise); then per acquire: key ('' = keyless), the key's ring point, site ('-' for none),
+-- (ms), for a success its latency as its process judged it from the successes it released
+-- (a sample of the address's traffic: the quality level of its latency × 4, + 2 if its tail
+-- jumped against its own norm, + 1 if not, + 0 while too few were seen; empty otherwise);
+-- then per acquire: key ('' = keyless), the key's ring point, site ('-' for none),
 -- pool: the keyless strategy's letter (see acquire_one) and the sub-pool's name (none for
 -- the whole pool). Replies three elements per acquire (see acquire_one), then `more` and
 -- the pool's epoch.
@@ -1367,7 +1357,7 @@ local function ops(keys, args)
   local last_release = 8 + releases * 7
   -- What the batch needs of `meta` comes with the context: the epoch's lease ids, the
   -- judgement of the releases' sites (P9), the latest cooling end of the acquires' sites.
-  local fields = {'layout', 'epoch', 'seq0', 'seq', 'lref'}
+  local fields = {'layout', 'epoch', 'seq0', 'seq'}
   local order = site_fields(args, 13, last_release, 7, fields)
   local cooling = {}
   for i = last_release + 3, #args, 4 do
@@ -1379,7 +1369,7 @@ local function ops(keys, args)
   end
   local K, now, cap, more, H, got = open(keys, args, fields)
   if releases > 0 then
-    local S = sites_from(order, got, 6, now, H)
+    local S = sites_from(order, got, 5, now, H)
     release_part(K, now, cap, H, got, S, args, 9, last_release)
     end_sites(K, S, now, H)
   end
