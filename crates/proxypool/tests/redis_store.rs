@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use proxypool::{
-    AcquireError, Choice, Clock, HealthState, ManualClock, Outcome, Pool, PoolConfig, RedisOptions,
-    Strategy, Ticket,
+    AcquireError, Choice, Clock, HealthState, ManualClock, Outcome, Pool, PoolBuilder, PoolConfig,
+    RedisOptions, Strategy, Ticket,
 };
 use rand::{Rng, SeedableRng};
 use testkit::{Process, RedisServer};
@@ -45,11 +45,17 @@ async fn shared_pool(
         .unwrap()
 }
 
-/// A throwaway server, a clock at 1 000 s and a pool named `name` on it (default config).
-async fn lab(name: &str) -> (RedisServer, ManualClock, Pool) {
+/// A throwaway server (its files under a directory named after `name`) and a clock at 1 000 s.
+fn start(name: &str) -> (RedisServer, ManualClock) {
     let redis = RedisServer::start(&dir(name)).unwrap();
     let clock = ManualClock::new();
     clock.advance(Duration::from_secs(1_000));
+    (redis, clock)
+}
+
+/// A throwaway server, a clock at 1 000 s and a pool named `name` on it (default config).
+async fn lab(name: &str) -> (RedisServer, ManualClock, Pool) {
+    let (redis, clock) = start(name);
     let pool = shared_pool(&redis, name, &clock, PoolConfig::default()).await;
     (redis, clock, pool)
 }
@@ -80,9 +86,7 @@ fn cli(redis: &RedisServer, args: &[&str]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_pools_on_one_redis_share_leases_bindings_and_health() {
-    let redis = RedisServer::start(&dir("share")).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
+    let (redis, clock) = start("share");
     let mut cfg = PoolConfig::default();
     cfg.max_leases_per_address = 1;
     let a = shared_pool(&redis, "share", &clock, cfg.clone()).await;
@@ -576,9 +580,7 @@ async fn a_sites_blocks_are_counted_for_that_site_not_against_the_address() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_batches_keep_a_probing_address_at_its_small_share() {
-    let redis = RedisServer::start(&dir("share-weights")).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
+    let (redis, clock) = start("share-weights");
     let pool = Pool::builder()
         .addresses(addresses(3))
         .clock(clock.clone())
@@ -984,9 +986,7 @@ async fn the_redis_store_judges_like_the_memory_store() {
 /// A throwaway server, a clock at 1 000 s, and a memory pool and a Redis pool named `name`
 /// side by side.
 async fn side_by_side_lab(name: &str) -> (RedisServer, ManualClock, Pool, Pool) {
-    let redis = RedisServer::start(&dir(&format!("parity-{name}"))).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
+    let (redis, clock) = start(&format!("parity-{name}"));
     let (memory, shared) = side_by_side(&redis, &clock, name).await;
     (redis, clock, memory, shared)
 }
@@ -1002,12 +1002,7 @@ async fn side_by_side(redis: &RedisServer, clock: &ManualClock, name: &str) -> (
             .clock(clock.clone())
             .seed(1)
     };
-    let shared = builder()
-        .redis(RedisOptions::new(redis.url(), name))
-        .connect()
-        .await
-        .unwrap();
-    (builder().build().unwrap(), shared)
+    both(redis, name, builder).await
 }
 
 /// Whether `site` is judged degraded, whether quarantining is frozen, and the state of every
@@ -1202,12 +1197,7 @@ async fn with_sub_pools(redis: &RedisServer, clock: &ManualClock, name: &str) ->
         }
         b
     };
-    let shared = builder()
-        .redis(RedisOptions::new(redis.url(), name))
-        .connect()
-        .await
-        .unwrap();
-    (builder().build().unwrap(), shared)
+    both(redis, name, builder).await
 }
 
 /// Sub-pools and keyless strategies, side by side: each sub-pool serves its members only,
@@ -1218,9 +1208,7 @@ async fn with_sub_pools(redis: &RedisServer, clock: &ManualClock, name: &str) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sub_pools_and_strategies_work_like_in_the_memory_store() {
     const F: Outcome = Outcome::ConnectError;
-    let redis = RedisServer::start(&dir("sub-pools")).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
+    let (redis, clock) = start("sub-pools");
     let (memory, shared) = with_sub_pools(&redis, &clock, "sub-pools").await;
     let pools = [&memory, &shared];
     let a = |i: usize| format!("http://10.0.0.{i}:3128");
@@ -1317,8 +1305,7 @@ async fn sub_pools_and_strategies_work_like_in_the_memory_store() {
     fail("shopper", 6).await;
     let shopper = pool_binding(&memory, "shopper").await;
     assert_eq!(shopper, pool_binding(&shared, "shopper").await);
-    let j = judged(&memory, &clock, &shopper).await;
-    assert_eq!(j, judged(&shared, &clock, &shopper).await);
+    let j = alike(&memory, &shared, &clock, &shopper).await;
     assert_eq!(j.state, HealthState::Degraded);
     for pool in pools {
         let snap = pool.snapshot().await;
@@ -1335,8 +1322,7 @@ async fn sub_pools_and_strategies_work_like_in_the_memory_store() {
         assert_eq!(snap.address(&a(7)).unwrap().sub_pools, ["shop"]);
     }
     fail("shopper", 1).await;
-    let j = judged(&memory, &clock, &shopper).await;
-    assert_eq!(j, judged(&shared, &clock, &shopper).await);
+    let j = alike(&memory, &shared, &clock, &shopper).await;
     assert_eq!(j.state, HealthState::Quarantined);
 
     // Removing another member leaves `shop` short: the quarantined one comes back early.
@@ -1349,8 +1335,7 @@ async fn sub_pools_and_strategies_work_like_in_the_memory_store() {
             "{why}"
         );
     }
-    let j = judged(&memory, &clock, &shopper).await;
-    assert_eq!(j, judged(&shared, &clock, &shopper).await);
+    let j = alike(&memory, &shared, &clock, &shopper).await;
     assert_eq!(j.state, HealthState::Probing);
     for pool in pools {
         let mut seen = std::collections::HashSet::new();
@@ -1361,6 +1346,35 @@ async fn sub_pools_and_strategies_work_like_in_the_memory_store() {
         }
         assert!(seen.contains(&a(7)) && !seen.contains(&other), "{seen:?}");
     }
+}
+
+/// A memory pool and a Redis pool named `name` from one builder.
+async fn both(redis: &RedisServer, name: &str, builder: impl Fn() -> PoolBuilder) -> (Pool, Pool) {
+    let shared = builder()
+        .redis(RedisOptions::new(redis.url(), name))
+        .connect()
+        .await
+        .unwrap();
+    (builder().build().unwrap(), shared)
+}
+
+/// `n` keyless pairs released with `outcome`.
+async fn keyless(pool: &Pool, n: usize, outcome: Outcome) {
+    for _ in 0..n {
+        let lease = pool.acquire(Ticket::new()).await.unwrap();
+        lease.release(outcome).await.unwrap();
+    }
+}
+
+/// How both stores judge `address`, which must be alike.
+async fn alike(memory: &Pool, shared: &Pool, clock: &ManualClock, address: &str) -> Judged {
+    let j = judged(memory, clock, address).await;
+    assert_eq!(
+        j,
+        judged(shared, clock, address).await,
+        "memory (left) and Redis (right) differ"
+    );
+    j
 }
 
 /// The address `key` is bound to, as a whole-pool ticket finds it.
@@ -1378,9 +1392,7 @@ async fn pool_binding(pool: &Pool, key: &str) -> String {
 /// pools' selection set exactly once, and nothing else is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sub_pools_hold_the_caps_under_concurrency() {
-    let redis = RedisServer::start(&dir("sub-pool-race")).unwrap();
-    let clock = ManualClock::new();
-    clock.advance(Duration::from_secs(1_000));
+    let (redis, clock) = start("sub-pool-race");
     let mut cfg = PoolConfig::default();
     cfg.max_leases_per_address = 2;
     let connect = || {
@@ -1486,14 +1498,7 @@ async fn latency_weighs_and_a_jump_degrades_like_in_memory() {
     };
     let mut x = String::new();
     for pool in pools {
-        for _ in 0..100 {
-            pool.acquire(Ticket::new())
-                .await
-                .unwrap()
-                .release(at(50))
-                .await
-                .unwrap();
-        }
+        keyless(pool, 100, at(50)).await;
         x = through(pool, "acct-x", &[at(50); 30]).await;
         through(pool, "acct-x", &[at(400); 5]).await;
     }
@@ -1518,14 +1523,7 @@ async fn latency_weighs_and_a_jump_degrades_like_in_memory() {
     clock.advance(Duration::from_secs(61));
     for pool in [&memory, &shared] {
         let y = through(pool, "acct-y", &[at(500); 40]).await;
-        for _ in 0..100 {
-            pool.acquire(Ticket::new())
-                .await
-                .unwrap()
-                .release(at(50))
-                .await
-                .unwrap();
-        }
+        keyless(pool, 100, at(50)).await;
         let snap = pool.snapshot().await;
         let row = snap.address(&y).unwrap();
         assert_eq!(
