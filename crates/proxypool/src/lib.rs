@@ -68,8 +68,8 @@
 //! process using the same pool name (P15): each operation is one Lua script (one round trip per
 //! acquire and per release); if Redis does not answer within [`RedisOptions::timeout`],
 //! acquire fails at once with [`AcquireError::StoreUnavailable`]. The Redis store selects
-//! (every strategy, sub-pools) and judges addresses and sites as the in-memory engine does,
-//! but not latency (weights by state and ramp only): see ARCHITECTURE.md.
+//! (every strategy, sub-pools) and judges addresses and sites as the in-memory engine does;
+//! latency is judged by each process from the successes it releases: see ARCHITECTURE.md.
 //!
 //! Active probes (P12) are in [`probe`] (feature `probe`, on by default): the only module that
 //! opens sockets and speaks HTTP; it reports through [`Pool::report_probe`]'s hook like any

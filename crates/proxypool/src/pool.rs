@@ -206,8 +206,8 @@ impl PoolBuilder {
 
     /// Keeps the pool's state in Redis, shared by every process that uses the same server
     /// and pool name (P15). Build it with [`PoolBuilder::connect`]; every process of a pool
-    /// must declare the same sub-pools and strategies. The shared store does not judge
-    /// latency: see the crate's ARCHITECTURE notes.
+    /// must declare the same sub-pools and strategies. Each process judges latency from the
+    /// successes it releases: see the crate's ARCHITECTURE notes.
     #[cfg(feature = "redis")]
     pub fn redis(mut self, options: crate::store::redis::RedisOptions) -> Self {
         self.redis = Some(options);
