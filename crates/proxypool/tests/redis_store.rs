@@ -419,6 +419,9 @@ async fn works_on_redis_cluster() {
     let connect = || {
         Pool::builder()
             .addresses(addresses(4))
+            .sub_pool("rr", Strategy::RoundRobin)
+            .address_in("http://10.0.0.5:3128", &["rr"])
+            .address_in("http://10.0.0.6:3128", &["rr"])
             .redis(
                 RedisOptions::cluster(nodes.clone(), "clustered").timeout(Duration::from_secs(2)),
             )
@@ -431,9 +434,18 @@ async fn works_on_redis_cluster() {
     let again = b.acquire(Ticket::new().key("acct")).await.unwrap();
     assert_eq!((again.choice(), again.address()), (Choice::Bound, &address));
     again.release(OK).await.unwrap();
+    // A sub-pool's keys share the pool's slot too.
+    let mut turns = Vec::new();
+    for pool in [&a, &b, &a, &b] {
+        let lease = pool.acquire(Ticket::new().sub_pool("rr")).await.unwrap();
+        turns.push(lease.address().redacted().to_owned());
+        lease.release(OK).await.unwrap();
+    }
+    assert_eq!(turns[0], turns[2], "{turns:?}");
+    assert_ne!(turns[0], turns[1], "{turns:?}");
     let snap = b.snapshot().await;
-    assert_eq!(snap.pool.addresses, 4);
-    assert_eq!(snap.pool.acquired, 2);
+    assert_eq!(snap.pool.addresses, 6);
+    assert_eq!(snap.pool.acquired, 6);
     assert_eq!(snap.pool.active_leases, 0);
 }
 
