@@ -95,17 +95,11 @@ impl RedisOptions {
 
 #[derive(Clone)]
 enum Conn {
-    Single(Vec<ConnectionManager>),
+    Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
 
 const LIBRARY: &str = include_str!("redis/library.lua");
-
-/// Connections to a standalone server, taken in turn: Redis answers the commands it read from
-/// one connection together, so batches sharing one wait for each other's scripts, and the
-/// server idles while the client turns them around (the benchmark: busy 80 % of a core with
-/// one connection, 88 % with four).
-const CONNECTIONS: usize = 4;
 
 /// How often (pool clock) one process asks an acquire or release to sweep due deadlines:
 /// leases, bindings and quarantine waits end at most this late.
@@ -152,8 +146,6 @@ fn unavailable(e: &redis::RedisError) -> String {
 
 pub(crate) struct RedisStore {
     conn: Conn,
-    /// The standalone connection the next command takes.
-    next_conn: std::sync::atomic::AtomicUsize,
     /// `proxypool:{NAME}:meta`, the one key every call passes.
     meta: String,
     /// `proxypool:{NAME}:url`, read when an address id is not in `addresses` yet.
@@ -298,14 +290,10 @@ impl RedisStore {
                 .set_connection_timeout(t)
                 .set_response_timeout(t)
                 .set_number_of_retries(1);
-            let mut conns = Vec::new();
-            for _ in 0..CONNECTIONS {
-                conns.push(
-                    ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-                        .map_err(|e| unavailable(&e))?,
-                );
-            }
-            Conn::Single(conns)
+            Conn::Single(
+                ConnectionManager::new_lazy_with_config(client, config)
+                    .map_err(|e| unavailable(&e))?,
+            )
         };
         let tag = &options.pool_name;
         let rng = match seed {
@@ -353,7 +341,6 @@ impl RedisStore {
         let whole = pool_spec(cfg.strategy, "");
         let store = Arc::new_cyclic(|me: &Weak<Self>| Self {
             conn,
-            next_conn: std::sync::atomic::AtomicUsize::new(0),
             meta: format!("proxypool:{{{tag}}}:meta"),
             url_key: format!("proxypool:{{{tag}}}:url"),
             library: LIBRARY.replace("__LIB__", &name),
@@ -404,13 +391,9 @@ impl RedisStore {
 
     /// One command, bounded by the timeout.
     async fn query(&self, cmd: &Cmd) -> Result<Value, redis::RedisError> {
-        match &self.conn {
-            Conn::Single(conns) => {
-                let i = self.next_conn.fetch_add(1, Ordering::Relaxed) % conns.len();
-                let mut c = conns[i].clone();
-                cmd.query_async(&mut c).await
-            }
-            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+        match self.conn.clone() {
+            Conn::Single(mut c) => cmd.query_async(&mut c).await,
+            Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
         }
     }
 
