@@ -10,7 +10,9 @@
 use std::future::Future;
 use std::sync::{Arc, Weak};
 
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::{mpsc, oneshot};
 
 /// Batches out at once: more keep the server busy while answers travel back, fewer make larger
 /// batches (each call has a fixed cost). With the 50-task benchmark 2, 3 and 4 did alike, 8
@@ -31,7 +33,9 @@ pub(super) struct Job<R, O> {
 pub(super) type Queue<R, O> = mpsc::UnboundedSender<Job<R, O>>;
 
 /// Starts the worker of one queue on the current tokio runtime. It runs `run` for each batch,
-/// holding `owner` only while a batch runs, and stops when the queue's sender is dropped.
+/// holding `owner` only while a batch runs, and stops when the queue's sender is dropped and
+/// its last batches are done. The batches run inside the worker's own task: a finished batch
+/// makes room for the next without another task's wake-up in between.
 pub(super) fn spawn<T, R, O, F, Fut>(owner: Weak<T>, run: F) -> Queue<R, O>
 where
     T: Send + Sync + 'static,
@@ -42,25 +46,28 @@ where
 {
     let (tx, mut rx) = mpsc::unbounded_channel::<Job<R, O>>();
     tokio::spawn(async move {
-        let permits = Arc::new(Semaphore::new(IN_FLIGHT));
+        let mut running = FuturesUnordered::new();
+        let mut open = true;
         loop {
-            let Ok(permit) = Arc::clone(&permits).acquire_owned().await else {
-                break;
-            };
-            let Some(first) = rx.recv().await else { break };
-            let mut jobs = vec![first];
-            while jobs.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(job) => jobs.push(job),
-                    Err(_) => break,
+            tokio::select! {
+                Some(()) = running.next(), if !running.is_empty() => {}
+                job = rx.recv(), if open && running.len() < IN_FLIGHT => {
+                    let Some(first) = job else {
+                        open = false;
+                        continue;
+                    };
+                    let mut jobs = vec![first];
+                    while jobs.len() < MAX_BATCH {
+                        match rx.try_recv() {
+                            Ok(job) => jobs.push(job),
+                            Err(_) => break,
+                        }
+                    }
+                    let Some(owner) = owner.upgrade() else { break };
+                    running.push(run(owner, jobs));
                 }
+                else => break,
             }
-            let Some(owner) = owner.upgrade() else { break };
-            let batch = run(owner, jobs);
-            tokio::spawn(async move {
-                batch.await;
-                drop(permit);
-            });
         }
     });
     tx
