@@ -1557,3 +1557,63 @@ async fn latency_weighs_and_a_jump_degrades_like_in_memory() {
         assert!(picked < 10, "{y} picked {picked} times of 200");
     }
 }
+
+/// A rate limit released in the same call as acquires for that site holds for them: the call
+/// is made by hand (the store's own batching decides what shares a call), with the function
+/// name and common arguments the store used, as the server's slow log shows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_holds_for_acquires_in_its_own_call() {
+    let (redis, clock, pool) = lab("cool-call").await;
+    cli(&redis, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    let lease = pool.acquire(Ticket::new().site("shop")).await.unwrap();
+    let log = cli(&redis, &["SLOWLOG", "GET", "10"]);
+    let at = (0..log.len() - 1)
+        .find(|&i| log[i] == "FCALL" && log[i + 1].ends_with("_ops"))
+        .unwrap_or_else(|| panic!("{log:?}"));
+    let (function, meta, health) = (&log[at + 1], &log[at + 3], &log[at + 7]);
+    let url = lease.address().as_str().to_owned();
+    let id = cli(&redis, &["HGET", "proxypool:{cool-call}:byurl", &url])[0].clone();
+    let now = clock.now().as_millis();
+    let (lid, until, later) = (
+        lease.id().get().to_string(),
+        (now + 30_000).to_string(),
+        (now + 300_000).to_string(),
+    );
+    let now = now.to_string();
+    let mut call = vec![
+        "FCALL", function, "1", meta, &now, "0", "32", health, &later, &later, "1.25", "1",
+    ];
+    call.extend([lid.as_str(), &id, "r", "1", "shop", &until, ""]);
+    for _ in 0..12 {
+        call.extend(["", "0", "shop", "w"]);
+    }
+    let reply = cli(&redis, &call);
+    let granted: Vec<&String> = reply.chunks(3).take(12).map(|r| &r[1]).collect();
+    assert_eq!(granted.len(), 12, "{reply:?}");
+    assert!(
+        !granted.contains(&&id),
+        "the cooled address {id} was granted: {reply:?}"
+    );
+}
+
+/// The success rate's share of an address's weight lasts as long as its window: a window
+/// forgotten after the maximum age takes its penalty with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_window_takes_its_weight_penalty_with_it() {
+    const F: Outcome = Outcome::ConnectError;
+    let (_redis, clock, pool) = lab("penalty").await;
+    clock.advance(Duration::from_secs(61));
+    let weight = |address: String| {
+        let pool = pool.clone();
+        async move { pool.snapshot().await.address(&address).unwrap().weight }
+    };
+    let mut x = String::new();
+    for _ in 0..6 {
+        x = through(&pool, "acct", &[OK, OK, OK, OK, F]).await;
+    }
+    // 24 of 30 (smoothed: 26 of 32): half an octave down.
+    assert!((weight(x.clone()).await - 0.5f64.sqrt()).abs() < 1e-9);
+    clock.advance(Duration::from_secs(11 * 60));
+    through(&pool, "acct", &[OK; 3]).await;
+    assert_eq!(weight(x.clone()).await, 1.0);
+}

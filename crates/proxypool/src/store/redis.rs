@@ -517,6 +517,11 @@ impl RedisStore {
             cache.0 += 1;
             cache.1.clear();
         }
+        // The same ids will name other addresses: their latency figures go too.
+        *self
+            .latencies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Latencies::default();
         let me = Arc::clone(self);
         tokio::spawn(async move {
             let added: Vec<(ProxyAddress, Vec<String>)> = me

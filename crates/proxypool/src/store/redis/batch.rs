@@ -10,8 +10,10 @@
 use std::future::Future;
 use std::sync::{Arc, Weak};
 
-use futures_util::StreamExt;
+use std::panic::AssertUnwindSafe;
+
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
 /// Batches out at once: more keep the server busy while answers travel back, fewer make larger
@@ -64,7 +66,9 @@ where
                         }
                     }
                     let Some(owner) = owner.upgrade() else { break };
-                    running.push(run(owner, jobs));
+                    // A batch that panics loses its own callers' answers (their channels
+                    // close), not the worker.
+                    running.push(AssertUnwindSafe(run(owner, jobs)).catch_unwind().map(drop));
                 }
                 else => break,
             }

@@ -1009,9 +1009,13 @@ local function acquire_part(K, now, cap, H, got, cooling, args, from, more)
   return out, n, more
 end
 
+-- Whether the current call cooled an address (see `ops`: its acquires must see it).
+local cooled_in_call = false
+
 -- A rate limit: `id` cools for `site` until `until_ms` (never shortened); the site's latest
 -- cooling end rises with it.
 local function cool(K, id, site, until_ms)
+  cooled_in_call = true
   local field = names_of(site)[5]
   if tonumber(until_ms) > num(redis.call('HGET', addr(K, id), field)) then
     redis.call('HSET', addr(K, id), field, until_ms)
@@ -1326,11 +1330,13 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
           if class == 'c' and site ~= '-' then class = 'n' end
           outcome(K, id, class, f[1], f[2], now, cap, H, args[i + 3], slow, f[8])
         end
-        -- Its weight follows its quality (P1), which only an outcome other than a clean
-        -- success, or a latency level that moved, can have changed.
+        -- Its weight follows its quality (P1): its latency's level and, while it has a window,
+        -- the success rate's, from the window the outcome left. Only a latency level that
+        -- moved, or an outcome that found a window or may have made one, can have changed it.
         if moved or f[2] then
           local level = latency
-          if f[2] then level = level + rate_level(string.sub(class .. f[2], 1, H.window)) end
+          local win = redis.call('HGET', addr(K, id), 'w')
+          if win then level = level + rate_level(win) end
           level = math.min(math.max(level, -13), 13)
           if level ~= num(f[7]) or latency ~= num(f[6]) then requalify(K, id, level, latency, now, H) end
         end
@@ -1368,10 +1374,20 @@ local function ops(keys, args)
     end
   end
   local K, now, cap, more, H, got = open(keys, args, fields)
+  cooled_in_call = false
   if releases > 0 then
     local S = sites_from(order, got, 5, now, H)
     release_part(K, now, cap, H, got, S, args, 9, last_release)
     end_sites(K, S, now, H)
+  end
+  if cooled_in_call and #fields > 4 + #order * 4 then
+    -- The releases cooled an address: the acquires after them read the sites' ends again.
+    local names, at = {}, {}
+    for _, i in pairs(cooling) do
+      names[#names + 1], at[#at + 1] = fields[i], i
+    end
+    local fresh = redis.call('HMGET', K.meta, unpack(names))
+    for k, i in ipairs(at) do got[i] = fresh[k] end
   end
   local out, n
   out, n, more = acquire_part(K, now, cap, H, got, cooling, args, last_release + 1, more)
