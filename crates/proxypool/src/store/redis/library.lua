@@ -232,6 +232,19 @@ end
 
 local function member(id, step) return id .. ':' .. step end
 
+-- A `pass` member's address id and step (a number), made once per member (and server): a
+-- keyless batch reads a few dozen of them.
+local members, members_n = {}, 0
+local function split_member(m)
+  local parts = members[m]
+  if parts then return parts end
+  if members_n >= 100000 then members, members_n = {}, 0 end
+  local id, step = string.match(m, '^(%d+):(.+)$')
+  parts = {id, tonumber(step)}
+  members[m], members_n = parts, members_n + 1
+  return parts
+end
+
 -- One decision in the shared log (newest first, the last 1 000), numbered (`meta` field
 -- `decided`) so that the prober's process can pass new ones to its logs. `subject` is an
 -- address's name, or '@site NAME' or '@pool'.
@@ -529,13 +542,12 @@ local function keyless(B, P, lease_deadline, wanted, even)
         C.bound = tonumber(r[#r])
         r[#r], r[#r - 1] = nil, nil
       end
+      local k = 0
       for i = 1, #r, 2 do
-        local id, step = string.match(r[i], '^(%d+):(.+)$')
-        c[#c + 1] = id
-        c[#c + 1] = r[i]
-        c[#c + 1] = tonumber(r[i + 1])
-        c[#c + 1] = false
-        c[#c + 1] = even and 1 or tonumber(step)
+        local parts = split_member(r[i])
+        c[k + 1], c[k + 2], c[k + 3], c[k + 4] = parts[1], r[i], tonumber(r[i + 1]), false
+        c[k + 5] = even and 1 or parts[2]
+        k = k + 5
       end
       C.cand = c
     end
