@@ -475,15 +475,15 @@ end
 local function flush_pool(B, P, C)
   local c = C.cand
   if not c then return end
-  local updates = {}
+  local updates, u = {}, 0
   for i = 1, #c, 5 do
     if c[i + 3] and not B.full[c[i]] then
-      updates[#updates + 1] = digits(c[i + 2])
-      updates[#updates + 1] = c[i + 1]
+      updates[u + 1], updates[u + 2] = digits(c[i + 2]), c[i + 1]
+      u = u + 2
       c[i + 3] = false
     end
   end
-  if #updates > 0 then redis.call('ZADD', P.pass, 'XX', unpack(updates)) end
+  if u > 0 then redis.call('ZADD', P.pass, 'XX', unpack(updates, 1, u)) end
 end
 
 -- The same for every pool the batch picked from; their candidates are read again after.
@@ -536,7 +536,7 @@ local function keyless(B, P, lease_deadline, wanted, even)
       -- Wider when the first read held only full or cooling candidates; the third reads all.
       local n = attempt == 1 and wanted or attempt == 2 and wanted + 32 or -1
       local c = {}
-      local r = redis.call('ZRANGE', P.pass, '0', tostring(n), 'WITHSCORES')
+      local r = redis.call('ZRANGE', P.pass, '0', digits(n), 'WITHSCORES')
       C.bound = nil
       if n >= 0 and #r > 2 * n then
         C.bound = tonumber(r[#r])
@@ -724,8 +724,8 @@ end
 -- captcha from a named site) is no health news for the address as a whole.
 -- `slow`, for a success: the reason when the address's latency tail jumped against its own
 -- norm (P4), false when it did not, nil when unknown (the releasing process has seen too
--- few of its successes); `held`: it is degraded for its latency.
-local function outcome(K, id, class, s, win, now, cap, H, jitter, slow, held)
+-- few of its successes).
+local function outcome(K, id, class, s, win, now, cap, H, jitter, slow)
   -- The common case, a success of a healthy address with a clean record, is no news.
   if not s or (class == 's' and s == 'healthy' and not win and not slow) then return end
   local a = addr(K, id)
@@ -811,7 +811,9 @@ local function outcome(K, id, class, s, win, now, cap, H, jitter, slow, held)
   end
   if suspect and not reason then
     redis.call('HDEL', a, 'su')
-  elseif s == 'degraded' and not slow and (slow == false or not held) and dwelt(g[5], now, H) then
+  elseif s == 'degraded' and not slow and dwelt(g[5], now, H)
+    -- Degraded for its latency (`sl`): only a report that the tail is back clears it.
+    and (slow == false or redis.call('HGET', a, 'sl') ~= '1') then
     set_state(K, id, 'healthy', 'signals cleared', now, cap, H)
   elseif s == 'healthy' and slow and dwelt(g[5], now, H) then
     set_state(K, id, 'degraded', slow, now, cap, H)
@@ -1306,7 +1308,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 4]
       local names = names_of(site)
-      local f = redis.call('HMGET', addr(K, id), 's', 'w', names[1], 'p', 'sp', 'qlat', 'ql', 'sl')
+      local f = redis.call('HMGET', addr(K, id), 's', 'w', names[1], 'p', 'sp', 'qlat', 'ql')
       if scores[j] then freed(K, id, f[1], f[4], f[5], cap, H) end
       if class == 'a' then
         if scores[j] then abandoned = abandoned + 1 end
@@ -1340,7 +1342,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
           end
           -- A captcha from a named site is that site's judgement of the pair (above).
           if class == 'c' and site ~= '-' then class = 'n' end
-          outcome(K, id, class, f[1], f[2], now, cap, H, args[i + 3], slow, f[8])
+          outcome(K, id, class, f[1], f[2], now, cap, H, args[i + 3], slow)
         end
         -- Its weight follows its quality (P1): its latency's level and, while it has a window,
         -- the success rate's, from the window the outcome left. Only a latency level that
