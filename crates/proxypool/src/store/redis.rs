@@ -225,7 +225,8 @@ struct ReleaseRequest {
     site: Arc<str>,
     /// For a rate limit: until when (ms) the address cools for the site.
     cool_until: u64,
-    /// For a success: this process's judgement of the address's latency (see `Latencies`).
+    /// For a success: this process's judgement of the address's latency when it changed
+    /// (see `Latencies`).
     latency: Option<i64>,
 }
 
@@ -718,16 +719,16 @@ impl RedisStore {
             _ => 0,
         };
         let latency = match release.outcome {
-            Outcome::Success { latency } => Some(
-                self.latencies
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .note(
-                        release.slot,
-                        latency.as_secs_f64() * 1000.0,
-                        &self.cfg.health,
-                    ),
-            ),
+            Outcome::Success { latency } => self
+                .latencies
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .note(
+                    release.slot,
+                    latency.as_secs_f64() * 1000.0,
+                    &self.cfg.health,
+                    now,
+                ),
             _ => None,
         };
         let request = ReleaseRequest {

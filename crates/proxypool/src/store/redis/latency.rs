@@ -6,6 +6,9 @@
 
 use std::collections::HashMap;
 
+use std::time::Duration;
+
+use crate::clock::Timestamp;
 use crate::config::HealthConfig;
 use crate::health::weight::LATENCY_NOISE_MS;
 use crate::state::REFERENCE_LATENCY_ALPHA;
@@ -25,17 +28,33 @@ struct Running {
     /// 95th percentile.
     tail: f64,
     seen: usize,
+    /// The hint last sent, when, and the successes since.
+    sent: Option<(i64, Timestamp)>,
+    since_sent: u32,
 }
+
+/// A hint that did not change is sent again after this many successes, or this long: a
+/// latency-degraded address is cleared only on a report that its tail is back (after the
+/// dwell).
+const RESEND_EVERY: u32 = 16;
+const RESEND_AFTER: Duration = Duration::from_secs(1);
 
 /// Quality levels are half octaves, within the memory store's weight bounds.
 const LEVELS: f64 = 13.0;
 
 impl Latencies {
-    /// Notes a success of address `id` that took `ms`. Returns the hint the script reads: the
-    /// quality level of the address's latency (mean over the pool's, as
-    /// `health::weight::quality` normalises it) × 4, + 2 if its tail jumped against its own
-    /// mean (P4), + 1 if not, + 0 while fewer than `min_samples` were seen.
-    pub(super) fn note(&mut self, id: u32, ms: f64, cfg: &HealthConfig) -> i64 {
+    /// Notes a success of address `id` that took `ms`, at `now`. Returns the hint the script
+    /// reads when it changed (or again after a while): the quality level of the address's
+    /// latency (mean over the pool's, as `health::weight::quality` normalises it) × 4, + 2 if
+    /// its tail jumped against its own mean (P4), + 1 if not, + 0 while fewer than
+    /// `min_samples` were seen.
+    pub(super) fn note(
+        &mut self,
+        id: u32,
+        ms: f64,
+        cfg: &HealthConfig,
+        now: Timestamp,
+    ) -> Option<i64> {
         let alpha = 2.0 / (cfg.window as f64 + 1.0);
         let reference = match self.reference_ms {
             Some(r) => r + REFERENCE_LATENCY_ALPHA * (ms - r),
@@ -46,6 +65,8 @@ impl Latencies {
             mean_ms: ms,
             tail: 0.0,
             seen: 0,
+            sent: None,
+            since_sent: 0,
         });
         let norm = r.mean_ms.max(LATENCY_NOISE_MS);
         let slow = if ms > cfg.latency_factor * norm {
@@ -65,7 +86,18 @@ impl Latencies {
         } else {
             1
         };
-        level * 4 + flag
+        let hint = level * 4 + flag;
+        r.since_sent += 1;
+        if let Some((sent, at)) = r.sent
+            && sent == hint
+            && r.since_sent < RESEND_EVERY
+            && now.since(at) < RESEND_AFTER
+        {
+            return None;
+        }
+        r.sent = Some((hint, now));
+        r.since_sent = 0;
+        Some(hint)
     }
 }
 
@@ -73,27 +105,32 @@ impl Latencies {
 mod tests {
     use super::*;
 
-    fn split(hint: i64) -> (i64, i64) {
-        (hint.div_euclid(4), hint.rem_euclid(4))
+    /// The hints of `n` successes of `id` in `ms`, split into level and flag.
+    fn hints(l: &mut Latencies, id: u32, ms: f64, n: usize) -> Vec<(i64, i64)> {
+        let cfg = HealthConfig::default();
+        (0..n)
+            .filter_map(|_| l.note(id, ms, &cfg, Timestamp::default()))
+            .map(|h| (h.div_euclid(4), h.rem_euclid(4)))
+            .collect()
     }
 
     #[test]
     fn a_slow_address_loses_levels_and_a_jump_shows_in_its_tail() {
-        let cfg = HealthConfig::default();
         let mut l = Latencies::default();
-        let mut last = (0, 0);
+        let mut slow = Vec::new();
         for _ in 0..50 {
-            l.note(1, 50.0, &cfg);
-            last = split(l.note(2, 500.0, &cfg));
+            hints(&mut l, 1, 50.0, 1);
+            slow.extend(hints(&mut l, 2, 500.0, 1));
         }
         // The pool's reference is near 250 ms: twice that is -2 half octaves, a fifth of it
         // (with the noise floor, about a quarter) +4.
-        assert_eq!(last, (-2, 1));
-        assert_eq!(split(l.note(1, 50.0, &cfg)), (4, 1));
+        assert_eq!(slow.last(), Some(&(-2, 1)));
+        // Unchanged hints are not sent again for a while; then they are.
+        assert!(slow.len() < 20, "{slow:?}");
+        assert_eq!(hints(&mut l, 1, 50.0, 16).last(), Some(&(4, 1)));
         // Too few samples: no verdict on the tail yet.
-        assert_eq!(split(l.note(3, 50.0, &cfg)).1, 0);
-        // Three successes far above its own mean: the tail jumped.
-        let jumped = (0..3).map(|_| split(l.note(1, 400.0, &cfg)).1).last();
-        assert_eq!(jumped, Some(2));
+        assert_eq!(hints(&mut l, 3, 50.0, 1)[0].1, 0);
+        // Three successes far above its own mean: the tail jumped, and that is sent at once.
+        assert_eq!(hints(&mut l, 1, 400.0, 3).last().map(|h| h.1), Some(2));
     }
 }

@@ -894,13 +894,19 @@ local function acquire_one(B, P, strategy, lease_deadline, session_deadline, fac
   -- A bound key keeps its address whichever pool the ticket names.
   local id = binding(redis.call('HGET', K.bind, key))
   if id then
-    local f = redis.call('HMGET', addr(K, id), 's', names_of(B.site)[5], 'p')
+    -- The address's cooling end for the site only when the site has one.
+    local f
+    if B.site_cools then
+      f = redis.call('HMGET', addr(K, id), 's', 'p', names_of(B.site)[5])
+    else
+      f = redis.call('HMGET', addr(K, id), 's', 'p')
+    end
     local s = f[1]
     if s == 'healthy' or s == 'degraded' then
       -- Rate limited there: the session is kept; the caller learns until when (in the lease
       -- id's place).
-      if num(f[2]) > B.now then return tonumber(f[2]), id, 'cooling' end
-      local lid = take(B, id, member(id, f[3] or step_text(B.H, s, 0, 0)), lease_deadline, session_deadline, key)
+      if num(f[3]) > B.now then return tonumber(f[3]), id, 'cooling' end
+      local lid = take(B, id, member(id, f[2] or step_text(B.H, s, 0, 0)), lease_deadline, session_deadline, key)
       if not lid then return 0, id, 'busy' end
       return lid, id, 'bound'
     end
@@ -1308,8 +1314,14 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 4]
       local names = names_of(site)
-      local f = redis.call('HMGET', addr(K, id), 's', 'w', names[1], 'p', 'sp', 'qlat', 'ql')
-      if scores[j] then freed(K, id, f[1], f[4], f[5], cap, H) end
+      -- The pair's window (5) only for a named site: tickets without one have none.
+      local f
+      if site == '-' then
+        f = redis.call('HMGET', addr(K, id), 's', 'w', 'p', 'sp')
+      else
+        f = redis.call('HMGET', addr(K, id), 's', 'w', 'p', 'sp', names[1])
+      end
+      if scores[j] then freed(K, id, f[1], f[3], f[4], cap, H) end
       if class == 'a' then
         if scores[j] then abandoned = abandoned + 1 end
       elseif f[1] then
@@ -1321,13 +1333,15 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
         end
         redis.call('HINCRBY', counts_key(K, id), cell, '1')
         if class == 'r' then cool(K, id, site, args[i + 5]) end
-        -- A success's latency, as its process judged it from its own successes (see `ops`).
+        -- A success's latency, as its process judged it from its own successes, when that
+        -- changed (see `ops`); with the quality levels it may move (`q`: latency's, whole).
         local hint = class == 's' and tonumber(args[i + 6])
-        local latency, slow, moved = num(f[6]), nil, class ~= 's'
+        local q, latency, slow, moved = nil, nil, nil, class ~= 's'
         if hint then
+          q = redis.call('HMGET', addr(K, id), 'qlat', 'ql')
           local flag = hint % 4
-          local reported = (hint - flag) / 4
-          if reported ~= latency then latency, moved = reported, true end
+          latency = (hint - flag) / 4
+          if latency ~= num(q[1]) then moved = true end
           if flag == 2 then
             slow = 'latency tail: over 5% of recent successes slower than ' .. H.latency_factor .. 'x the mean'
           elseif flag == 1 then
@@ -1337,8 +1351,8 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
         -- At a degraded site, outcomes say nothing about the address (P9).
         local excused = class ~= 'r' and observe(K, S, site, id, class == 'b' and 'f' or class, now, H)
         if not excused then
-          if site ~= '-' and (f[3] or class == 'b' or class == 'c') then
-            judge_pair(K, id, site, class, f[3], now, H)
+          if site ~= '-' and (f[5] or class == 'b' or class == 'c') then
+            judge_pair(K, id, site, class, f[5], now, H)
           end
           -- A captcha from a named site is that site's judgement of the pair (above).
           if class == 'c' and site ~= '-' then class = 'n' end
@@ -1348,11 +1362,13 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
         -- the success rate's, from the window the outcome left. Only a latency level that
         -- moved, or an outcome that found a window or may have made one, can have changed it.
         if moved or f[2] then
+          q = q or redis.call('HMGET', addr(K, id), 'qlat', 'ql')
+          latency = latency or num(q[1])
           local level = latency
           local win = redis.call('HGET', addr(K, id), 'w')
           if win then level = level + rate_level(win) end
           level = math.min(math.max(level, -13), 13)
-          if level ~= num(f[7]) or latency ~= num(f[6]) then requalify(K, id, level, latency, now, H) end
+          if level ~= num(q[2]) or latency ~= num(q[1]) then requalify(K, id, level, latency, now, H) end
         end
       end
     end
@@ -1367,7 +1383,8 @@ end
 -- factor, site ('-' for none), for a rate limit ('r') the end of the cooling it asks for
 -- (ms), for a success its latency as its process judged it from the successes it released
 -- (a sample of the address's traffic: the quality level of its latency × 4, + 2 if its tail
--- jumped against its own norm, + 1 if not, + 0 while too few were seen; empty otherwise);
+-- jumped against its own norm, + 1 if not, + 0 while too few were seen), when that changed
+-- or every 16th success of the address (empty otherwise);
 -- then per acquire: key ('' = keyless), the key's ring point, site ('-' for none),
 -- pool: the keyless strategy's letter (see acquire_one) and the sub-pool's name (none for
 -- the whole pool). Replies three elements per acquire (see acquire_one), then `more` and
