@@ -741,13 +741,10 @@ impl RedisStore {
             cool_until,
             latency,
         };
-        match self
-            .batched(&self.ops, Op::Release(request), self.deadline())
+        self.batched(&self.ops, Op::Release(request), self.deadline())
             .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) => Err(PoolError::StoreUnavailable(e)),
-        }
+            .map(drop)
+            .map_err(PoolError::StoreUnavailable)
     }
 
     /// From `Drop`: queued with the releases, unanswered. Should it be lost (no runtime, Redis
@@ -1086,8 +1083,8 @@ struct AcquireReply {
     refusal: Option<&'static str>,
 }
 
-/// The acquire function's reply: three elements per acquire (lease id, address id, tag),
-/// then `more` and the epoch.
+/// The `ops` function's reply: three elements per acquire (lease id, address id, tag), then
+/// `more` and the epoch.
 fn parse_acquires(reply: Value, n: usize) -> Option<(Vec<AcquireReply>, bool, String)> {
     let Value::Array(items) = reply else {
         return None;

@@ -4,7 +4,8 @@
 //! On Redis 7.0 a function call's fixed cost (the call itself, its arguments, the socket
 //! round) is most of what a small operation costs, so under load one call for many operations
 //! is most of the throughput. When idle nothing waits: a lone call goes out at once; calls
-//! arriving while [`IN_FLIGHT`] batches are out queue up and leave together as the next batch.
+//! arriving while [`IN_FLIGHT`] batches are out queue up and leave together as the next batch,
+//! which first yields a few times ([`GATHER_YIELDS`]) so that callers ready to run join it.
 //! Each caller still waits for exactly one round trip carrying its operation.
 
 use std::future::Future;
@@ -127,6 +128,29 @@ mod tests {
         assert_eq!(sizes.iter().sum::<usize>(), 200);
         assert!(sizes.iter().all(|&n| n <= MAX_BATCH), "{sizes:?}");
         assert!(sizes.len() < 200, "no call was shared: {sizes:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_that_panics_loses_its_answers_not_the_worker() {
+        let owner = Arc::new(());
+        let queue = spawn(
+            Arc::downgrade(&owner),
+            |_, jobs: Vec<Job<u32, u32>>| async move {
+                assert!(jobs.iter().all(|j| j.request != 0), "a poisoned batch");
+                for job in jobs {
+                    let _ = job.reply.send(job.request);
+                }
+            },
+        );
+        let ask = |request| {
+            let (reply, answer) = oneshot::channel();
+            queue.send(Job { request, reply }).unwrap();
+            answer
+        };
+        assert!(ask(0).await.is_err());
+        for i in 1..=20 {
+            assert_eq!(ask(i).await.unwrap(), i);
+        }
     }
 
     #[tokio::test]

@@ -606,7 +606,7 @@ local function least(B, P, lease_deadline)
   for _ = 1, 3 do
     local best, best_load, best_m, found, weighed = nil, nil, nil, 0, {}
     local function weigh(m)
-      local id = string.match(m, '^(%d+):')
+      local id = split_member(m)[1]
       if not id or weighed[id] or B.full[id] or cools(B, id) then return end
       weighed[id] = true
       local f = redis.call('HMGET', addr(B.K, id), 'n', 's')
@@ -1396,12 +1396,14 @@ local function ops(keys, args)
   -- judgement of the releases' sites (P9), the latest cooling end of the acquires' sites.
   local fields = {'layout', 'epoch', 'seq0', 'seq'}
   local order = site_fields(args, 13, last_release, 7, fields)
-  local cooling = {}
+  -- `cooling`: site → index in `got`; `cool_fields` and `cool_at`: the same as two lists.
+  local cooling, cool_fields, cool_at = {}, {}, {}
   for i = last_release + 3, #args, 4 do
     local site = args[i]
     if not cooling[site] then
       fields[#fields + 1] = names_of(site)[5]
       cooling[site] = #fields
+      cool_fields[#cool_fields + 1], cool_at[#cool_at + 1] = fields[#fields], #fields
     end
   end
   local K, now, cap, more, H, got = open(keys, args, fields)
@@ -1411,14 +1413,10 @@ local function ops(keys, args)
     release_part(K, now, cap, H, got, S, args, 9, last_release)
     end_sites(K, S, now, H)
   end
-  if cooled_in_call and #fields > 4 + #order * 4 then
+  if cooled_in_call and #cool_fields > 0 then
     -- The releases cooled an address: the acquires after them read the sites' ends again.
-    local names, at = {}, {}
-    for _, i in pairs(cooling) do
-      names[#names + 1], at[#at + 1] = fields[i], i
-    end
-    local fresh = redis.call('HMGET', K.meta, unpack(names))
-    for k, i in ipairs(at) do got[i] = fresh[k] end
+    local fresh = redis.call('HMGET', K.meta, unpack(cool_fields))
+    for k, i in ipairs(cool_at) do got[i] = fresh[k] end
   end
   local out, n
   out, n, more = acquire_part(K, now, cap, H, got, cooling, args, last_release + 1, more)
@@ -1515,6 +1513,15 @@ local function add(keys, args)
   return 1
 end
 
+-- Whether address `id` belongs to pool `P`.
+local function in_pool(K, id, P)
+  if P.name == '' then return true end
+  for _, Q in ipairs(pools_in(K, redis.call('HGET', addr(K, id), 'sp'))) do
+    if Q.name == P.name then return true end
+  end
+  return false
+end
+
 -- The present addresses that are not offered (or, `counted`, that count against the
 -- quarantine cap), of pool `P`, as {id, rank, until}: the end of their quarantine wait
 -- (0 if none), dead ones ranked last.
@@ -1524,10 +1531,11 @@ local function out_of_service(K, P, want_counted)
   for i = 1, #states, 2 do
     local id, s = states[i], states[i + 1]
     local wanted = want_counted and counted(s) or (not want_counted and not OFFERED[s])
-    if wanted and (P.name == '' or string.find(' ' .. (redis.call('HGET', addr(K, id), 'sp') or '') .. ' ',
-      ' ' .. P.name .. ' ', 1, true)) then
-      local rank = (s == 'dead' or s == 'quarantined' and want_counted) and 1 or 0
-      out[#out + 1] = {tonumber(id), rank, num(redis.call('ZSCORE', K.due, 'q' .. id))}
+    if wanted and in_pool(K, id, P) then
+      -- Returning the excess: probing ones before quarantined ones; bringing members back:
+      -- the dead last.
+      local last = want_counted and s == 'quarantined' or (not want_counted and s == 'dead')
+      out[#out + 1] = {tonumber(id), last and 1 or 0, num(redis.call('ZSCORE', K.due, 'q' .. id))}
     end
   end
   table.sort(out, function(x, y)
