@@ -238,6 +238,7 @@ impl PoolBuilder {
             )
             .await
             .map_err(|e| BuildError::Pool(PoolError::StoreUnavailable(e)))?;
+            store.check_config(clock.now()).await?;
             for (address, pools) in start {
                 store.add_idempotent(&address, pools, clock.now()).await?;
             }

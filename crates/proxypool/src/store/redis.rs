@@ -20,7 +20,6 @@
 //! and bindings the other processes cannot see (breaking the caps and sticky sessions).
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
@@ -35,9 +34,11 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 mod batch;
+mod encoding;
 mod latency;
 
 use batch::{Job, Queue};
+use encoding::{Arg, pool_spec};
 use latency::Latencies;
 
 use super::{Grant, Release};
@@ -45,7 +46,7 @@ use crate::address::ProxyAddress;
 use crate::clock::{Timestamp, millis};
 use crate::config::{PoolConfig, Strategy};
 use crate::decision::{Decision, Subject};
-use crate::error::{AcquireError, PoolError};
+use crate::error::{AcquireError, BuildError, PoolError};
 use crate::health::{HealthState, ramp};
 use crate::lease::{Choice, LeaseId, Outcome};
 use crate::snapshot::{
@@ -110,6 +111,9 @@ pub(crate) const SWEEP_EVERY_MS: u64 = 100;
 #[cfg(feature = "probe")]
 const PROBER_HOLD: Duration = Duration::from_secs(60);
 
+/// How the library's refusals of a configuration begin (see `config` in library.lua).
+const CONFIG_REFUSED: &str = "proxypool config:";
+
 /// The site column of tickets without one, as snapshots name it.
 const NO_SITE: &str = "-";
 
@@ -124,19 +128,9 @@ struct Functions {
     remove: String,
     end_session: String,
     snapshot: String,
+    config: String,
     #[cfg(feature = "probe")]
     targets: String,
-}
-
-/// A pool as the library's acquire names it: the keyless strategy's letter, then the
-/// sub-pool's name (none for the whole pool).
-fn pool_spec(strategy: Strategy, name: &str) -> Arc<str> {
-    let letter = match strategy {
-        Strategy::Weighted => 'w',
-        Strategy::RoundRobin => 'r',
-        Strategy::LeastConnections => 'l',
-    };
-    format!("{letter}{name}").into()
 }
 
 /// Why Redis failed, as the typed errors carry it.
@@ -153,7 +147,7 @@ pub(crate) struct RedisStore {
     library: String,
     functions: Functions,
     cfg: PoolConfig,
-    /// The health settings as the library parses them (see `health` in library.lua).
+    /// The configuration as the library reads it (`encoding::config`).
     health: String,
     timeout: Duration,
     rng: Mutex<StdRng>,
@@ -255,13 +249,6 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-enum Arg<'a> {
-    Int(u64),
-    Signed(i64),
-    Str(&'a str),
-    Float(f64),
-}
-
 impl RedisStore {
     /// Connects, loads the function library and starts the batch workers on the current
     /// tokio runtime (they stop when the store is dropped).
@@ -303,42 +290,7 @@ impl RedisStore {
         };
         let name = format!("proxypool_{:012x}", fingerprint(LIBRARY) >> 16);
         let f = |op: &str| format!("{name}_{op}");
-        let (h, b) = (&cfg.health, &cfg.backoff);
-        let mut health = format!(
-            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
-            h.recent,
-            h.recent_failures,
-            cfg.quarantine_cap,
-            cfg.min_in_service,
-            millis(b.base),
-            millis(b.cap),
-            h.dead_after_cycles,
-            h.rise_successes,
-            millis(h.min_dwell),
-            h.window,
-            millis(h.window_max_age),
-            h.min_success_rate,
-            h.min_samples,
-            h.max_captcha_rate,
-            h.degraded_weight,
-            h.probing_weight,
-            millis(h.ramp_duration),
-            millis(b.reset_after),
-        );
-        let j = &cfg.judgement;
-        let _ = write!(
-            health,
-            " {} {} {} {} {} {}",
-            j.site_window,
-            j.site_recent,
-            j.site_min_samples,
-            j.site_min_addresses,
-            j.site_spread,
-            h.latency_factor
-        );
-        for share in &h.ramp_steps {
-            let _ = write!(health, " {share}");
-        }
+        let health = encoding::config(&cfg);
         let whole = pool_spec(cfg.strategy, "");
         let store = Arc::new_cyclic(|me: &Weak<Self>| Self {
             conn,
@@ -352,6 +304,7 @@ impl RedisStore {
                 remove: f("remove"),
                 end_session: f("end_session"),
                 snapshot: f("snapshot"),
+                config: f("config"),
                 #[cfg(feature = "probe")]
                 targets: f("targets"),
             },
@@ -388,6 +341,20 @@ impl RedisStore {
                 }
             })?;
         Ok(store)
+    }
+
+    /// Has the library check this process's configuration: its encoding (version, names,
+    /// types) and its values against those the pool's first process recorded.
+    pub(crate) async fn check_config(&self, now: Timestamp) -> Result<(), BuildError> {
+        match self.call(&self.functions.config, now, false, &[]).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.to_string().contains(CONFIG_REFUSED) => {
+                Err(BuildError::StoreMismatch(e.to_string()))
+            }
+            Err(e) => Err(BuildError::Pool(PoolError::StoreUnavailable(unavailable(
+                &e,
+            )))),
+        }
     }
 
     /// One command, bounded by the timeout.
@@ -461,12 +428,7 @@ impl RedisStore {
             .arg(self.cfg.max_leases_per_address)
             .arg(&self.health);
         for a in args {
-            match a {
-                Arg::Int(n) => cmd.arg(*n),
-                Arg::Signed(n) => cmd.arg(*n),
-                Arg::Str(s) => cmd.arg(*s),
-                Arg::Float(x) => cmd.arg(*x),
-            };
+            a.push(&mut cmd);
         }
         self.by(self.deadline(), async {
             match self.query(&cmd).await {

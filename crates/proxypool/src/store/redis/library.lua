@@ -7,7 +7,7 @@
 -- keys share its prefix, so they share its hash tag and Cluster slot.
 --
 -- Arguments common to every function: ARGV[1] now (ms, the caller's pool clock), [2] '1' to
--- sweep due deadlines first, [3] the per-address lease cap, [4] the health settings (see
+-- sweep due deadlines first, [3] the per-address lease cap, [4] the configuration (see
 -- `health`). Acquires and releases travel together in batches (`ops`: the client coalesces
 -- concurrent calls, one FCALL's fixed cost for many operations), whose reply carries a flag
 -- `more`: 1 when the sweep stopped at its limit and the caller should sweep again.
@@ -166,28 +166,63 @@ local function names_of(site)
   return f
 end
 
--- Health settings come as one space-separated argument, parsed once per distinct text: the
--- fields below in order, then the ramp's weight shares (P10).
-local HEALTH_FIELDS = {
-  'recent', 'recent_failures', 'qcap', 'min_in_service', 'base', 'max', 'dead_after', 'rise',
-  'dwell', 'window', 'max_age', 'min_success', 'min_samples', 'max_captcha', 'degraded_weight',
-  'probing_weight', 'ramp_ms', 'reset_ms', 'site_window', 'site_recent', 'site_min_samples',
-  'site_min_addresses', 'site_spread', 'latency_factor',
+-- The configuration comes as one argument in the encoding of `store/redis/encoding.rs`:
+-- 'config=<version>', then 'name=<type><value>' per field (type 'i' whole number, 'f'
+-- number, 'l' comma-separated numbers). It is parsed once per distinct text; an encoding of
+-- another version, an unknown or missing field, or a value of the wrong type is refused
+-- (the client checks at connect, see `config`), never misread.
+local CONFIG_VERSION = '1'
+local CONFIG_FIELDS = {
+  recent = 'i', recent_failures = 'i', qcap = 'f', min_in_service = 'i', base = 'i', max = 'i',
+  dead_after = 'i', rise = 'i', dwell = 'i', window = 'i', max_age = 'i', min_success = 'f',
+  min_samples = 'i', max_captcha = 'f', degraded_weight = 'f', probing_weight = 'f',
+  ramp_ms = 'i', reset_ms = 'i', site_window = 'i', site_recent = 'i', site_min_samples = 'i',
+  site_min_addresses = 'i', site_spread = 'f', latency_factor = 'f', steps = 'l',
 }
 local parsed_health = {}
 
 -- Offered for selection (P3); the others are not in `pass` or the ring walk.
 local OFFERED = {healthy = true, degraded = true, probing = true}
 
+local function refuse_config(why)
+  error({err = 'ERR proxypool config: ' .. why})
+end
+
+local function typed(name, kind, v)
+  if kind == 'l' then
+    local list = {}
+    for x in string.gmatch(v, '[^,]+') do
+      list[#list + 1] = tonumber(x) or refuse_config(name .. ' holds ' .. x .. ', not a number')
+    end
+    return list
+  end
+  local x = tonumber(v)
+  if not x or (kind == 'i' and (x < 0 or x ~= math.floor(x))) then
+    refuse_config(name .. ' = ' .. v .. ' is not ' .. (kind == 'i' and 'a whole number' or 'a number'))
+  end
+  return x
+end
+
 local function health(text)
   local H = parsed_health[text]
   if H then return H end
-  H = {steps = {}}
-  local i = 1
-  for v in string.gmatch(text, '%S+') do
-    local name = HEALTH_FIELDS[i]
-    if name then H[name] = tonumber(v) else H.steps[#H.steps + 1] = tonumber(v) end
-    i = i + 1
+  H = {}
+  for token in string.gmatch(text, '%S+') do
+    local name, kind, v = string.match(token, '^([%w_]+)=(%a)(.*)$')
+    if token == 'config=' .. CONFIG_VERSION then
+      H.version = CONFIG_VERSION
+    elseif not name or CONFIG_FIELDS[name] ~= kind then
+      refuse_config(string.match(token, '^config=') and ('encoding ' .. token .. ', this library reads ' .. CONFIG_VERSION)
+        or ('unknown field or type ' .. token))
+    elseif H[name] ~= nil then
+      refuse_config(name .. ' given twice')
+    else
+      H[name] = typed(name, kind, v)
+    end
+  end
+  if not H.version then refuse_config('no config=' .. CONFIG_VERSION .. ' encoding given') end
+  for name in pairs(CONFIG_FIELDS) do
+    if H[name] == nil then refuse_config('missing field ' .. name) end
   end
   H.weight = {healthy = 1, degraded = H.degraded_weight, probing = H.probing_weight}
   H.text = {healthy = {}, degraded = {}, probing = {}}
@@ -1651,6 +1686,32 @@ local function targets(keys, args)
   return {out, decided, new}
 end
 
+-- Checks a process's configuration at connect: readable (see `health`), and the pool's, so
+-- that every process of a pool judges alike. The first process records it; a process
+-- configured otherwise is refused, naming the first field that differs.
+local function config(keys, args)
+  health(args[4])
+  local K = keys_of(keys[1])
+  local recorded = redis.call('HGET', K.meta, 'config')
+  if not recorded then
+    redis.call('HSET', K.meta, 'config', args[4])
+  elseif recorded ~= args[4] then
+    local theirs = {}
+    for token in string.gmatch(recorded, '%S+') do
+      local name, v = string.match(token, '^([%w_]+)=(.*)$')
+      if name then theirs[name] = v end
+    end
+    for token in string.gmatch(args[4], '%S+') do
+      local name, v = string.match(token, '^([%w_]+)=(.*)$')
+      if name and theirs[name] ~= v then
+        refuse_config('the pool ' .. K.prefix .. '* is configured with ' .. name .. '=' .. tostring(theirs[name]) ..
+          ', this process with ' .. name .. '=' .. v .. ': every process of a pool must be configured alike')
+      end
+    end
+  end
+  return CONFIG_VERSION
+end
+
 redis.register_function('__LIB___ops', ops)
 redis.register_function('__LIB___probe', probe)
 redis.register_function('__LIB___add', add)
@@ -1658,3 +1719,4 @@ redis.register_function('__LIB___remove', remove)
 redis.register_function('__LIB___end_session', end_session)
 redis.register_function('__LIB___snapshot', snapshot)
 redis.register_function('__LIB___targets', targets)
+redis.register_function('__LIB___config', config)
