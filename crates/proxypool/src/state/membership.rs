@@ -8,7 +8,7 @@ use crate::clock::Timestamp;
 use crate::decision::Subject;
 use crate::error::PoolError;
 use crate::health::HealthState;
-use crate::health::quarantine::{self};
+use crate::health::quarantine;
 use crate::health::window::Window;
 use crate::strategy::Slot;
 use crate::strategy::consistent_hash::fingerprint;

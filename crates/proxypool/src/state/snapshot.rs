@@ -1,9 +1,8 @@
 //! The engine's state as plain data: the snapshot and the prober's targets.
 
 use crate::clock::Timestamp;
-use crate::health::quarantine::{self};
-use crate::health::{HealthState, ramp};
-use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolSnapshot, Snapshot, Totals};
+use crate::health::ramp;
+use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolCounts, Snapshot, SnapshotParts, Totals};
 #[cfg(feature = "probe")]
 use crate::store::ProbeTarget;
 use crate::strategy::{Candidates, Slot};
@@ -144,35 +143,26 @@ impl PoolState {
                 },
             });
         }
-        matrix.sort_by(|a, b| (&a.address, &a.site).cmp(&(&b.address, &b.site)));
         let c = &self.counters;
-        let pool = PoolSnapshot {
-            addresses: self.by_address.len(),
-            by_state: HealthState::ALL
-                .iter()
-                .map(|s| (*s, self.by_state[*s as usize]))
-                .collect(),
-            offered: self.sub_pools[0].offered,
-            quarantined: self.quarantined(),
-            quarantine_cap: quarantine::cap(self.by_address.len(), self.cfg.quarantine_cap),
-            quarantine_entries: c.quarantine_entries,
-            frozen: self.frozen,
-            active_leases: self.leases.len() as u64,
-            bindings: self.sessions.len(),
-            acquired: c.acquired,
-            released: c.released,
-            abandoned: c.abandoned,
-            expired: c.expired,
-            unavailable: c.unavailable,
-            sessions_broken: c.sessions_broken,
-        };
-        Snapshot {
+        SnapshotParts {
             at_ms: now.as_millis(),
             addresses,
             matrix,
             sites: self.sites.list.iter().map(sites::Site::snapshot).collect(),
-            pool,
+            counts: PoolCounts {
+                quarantine_entries: c.quarantine_entries,
+                frozen: self.frozen,
+                active_leases: self.leases.len() as u64,
+                bindings: self.sessions.len(),
+                acquired: c.acquired,
+                released: c.released,
+                abandoned: c.abandoned,
+                expired: c.expired,
+                unavailable: c.unavailable,
+                sessions_broken: c.sessions_broken,
+            },
             decisions: self.log.recent(),
         }
+        .build(self.cfg.quarantine_cap)
     }
 }

@@ -9,10 +9,10 @@ use super::encoding::{log_entry, text};
 use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
 use crate::config::PoolConfig;
-use crate::decision::Subject;
+use crate::decision::{Decision, Subject};
 use crate::health::{HealthState, ramp};
 use crate::snapshot::{
-    AddressSnapshot, CellSnapshot, PoolSnapshot, SiteSnapshot, Snapshot, Totals,
+    AddressSnapshot, CellSnapshot, PoolCounts, SiteSnapshot, Snapshot, SnapshotParts, Totals,
 };
 use crate::strategy::consistent_hash::fingerprint;
 
@@ -103,32 +103,16 @@ pub(super) fn state_of(s: &str) -> Option<HealthState> {
 
 impl SharedView {
     pub(super) fn empty(now: Timestamp) -> Self {
-        Self {
-            snapshot: Snapshot {
-                at_ms: now.as_millis(),
-                addresses: Vec::new(),
-                matrix: Vec::new(),
-                sites: Vec::new(),
-                pool: PoolSnapshot {
-                    addresses: 0,
-                    by_state: Vec::new(),
-                    offered: 0,
-                    quarantined: 0,
-                    quarantine_cap: 0,
-                    quarantine_entries: 0,
-                    frozen: false,
-                    active_leases: 0,
-                    bindings: 0,
-                    acquired: 0,
-                    released: 0,
-                    abandoned: 0,
-                    expired: 0,
-                    unavailable: 0,
-                    sessions_broken: 0,
-                },
-                decisions: Vec::new(),
-            },
+        let snapshot = SnapshotParts {
+            at_ms: now.as_millis(),
+            addresses: Vec::new(),
+            matrix: Vec::new(),
+            sites: Vec::new(),
+            counts: PoolCounts::default(),
+            decisions: Vec::new(),
         }
+        .build(0.0);
+        Self { snapshot }
     }
 
     pub(super) fn parse(reply: Value, now: Timestamp, cfg: &PoolConfig) -> Option<Self> {
@@ -162,8 +146,6 @@ impl SharedView {
         let Value::Array(state) = state else {
             return None;
         };
-        let mut view = Self::empty(now);
-        let mut by_state = [0usize; 5];
         let mut rows = Vec::new();
         // `rows_in` holds each address's hash in the order of the state index's pairs.
         let mut matrix = Vec::new();
@@ -181,7 +163,6 @@ impl SharedView {
                 .get(&id)
                 .cloned()
                 .unwrap_or_else(|| full.redacted().to_owned());
-            by_state[st as usize] += 1;
             let ramp_share = a
                 .get("rs")
                 .and_then(|v| v.parse::<u64>().ok())
@@ -253,10 +234,7 @@ impl SharedView {
             rows.push(row);
         }
         rows.sort_by(|a, b| a.address.cmp(&b.address));
-        view.snapshot.addresses = rows;
-        matrix.sort_by(|a, b| (&a.address, &a.site).cmp(&(&b.address, &b.site)));
-        view.snapshot.matrix = matrix;
-        view.snapshot.sites = sites
+        let sites = sites
             .into_iter()
             .map(|(site, (c, addresses, bad))| SiteSnapshot {
                 degraded: meta.contains_key(&format!("d|{site}")),
@@ -267,68 +245,56 @@ impl SharedView {
                 spread: (addresses > 0).then(|| bad as f64 / addresses as f64),
             })
             .collect();
-        let total = view.snapshot.addresses.len();
-        let quarantined =
-            by_state[HealthState::Quarantined as usize] + by_state[HealthState::Probing as usize];
-        let p = &mut view.snapshot.pool;
-        p.addresses = total;
-        p.by_state = HealthState::ALL
-            .into_iter()
-            .map(|s| (s, by_state[s as usize]))
-            .collect();
-        p.offered = HealthState::ALL
-            .into_iter()
-            .filter(|s| s.is_offered())
-            .map(|s| by_state[s as usize])
-            .sum();
-        p.quarantined = quarantined;
-        p.quarantine_cap = ((cfg.quarantine_cap * total as f64).ceil() as usize).max(1);
-        p.quarantine_entries = n(&meta, "q_entries");
-        p.active_leases = view
-            .snapshot
-            .addresses
-            .iter()
-            .map(|a| u64::from(a.active_leases))
-            .sum();
-        p.bindings = match bindings {
-            Value::Int(b) => usize::try_from(*b).unwrap_or(0),
-            _ => 0,
-        };
-        // Lease ids of an epoch start at a random `seq0`.
-        p.acquired = n(&meta, "seq").saturating_sub(n(&meta, "seq0"));
-        p.abandoned = n(&meta, "abandoned");
-        p.expired = n(&meta, "expired");
-        // Every lease is released, expired, abandoned or still open.
-        p.released = p
-            .acquired
-            .saturating_sub(p.active_leases + p.abandoned + p.expired);
-        p.unavailable = n(&meta, "none");
-        p.sessions_broken = n(&meta, "broken");
-        p.frozen = meta.get("frozen").is_some_and(|f| f == "1");
-        if let Value::Array(entries) = log {
+        let decisions: Vec<Decision> = match log {
             // Newest first in Redis; oldest first in a snapshot.
-            view.snapshot.decisions = entries
+            Value::Array(entries) => entries
                 .iter()
                 .rev()
                 .filter_map(|e| Some(log_entry(&text(e)?)?.1))
-                .collect();
-        }
+                .collect(),
+            _ => Vec::new(),
+        };
         // An address's reason is that of its latest transition still in the log.
         let mut latest: HashMap<&str, &str> = HashMap::new();
-        for d in &view.snapshot.decisions {
+        for d in &decisions {
             if let Subject::Address { address } = &d.subject {
                 latest.insert(address, &d.reason);
             }
         }
-        let reasons: Vec<Option<String>> = view
-            .snapshot
-            .addresses
-            .iter()
-            .map(|r| latest.get(r.address.as_str()).map(|s| (*s).to_owned()))
-            .collect();
-        for (row, reason) in view.snapshot.addresses.iter_mut().zip(reasons) {
-            row.reason = reason.unwrap_or_default();
+        for row in &mut rows {
+            if let Some(reason) = latest.get(row.address.as_str()) {
+                row.reason = (*reason).to_owned();
+            }
         }
-        Some(view)
+        let active_leases = rows.iter().map(|a| u64::from(a.active_leases)).sum();
+        // Lease ids of an epoch start at a random `seq0`.
+        let acquired = n(&meta, "seq").saturating_sub(n(&meta, "seq0"));
+        let (abandoned, expired) = (n(&meta, "abandoned"), n(&meta, "expired"));
+        let counts = PoolCounts {
+            quarantine_entries: n(&meta, "q_entries"),
+            frozen: meta.get("frozen").is_some_and(|f| f == "1"),
+            active_leases,
+            bindings: match bindings {
+                Value::Int(b) => usize::try_from(*b).unwrap_or(0),
+                _ => 0,
+            },
+            acquired,
+            // Every lease is released, expired, abandoned or still open.
+            released: acquired.saturating_sub(active_leases + abandoned + expired),
+            abandoned,
+            expired,
+            unavailable: n(&meta, "none"),
+            sessions_broken: n(&meta, "broken"),
+        };
+        let snapshot = SnapshotParts {
+            at_ms: now.as_millis(),
+            addresses: rows,
+            matrix,
+            sites,
+            counts,
+            decisions,
+        }
+        .build(cfg.quarantine_cap);
+        Some(Self { snapshot })
     }
 }
