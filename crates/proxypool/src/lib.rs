@@ -86,6 +86,7 @@ mod decision;
 pub mod dial;
 mod error;
 mod health;
+mod judge;
 mod lease;
 mod pool;
 #[cfg(feature = "probe")]

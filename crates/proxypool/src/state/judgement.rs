@@ -2,33 +2,21 @@
 //! P10), quarantine through the gate (P6–P8, P11) and the transitions they decide.
 
 use std::cmp::Reverse;
+use std::sync::Arc;
 
 use crate::clock::Timestamp;
 use crate::decision::Subject;
 use crate::health::quarantine::{self, Gate};
 use crate::health::signals::Signal;
 use crate::health::window::Class;
-use crate::health::{HealthState, backoff, signals};
+use crate::health::{HealthState, signals};
 use crate::strategy::Slot;
 
 use super::record::AddressRecord;
 use super::sites::NO_SITE;
 
 use super::PoolState;
-
-/// What one evaluation of an address decided.
-enum Act {
-    Quarantine(String),
-    Become(HealthState, String),
-    ProbeSuccess,
-    /// A short fall signal: suspect (degraded) until confirmed or cleared.
-    Suspect(String),
-    /// A failure while suspect and the signal still holds; the reason to quarantine once
-    /// enough have come.
-    Confirm(Option<String>),
-    /// The signal no longer holds.
-    Clear,
-}
+use crate::judge::{self, Evidence, Fall, Standing, Verdict};
 
 impl PoolState {
     pub(super) fn judge_site(&mut self, site: u32, slot: Slot, class: Class, now: Timestamp) {
@@ -174,8 +162,8 @@ impl PoolState {
         }
     }
 
-    /// Reads the address's windows after an outcome and moves it if they say so (P3–P5, P10).
-    /// A fall is judged when a bad outcome arrives: a success cannot start one.
+    /// Reads the address's windows after an outcome and moves it if they say so (P3–P5, P10):
+    /// the judge decides ([`judge::evaluate`]), this applies.
     pub(super) fn evaluate(
         &mut self,
         slot: Slot,
@@ -191,69 +179,30 @@ impl PoolState {
             return;
         };
         rec.health.refresh(now, cfg);
-        let (state, returning) = (rec.health.state, rec.health.returning());
-        let act = match state {
-            HealthState::Quarantined | HealthState::Dead => None,
-            HealthState::Probing if excused => None,
-            HealthState::Probing if class == Class::Success => Some(Act::ProbeSuccess),
-            // A captcha is reputation, judged by its rate, not a failed probe.
-            HealthState::Probing if class == Class::Captcha => None,
-            HealthState::Probing => Some(Act::Quarantine("failure while probing".into())),
-            HealthState::Healthy | HealthState::Degraded => {
-                let suspect = rec.health.suspect;
-                let bad = class != Class::Success;
-                // Judged on bad outcomes; on successes too while suspect, to clear it.
-                let signal = (!excused && (bad || suspect.is_some()))
-                    .then(|| self.fall_signal(slot, now))
-                    .flatten();
-                match signal {
-                    _ if bad && !excused && returning && class == Class::Failure => {
-                        Some(Act::Quarantine("failure during the ramp".to_owned()))
-                    }
-                    // "3 of the last 5" quarantines at once when the window agrees (its success
-                    // rate is below the threshold too). Against a long good record it is met by
-                    // chance now and then — at 2 % background failures about once per 20 000
-                    // requests of a pool — so there it only makes the address suspect, and as
-                    // many failures again while it holds confirm it.
-                    Some(s @ Signal::RecentFailures { window_success, .. }) if bad => match suspect
-                    {
-                        None if window_success < self.cfg.health.min_success_rate => {
-                            Some(Act::Quarantine(s.to_string()))
-                        }
-                        None => Some(Act::Suspect(s.to_string())),
-                        Some(n) if class == Class::Failure => {
-                            let n = n + 1;
-                            let enough = n as usize >= self.cfg.health.recent_failures;
-                            Some(Act::Confirm(
-                                enough.then(|| format!("{s}, confirmed by {n} more failures")),
-                            ))
-                        }
-                        Some(_) => None,
-                    },
-                    // The rates are judged over at least `min_samples` outcomes: evidence
-                    // enough on its own.
-                    Some(s) if bad => Some(Act::Quarantine(s.to_string())),
-                    _ if bad => None,
-                    None if suspect.is_some() => Some(Act::Clear),
-                    _ => self.rise_or_slow(slot, class, latency_ms, state, now),
-                }
-            }
+        let standing = Standing::of(&rec.health, now, cfg);
+        let cfg = Arc::clone(&self.cfg);
+        let mut evidence = Windows {
+            pool: self,
+            slot,
+            class,
+            latency_ms,
+            now,
         };
-        match act {
+        let verdict = judge::evaluate(standing, class, excused, &cfg.health, &mut evidence);
+        match verdict {
             None => {}
-            Some(Act::Quarantine(reason)) => self.try_quarantine(slot, now, reason),
-            Some(Act::Become(to, reason)) => self.transition(slot, to, reason, now),
-            Some(Act::ProbeSuccess) => self.probe_success(slot, now),
-            Some(Act::Suspect(signal)) => {
-                if state == HealthState::Healthy {
-                    let reason = format!("{signal}; suspect until as many more confirm it");
+            Some(Verdict::Quarantine(reason)) => self.try_quarantine(slot, now, reason),
+            Some(Verdict::Become(to, reason)) => self.transition(slot, to, reason, now),
+            Some(Verdict::ProbeSuccess) => self.probe_success(slot, now),
+            Some(Verdict::Suspect(degrade)) => {
+                if let Some(reason) = degrade {
                     self.transition(slot, HealthState::Degraded, reason, now);
                 }
                 if let Some(r) = self.record_mut(slot) {
                     r.health.suspect = Some(0);
                 }
             }
-            Some(Act::Confirm(reason)) => {
+            Some(Verdict::Confirm(reason)) => {
                 if let Some(r) = self.record_mut(slot) {
                     r.health.suspect = r.health.suspect.map(|n| n + 1);
                 }
@@ -261,46 +210,11 @@ impl PoolState {
                     self.try_quarantine(slot, now, reason);
                 }
             }
-            Some(Act::Clear) => {
+            Some(Verdict::Clear) => {
                 if let Some(r) = self.record_mut(slot) {
                     r.health.suspect = None;
                 }
             }
-        }
-    }
-
-    /// After a success, or a bad outcome that signals nothing: a latency tail degrades a
-    /// healthy address; a degraded one with nothing against it returns after the dwell.
-    fn rise_or_slow(
-        &self,
-        slot: Slot,
-        class: Class,
-        latency_ms: u16,
-        state: HealthState,
-        now: Timestamp,
-    ) -> Option<Act> {
-        let rec = self.record(slot)?;
-        let cfg = &self.cfg.health;
-        // A tail can only have grown with a success slower than the window's mean: the
-        // quantiles are read then (and on every outcome while degraded, to see it clear).
-        let slower = class == Class::Success
-            && rec
-                .window
-                .counted(now)
-                .mean_latency_ms()
-                .is_some_and(|mean| f64::from(latency_ms) > mean);
-        let slow = (slower || state == HealthState::Degraded)
-            .then(|| signals::slow_tail(&rec.window, cfg))
-            .flatten();
-        let dwelt = rec.health.dwelt(now, cfg);
-        match (state, slow) {
-            (HealthState::Healthy, Some(signal)) if dwelt => {
-                Some(Act::Become(HealthState::Degraded, signal.to_string()))
-            }
-            (HealthState::Degraded, None) if dwelt => {
-                Some(Act::Become(HealthState::Healthy, "signals cleared".into()))
-            }
-            _ => None,
         }
     }
 
@@ -341,11 +255,10 @@ impl PoolState {
         let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
             return;
         };
-        rec.health.probe_streak += 1;
-        let streak = rec.health.probe_streak;
-        // Rise needs more evidence than fall (P5) and the minimum dwell.
-        if streak >= cfg.rise_successes && rec.health.dwelt(now, cfg) {
-            let reason = format!("{streak} successes in a row; ramping up");
+        let (streak, rise) =
+            judge::probe_pass(rec.health.probe_streak, rec.health.dwelt(now, cfg), cfg);
+        rec.health.probe_streak = streak;
+        if let Some(reason) = rise {
             self.transition(slot, HealthState::Healthy, reason, now);
         }
     }
@@ -372,53 +285,39 @@ impl PoolState {
 
     /// A fall: quarantine (P6), or death after too many failed cycles (P11), unless the cap,
     /// the minimum in service or a freeze forbids it, in which case the address only loses
-    /// weight (P7, P8, P9).
+    /// weight (P7, P8, P9). The judge decides ([`judge::fall`]), this applies.
     pub(super) fn try_quarantine(&mut self, slot: Slot, now: Timestamp, reason: String) {
         let Some(rec) = self.record(slot) else { return };
-        let state = rec.health.state;
-        let failed_cycle = state == HealthState::Probing || rec.health.returning();
-        match self.gate(rec).check() {
-            Ok(()) => {
-                let (backoff_cfg, dead_after) =
-                    (&self.cfg.backoff, self.cfg.health.dead_after_cycles);
-                let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
-                    return;
-                };
-                let h = &mut rec.health;
-                if h.stable_since
-                    .is_some_and(|s| now.since(s) >= backoff_cfg.reset_after)
-                {
-                    h.backoff_level = 0;
-                }
-                if failed_cycle {
-                    h.failed_cycles += 1;
-                }
-                if h.failed_cycles >= dead_after {
-                    let reason = format!(
-                        "{reason}; {} failed quarantine cycles in a row",
-                        h.failed_cycles
-                    );
-                    self.transition(slot, HealthState::Dead, reason, now);
-                    return;
-                }
-                let wait = backoff::wait(h.backoff_level, backoff_cfg, &mut self.rng);
-                h.backoff_level += 1;
-                h.quarantined_until = Some(now.after(wait));
-                let reason = format!("{reason}; quarantined for {} s", wait.as_secs());
+        let gate = self.gate(rec).check();
+        let Some(rec) = self.records.get(slot as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        let decided = judge::fall(&rec.health, gate, reason, &self.cfg, now, &mut self.rng);
+        let Some(h) = self.record_mut(slot).map(|r| &mut r.health) else {
+            return;
+        };
+        match decided {
+            Fall::Dead {
+                reason,
+                backoff_level,
+                failed_cycles,
+            } => {
+                (h.backoff_level, h.failed_cycles) = (backoff_level, failed_cycles);
+                self.transition(slot, HealthState::Dead, reason, now);
+            }
+            Fall::Quarantine {
+                reason,
+                until,
+                backoff_level,
+                failed_cycles,
+            } => {
+                (h.backoff_level, h.failed_cycles) = (backoff_level, failed_cycles);
+                h.quarantined_until = Some(until);
                 self.transition(slot, HealthState::Quarantined, reason, now);
             }
-            Err(refusal) => match state {
-                HealthState::Healthy => {
-                    let reason = format!("{reason}; kept in service at reduced weight: {refusal}");
-                    self.transition(slot, HealthState::Degraded, reason, now);
-                }
-                HealthState::Probing => {
-                    if let Some(r) = self.record_mut(slot) {
-                        r.health.probe_streak = 0;
-                    }
-                }
-                _ => {}
-            },
+            Fall::Degrade(reason) => self.transition(slot, HealthState::Degraded, reason, now),
+            Fall::RestartProbes => h.probe_streak = 0,
+            Fall::Stay => {}
         }
     }
 
@@ -464,5 +363,35 @@ impl PoolState {
         self.decide(now, subject, from.as_str(), to.as_str(), reason);
         let cap = quarantine::cap(self.by_address.len(), self.cfg.quarantine_cap);
         self.metrics.states(&self.by_state, self.quarantined(), cap);
+    }
+}
+
+/// What the memory engine's windows say of one address, read when the judge asks.
+struct Windows<'a> {
+    pool: &'a mut PoolState,
+    slot: Slot,
+    class: Class,
+    latency_ms: u16,
+    now: Timestamp,
+}
+
+impl Evidence for Windows<'_> {
+    fn fall(&mut self) -> Option<Signal> {
+        self.pool.fall_signal(self.slot, self.now)
+    }
+
+    fn slow_tail(&mut self, always: bool) -> Option<Signal> {
+        let rec = self.pool.record(self.slot)?;
+        // A tail can only have grown with a success slower than the window's mean: the
+        // quantiles are read then (and on every outcome while degraded, to see it clear).
+        let slower = self.class == Class::Success
+            && rec
+                .window
+                .counted(self.now)
+                .mean_latency_ms()
+                .is_some_and(|mean| f64::from(self.latency_ms) > mean);
+        (slower || always)
+            .then(|| signals::slow_tail(&rec.window, &self.pool.cfg.health))
+            .flatten()
     }
 }

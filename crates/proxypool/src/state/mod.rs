@@ -53,7 +53,8 @@ struct Counters {
 
 #[derive(Debug)]
 pub(crate) struct PoolState {
-    cfg: PoolConfig,
+    /// Shared so that the judge can read it while its evidence borrows the state.
+    cfg: Arc<PoolConfig>,
     rng: StdRng,
     /// Indexed by slot; a removed address leaves `None` so slots are never reused.
     records: Vec<Option<AddressRecord>>,
@@ -89,7 +90,7 @@ impl PoolState {
         }
         Self {
             log: DecisionLog::new(cfg.decision_log_len),
-            cfg,
+            cfg: Arc::new(cfg),
             rng,
             records: Vec::new(),
             hot: Vec::new(),
