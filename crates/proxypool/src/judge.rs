@@ -37,6 +37,23 @@ impl Standing {
     }
 }
 
+/// The thresholds the evaluation itself compares against (the windows' evidence applies
+/// the others).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Thresholds {
+    pub(crate) min_success_rate: f64,
+    pub(crate) recent_failures: usize,
+}
+
+impl Thresholds {
+    pub(crate) fn of(cfg: &HealthConfig) -> Self {
+        Self {
+            min_success_rate: cfg.min_success_rate,
+            recent_failures: cfg.recent_failures,
+        }
+    }
+}
+
 /// What an address's windows say, read only when the judgement needs it (reading costs).
 pub(crate) trait Evidence {
     /// The fall signal over its counted outcomes (P4), judged per address × site (P9).
@@ -72,7 +89,7 @@ pub(crate) fn evaluate(
     at: Standing,
     class: Class,
     excused: bool,
-    cfg: &HealthConfig,
+    cfg: Thresholds,
     evidence: &mut impl Evidence,
 ) -> Option<Verdict> {
     match at.state {
@@ -260,25 +277,25 @@ mod tests {
 
     #[test]
     fn three_of_five_against_a_good_record_makes_suspect_then_confirms() {
-        let cfg = HealthConfig::default();
+        let cfg = Thresholds::of(&HealthConfig::default());
         let mut said = Said {
             fall: Some(THREE_OF_FIVE),
             slow: None,
             reads: 0,
         };
-        let v = evaluate(healthy(), Class::Failure, false, &cfg, &mut said);
+        let v = evaluate(healthy(), Class::Failure, false, cfg, &mut said);
         assert!(matches!(v, Some(Verdict::Suspect(Some(_)))), "{v:?}");
         let suspect = Standing {
             state: HealthState::Degraded,
             suspect: Some(2),
             ..healthy()
         };
-        let v = evaluate(suspect, Class::Failure, false, &cfg, &mut said);
+        let v = evaluate(suspect, Class::Failure, false, cfg, &mut said);
         assert!(matches!(v, Some(Verdict::Confirm(Some(ref r))) if r.contains("confirmed by 3")));
         // An excused failure reads nothing and decides nothing.
         said.reads = 0;
         assert_eq!(
-            evaluate(healthy(), Class::Failure, true, &cfg, &mut said),
+            evaluate(healthy(), Class::Failure, true, cfg, &mut said),
             None
         );
         assert_eq!(said.reads, 0);

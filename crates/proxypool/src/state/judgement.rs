@@ -2,7 +2,6 @@
 //! P10), quarantine through the gate (P6–P8, P11) and the transitions they decide.
 
 use std::cmp::Reverse;
-use std::sync::Arc;
 
 use crate::clock::Timestamp;
 use crate::decision::Subject;
@@ -16,7 +15,7 @@ use super::record::AddressRecord;
 use super::sites::NO_SITE;
 
 use super::PoolState;
-use crate::judge::{self, Evidence, Fall, Standing, Verdict};
+use crate::judge::{self, Evidence, Fall, Standing, Thresholds, Verdict};
 
 impl PoolState {
     pub(super) fn judge_site(&mut self, site: u32, slot: Slot, class: Class, now: Timestamp) {
@@ -180,7 +179,7 @@ impl PoolState {
         };
         rec.health.refresh(now, cfg);
         let standing = Standing::of(&rec.health, now, cfg);
-        let cfg = Arc::clone(&self.cfg);
+        let thresholds = Thresholds::of(cfg);
         let mut evidence = Windows {
             pool: self,
             slot,
@@ -188,7 +187,7 @@ impl PoolState {
             latency_ms,
             now,
         };
-        let verdict = judge::evaluate(standing, class, excused, &cfg.health, &mut evidence);
+        let verdict = judge::evaluate(standing, class, excused, thresholds, &mut evidence);
         match verdict {
             None => {}
             Some(Verdict::Quarantine(reason)) => self.try_quarantine(slot, now, reason),

@@ -53,8 +53,7 @@ struct Counters {
 
 #[derive(Debug)]
 pub(crate) struct PoolState {
-    /// Shared so that the judge can read it while its evidence borrows the state.
-    cfg: Arc<PoolConfig>,
+    cfg: PoolConfig,
     rng: StdRng,
     /// Indexed by slot; a removed address leaves `None` so slots are never reused.
     records: Vec<Option<AddressRecord>>,
@@ -90,7 +89,7 @@ impl PoolState {
         }
         Self {
             log: DecisionLog::new(cfg.decision_log_len),
-            cfg: Arc::new(cfg),
+            cfg,
             rng,
             records: Vec::new(),
             hot: Vec::new(),
