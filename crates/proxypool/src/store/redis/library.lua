@@ -857,8 +857,9 @@ local function outcome(K, id, class, s, win, now, cap, H, jitter, slow)
 end
 
 local function sweep(K, now, now_text, cap, H)
-  local due = redis.call('ZRANGE', K.due, '-inf', now_text, 'BYSCORE', 'LIMIT', '0', '64')
-  for _, m in ipairs(due) do
+  local due = redis.call('ZRANGE', K.due, '-inf', now_text, 'BYSCORE', 'LIMIT', '0', '64', 'WITHSCORES')
+  for i = 1, #due, 2 do
+    local m, at = due[i], tonumber(due[i + 1])
     local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
     if kind == 'l' then
       local lid, id = string.match(rest, '^(%d+):(%d+)$')
@@ -872,12 +873,13 @@ local function sweep(K, now, now_text, cap, H)
       ramp_on(K, rest, now, H)
     else
       redis.call('ZREM', K.due, m)
+      -- Dated when the wait ended, not when a call noticed: the dwell counts from there.
       if redis.call('HGET', addr(K, rest), 's') == 'quarantined' then
-        set_state(K, rest, 'probing', 'quarantine wait over; half-open', now, cap, H)
+        set_state(K, rest, 'probing', 'quarantine wait over; half-open', at, cap, H)
       end
     end
   end
-  return #due == 64 and 1 or 0
+  return #due == 128 and 1 or 0
 end
 
 -- The call's context from the common arguments; sweeps if asked.
