@@ -59,9 +59,13 @@ fn address(i: usize) -> String {
     format!("http://10.7.0.{}:3128", i + 1)
 }
 
-/// What must be alike after a step: each address's state, and the decisions about addresses
-/// and the pool.
-fn judged(s: &Snapshot) -> (Vec<(String, String)>, Vec<(String, String, String, String)>) {
+/// Each address with its state.
+type States = Vec<(String, String)>;
+/// Each decision as subject, from, to, reason.
+type Decisions = Vec<(String, String, String, String)>;
+
+/// What must be alike after a step: each address's state, and the decision log.
+fn judged(s: &Snapshot) -> (States, Decisions) {
     let states = s
         .addresses
         .iter()
