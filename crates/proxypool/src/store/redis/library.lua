@@ -1322,9 +1322,9 @@ end
 
 -- The releases of an `ops` call, ARGV[from..to] (see `ops`): a lease no longer open frees
 -- nothing; its outcome is judged if it was granted in this epoch (expired), not if it comes
--- from before Redis lost the pool (its address id may name another address). Released
--- leases are not counted: every lease is released, expired, abandoned or open, so the
--- snapshot derives it. `S`, the batch's sites (see `sites_from`).
+-- from before Redis lost the pool (its address id may name another address). Releases whose
+-- outcome is judged are counted (`released`, one HINCRBY per batch), a late one of an expired
+-- lease too, as in memory. `S`, the batch's sites (see `sites_from`).
 local function release_part(K, now, cap, H, got, S, args, from, to)
   local leases, count = {}, 0
   for i = from, to, 7 do
@@ -1341,7 +1341,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
     end
   end
   if open_n > 0 then redis.call('ZREM', K.due, unpack(open_leases, 1, open_n)) end
-  local abandoned = 0
+  local abandoned, released = 0, 0
   -- Lease ids of this epoch: an expired lease's outcome is still news about its address; one
   -- from before a loss names nothing.
   local first, last = num(got[3]), num(got[4])
@@ -1362,6 +1362,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
       if class == 'a' then
         if scores[j] then abandoned = abandoned + 1 end
       elseif f[1] then
+        released = released + 1
         local by_class = names[6]
         local cell = by_class[class]
         if not cell then
@@ -1411,6 +1412,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
     end
   end
   if abandoned > 0 then redis.call('HINCRBY', K.meta, 'abandoned', tostring(abandoned)) end
+  if released > 0 then redis.call('HINCRBY', K.meta, 'released', tostring(released)) end
 end
 
 -- ops: a batch of releases, then a batch of acquires, in one call (a call's fixed cost is a

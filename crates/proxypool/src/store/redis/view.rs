@@ -279,8 +279,7 @@ impl SharedView {
                 _ => 0,
             },
             acquired,
-            // Every lease is released, expired, abandoned or still open.
-            released: acquired.saturating_sub(active_leases + abandoned + expired),
+            released: n(&meta, "released"),
             abandoned,
             expired,
             unavailable: n(&meta, "none"),
