@@ -135,13 +135,14 @@ async fn run(redis: &RedisServer, case: usize, ops: &[Op]) -> Result<(), TestCas
     Ok(())
 }
 
-/// Ignored until the stores agree: its first run found that a site's window (`-`, tickets
-/// without one, here) starts at its first bad outcome in Redis but holds the successes before
-/// it in memory, so memory convicts the site where Redis has too few samples (the shrunk case
-/// is in `differential.proptest-regressions`). `cargo test -p proxypool --test differential
-/// -- --ignored` runs it.
+/// Ignored until the stores agree. Its first run found that a site's window (`-`, tickets
+/// without one) started at its first bad outcome in Redis but held the successes before it in
+/// memory (fixed: Redis keeps site windows whole); the next find, not yet diagnosed, is a keyed
+/// acquire placed on another address after a few failures and a clock step. The shrunk cases
+/// are in `differential.proptest-regressions`; `cargo test -p proxypool --test differential --
+/// --ignored` runs it.
 #[test]
-#[ignore = "the stores disagree: a site's window starts at its first bad outcome in Redis"]
+#[ignore = "the stores disagree: see differential.proptest-regressions"]
 fn memory_and_redis_decide_alike() {
     let dir = std::env::temp_dir().join(format!("proxypool-differential-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

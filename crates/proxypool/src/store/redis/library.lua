@@ -1110,9 +1110,10 @@ end
 -- ENTRY per outcome: its class letter and the address id padded to 9 digits), the time it
 -- was degraded ('d|SITE', absent when it is not), when it last had a judged outcome
 -- ('t|SITE', to the second) and how many it had since it was last idle for the maximum age
--- ('n|SITE', counted up to `site_min_samples`: its evidence, for our side). Like an
--- address's, the window is kept only while it holds a bad outcome (or the site is
--- degraded), and forgotten whole after the maximum age without outcomes there. Its fields
+-- ('n|SITE', counted up to `site_min_samples`: its evidence, for our side). The window is
+-- kept whole, successes before its first bad outcome included, as the memory store's (one
+-- that started at the first bad outcome missed convictions memory made), and
+-- forgotten whole after the maximum age without outcomes there. Its fields
 -- come with the read of `meta` a release batch makes anyway; a batch's entries are added to
 -- the window once, at its end, or when a bad outcome judges the site.
 local ENTRY = 10
@@ -1281,7 +1282,6 @@ end
 local function observe(K, S, site, id, class, now, H)
   local st = S[site]
   st.judged = st.judged + 1
-  if class == 's' and not st.win and not st.pending then return st.deg ~= nil end
   local pending = st.pending or {}
   st.pending = pending
   pending[#pending + 1] = class .. string.rep('0', 9 - #id) .. id
@@ -1289,18 +1289,17 @@ local function observe(K, S, site, id, class, now, H)
   return st.deg ~= nil
 end
 
--- Writes the batch's sites back: windows (dropped when clean and the site is not degraded),
--- traffic times and evidence.
+-- Writes the batch's sites back: windows, traffic times and evidence.
 local function end_sites(K, S, now, H)
   for _, st in pairs(S) do
     materialize(st, H)
     if st.deg then judge_site(K, st, now, H, S) end
     local f = names_of(st.name)
-    -- The window; traffic times to the second, evidence up to what counts: most batches
-    -- write nothing, the others one HSET (and an HDEL for a window gone clean).
+    -- The window, traffic times to the second, evidence up to what counts: one HSET for a
+    -- batch with outcomes there.
     local set = nil
     if st.changed then
-      if st.win and (st.deg or string.find(st.win, '[fc]')) then
+      if st.win and st.win ~= '' then
         set = {f[1], st.win}
       else
         redis.call('HDEL', K.meta, f[1])
