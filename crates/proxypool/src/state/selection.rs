@@ -199,9 +199,14 @@ impl PoolState {
         let capacity = Capacity::new(pool.bound_keys, pool.offered, self.cfg.load_factor);
         let ctx = self.ctx(site, now);
         let hash = key_hash(key);
+        // A new session starts only where an existing one may stay (healthy or degraded): one
+        // placed on a probing address would break at its next acquire.
         let place = |capacity: Capacity| {
             pool.ring.place(hash, |s| {
                 ctx.eligible(s)
+                    && ctx.hot.get(s as usize).is_some_and(|h| {
+                        matches!(h.state, Some(HealthState::Healthy | HealthState::Degraded))
+                    })
                     && ctx
                         .record(s)
                         .is_some_and(|r| capacity.admits(r.fingerprint, r.bound_keys))

@@ -1485,6 +1485,8 @@ local function probe(keys, args)
       outcome(K, id, 'f', s, f[2], now, cap, H, tonumber(args[7]))
     end
     end_sites(K, S, now, H)
+  elseif s == 'probing' then
+    quarantine(K, id, s, 'probe failed', now, cap, H, tonumber(args[7]))
   else
     outcome(K, id, 'f', s, f[2], now, cap, H, tonumber(args[7]))
   end
