@@ -885,7 +885,7 @@ end
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '4'
+local LAYOUT = '5'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -1107,7 +1107,8 @@ end
 
 -- P9, the judgement of sites. Each site ('-' for tickets without one) keeps, in `meta`, a
 -- window of its last `site_window` outcomes over all addresses ('w|SITE': newest first, one
--- ENTRY per outcome: its class letter and the address id padded to 9 digits), the time it
+-- ENTRY per outcome: its class letter, the address id padded to 9 digits and its time in ms
+-- padded to 13, so that entries age one by one as in memory), the time it
 -- was degraded ('d|SITE', absent when it is not), when it last had a judged outcome
 -- ('t|SITE', to the second) and how many it had since it was last idle for the maximum age
 -- ('n|SITE', counted up to `site_min_samples`: its evidence, for our side). The window is
@@ -1116,7 +1117,7 @@ end
 -- forgotten whole after the maximum age without outcomes there. Its fields
 -- come with the read of `meta` a release batch makes anyway; a batch's entries are added to
 -- the window once, at its end, or when a bad outcome judges the site.
-local ENTRY = 10
+local ENTRY = 23
 -- string.byte('s'), string.byte('c') (the standard library is not reachable while loading)
 local S_BYTE, C_BYTE = 115, 99
 -- Appends the `meta` fields of the distinct sites among `args[from]`, `args[from + step]`, …
@@ -1154,15 +1155,30 @@ local function sites_from(order, got, at, now, H)
   return S
 end
 
--- Adds the batch's pending entries to the site's window (newest first).
-local function materialize(st, H)
+-- An entry's time.
+local function entry_at(win, i)
+  return tonumber(string.sub(win, i * ENTRY + 11, i * ENTRY + ENTRY))
+end
+
+-- Adds the batch's pending entries to the site's window (newest first) and drops those older
+-- than the maximum age: the oldest is last, so a young last entry (the common case) is one
+-- read.
+local function materialize(st, now, H)
   local pending = st.pending
-  if not pending then return end
-  local parts = {}
-  for i = #pending, 1, -1 do parts[#parts + 1] = pending[i] end
-  parts[#parts + 1] = st.win or ''
-  st.win = string.sub(table.concat(parts), 1, H.site_window * ENTRY)
-  st.pending = nil
+  if pending then
+    local parts = {}
+    for i = #pending, 1, -1 do parts[#parts + 1] = pending[i] end
+    parts[#parts + 1] = st.win or ''
+    st.win = string.sub(table.concat(parts), 1, H.site_window * ENTRY)
+    st.pending = nil
+    st.changed = true
+  end
+  local win = st.win
+  if not win or win == '' then return end
+  local horizon, n = now - H.max_age, #win / ENTRY
+  if entry_at(win, n - 1) >= horizon then return end
+  while n > 0 and entry_at(win, n - 1) < horizon do n = n - 1 end
+  st.win = string.sub(win, 1, n * ENTRY)
   st.changed = true
 end
 
@@ -1208,7 +1224,7 @@ local function site_verdict(win, H)
   local R = {n = 0, s = 0, c = 0, ids = {}, distinct = 0, bad = 0}
   for i = 0, total - 1 do
     local at = i * ENTRY
-    local k, id = string.byte(win, at + 1), string.sub(win, at + 2, at + ENTRY)
+    local k, id = string.byte(win, at + 1), string.sub(win, at + 2, at + 10)
     tally(W, k, id)
     if i < recent then tally(R, k, id) end
   end
@@ -1259,8 +1275,8 @@ end
 -- Judges site `st` now: degraded on a verdict; back to ok when it has none and the dwell
 -- has passed.
 local function judge_site(K, st, now, H, S)
-  materialize(st, H)
-  local reason = st.win and site_verdict(st.win, H)
+  materialize(st, now, H)
+  local reason = st.win and st.win ~= '' and site_verdict(st.win, H)
   local subject = '@site ' .. st.name
   if not st.deg and reason then
     st.deg = tostring(now)
@@ -1284,7 +1300,8 @@ local function observe(K, S, site, id, class, now, H)
   st.judged = st.judged + 1
   local pending = st.pending or {}
   st.pending = pending
-  pending[#pending + 1] = class .. string.rep('0', 9 - #id) .. id
+  local at = tostring(now)
+  pending[#pending + 1] = class .. string.rep('0', 9 - #id) .. id .. string.rep('0', 13 - #at) .. at
   if class ~= 's' and not st.deg then judge_site(K, st, now, H, S) end
   return st.deg ~= nil
 end
@@ -1292,7 +1309,7 @@ end
 -- Writes the batch's sites back: windows, traffic times and evidence.
 local function end_sites(K, S, now, H)
   for _, st in pairs(S) do
-    materialize(st, H)
+    materialize(st, now, H)
     if st.deg then judge_site(K, st, now, H, S) end
     local f = names_of(st.name)
     -- The window, traffic times to the second, evidence up to what counts: one HSET for a
