@@ -134,12 +134,12 @@ impl RedisStore {
     pub(crate) async fn check_config(&self, now: Timestamp) -> Result<(), BuildError> {
         match self.call(&self.functions.config, now, false, &[]).await {
             Ok(_) => Ok(()),
-            Err(e) if e.to_string().contains(CONFIG_REFUSED) => {
-                Err(BuildError::StoreMismatch(e.to_string()))
-            }
-            Err(e) => Err(BuildError::Pool(PoolError::StoreUnavailable(unavailable(
-                &e,
-            )))),
+            Err(e) => match e.to_string().split_once(CONFIG_REFUSED) {
+                Some((_, why)) => Err(BuildError::StoreMismatch(encoding::refusal(why))),
+                None => Err(BuildError::Pool(PoolError::StoreUnavailable(unavailable(
+                    &e,
+                )))),
+            },
         }
     }
 

@@ -1726,8 +1726,8 @@ local function config(keys, args)
     for token in string.gmatch(args[4], '%S+') do
       local name, v = string.match(token, '^([%w_]+)=(.*)$')
       if name and theirs[name] ~= v then
-        refuse_config('the pool ' .. K.prefix .. '* is configured with ' .. name .. '=' .. tostring(theirs[name]) ..
-          ', this process with ' .. name .. '=' .. v .. ': every process of a pool must be configured alike')
+        -- Words the client turns into the configuration's names (`encoding::refusal`).
+        refuse_config('differs ' .. name .. ' ' .. tostring(theirs[name]) .. ' ' .. v)
       end
     end
   end
