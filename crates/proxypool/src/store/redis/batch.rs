@@ -43,10 +43,11 @@ pub(super) struct Job<R, O> {
 pub(super) type Queue<R, O> = mpsc::UnboundedSender<Job<R, O>>;
 
 /// Starts the worker of one queue on the current tokio runtime. It runs `run` for each batch,
+/// a batch holding a job that `settles` names only once every earlier batch is done,
 /// holding `owner` only while a batch runs, and stops when the queue's sender is dropped and
 /// its last batches are done. The batches run inside the worker's own task: a finished batch
 /// makes room for the next without another task's wake-up in between.
-pub(super) fn spawn<T, R, O, F, Fut>(owner: Weak<T>, run: F) -> Queue<R, O>
+pub(super) fn spawn<T, R, O, F, Fut>(owner: Weak<T>, settles: fn(&R) -> bool, run: F) -> Queue<R, O>
 where
     T: Send + Sync + 'static,
     R: Send + 'static,
@@ -80,6 +81,10 @@ where
                             Err(_) => break,
                         }
                     }
+                    // Batches in flight finish in any order: one that must follow them waits.
+                    if jobs.iter().any(|j| settles(&j.request)) {
+                        while running.next().await.is_some() {}
+                    }
                     let Some(owner) = owner.upgrade() else { break };
                     // A batch that panics loses its own callers' answers (their channels
                     // close), not the worker.
@@ -101,6 +106,7 @@ mod tests {
         let owner = Arc::new(std::sync::Mutex::new(Vec::<usize>::new()));
         let queue = spawn(
             Arc::downgrade(&owner),
+            |_| false,
             |sizes, jobs: Vec<Job<u32, u32>>| async move {
                 // A slow "server": later callers pile up behind the batches in flight.
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -135,6 +141,7 @@ mod tests {
         let owner = Arc::new(());
         let queue = spawn(
             Arc::downgrade(&owner),
+            |_| false,
             |_, jobs: Vec<Job<u32, u32>>| async move {
                 assert!(jobs.iter().all(|j| j.request != 0), "a poisoned batch");
                 for job in jobs {
@@ -156,7 +163,11 @@ mod tests {
     #[tokio::test]
     async fn without_an_owner_callers_are_answered_by_a_closed_channel_not_left_hanging() {
         let owner = Arc::new(());
-        let queue = spawn(Arc::downgrade(&owner), |_, _: Vec<Job<(), ()>>| async {});
+        let queue = spawn(
+            Arc::downgrade(&owner),
+            |_| false,
+            |_, _: Vec<Job<(), ()>>| async {},
+        );
         drop(owner);
         let (tx, rx) = oneshot::channel();
         queue

@@ -18,7 +18,7 @@ use super::encoding::{Arg, pool_spec};
 use super::latency::Latencies;
 
 use super::{
-    CONFIG_REFUSED, Epoch, Functions, RedisOptions, RedisStore, SWEEP_EVERY_MS, Sites, batch,
+    CONFIG_REFUSED, Epoch, Functions, Op, RedisOptions, RedisStore, SWEEP_EVERY_MS, Sites, batch,
     encoding, unavailable,
 };
 use crate::address::ProxyAddress;
@@ -114,7 +114,7 @@ impl RedisStore {
             prober_token: format!("{:016x}", rand::random::<u64>()),
             #[cfg(feature = "probe")]
             logged: AtomicU64::new(0),
-            ops: batch::spawn(me.clone(), Self::ops_batch),
+            ops: batch::spawn(me.clone(), |op| matches!(op, Op::Settle), Self::ops_batch),
         });
         store
             .by(store.deadline(), store.load())
