@@ -160,6 +160,48 @@ mod tests {
         }
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_settling_job_waits_for_every_batch_out_before_it() {
+        // The first batch holds until the test opens its gate; job 0 settles.
+        let (started_tx, started) = oneshot::channel::<()>();
+        let (gate_tx, gate) = oneshot::channel::<()>();
+        let hooks = Arc::new(std::sync::Mutex::new((Some(started_tx), Some(gate))));
+        let queue = spawn(
+            Arc::downgrade(&hooks),
+            |r: &u32| *r == 0,
+            |hooks, jobs: Vec<Job<u32, u32>>| async move {
+                let (started, gate) = {
+                    let mut h = hooks.lock().unwrap();
+                    (h.0.take(), h.1.take())
+                };
+                if let (Some(started), Some(gate)) = (started, gate) {
+                    let _ = started.send(());
+                    let _ = gate.await;
+                }
+                for job in jobs {
+                    let _ = job.reply.send(job.request);
+                }
+            },
+        );
+        let ask = |request| {
+            let (reply, answer) = oneshot::channel();
+            queue.send(Job { request, reply }).unwrap();
+            answer
+        };
+        let first = ask(1);
+        started.await.unwrap();
+        let mut settled = ask(0);
+        // A slot is free (2 in flight), yet the settling job stays behind the held batch.
+        let early = tokio::time::timeout(std::time::Duration::from_millis(200), &mut settled).await;
+        assert!(
+            early.is_err(),
+            "settled before the batch out before it ended"
+        );
+        gate_tx.send(()).unwrap();
+        assert_eq!(first.await.unwrap(), 1);
+        assert_eq!(settled.await.unwrap(), 0);
+    }
+
     #[tokio::test]
     async fn without_an_owner_callers_are_answered_by_a_closed_channel_not_left_hanging() {
         let owner = Arc::new(());
