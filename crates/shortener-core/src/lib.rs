@@ -14,6 +14,7 @@
 //! ```
 
 pub mod alias;
+pub mod audit;
 pub mod code;
 pub mod day;
 pub mod link;

@@ -1,7 +1,8 @@
 //! What every store of links (embedded, PostgreSQL) and every sink of clicks implements.
 
+use crate::audit::{AuditQuery, AuditRow, Origin};
 use crate::day::{Day, UnixSeconds};
-use crate::link::Link;
+use crate::link::{Link, LinkChange, Refusal};
 use crate::token::{Principal, TokenHash};
 use async_trait::async_trait;
 use std::ops::Range;
@@ -30,6 +31,35 @@ pub enum InsertOutcome {
     Inserted,
     /// A link with this code already exists; nothing was written.
     CodeTaken,
+}
+
+/// What [`LinkStore::change_link`] did.
+// A short-lived return value: boxing the links would cost more than the size difference.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeOutcome {
+    /// Written, with its audit row and change note, in one transaction.
+    Changed {
+        /// The link before.
+        before: Link,
+        /// The link as now stored (version one higher).
+        after: Link,
+    },
+    /// The change would change nothing; nothing was written.
+    Unchanged(Link),
+    /// Refused by the rule ([`Link::apply`]); nothing was written.
+    Refused(Refusal),
+}
+
+/// One entry of the store's change sequence: `code` reached `version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeNote {
+    /// Position in the sequence; consecutive, in commit order.
+    pub seq: u64,
+    /// The link.
+    pub code: String,
+    /// Its version after the change.
+    pub version: u64,
 }
 
 /// A new API token, as stored.
@@ -89,22 +119,45 @@ pub trait LinkStore: Send + Sync + 'static {
     /// Every caller gets the same key, whoever came first.
     async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError>;
 
-    /// Stores `link` unless its code exists (put-if-absent, never read-then-write).
-    async fn insert_link(&self, link: &Link) -> Result<InsertOutcome, StoreError>;
+    /// Stores `link` unless its code exists (put-if-absent, never read-then-write), with its
+    /// `created` audit row in the same transaction.
+    async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError>;
 
     /// The link with this code, whatever its status.
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError>;
 
-    /// Marks a link disabled at `at`; returns whether the link exists. Disabling twice keeps
-    /// the first instant.
-    async fn disable_link(&self, code: &str, at: UnixSeconds) -> Result<bool, StoreError>;
+    /// Applies `change` by `origin` at `now` under the one rule ([`Link::apply`]) in one
+    /// transaction that also appends its audit row and its note to the change sequence.
+    async fn change_link(
+        &self,
+        code: &str,
+        change: &LinkChange,
+        origin: &Origin,
+        now: UnixSeconds,
+    ) -> Result<ChangeOutcome, StoreError>;
+
+    /// The last position of the change sequence (0 when nothing ever changed).
+    async fn last_change(&self) -> Result<u64, StoreError>;
+
+    /// Up to `limit` notes after position `seq`, in order.
+    async fn changes_after(&self, seq: u64, limit: usize) -> Result<Vec<ChangeNote>, StoreError>;
+
+    /// Forgets change notes written before `at`; returns how many went.
+    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError>;
+
+    /// One page of the audit trail.
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError>;
+
+    /// Deletes up to `batch` audit rows older than `at` (retention, the only deletion of
+    /// audit rows); returns how many went.
+    async fn prune_audit_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError>;
 
     /// Daily counts of one code from `since` on, in any order; days with no clicks may be
     /// missing.
     async fn daily_clicks(&self, code: &str, since: Day) -> Result<Vec<DailyCount>, StoreError>;
 
-    /// Stores a new token.
-    async fn insert_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
+    /// Stores a new token, with its audit row in the same transaction.
+    async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError>;
 
     /// Who owns the token with this hash, if anyone.
     async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError>;

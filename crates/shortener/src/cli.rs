@@ -24,6 +24,67 @@ pub enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Disable or enable a link, as an admin (actor `cli` in the audit trail). Serving
+    /// processes on the same store notice within about a second.
+    #[command(subcommand)]
+    Link(LinkCommand),
+    /// Read the audit trail, newest first.
+    Audit(AuditArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LinkCommand {
+    /// Disable a link: it answers 410 until enabled.
+    Disable(LinkDisableArgs),
+    /// Enable a disabled link again.
+    Enable(LinkArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LinkArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The short code or alias.
+    pub code: String,
+}
+
+#[derive(Debug, Args)]
+pub struct LinkDisableArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The short code or alias.
+    pub code: String,
+    /// Why (1 to 500 characters); kept with the link and in the audit trail.
+    #[arg(long)]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Only this link.
+    #[arg(long, value_name = "CODE")]
+    pub code: Option<String>,
+    /// Only this actor (a user, `anonymous`, `cli`, `auto-reports`, `threat-feed`).
+    #[arg(long, value_name = "NAME")]
+    pub actor: Option<String>,
+    /// Only this action (created, edited, disabled, enabled, deleted, reported,
+    /// token_issued, token_revoked).
+    #[arg(long, value_name = "ACTION")]
+    pub action: Option<String>,
+    /// From this instant on (RFC 3339, e.g. 2026-12-01T00:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Before this instant (RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Most rows printed [default: 100].
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub limit: usize,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -118,6 +179,9 @@ pub struct ServeArgs {
     /// aggregate` somewhere instead).
     #[arg(long, env = "SHORTENER_NO_AGGREGATOR", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub no_aggregator: Option<bool>,
+    /// Audit rows older than this many days are deleted (in small batches) [default: 400].
+    #[arg(long, env = "SHORTENER_AUDIT_RETENTION_DAYS", value_name = "DAYS")]
+    pub audit_retention_days: Option<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -32,6 +32,8 @@ pub struct ServeConfig {
     pub drop_bot_clicks: bool,
     pub click_queue: usize,
     pub click_flush: Duration,
+    /// Audit rows older than this many days are pruned.
+    pub audit_retention_days: u32,
     /// Set: the scale-out mode's shared parts live there.
     pub(crate) redis: Option<RedisTarget>,
     /// With `redis`: whether this process applies the click stream.
@@ -186,6 +188,7 @@ struct FileConfig {
     click_queue: Option<usize>,
     click_flush_ms: Option<u64>,
     no_aggregator: Option<bool>,
+    audit_retention_days: Option<u32>,
 }
 
 fn positive(name: &str, value: u32) -> anyhow::Result<NonZeroU32> {
@@ -249,6 +252,10 @@ impl ServeConfig {
             ),
             redis,
             aggregator: !args.no_aggregator.or(file.no_aggregator).unwrap_or(false),
+            audit_retention_days: args
+                .audit_retention_days
+                .or(file.audit_retention_days)
+                .unwrap_or(shortener_core::audit::DEFAULT_RETENTION_DAYS),
         };
         config.validate()?;
         Ok(config)
@@ -263,6 +270,9 @@ impl ServeConfig {
         }
         if self.cache_ttl.is_zero() || self.negative_cache_ttl.is_zero() {
             bail!("cache-ttl and negative-cache-ttl must be at least 1 second");
+        }
+        if !(1..=36_500).contains(&self.audit_retention_days) {
+            bail!("audit-retention-days must be between 1 and 36500");
         }
         if self.click_queue == 0 {
             bail!("click-queue must be at least 1");

@@ -114,7 +114,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         let listener = scaleout.invalidations.clone().listen_forever(
             {
                 let app = app.clone();
-                move |code: &str| app.cache.invalidate(code)
+                move |code: &str, version| app.cache.invalidate_below(code, version)
             },
             {
                 let app = app.clone();
@@ -137,6 +137,16 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             )));
         }
     }
+
+    background.push(tokio::spawn({
+        let app = app.clone();
+        async move { crate::change_poll::follow_forever(&app.cache, app.store.as_ref()).await }
+    }));
+
+    background.push(tokio::spawn({
+        let (store, days) = (app.store.clone(), config.audit_retention_days);
+        async move { crate::retention::prune_forever(store.as_ref(), days).await }
+    }));
 
     let sweeper = {
         let app = app.clone();

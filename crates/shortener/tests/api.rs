@@ -401,7 +401,7 @@ async fn owner_and_admin_rules_for_metadata_analytics_and_delete() {
         .json()
         .await
         .unwrap();
-    assert_eq!(info["status"], "disabled");
+    assert_eq!(info["status"], "deleted");
     let resp = c
         .delete(server.url("/api/v1/links/Nope123"))
         .bearer_auth(&admin)
@@ -765,11 +765,30 @@ async fn operations_endpoints() {
         "/api/v1/links",
         "/api/v1/links/{code}",
         "/api/v1/links/{code}/analytics",
+        "/api/v1/links/{code}/disable",
+        "/api/v1/links/{code}/enable",
+        "/api/v1/audit",
         "/{code}",
     ] {
         assert!(paths.contains_key(p), "OpenAPI lacks {p}");
     }
     assert!(doc["paths"]["/api/v1/links/{code}"]["delete"].is_object());
+    // Every status the handlers answer is documented.
+    let audit = &doc["paths"]["/api/v1/audit"]["get"]["responses"];
+    for status in ["200", "400", "401", "403", "503"] {
+        assert!(audit[status].is_object(), "audit lacks {status}");
+    }
+    let enable = &doc["paths"]["/api/v1/links/{code}/enable"]["post"]["responses"];
+    for status in ["200", "401", "403", "404", "409", "503"] {
+        assert!(enable[status].is_object(), "enable lacks {status}");
+    }
+    let limit = doc["paths"]["/api/v1/audit"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .unwrap();
+    assert_eq!(limit["schema"]["maximum"], 500);
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
 }

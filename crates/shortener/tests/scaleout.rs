@@ -5,7 +5,7 @@
 mod common;
 
 use common::pg::TestDb;
-use common::{BIN, Shortener, client, create, eventually, metric, today_utc, token_in};
+use common::{BIN, Shortener, client, create, eventually, follow, metric, today_utc, token_in};
 use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -67,15 +67,6 @@ async fn stored_clicks(db: &TestDb) -> ((i64, i64), (i64, i64)) {
         .await
         .unwrap();
     ((totals.get(0), totals.get(1)), (daily.get(0), daily.get(1)))
-}
-
-/// Redirects `code` on `server`: `expect` is the status.
-async fn follow(c: &reqwest::Client, server: &Shortener, code: &str) -> StatusCode {
-    c.get(server.url(&format!("/{code}")))
-        .send()
-        .await
-        .unwrap()
-        .status()
 }
 
 /// The body of `/readyz`.

@@ -130,6 +130,8 @@ pub(crate) const EXPIRED_BODY: &str =
     r#"{"error":{"code":"not_found","message":"this link has expired"}}"#;
 pub(crate) const GONE_BODY: &str =
     r#"{"error":{"code":"gone","message":"this link has been disabled"}}"#;
+pub(crate) const DELETED_BODY: &str =
+    r#"{"error":{"code":"gone","message":"this link has been deleted"}}"#;
 
 /// The router's answer for paths it does not serve.
 pub(super) async fn no_route() -> ApiError {
@@ -162,7 +164,7 @@ mod tests {
 
     #[test]
     fn fixed_bodies_have_the_error_shape() {
-        for body in [NOT_FOUND_BODY, EXPIRED_BODY, GONE_BODY] {
+        for body in [NOT_FOUND_BODY, EXPIRED_BODY, GONE_BODY, DELETED_BODY] {
             let v: serde_json::Value = serde_json::from_str(body).unwrap();
             assert!(v["error"]["code"].is_string() && v["error"]["message"].is_string());
         }

@@ -1,6 +1,8 @@
 //! The HTTP API: routes, shared state, and the handlers of each path.
 
+pub(crate) mod audit;
 mod auth;
+mod changes;
 mod error;
 mod json;
 mod links;
@@ -51,6 +53,8 @@ pub(crate) struct App {
 
 pub(crate) type AppState = Arc<App>;
 
+pub(crate) use changes::check_reason;
+
 /// The whole router.
 /// Single-segment paths the router serves itself; every other `GET`/`HEAD /{segment}` is a
 /// redirect, answered before the router (see `server.rs`).
@@ -63,9 +67,12 @@ pub(crate) fn router(app: AppState) -> Router {
         .route("/api/v1/links", post(links::create))
         .route(
             "/api/v1/links/{code}",
-            get(links::info).delete(links::delete),
+            get(links::info).delete(changes::delete),
         )
+        .route("/api/v1/links/{code}/disable", post(changes::disable))
+        .route("/api/v1/links/{code}/enable", post(changes::enable))
         .route("/api/v1/links/{code}/analytics", get(links::analytics))
+        .route("/api/v1/audit", get(audit::list))
         .route("/api/v1/openapi.json", get(ops::openapi))
         .layer(DefaultBodyLimit::max(BODY_LIMIT));
     Router::new()

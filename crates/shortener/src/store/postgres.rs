@@ -8,17 +8,21 @@
 
 mod schema;
 
-use super::LINK_COLUMNS;
+use super::{
+    AUDIT_COLUMNS, LINK_COLUMNS, RawAudit, SqlValue, audit_query_sql, disable_from,
+    update_state_sql,
+};
 use async_trait::async_trait;
 use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
     Transaction,
 };
+use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::Link;
+use shortener_core::link::{Link, LinkChange, Refusal};
 use shortener_core::store::{
-    ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome, LinkStore, StoreError,
-    TokenRecord,
+    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome,
+    LinkStore, StoreError, TokenRecord,
 };
 use shortener_core::token::{Principal, TokenHash};
 use std::collections::{BTreeMap, HashSet};
@@ -27,6 +31,7 @@ use std::ops::Range;
 use std::str::FromStr;
 use std::time::Duration;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Config, NoTls, Row, config::Host};
 
 pub use schema::CURRENT_VERSION;
@@ -500,11 +505,104 @@ fn link_from_row(row: &Row) -> Result<Link, tokio_postgres::Error> {
         custom_alias: row.try_get(3)?,
         created_at: row.try_get(4)?,
         expires_at: row.try_get(5)?,
-        disabled_at: row.try_get(6)?,
+        disabled: disable_from(
+            row.try_get(6)?,
+            row.try_get(11)?,
+            row.try_get(12)?,
+            row.try_get(13)?,
+        ),
         clicks: to_u64(row.try_get(7)?),
         bot_clicks: to_u64(row.try_get(8)?),
         created_ip: row.try_get(9)?,
+        version: to_u64(row.try_get(10)?),
+        deleted_at: row.try_get(14)?,
     })
+}
+
+fn placeholder(i: usize) -> String {
+    format!("${i}")
+}
+
+/// Appends one row to the audit trail inside `tx`.
+async fn insert_audit(tx: &Transaction<'_>, r: &AuditRecord) -> Result<(), tokio_postgres::Error> {
+    let stmt = tx
+        .prepare_cached(&format!(
+            "INSERT INTO audit ({AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        ))
+        .await?;
+    tx.execute(
+        &stmt,
+        &[
+            &r.at,
+            &r.actor,
+            &r.ip,
+            &r.user_agent,
+            &r.action.as_str(),
+            &r.code,
+            &r.old_url,
+            &r.new_url,
+            &r.detail,
+        ],
+    )
+    .await
+    .map(drop)
+}
+
+/// Applies `change` under the rule in one transaction: the link row locked, its new state,
+/// the change note (numbered by the counter row, whose lock orders notes by commit) and the
+/// audit row.
+async fn change_once(
+    client: &mut Object,
+    code: &str,
+    change: &LinkChange,
+    origin: &Origin,
+    now: UnixSeconds,
+) -> Result<ChangeOutcome, tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    let select = tx
+        .prepare_cached(&format!(
+            "SELECT {LINK_COLUMNS} FROM links WHERE code = $1 FOR UPDATE"
+        ))
+        .await?;
+    let Some(row) = tx.query_opt(&select, &[&code]).await? else {
+        return Ok(ChangeOutcome::Refused(Refusal::NotFound));
+    };
+    let before = link_from_row(&row)?;
+    let after = match before.apply(change, &origin.actor, now) {
+        Err(refusal) => return Ok(ChangeOutcome::Refused(refusal)),
+        Ok(None) => return Ok(ChangeOutcome::Unchanged(before)),
+        Ok(Some(after)) => after,
+    };
+    let audit = AuditRecord::changed(&before, &after, change, origin, now);
+    let update = tx.prepare_cached(&update_state_sql(placeholder)).await?;
+    let d = after.disabled.as_ref();
+    tx.execute(
+        &update,
+        &[
+            &after.code,
+            &after.long_url,
+            &after.expires_at,
+            &to_i64(after.version),
+            &d.map(|d| d.at),
+            &d.map(|d| d.reason.as_str()),
+            &d.map(|d| d.by.as_str()),
+            &d.map(|d| d.by_kind.as_str()),
+            &after.deleted_at,
+        ],
+    )
+    .await?;
+    let counter = tx
+        .prepare_cached("UPDATE change_counter SET seq = seq + 1 WHERE id = 0 RETURNING seq")
+        .await?;
+    let seq: i64 = tx.query_one(&counter, &[]).await?.try_get(0)?;
+    let note = tx
+        .prepare_cached("INSERT INTO link_changes (seq, code, version, at) VALUES ($1, $2, $3, $4)")
+        .await?;
+    tx.execute(&note, &[&seq, &after.code, &to_i64(after.version), &now])
+        .await?;
+    insert_audit(&tx, &audit).await?;
+    tx.commit().await?;
+    Ok(ChangeOutcome::Changed { before, after })
 }
 
 #[async_trait]
@@ -547,17 +645,20 @@ impl LinkStore for PgStore {
             .map_err(|_| StoreError::Backend("the stored code key is not 16 bytes".into()))
     }
 
-    async fn insert_link(&self, link: &Link) -> Result<InsertOutcome, StoreError> {
-        let client = self.client().await?;
-        let stmt = client
+    async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
+        let mut client = self.client().await?;
+        let audit = AuditRecord::created(link, origin);
+        let tx = client.transaction().await.map_err(classify)?;
+        let stmt = tx
             .prepare_cached(&format!(
                 "INSERT INTO links ({LINK_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
                  ON CONFLICT (code) DO NOTHING"
             ))
             .await
             .map_err(classify)?;
-        let inserted = client
+        let d = link.disabled.as_ref();
+        let inserted = tx
             .execute(
                 &stmt,
                 &[
@@ -567,19 +668,25 @@ impl LinkStore for PgStore {
                     &link.custom_alias,
                     &link.created_at,
                     &link.expires_at,
-                    &link.disabled_at,
+                    &d.map(|d| d.at),
                     &to_i64(link.clicks),
                     &to_i64(link.bot_clicks),
                     &link.created_ip,
+                    &to_i64(link.version),
+                    &d.map(|d| d.reason.as_str()),
+                    &d.map(|d| d.by.as_str()),
+                    &d.map(|d| d.by_kind.as_str()),
+                    &link.deleted_at,
                 ],
             )
             .await
             .map_err(classify)?;
-        Ok(if inserted == 1 {
-            InsertOutcome::Inserted
-        } else {
-            InsertOutcome::CodeTaken
-        })
+        if inserted != 1 {
+            return Ok(InsertOutcome::CodeTaken);
+        }
+        insert_audit(&tx, &audit).await.map_err(classify)?;
+        tx.commit().await.map_err(classify)?;
+        Ok(InsertOutcome::Inserted)
     }
 
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
@@ -595,19 +702,112 @@ impl LinkStore for PgStore {
             .map_err(classify)
     }
 
-    async fn disable_link(&self, code: &str, at: UnixSeconds) -> Result<bool, StoreError> {
+    async fn change_link(
+        &self,
+        code: &str,
+        change: &LinkChange,
+        origin: &Origin,
+        now: UnixSeconds,
+    ) -> Result<ChangeOutcome, StoreError> {
+        let mut client = self.client().await?;
+        change_once(&mut client, code, change, origin, now)
+            .await
+            .map_err(classify)
+    }
+
+    async fn last_change(&self) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached("SELECT seq FROM change_counter WHERE id = 0")
+            .await
+            .map_err(classify)?;
+        client
+            .query_one(&stmt, &[])
+            .await
+            .and_then(|row| row.try_get::<_, i64>(0))
+            .map(to_u64)
+            .map_err(classify)
+    }
+
+    async fn changes_after(&self, seq: u64, limit: usize) -> Result<Vec<ChangeNote>, StoreError> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
-                "UPDATE links SET disabled_at = COALESCE(disabled_at, $2) WHERE code = $1",
+                "SELECT seq, code, version FROM link_changes WHERE seq > $1 ORDER BY seq LIMIT $2",
             )
             .await
             .map_err(classify)?;
-        let found = client
-            .execute(&stmt, &[&code, &at])
+        let rows = client
+            .query(&stmt, &[&to_i64(seq), &to_i64(limit as u64)])
             .await
             .map_err(classify)?;
-        Ok(found == 1)
+        rows.iter()
+            .map(|r| {
+                Ok(ChangeNote {
+                    seq: to_u64(r.try_get(0)?),
+                    code: r.try_get(1)?,
+                    version: to_u64(r.try_get(2)?),
+                })
+            })
+            .collect::<Result<_, tokio_postgres::Error>>()
+            .map_err(classify)
+    }
+
+    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        client
+            .execute("DELETE FROM link_changes WHERE at < $1", &[&at])
+            .await
+            .map_err(classify)
+    }
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
+        let (sql, values) = audit_query_sql(query, placeholder);
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(&sql).await.map_err(classify)?;
+        let params: Vec<&(dyn ToSql + Sync)> = values
+            .iter()
+            .map(|v| match v {
+                SqlValue::Text(t) => t as &(dyn ToSql + Sync),
+                SqlValue::Int(i) => i as &(dyn ToSql + Sync),
+            })
+            .collect();
+        let rows = client.query(&stmt, &params).await.map_err(classify)?;
+        rows.iter()
+            .map(|r| {
+                Ok(RawAudit {
+                    id: r.try_get(0)?,
+                    at: r.try_get(1)?,
+                    actor: r.try_get(2)?,
+                    ip: r.try_get(3)?,
+                    user_agent: r.try_get(4)?,
+                    action: r.try_get(5)?,
+                    code: r.try_get(6)?,
+                    old_url: r.try_get(7)?,
+                    new_url: r.try_get(8)?,
+                    detail: r.try_get(9)?,
+                })
+            })
+            .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+            .map_err(classify)?
+            .into_iter()
+            .map(RawAudit::into_row)
+            .collect()
+    }
+
+    async fn prune_audit_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "DELETE FROM audit WHERE id IN \
+                 (SELECT id FROM audit WHERE at < $1 ORDER BY id LIMIT $2)",
+            )
+            .await
+            .map_err(classify)?;
+        client
+            .execute(&stmt, &[&at, &to_i64(batch as u64)])
+            .await
+            .map_err(classify)
     }
 
     async fn daily_clicks(&self, code: &str, since: Day) -> Result<Vec<DailyCount>, StoreError> {
@@ -634,21 +834,28 @@ impl LinkStore for PgStore {
             .map_err(classify)
     }
 
-    async fn insert_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        client
-            .execute(
-                "INSERT INTO tokens (hash, user_name, admin, created_at) VALUES ($1, $2, $3, $4)",
-                &[
-                    &&token.hash.0[..],
-                    &token.principal.user,
-                    &token.principal.admin,
-                    &token.created_at,
-                ],
-            )
-            .await
-            .map(drop)
-            .map_err(classify)
+    async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let audit = AuditRecord::token_issued(
+            &token.principal.user,
+            token.principal.admin,
+            origin,
+            token.created_at,
+        );
+        let tx = client.transaction().await.map_err(classify)?;
+        tx.execute(
+            "INSERT INTO tokens (hash, user_name, admin, created_at) VALUES ($1, $2, $3, $4)",
+            &[
+                &&token.hash.0[..],
+                &token.principal.user,
+                &token.principal.admin,
+                &token.created_at,
+            ],
+        )
+        .await
+        .map_err(classify)?;
+        insert_audit(&tx, &audit).await.map_err(classify)?;
+        tx.commit().await.map_err(classify)
     }
 
     async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError> {

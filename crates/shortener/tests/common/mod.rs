@@ -103,6 +103,15 @@ pub async fn create(
     req.send().await.unwrap()
 }
 
+/// The status `GET /{code}` answers on `server`.
+pub async fn follow(c: &reqwest::Client, server: &Shortener, code: &str) -> reqwest::StatusCode {
+    c.get(server.url(&format!("/{code}")))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
 /// Asserts the spec's error shape and returns the error code.
 pub async fn error_code(resp: reqwest::Response) -> String {
     let body: serde_json::Value = resp.json().await.expect("error body is JSON");

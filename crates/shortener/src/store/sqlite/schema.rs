@@ -57,6 +57,46 @@ const MIGRATIONS: &[&str] = &[
     ) WITHOUT ROWID;
     CREATE INDEX applied_click_batches_day ON applied_click_batches (day);
     ",
+    // v3: link versions, disabled (reversible) apart from deleted (final), the change
+    // sequence other processes poll, and the audit trail.
+    "
+    ALTER TABLE links ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE links ADD COLUMN disabled_reason TEXT;
+    ALTER TABLE links ADD COLUMN disabled_by TEXT;
+    ALTER TABLE links ADD COLUMN disabled_by_kind TEXT;
+    ALTER TABLE links ADD COLUMN deleted_at INTEGER;
+    -- Until v3 a DELETE was the only way to disable a link: those links are deleted.
+    UPDATE links SET deleted_at = disabled_at, disabled_at = NULL, version = 2
+     WHERE disabled_at IS NOT NULL;
+
+    CREATE TABLE change_counter (
+        only INTEGER PRIMARY KEY CHECK (only = 0),
+        seq  INTEGER NOT NULL
+    );
+    INSERT INTO change_counter (only, seq) VALUES (0, 0);
+    CREATE TABLE link_changes (
+        seq     INTEGER PRIMARY KEY,
+        code    TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        at      INTEGER NOT NULL
+    );
+    CREATE INDEX link_changes_at ON link_changes (at);
+
+    CREATE TABLE audit (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        at         INTEGER NOT NULL,
+        actor      TEXT NOT NULL,
+        ip         TEXT,
+        user_agent TEXT,
+        action     TEXT NOT NULL,
+        code       TEXT,
+        old_url    TEXT,
+        new_url    TEXT,
+        detail     TEXT
+    );
+    CREATE INDEX audit_code ON audit (code, id);
+    CREATE INDEX audit_at ON audit (at);
+    ",
 ];
 
 /// Schema version this binary writes.
