@@ -162,6 +162,16 @@ impl AuditRecord {
         }
     }
 
+    /// The row of a report on `link`.
+    pub fn reported(link: &Link, report: &crate::report::NewReport, origin: &Origin) -> Self {
+        Self {
+            code: Some(link.code.clone()),
+            old_url: Some(link.long_url.clone()),
+            detail: Some(report.category.as_str().to_owned()),
+            ..Self::new(origin, report.at, AuditAction::Reported)
+        }
+    }
+
     /// The row of a token issued to `user`.
     pub fn token_issued(user: &str, admin: bool, origin: &Origin, at: UnixSeconds) -> Self {
         Self {

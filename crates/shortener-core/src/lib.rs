@@ -19,5 +19,6 @@ pub mod code;
 pub mod day;
 pub mod link;
 pub mod long_url;
+pub mod report;
 pub mod store;
 pub mod token;

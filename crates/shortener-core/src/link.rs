@@ -18,6 +18,8 @@ pub struct Link {
     pub long_url: String,
     /// The user that created it; `None` for anonymous links.
     pub owner: Option<String>,
+    /// Whether it was created with an admin token (never disabled automatically).
+    pub owner_admin: bool,
     /// Whether `code` was chosen by the user.
     pub custom_alias: bool,
     /// Creation instant.
@@ -219,6 +221,7 @@ impl Link {
             code: code.to_owned(),
             long_url: long_url.to_owned(),
             owner: None,
+            owner_admin: false,
             custom_alias: false,
             created_at,
             expires_at,

@@ -3,6 +3,7 @@
 use crate::audit::{AuditQuery, AuditRow, Origin};
 use crate::day::{Day, UnixSeconds};
 use crate::link::{Link, LinkChange, Refusal};
+use crate::report::{AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, ResolveOutcome};
 use crate::token::{Principal, TokenHash};
 use async_trait::async_trait;
 use std::ops::Range;
@@ -155,6 +156,27 @@ pub trait LinkStore: Send + Sync + 'static {
     /// Daily counts of one code from `since` on, in any order; days with no clicks may be
     /// missing.
     async fn daily_clicks(&self, code: &str, since: Day) -> Result<Vec<DailyCount>, StoreError>;
+
+    /// Files a report on an existing link with its audit row and, when `auto` is set and
+    /// [`AutoDisable::disables`] says so, disables the link as `auto-reports` (audit row,
+    /// change note), all in one transaction. Reports made before the link's last enable do
+    /// not count.
+    async fn insert_report(
+        &self,
+        report: &NewReport,
+        origin: &Origin,
+        auto: Option<AutoDisable>,
+    ) -> Result<ReportOutcome, StoreError>;
+
+    /// One page of the report queue.
+    async fn reports(&self, query: &ReportQuery) -> Result<Vec<Report>, StoreError>;
+
+    /// Resolves an open report.
+    async fn resolve_report(
+        &self,
+        id: i64,
+        resolution: &crate::report::Resolution,
+    ) -> Result<ResolveOutcome, StoreError>;
 
     /// Stores a new token, with its audit row in the same transaction.
     async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError>;

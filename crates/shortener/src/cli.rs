@@ -141,6 +141,17 @@ pub struct ServeArgs {
     /// File of blocked domains, one per line; re-read when it changes.
     #[arg(long, env = "SHORTENER_BLOCKLIST", value_name = "FILE")]
     pub blocklist: Option<PathBuf>,
+    /// Abuse reports one client IP may file per hour [default: 10].
+    #[arg(long, env = "SHORTENER_REPORTS_PER_HOUR", value_name = "N")]
+    pub reports_per_hour: Option<u32>,
+    /// Reports from this many distinct client IPs within 24 h disable a link pending review
+    /// (actor `auto-reports`) [default: 5].
+    #[arg(long, env = "SHORTENER_AUTO_DISABLE_REPORTS", value_name = "N")]
+    pub auto_disable_reports: Option<u32>,
+    /// File of trusted domains, one per line (subdomains included): their links are never
+    /// disabled automatically. Read at start.
+    #[arg(long, env = "SHORTENER_TRUSTED_DOMAINS", value_name = "FILE")]
+    pub trusted_domains: Option<PathBuf>,
     /// Take the client IP from the last X-Forwarded-For entry (only behind a trusted proxy).
     #[arg(long, env = "SHORTENER_TRUST_FORWARDED_FOR", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub trust_forwarded_for: Option<bool>,

@@ -22,6 +22,12 @@ pub struct ServeConfig {
     pub anon_creates_per_hour: NonZeroU32,
     pub user_creates_per_hour: NonZeroU32,
     pub blocklist: Option<PathBuf>,
+    /// Abuse reports one client IP may file per hour.
+    pub reports_per_hour: NonZeroU32,
+    /// Reports from this many distinct addresses within 24 h disable a link.
+    pub auto_disable_reports: u32,
+    /// Domains whose links are never disabled automatically.
+    pub trusted_domains: Option<PathBuf>,
     pub trust_forwarded_for: bool,
     pub id_block_size: u64,
     pub redirect_max_age: u32,
@@ -177,6 +183,9 @@ struct FileConfig {
     anon_creates_per_hour: Option<u32>,
     user_creates_per_hour: Option<u32>,
     blocklist: Option<PathBuf>,
+    reports_per_hour: Option<u32>,
+    auto_disable_reports: Option<u32>,
+    trusted_domains: Option<PathBuf>,
     trust_forwarded_for: Option<bool>,
     id_block_size: Option<u64>,
     redirect_max_age: Option<u32>,
@@ -225,6 +234,17 @@ impl ServeConfig {
                     .unwrap_or(1000),
             )?,
             blocklist: args.blocklist.or(file.blocklist),
+            reports_per_hour: positive(
+                "reports-per-hour",
+                args.reports_per_hour
+                    .or(file.reports_per_hour)
+                    .unwrap_or(10),
+            )?,
+            auto_disable_reports: args
+                .auto_disable_reports
+                .or(file.auto_disable_reports)
+                .unwrap_or(5),
+            trusted_domains: args.trusted_domains.or(file.trusted_domains),
             trust_forwarded_for: args
                 .trust_forwarded_for
                 .or(file.trust_forwarded_for)
@@ -270,6 +290,9 @@ impl ServeConfig {
         }
         if self.cache_ttl.is_zero() || self.negative_cache_ttl.is_zero() {
             bail!("cache-ttl and negative-cache-ttl must be at least 1 second");
+        }
+        if !(1..=10_000).contains(&self.auto_disable_reports) {
+            bail!("auto-disable-reports must be between 1 and 10000");
         }
         if !(1..=36_500).contains(&self.audit_retention_days) {
             bail!("audit-retention-days must be between 1 and 36500");

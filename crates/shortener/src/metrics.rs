@@ -31,6 +31,7 @@ pub(crate) struct Metrics {
     pub cache_bytes: Gauge,
     creates: Family<Outcome, Counter>,
     pub generated_code_skips: Counter,
+    pub auto_disabled: Counter,
     pub clicks_dropped: Counter,
     pub clicks_flushed: Counter,
     pub click_flushes: Counter,
@@ -89,6 +90,7 @@ impl Metrics {
             cache_bytes: Gauge::default(),
             creates,
             generated_code_skips: Counter::default(),
+            auto_disabled: Counter::default(),
             clicks_dropped: Counter::default(),
             clicks_flushed: Counter::default(),
             click_flushes: Counter::default(),
@@ -112,6 +114,11 @@ impl Metrics {
             "redirect_duration_seconds",
             "Time to answer GET/HEAD /{code}, from handler entry to response",
             self.redirect_seconds.clone(),
+        );
+        r.register(
+            "auto_disabled_links",
+            "Links disabled by this process because of reports from distinct addresses",
+            self.auto_disabled.clone(),
         );
         r.register(
             "store_link_reads",

@@ -16,6 +16,7 @@ use crate::scaleout::redis::{self, Redis};
 use anyhow::Context;
 use axum::http::HeaderValue;
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
+use shortener_core::report::AutoDisable;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,11 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let blocklist = match &config.blocklist {
         Some(path) => blocklist::load(path)
             .with_context(|| format!("cannot read blocklist {}", path.display()))?,
+        None => Blocklist::default(),
+    };
+    let trusted_domains = match &config.trusted_domains {
+        Some(path) => blocklist::load(path)
+            .with_context(|| format!("cannot read trusted domains {}", path.display()))?,
         None => Blocklist::default(),
     };
     let store = crate::store::open(&config.store).await?;
@@ -87,7 +93,11 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         Some(ttl) => format!("public, max-age={ttl}"),
         None => format!("private, max-age={}", config.redirect_max_age),
     };
-    let mut limits = CreateLimits::new(config.anon_creates_per_hour, config.user_creates_per_hour);
+    let mut limits = CreateLimits::new(
+        config.anon_creates_per_hour,
+        config.user_creates_per_hour,
+        config.reports_per_hour,
+    );
     if let Some(scaleout) = &scaleout {
         limits = limits.shared(SharedLimits::new(scaleout.redis.clone()));
     }
@@ -100,6 +110,10 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         clicks: recorder,
         limits,
         policy,
+        trusted_domains,
+        auto_disable: AutoDisable {
+            threshold: config.auto_disable_reports,
+        },
         metrics,
         base_url,
         no_anonymous: config.no_anonymous,

@@ -768,6 +768,9 @@ async fn operations_endpoints() {
         "/api/v1/links/{code}/disable",
         "/api/v1/links/{code}/enable",
         "/api/v1/audit",
+        "/api/v1/links/{code}/reports",
+        "/api/v1/reports",
+        "/api/v1/reports/{id}/resolve",
         "/{code}",
     ] {
         assert!(paths.contains_key(p), "OpenAPI lacks {p}");
@@ -781,6 +784,10 @@ async fn operations_endpoints() {
     let enable = &doc["paths"]["/api/v1/links/{code}/enable"]["post"]["responses"];
     for status in ["200", "401", "403", "404", "409", "503"] {
         assert!(enable[status].is_object(), "enable lacks {status}");
+    }
+    let file = &doc["paths"]["/api/v1/links/{code}/reports"]["post"]["responses"];
+    for status in ["202", "400", "404", "429"] {
+        assert!(file[status].is_object(), "reports lack {status}");
     }
     let limit = doc["paths"]["/api/v1/audit"]["get"]["parameters"]
         .as_array()

@@ -6,36 +6,13 @@
 mod common;
 
 use common::pg::TestDb;
-use common::{Shortener, client, create, error_code, follow, one_line_failure, run, token_in};
+use common::{
+    Shortener, client, create, error_code, follow, get_json, one_line_failure, run, token_in,
+    until_status,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use std::time::{Duration, Instant};
 use tempfile::TempDir;
-
-/// A change made by one process reaches another within this long: the issue's "about a
-/// second" (0.5 s polling) with room for a machine busy with builds.
-const NOTICED_WITHIN: Duration = Duration::from_secs(3);
-
-/// Follows `code` until it answers `status`; returns how long that took.
-async fn until_status(
-    c: &reqwest::Client,
-    server: &Shortener,
-    code: &str,
-    status: StatusCode,
-) -> Duration {
-    let since = Instant::now();
-    loop {
-        let got = follow(c, server, code).await;
-        if got == status {
-            return since.elapsed();
-        }
-        assert!(
-            since.elapsed() < NOTICED_WITHIN,
-            "{code} still answers {got} instead of {status} after {NOTICED_WITHIN:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 async fn post(
     c: &reqwest::Client,
@@ -52,25 +29,11 @@ async fn post(
 }
 
 async fn info(c: &reqwest::Client, server: &Shortener, code: &str, token: &str) -> Value {
-    c.get(server.url(&format!("/api/v1/links/{code}")))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    get_json(c, server, &format!("/api/v1/links/{code}"), token).await
 }
 
 async fn audit(c: &reqwest::Client, server: &Shortener, query: &str, token: &str) -> Value {
-    let resp = c
-        .get(server.url(&format!("/api/v1/audit{query}")))
-        .bearer_auth(token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), StatusCode::OK, "audit{query}");
-    resp.json().await.unwrap()
+    get_json(c, server, &format!("/api/v1/audit{query}"), token).await
 }
 
 fn actions(page: &Value) -> Vec<String> {

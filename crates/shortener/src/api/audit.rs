@@ -154,11 +154,11 @@ pub(super) struct AuditParams {
     limit: Option<String>,
 }
 
-fn encode_cursor(id: i64) -> String {
+pub(super) fn encode_cursor(id: i64) -> String {
     URL_SAFE_NO_PAD.encode(id.to_be_bytes())
 }
 
-fn decode_cursor(cursor: &str) -> Option<i64> {
+pub(super) fn decode_cursor(cursor: &str) -> Option<i64> {
     let bytes: [u8; 8] = URL_SAFE_NO_PAD.decode(cursor).ok()?.try_into().ok()?;
     Some(i64::from_be_bytes(bytes))
 }

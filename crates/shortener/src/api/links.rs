@@ -191,6 +191,7 @@ async fn create_inner(
     let now = crate::now();
     let origin = origin(app, peer, headers, who.as_ref());
     let mut link = Link {
+        owner_admin: who.as_ref().is_some_and(|p| p.admin),
         owner: who.map(|p| p.user),
         custom_alias: req.custom_alias.is_some(),
         created_ip: Some(ip.to_string()),

@@ -9,6 +9,7 @@ mod links;
 mod openapi;
 mod ops;
 pub(crate) mod redirect;
+mod reports;
 
 use crate::allocator::CodeAllocator;
 use crate::blocklist::PolicyCell;
@@ -40,6 +41,10 @@ pub(crate) struct App {
     pub clicks: ClickRecorder,
     pub limits: CreateLimits,
     pub policy: PolicyCell,
+    /// Links to these domains are never disabled automatically.
+    pub trusted_domains: shortener_core::long_url::Blocklist,
+    /// When reports disable a link.
+    pub auto_disable: shortener_core::report::AutoDisable,
     pub metrics: Arc<Metrics>,
     /// Prefix of short URLs, without a trailing slash.
     pub base_url: String,
@@ -73,6 +78,9 @@ pub(crate) fn router(app: AppState) -> Router {
         .route("/api/v1/links/{code}/enable", post(changes::enable))
         .route("/api/v1/links/{code}/analytics", get(links::analytics))
         .route("/api/v1/audit", get(audit::list))
+        .route("/api/v1/links/{code}/reports", post(reports::file))
+        .route("/api/v1/reports", get(reports::queue))
+        .route("/api/v1/reports/{id}/resolve", post(reports::resolve))
         .route("/api/v1/openapi.json", get(ops::openapi))
         .layer(DefaultBodyLimit::max(BODY_LIMIT));
     Router::new()

@@ -8,13 +8,15 @@ use crate::config::StoreConfig;
 use shortener_core::audit::{AuditAction, AuditQuery, AuditRecord, AuditRow};
 use shortener_core::day::UnixSeconds;
 use shortener_core::link::{ActorKind, Disable};
+use shortener_core::report::{Category, NewReport, Report, Resolution};
 use shortener_core::store::{ClickSink, LinkStore, StoreError};
 use std::sync::Arc;
 
 /// The `links` columns in the order both stores' row readers expect.
 const LINK_COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, expires_at, \
                             disabled_at, clicks, bot_clicks, created_ip, version, \
-                            disabled_reason, disabled_by, disabled_by_kind, deleted_at";
+                            disabled_reason, disabled_by, disabled_by_kind, deleted_at, \
+                            owner_admin";
 /// What a change writes of a link: the columns after `code`, set from `$2` / `?2` on.
 const STATE_COLUMNS: [&str; 8] = [
     "long_url",
@@ -60,6 +62,72 @@ fn disable_from(
             .and_then(ActorKind::parse)
             .unwrap_or(ActorKind::Admin),
     })
+}
+
+/// A report with its link's state; the columns `RawReport` reads, in order.
+const REPORT_SELECT: &str = "SELECT r.id, r.code, r.at, r.ip, r.category, r.comment, \
+     r.resolved_at, r.resolved_by, r.resolution, \
+     l.disabled_at, l.disabled_reason, l.disabled_by, l.disabled_by_kind, l.deleted_at \
+     FROM reports AS r LEFT JOIN links AS l ON l.code = r.code";
+
+/// The report queue's page query (after `REPORT_SELECT`), with the store's placeholders for
+/// the cursor (1) and the limit (2).
+fn report_page_sql(open: bool, placeholder: fn(usize) -> String) -> String {
+    let state = if open { "IS NULL" } else { "IS NOT NULL" };
+    format!(
+        "{REPORT_SELECT} WHERE r.resolved_at {state} AND r.id < {} ORDER BY r.id DESC LIMIT {}",
+        placeholder(1),
+        placeholder(2)
+    )
+}
+
+/// A report row as read, its category still text.
+#[derive(Debug)]
+struct RawReport {
+    id: i64,
+    code: String,
+    at: UnixSeconds,
+    ip: String,
+    category: String,
+    comment: Option<String>,
+    resolved_at: Option<UnixSeconds>,
+    resolved_by: Option<String>,
+    resolution: Option<String>,
+    disabled_at: Option<UnixSeconds>,
+    disabled_reason: Option<String>,
+    disabled_by: Option<String>,
+    disabled_by_kind: Option<String>,
+    deleted_at: Option<UnixSeconds>,
+}
+
+impl RawReport {
+    fn into_report(self) -> Result<Report, StoreError> {
+        let category = Category::parse(&self.category).ok_or_else(|| {
+            StoreError::Backend(format!("unknown report category {:?}", self.category).into())
+        })?;
+        Ok(Report {
+            id: self.id,
+            filed: NewReport {
+                code: self.code,
+                at: self.at,
+                ip: self.ip,
+                category,
+                comment: self.comment,
+            },
+            resolution: self.resolved_at.map(|at| Resolution {
+                at,
+                by: self.resolved_by.unwrap_or_default(),
+                text: self.resolution.unwrap_or_default(),
+            }),
+            link_disabled: disable_from(
+                self.disabled_at,
+                self.disabled_reason,
+                self.disabled_by,
+                self.disabled_by_kind,
+            ),
+            link_deleted: self.deleted_at.is_some(),
+        })
+    }
 }
 
 /// A bound value of an audit query.

@@ -9,8 +9,8 @@
 mod schema;
 
 use super::{
-    AUDIT_COLUMNS, LINK_COLUMNS, RawAudit, SqlValue, audit_query_sql, disable_from,
-    update_state_sql,
+    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, audit_query_sql,
+    disable_from, report_page_sql, update_state_sql,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{
@@ -19,7 +19,11 @@ use deadpool_postgres::{
 };
 use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::{Link, LinkChange, Refusal};
+use shortener_core::link::{Actor, Link, LinkChange, Refusal};
+use shortener_core::report::{
+    AUTO_DISABLE_WINDOW_SECONDS, AUTO_REPORTS_ACTOR, AutoDisable, NewReport, Report, ReportOutcome,
+    ReportQuery, Resolution, ResolveOutcome,
+};
 use shortener_core::store::{
     ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome,
     LinkStore, StoreError, TokenRecord,
@@ -516,7 +520,44 @@ fn link_from_row(row: &Row) -> Result<Link, tokio_postgres::Error> {
         created_ip: row.try_get(9)?,
         version: to_u64(row.try_get(10)?),
         deleted_at: row.try_get(14)?,
+        owner_admin: row.try_get(15)?,
     })
+}
+
+fn report_from_row(r: &Row) -> Result<RawReport, tokio_postgres::Error> {
+    Ok(RawReport {
+        id: r.try_get(0)?,
+        code: r.try_get(1)?,
+        at: r.try_get(2)?,
+        ip: r.try_get(3)?,
+        category: r.try_get(4)?,
+        comment: r.try_get(5)?,
+        resolved_at: r.try_get(6)?,
+        resolved_by: r.try_get(7)?,
+        resolution: r.try_get(8)?,
+        disabled_at: r.try_get(9)?,
+        disabled_reason: r.try_get(10)?,
+        disabled_by: r.try_get(11)?,
+        disabled_by_kind: r.try_get(12)?,
+        deleted_at: r.try_get(13)?,
+    })
+}
+
+/// The link locked for the rest of `tx`.
+async fn lock_link(
+    tx: &Transaction<'_>,
+    code: &str,
+) -> Result<Option<Link>, tokio_postgres::Error> {
+    let select = tx
+        .prepare_cached(&format!(
+            "SELECT {LINK_COLUMNS} FROM links WHERE code = $1 FOR UPDATE"
+        ))
+        .await?;
+    tx.query_opt(&select, &[&code])
+        .await?
+        .as_ref()
+        .map(link_from_row)
+        .transpose()
 }
 
 fn placeholder(i: usize) -> String {
@@ -548,32 +589,14 @@ async fn insert_audit(tx: &Transaction<'_>, r: &AuditRecord) -> Result<(), tokio
     .map(drop)
 }
 
-/// Applies `change` under the rule in one transaction: the link row locked, its new state,
-/// the change note (numbered by the counter row, whose lock orders notes by commit) and the
-/// audit row.
-async fn change_once(
-    client: &mut Object,
-    code: &str,
-    change: &LinkChange,
-    origin: &Origin,
-    now: UnixSeconds,
-) -> Result<ChangeOutcome, tokio_postgres::Error> {
-    let tx = client.transaction().await?;
-    let select = tx
-        .prepare_cached(&format!(
-            "SELECT {LINK_COLUMNS} FROM links WHERE code = $1 FOR UPDATE"
-        ))
-        .await?;
-    let Some(row) = tx.query_opt(&select, &[&code]).await? else {
-        return Ok(ChangeOutcome::Refused(Refusal::NotFound));
-    };
-    let before = link_from_row(&row)?;
-    let after = match before.apply(change, &origin.actor, now) {
-        Err(refusal) => return Ok(ChangeOutcome::Refused(refusal)),
-        Ok(None) => return Ok(ChangeOutcome::Unchanged(before)),
-        Ok(Some(after)) => after,
-    };
-    let audit = AuditRecord::changed(&before, &after, change, origin, now);
+/// Writes a link's new state, its change note (numbered by the counter row, whose lock
+/// orders notes by commit) and its audit row inside `tx`, the link's row locked.
+async fn write_change(
+    tx: &Transaction<'_>,
+    before: &Link,
+    after: &Link,
+    audit: &AuditRecord,
+) -> Result<(), tokio_postgres::Error> {
     let update = tx.prepare_cached(&update_state_sql(placeholder)).await?;
     let d = after.disabled.as_ref();
     tx.execute(
@@ -598,9 +621,106 @@ async fn change_once(
     let note = tx
         .prepare_cached("INSERT INTO link_changes (seq, code, version, at) VALUES ($1, $2, $3, $4)")
         .await?;
-    tx.execute(&note, &[&seq, &after.code, &to_i64(after.version), &now])
+    tx.execute(
+        &note,
+        &[&seq, &after.code, &to_i64(after.version), &audit.at],
+    )
+    .await?;
+    if before.disabled.is_some() && after.disabled.is_none() {
+        // An enable: reports made before it no longer count towards the next auto-disable.
+        let uncount = tx
+            .prepare_cached("UPDATE reports SET counts = FALSE WHERE code = $1 AND counts")
+            .await?;
+        tx.execute(&uncount, &[&after.code]).await?;
+    }
+    insert_audit(tx, audit).await
+}
+
+/// Files a report and applies its automatic disable in one transaction, the link locked so
+/// that concurrent reports count each other.
+async fn file_report(
+    client: &mut Object,
+    report: &NewReport,
+    origin: &Origin,
+    auto: Option<AutoDisable>,
+) -> Result<ReportOutcome, tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    let Some(link) = lock_link(&tx, &report.code).await? else {
+        return Ok(ReportOutcome::NotFound);
+    };
+    let insert = tx
+        .prepare_cached(
+            "INSERT INTO reports (code, at, ip, category, comment, counts) \
+             VALUES ($1, $2, $3, $4, $5, TRUE) RETURNING id",
+        )
         .await?;
-    insert_audit(&tx, &audit).await?;
+    let id: i64 = tx
+        .query_one(
+            &insert,
+            &[
+                &report.code,
+                &report.at,
+                &report.ip,
+                &report.category.as_str(),
+                &report.comment,
+            ],
+        )
+        .await?
+        .try_get(0)?;
+    insert_audit(&tx, &AuditRecord::reported(&link, report, origin)).await?;
+    let mut disabled = None;
+    if let Some(auto) = auto {
+        let count = tx
+            .prepare_cached(
+                "SELECT COUNT(DISTINCT ip) FROM reports WHERE code = $1 AND counts AND at > $2",
+            )
+            .await?;
+        let reporters: i64 = tx
+            .query_one(
+                &count,
+                &[&report.code, &(report.at - AUTO_DISABLE_WINDOW_SECONDS)],
+            )
+            .await?
+            .try_get(0)?;
+        let reporters = to_u64(reporters);
+        if auto.disables(&link, reporters, report.at) {
+            let change = LinkChange::Disable {
+                reason: auto.reason(reporters),
+            };
+            if let Ok(Some(after)) =
+                link.apply(&change, &Actor::system(AUTO_REPORTS_ACTOR), report.at)
+            {
+                let system = Origin::system(AUTO_REPORTS_ACTOR);
+                let audit = AuditRecord::changed(&link, &after, &change, &system, report.at);
+                write_change(&tx, &link, &after, &audit).await?;
+                disabled = Some(Box::new(after));
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(ReportOutcome::Filed { id, disabled })
+}
+
+/// Applies `change` under the rule in one transaction: the link row locked, its new state,
+/// the change note and the audit row.
+async fn change_once(
+    client: &mut Object,
+    code: &str,
+    change: &LinkChange,
+    origin: &Origin,
+    now: UnixSeconds,
+) -> Result<ChangeOutcome, tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    let Some(before) = lock_link(&tx, code).await? else {
+        return Ok(ChangeOutcome::Refused(Refusal::NotFound));
+    };
+    let after = match before.apply(change, &origin.actor, now) {
+        Err(refusal) => return Ok(ChangeOutcome::Refused(refusal)),
+        Ok(None) => return Ok(ChangeOutcome::Unchanged(before)),
+        Ok(Some(after)) => after,
+    };
+    let audit = AuditRecord::changed(&before, &after, change, origin, now);
+    write_change(&tx, &before, &after, &audit).await?;
     tx.commit().await?;
     Ok(ChangeOutcome::Changed { before, after })
 }
@@ -652,7 +772,7 @@ impl LinkStore for PgStore {
         let stmt = tx
             .prepare_cached(&format!(
                 "INSERT INTO links ({LINK_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
                  ON CONFLICT (code) DO NOTHING"
             ))
             .await
@@ -677,6 +797,7 @@ impl LinkStore for PgStore {
                     &d.map(|d| d.by.as_str()),
                     &d.map(|d| d.by_kind.as_str()),
                     &link.deleted_at,
+                    &link.owner_admin,
                 ],
             )
             .await
@@ -832,6 +953,75 @@ impl LinkStore for PgStore {
             })
             .collect::<Result<_, tokio_postgres::Error>>()
             .map_err(classify)
+    }
+
+    async fn insert_report(
+        &self,
+        report: &NewReport,
+        origin: &Origin,
+        auto: Option<AutoDisable>,
+    ) -> Result<ReportOutcome, StoreError> {
+        let mut client = self.client().await?;
+        file_report(&mut client, report, origin, auto)
+            .await
+            .map_err(classify)
+    }
+
+    async fn reports(&self, query: &ReportQuery) -> Result<Vec<Report>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&report_page_sql(query.open, placeholder))
+            .await
+            .map_err(classify)?;
+        let rows = client
+            .query(
+                &stmt,
+                &[
+                    &query.before.unwrap_or(i64::MAX),
+                    &to_i64(query.limit as u64),
+                ],
+            )
+            .await
+            .map_err(classify)?;
+        rows.iter()
+            .map(|r| report_from_row(r).map_err(classify)?.into_report())
+            .collect()
+    }
+
+    async fn resolve_report(
+        &self,
+        id: i64,
+        resolution: &Resolution,
+    ) -> Result<ResolveOutcome, StoreError> {
+        let client = self.client().await?;
+        let update = client
+            .prepare_cached(
+                "UPDATE reports SET resolved_at = $2, resolved_by = $3, resolution = $4 \
+                 WHERE id = $1 AND resolved_at IS NULL",
+            )
+            .await
+            .map_err(classify)?;
+        let resolved = client
+            .execute(
+                &update,
+                &[&id, &resolution.at, &resolution.by, &resolution.text],
+            )
+            .await
+            .map_err(classify)?;
+        let select = client
+            .prepare_cached(&format!("{REPORT_SELECT} WHERE r.id = $1"))
+            .await
+            .map_err(classify)?;
+        let row = client.query_opt(&select, &[&id]).await.map_err(classify)?;
+        let Some(row) = row else {
+            return Ok(ResolveOutcome::NotFound);
+        };
+        let report = report_from_row(&row).map_err(classify)?.into_report()?;
+        Ok(if resolved == 1 {
+            ResolveOutcome::Resolved(report)
+        } else {
+            ResolveOutcome::AlreadyResolved(report)
+        })
     }
 
     async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError> {

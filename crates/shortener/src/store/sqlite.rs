@@ -10,14 +10,18 @@ mod schema;
 pub(crate) use schema::CURRENT_VERSION;
 
 use super::{
-    AUDIT_COLUMNS, LINK_COLUMNS, RawAudit, SqlValue, audit_query_sql, disable_from,
-    update_state_sql,
+    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, audit_query_sql,
+    disable_from, report_page_sql, update_state_sql,
 };
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::{Link, LinkChange, Refusal};
+use shortener_core::link::{Actor, Link, LinkChange, Refusal};
+use shortener_core::report::{
+    AUTO_DISABLE_WINDOW_SECONDS, AUTO_REPORTS_ACTOR, AutoDisable, NewReport, Report, ReportOutcome,
+    ReportQuery, Resolution, ResolveOutcome,
+};
 use shortener_core::store::{
     ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome,
     LinkStore, StoreError, TokenRecord,
@@ -271,7 +275,33 @@ fn link_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Link> {
         created_ip: row.get(9)?,
         version: to_u64(row.get(10)?),
         deleted_at: row.get(14)?,
+        owner_admin: row.get(15)?,
     })
+}
+
+fn report_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawReport> {
+    Ok(RawReport {
+        id: r.get(0)?,
+        code: r.get(1)?,
+        at: r.get(2)?,
+        ip: r.get(3)?,
+        category: r.get(4)?,
+        comment: r.get(5)?,
+        resolved_at: r.get(6)?,
+        resolved_by: r.get(7)?,
+        resolution: r.get(8)?,
+        disabled_at: r.get(9)?,
+        disabled_reason: r.get(10)?,
+        disabled_by: r.get(11)?,
+        disabled_by_kind: r.get(12)?,
+        deleted_at: r.get(13)?,
+    })
+}
+
+fn read_report(c: &Connection, id: i64) -> rusqlite::Result<Option<RawReport>> {
+    c.prepare_cached(&format!("{REPORT_SELECT} WHERE r.id = ?1"))?
+        .query_row([id], report_from_row)
+        .optional()
 }
 
 fn placeholder(i: usize) -> String {
@@ -305,7 +335,12 @@ fn insert_audit(c: &Connection, r: &AuditRecord) -> rusqlite::Result<()> {
 
 /// Writes a link's new state, its change note and its audit row (inside the caller's
 /// transaction). The counter row serialises changers, so notes are numbered in commit order.
-fn write_change(c: &Connection, after: &Link, audit: &AuditRecord) -> rusqlite::Result<()> {
+fn write_change(
+    c: &Connection,
+    before: &Link,
+    after: &Link,
+    audit: &AuditRecord,
+) -> rusqlite::Result<()> {
     let d = after.disabled.as_ref();
     c.prepare_cached(&update_state_sql(placeholder))?
         .execute(params![
@@ -324,7 +359,68 @@ fn write_change(c: &Connection, after: &Link, audit: &AuditRecord) -> rusqlite::
         .query_row([], |r| r.get(0))?;
     c.prepare_cached("INSERT INTO link_changes (seq, code, version, at) VALUES (?1, ?2, ?3, ?4)")?
         .execute(params![seq, after.code, to_i64(after.version), audit.at])?;
+    if before.disabled.is_some() && after.disabled.is_none() {
+        // An enable: reports made before it no longer count towards the next auto-disable.
+        c.prepare_cached("UPDATE reports SET counts = FALSE WHERE code = ?1 AND counts")?
+            .execute([&after.code])?;
+    }
     insert_audit(c, audit)
+}
+
+/// Files a report and applies its automatic disable (inside the writer's transaction).
+fn file_report(
+    c: &Connection,
+    report: &NewReport,
+    origin: &Origin,
+    auto: Option<AutoDisable>,
+) -> rusqlite::Result<ReportOutcome> {
+    let Some(link) = read_link(c, &report.code)? else {
+        return Ok(ReportOutcome::NotFound);
+    };
+    let id: i64 = c
+        .prepare_cached(
+            "INSERT INTO reports (code, at, ip, category, comment, counts) \
+             VALUES (?1, ?2, ?3, ?4, ?5, TRUE) RETURNING id",
+        )?
+        .query_row(
+            params![
+                report.code,
+                report.at,
+                report.ip,
+                report.category.as_str(),
+                report.comment
+            ],
+            |r| r.get(0),
+        )?;
+    insert_audit(c, &AuditRecord::reported(&link, report, origin))?;
+    let Some(auto) = auto else {
+        return Ok(ReportOutcome::Filed { id, disabled: None });
+    };
+    let reporters: i64 = c
+        .prepare_cached(
+            "SELECT COUNT(DISTINCT ip) FROM reports WHERE code = ?1 AND counts AND at > ?2",
+        )?
+        .query_row(
+            params![report.code, report.at - AUTO_DISABLE_WINDOW_SECONDS],
+            |r| r.get(0),
+        )?;
+    let reporters = to_u64(reporters);
+    if !auto.disables(&link, reporters, report.at) {
+        return Ok(ReportOutcome::Filed { id, disabled: None });
+    }
+    let change = LinkChange::Disable {
+        reason: auto.reason(reporters),
+    };
+    let system = Origin::system(AUTO_REPORTS_ACTOR);
+    let disabled = match link.apply(&change, &Actor::system(AUTO_REPORTS_ACTOR), report.at) {
+        Ok(Some(after)) => {
+            let audit = AuditRecord::changed(&link, &after, &change, &system, report.at);
+            write_change(c, &link, &after, &audit)?;
+            Some(Box::new(after))
+        }
+        _ => None,
+    };
+    Ok(ReportOutcome::Filed { id, disabled })
 }
 
 #[async_trait]
@@ -365,7 +461,7 @@ impl LinkStore for SqliteStore {
             let inserted = c
                 .prepare_cached(&format!(
                     "INSERT INTO links ({LINK_COLUMNS}) VALUES \
-                     (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+                     (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
                      ON CONFLICT (code) DO NOTHING"
                 ))?
                 .execute(params![
@@ -384,6 +480,7 @@ impl LinkStore for SqliteStore {
                     d.map(|d| d.by.as_str()),
                     d.map(|d| d.by_kind.as_str()),
                     link.deleted_at,
+                    link.owner_admin,
                 ])?;
             if inserted == 1 {
                 insert_audit(c, &audit)?;
@@ -418,7 +515,7 @@ impl LinkStore for SqliteStore {
                 Ok(None) => Ok(ChangeOutcome::Unchanged(before)),
                 Ok(Some(after)) => {
                     let audit = AuditRecord::changed(&before, &after, &change, &origin, now);
-                    write_change(c, &after, &audit)?;
+                    write_change(c, &before, &after, &audit)?;
                     Ok(ChangeOutcome::Changed { before, after })
                 }
             }
@@ -519,6 +616,54 @@ impl LinkStore for SqliteStore {
             .collect()
         })
         .await
+    }
+
+    async fn insert_report(
+        &self,
+        report: &NewReport,
+        origin: &Origin,
+        auto: Option<AutoDisable>,
+    ) -> Result<ReportOutcome, StoreError> {
+        let (report, origin) = (report.clone(), origin.clone());
+        self.write(move |c| file_report(c, &report, &origin, auto))
+            .await
+    }
+
+    async fn reports(&self, query: &ReportQuery) -> Result<Vec<Report>, StoreError> {
+        let sql = report_page_sql(query.open, placeholder);
+        let (before, limit) = (query.before.unwrap_or(i64::MAX), to_i64(query.limit as u64));
+        let raw: Vec<RawReport> = self
+            .read(move |c| {
+                c.prepare_cached(&sql)?
+                    .query_map(params![before, limit], report_from_row)?
+                    .collect()
+            })
+            .await?;
+        raw.into_iter().map(RawReport::into_report).collect()
+    }
+
+    async fn resolve_report(
+        &self,
+        id: i64,
+        resolution: &Resolution,
+    ) -> Result<ResolveOutcome, StoreError> {
+        let resolution = resolution.clone();
+        let outcome = self
+            .write(move |c| {
+                let resolved = c
+                    .prepare_cached(
+                        "UPDATE reports SET resolved_at = ?2, resolved_by = ?3, resolution = ?4 \
+                         WHERE id = ?1 AND resolved_at IS NULL",
+                    )?
+                    .execute(params![id, resolution.at, resolution.by, resolution.text])?;
+                Ok((resolved == 1, read_report(c, id)?))
+            })
+            .await?;
+        Ok(match outcome {
+            (_, None) => ResolveOutcome::NotFound,
+            (true, Some(raw)) => ResolveOutcome::Resolved(raw.into_report()?),
+            (false, Some(raw)) => ResolveOutcome::AlreadyResolved(raw.into_report()?),
+        })
     }
 
     async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError> {

@@ -65,6 +65,7 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE links ADD COLUMN disabled_by TEXT;
     ALTER TABLE links ADD COLUMN disabled_by_kind TEXT;
     ALTER TABLE links ADD COLUMN deleted_at INTEGER;
+    ALTER TABLE links ADD COLUMN owner_admin INTEGER NOT NULL DEFAULT FALSE;
     -- Until v3 a DELETE was the only way to disable a link: those links are deleted.
     UPDATE links SET deleted_at = disabled_at, disabled_at = NULL, version = 2
      WHERE disabled_at IS NOT NULL;
@@ -96,6 +97,23 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX audit_code ON audit (code, id);
     CREATE INDEX audit_at ON audit (at);
+
+    -- counts: false once the link was enabled after the report (it no longer counts
+    -- towards an automatic disable).
+    CREATE TABLE reports (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        code        TEXT NOT NULL,
+        at          INTEGER NOT NULL,
+        ip          TEXT NOT NULL,
+        category    TEXT NOT NULL,
+        comment     TEXT,
+        counts      INTEGER NOT NULL,
+        resolved_at INTEGER,
+        resolved_by TEXT,
+        resolution  TEXT
+    );
+    CREATE INDEX reports_code ON reports (code, at);
+    CREATE INDEX reports_queue ON reports (resolved_at, id);
     ",
 ];
 
