@@ -21,4 +21,5 @@ pub mod link;
 pub mod long_url;
 pub mod report;
 pub mod store;
+pub mod threat;
 pub mod token;

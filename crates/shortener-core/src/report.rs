@@ -96,9 +96,7 @@ impl AutoDisable {
 
     /// The reason recorded with an automatic disable.
     pub fn reason(&self, distinct_reporters: u64) -> String {
-        format!(
-            "pending review: reported from {distinct_reporters} distinct addresses within 24 h"
-        )
+        format!("pending review: reported from {distinct_reporters} distinct addresses within 24 h")
     }
 }
 

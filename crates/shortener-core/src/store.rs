@@ -146,6 +146,14 @@ pub trait LinkStore: Send + Sync + 'static {
     /// Forgets change notes written before `at`; returns how many went.
     async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError>;
 
+    /// Up to `limit` (code, destination) pairs of links neither disabled nor deleted, with
+    /// codes after `after`, in code order (a sweep's batches).
+    async fn live_destinations_after(
+        &self,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError>;
+
     /// One page of the audit trail.
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError>;
 

@@ -138,9 +138,14 @@ pub struct ServeArgs {
     /// Links a user may create per hour [default: 1000].
     #[arg(long, env = "SHORTENER_USER_CREATES_PER_HOUR", value_name = "N")]
     pub user_creates_per_hour: Option<u32>,
-    /// File of blocked domains, one per line; re-read when it changes.
+    /// File of blocked domains, one per line: one more threat feed (see --threat-feed).
     #[arg(long, env = "SHORTENER_BLOCKLIST", value_name = "FILE")]
     pub blocklist: Option<PathBuf>,
+    /// Threat feed file (repeatable; a list in the config file): domains, hosts-file lines
+    /// or URLs, one per line. Creates of matching destinations get 400 `url_blocked`;
+    /// re-read on change and on SIGHUP, after which active links that match are disabled.
+    #[arg(long, value_name = "FILE")]
+    pub threat_feed: Vec<PathBuf>,
     /// Abuse reports one client IP may file per hour [default: 10].
     #[arg(long, env = "SHORTENER_REPORTS_PER_HOUR", value_name = "N")]
     pub reports_per_hour: Option<u32>,

@@ -22,6 +22,8 @@ pub struct ServeConfig {
     pub anon_creates_per_hour: NonZeroU32,
     pub user_creates_per_hour: NonZeroU32,
     pub blocklist: Option<PathBuf>,
+    /// Threat feed files (`--threat-feed`, repeatable).
+    pub threat_feeds: Vec<PathBuf>,
     /// Abuse reports one client IP may file per hour.
     pub reports_per_hour: NonZeroU32,
     /// Reports from this many distinct addresses within 24 h disable a link.
@@ -183,6 +185,7 @@ struct FileConfig {
     anon_creates_per_hour: Option<u32>,
     user_creates_per_hour: Option<u32>,
     blocklist: Option<PathBuf>,
+    threat_feed: Option<Vec<PathBuf>>,
     reports_per_hour: Option<u32>,
     auto_disable_reports: Option<u32>,
     trusted_domains: Option<PathBuf>,
@@ -234,6 +237,11 @@ impl ServeConfig {
                     .unwrap_or(1000),
             )?,
             blocklist: args.blocklist.or(file.blocklist),
+            threat_feeds: if args.threat_feed.is_empty() {
+                file.threat_feed.unwrap_or_default()
+            } else {
+                args.threat_feed
+            },
             reports_per_hour: positive(
                 "reports-per-hour",
                 args.reports_per_hour

@@ -5,13 +5,13 @@
 mod admin_cli;
 mod allocator;
 mod api;
-mod blocklist;
 mod bots;
 mod cache;
 mod change_poll;
 pub mod cli;
 mod clicks;
 pub mod config;
+mod feeds;
 mod http;
 mod metrics;
 mod migrate;

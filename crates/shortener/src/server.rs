@@ -2,11 +2,11 @@
 
 use crate::allocator::CodeAllocator;
 use crate::api::{App, router};
-use crate::blocklist::{self, PolicyCell};
 use crate::bots::BotDetector;
 use crate::cache::{CacheSettings, LinkCache, SharedLayer};
 use crate::clicks;
 use crate::config::{self, AggregateConfig, ServeConfig};
+use crate::feeds::{self, FeedCell};
 use crate::metrics::Metrics;
 use crate::ratelimit::CreateLimits;
 use crate::scaleout::Scaleout;
@@ -26,13 +26,11 @@ use tokio::sync::watch;
 const LIMITER_SWEEP: Duration = Duration::from_secs(60);
 
 pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
-    let blocklist = match &config.blocklist {
-        Some(path) => blocklist::load(path)
-            .with_context(|| format!("cannot read blocklist {}", path.display()))?,
-        None => Blocklist::default(),
-    };
+    let feed_files = feeds::files(config.blocklist.as_deref(), &config.threat_feeds);
+    let threats = FeedCell::new(feeds::load_all(&feed_files)?);
     let trusted_domains = match &config.trusted_domains {
-        Some(path) => blocklist::load(path)
+        Some(path) => std::fs::read_to_string(path)
+            .map(|text| Blocklist::parse(&text))
             .with_context(|| format!("cannot read trusted domains {}", path.display()))?,
         None => Blocklist::default(),
     };
@@ -58,13 +56,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     if !bound.ip().is_unspecified() {
         own_hosts.push(bound.ip().to_string());
     }
-    let policy = PolicyCell::new(UrlPolicy {
-        own_hosts,
-        blocklist,
-    });
-    if let Some(path) = &config.blocklist {
-        blocklist::spawn_reloader(path.clone(), policy.clone());
-    }
+    let policy = UrlPolicy { own_hosts };
 
     let metrics = Arc::new(Metrics::new());
     let (stop_clicks, stop_rx) = watch::channel(false);
@@ -110,6 +102,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         clicks: recorder,
         limits,
         policy,
+        threats: threats.clone(),
         trusted_domains,
         auto_disable: AutoDisable {
             threshold: config.auto_disable_reports,
@@ -157,6 +150,15 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         async move { crate::change_poll::follow_forever(&app.cache, app.store.as_ref()).await }
     }));
 
+    let sweep = Arc::new(tokio::sync::Notify::new());
+    if !feed_files.is_empty() {
+        background.push(tokio::spawn(feeds::reload_forever(
+            feed_files,
+            threats,
+            sweep.clone(),
+        )));
+    }
+    background.push(tokio::spawn(feeds::sweep_forever(app.clone(), sweep)));
     background.push(tokio::spawn({
         let (store, days) = (app.store.clone(), config.audit_retention_days);
         async move { crate::retention::prune_forever(store.as_ref(), days).await }

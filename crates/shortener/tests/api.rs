@@ -678,7 +678,14 @@ async fn blocklist_is_enforced_and_reloaded() {
     )
     .await;
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(error_code(resp).await, "invalid_url");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "url_blocked");
+    // The refusal names the feed, not the entry.
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("blocked.txt") && !message.contains("spam"),
+        "{message}"
+    );
     let resp = create(
         &c,
         &server,
@@ -687,6 +694,10 @@ async fn blocklist_is_enforced_and_reloaded() {
     )
     .await;
     assert_eq!(resp.status(), StatusCode::CREATED);
+    let code = resp.json::<Value>().await.unwrap()["short_code"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
     std::fs::write(&list, "spam.example\nphish.example\n").unwrap();
     server
@@ -703,6 +714,16 @@ async fn blocklist_is_enforced_and_reloaded() {
         .await
         .status()
             == StatusCode::BAD_REQUEST
+    })
+    .await;
+    // The sweep after the reload disabled the link made before it.
+    eventually("the sweep to disable the earlier link", || async {
+        c.get(server.url(&format!("/{code}")))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            == StatusCode::GONE
     })
     .await;
 }

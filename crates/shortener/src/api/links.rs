@@ -14,6 +14,7 @@ use shortener_core::day::{ANALYTICS_DAYS, Day, rfc3339, zero_filled_window};
 use shortener_core::link::{DEFAULT_EXPIRES_IN_DAYS, EXPIRES_IN_DAYS, Link};
 use shortener_core::long_url::validate_long_url;
 use shortener_core::store::InsertOutcome;
+use shortener_core::threat::ThreatMatcher;
 use shortener_core::token::Principal;
 use std::net::SocketAddr;
 use utoipa::ToSchema;
@@ -118,7 +119,7 @@ fn budget_headers(response: &mut Response, budget: Budget) {
     security((), ("bearer" = [])),
     responses(
         (status = 201, description = "Created", body = CreatedLink),
-        (status = 400, description = "Invalid URL, alias, expiry or body", body = ErrorBody),
+        (status = 400, description = "Invalid URL (`invalid_url`), alias, expiry or body; a destination on a threat feed (`url_blocked`, naming the feed)", body = ErrorBody),
         (status = 401, description = "Bad token, or a token is required", body = ErrorBody),
         (status = 409, description = "The alias is taken", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
@@ -169,8 +170,9 @@ async fn create_inner(
     .map_err(|refused| ApiError::rate_limited(refused.retry_after.as_secs().max(1)))?;
 
     let ApiJson(req) = body?;
-    let long_url = validate_long_url(&req.long_url, &app.policy.get())
+    let long_url = validate_long_url(&req.long_url, &app.policy)
         .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
+    check_feeds(app, &long_url)?;
     if let Some(alias) = &req.custom_alias {
         validate_alias(alias).map_err(|e| ApiError::bad_request("invalid_alias", e.to_string()))?;
     }
@@ -241,6 +243,21 @@ async fn create_inner(
         budget_headers(&mut response, budget);
     }
     Ok(response)
+}
+
+/// 400 `url_blocked` when a threat feed holds the destination (create, and edits later);
+/// the refusal names the feed, not the entry.
+pub(super) fn check_feeds(app: &App, long_url: &str) -> Result<(), ApiError> {
+    let Ok(url) = url::Url::parse(long_url) else {
+        return Ok(());
+    };
+    match app.threats.get().find(&url) {
+        Some(feed) => Err(ApiError::bad_request(
+            "url_blocked",
+            format!("the destination is on the threat feed {feed}"),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// What the API shows of a link.

@@ -12,10 +12,10 @@ pub(crate) mod redirect;
 mod reports;
 
 use crate::allocator::CodeAllocator;
-use crate::blocklist::PolicyCell;
 use crate::bots::BotDetector;
 use crate::cache::LinkCache;
 use crate::clicks::ClickRecorder;
+use crate::feeds::FeedCell;
 use crate::metrics::Metrics;
 use crate::ratelimit::CreateLimits;
 use crate::store::Store;
@@ -40,7 +40,9 @@ pub(crate) struct App {
     pub allocator: CodeAllocator,
     pub clicks: ClickRecorder,
     pub limits: CreateLimits,
-    pub policy: PolicyCell,
+    pub policy: shortener_core::long_url::UrlPolicy,
+    /// Threat feeds: destinations nobody may link to.
+    pub threats: FeedCell,
     /// Links to these domains are never disabled automatically.
     pub trusted_domains: shortener_core::long_url::Blocklist,
     /// When reports disable a link.

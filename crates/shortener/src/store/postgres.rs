@@ -882,6 +882,29 @@ impl LinkStore for PgStore {
             .map_err(classify)
     }
 
+    async fn live_destinations_after(
+        &self,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT code, long_url FROM links WHERE code > $1 \
+                 AND disabled_at IS NULL AND deleted_at IS NULL ORDER BY code LIMIT $2",
+            )
+            .await
+            .map_err(classify)?;
+        let rows = client
+            .query(&stmt, &[&after, &to_i64(limit as u64)])
+            .await
+            .map_err(classify)?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<Result<_, tokio_postgres::Error>>()
+            .map_err(classify)
+    }
+
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
         let (sql, values) = audit_query_sql(query, placeholder);
         let client = self.client().await?;

@@ -555,6 +555,23 @@ impl LinkStore for SqliteStore {
         .await
     }
 
+    async fn live_destinations_after(
+        &self,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let (after, limit) = (after.to_owned(), to_i64(limit as u64));
+        self.read(move |c| {
+            c.prepare_cached(
+                "SELECT code, long_url FROM links WHERE code > ?1 \
+                 AND disabled_at IS NULL AND deleted_at IS NULL ORDER BY code LIMIT ?2",
+            )?
+            .query_map(params![after, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect()
+        })
+        .await
+    }
+
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
         let (sql, values) = audit_query_sql(query, placeholder);
         let raw: Vec<RawAudit> = self
