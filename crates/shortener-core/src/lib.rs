@@ -14,6 +14,7 @@
 //! ```
 
 pub mod alias;
+pub mod altcha;
 pub mod audit;
 pub mod code;
 pub mod day;

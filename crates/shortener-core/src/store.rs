@@ -118,7 +118,16 @@ pub trait LinkStore: Send + Sync + 'static {
 
     /// Returns the key of the code permutation, storing `candidate` first if there is none.
     /// Every caller gets the same key, whoever came first.
-    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError>;
+    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError> {
+        self.secret("code_key", candidate.to_vec())
+            .await?
+            .try_into()
+            .map_err(|_| StoreError::Backend("the stored code key is not 16 bytes".into()))
+    }
+
+    /// The secret stored under `name`, storing `candidate` first if there is none (the
+    /// code key, the CAPTCHA key). Every caller, in any process, gets the same bytes.
+    async fn secret(&self, name: &'static str, candidate: Vec<u8>) -> Result<Vec<u8>, StoreError>;
 
     /// Stores `link` unless its code exists (put-if-absent, never read-then-write), with its
     /// `created` audit row in the same transaction.

@@ -16,7 +16,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the HTTP API and the redirects.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply clicks from the Redis click stream to the store, without serving (scale-out).
     Aggregate(AggregateArgs),
     /// Create or update the store's schema (PostgreSQL; the embedded store does it on open).
@@ -195,6 +195,17 @@ pub struct ServeArgs {
     /// aggregate` somewhere instead).
     #[arg(long, env = "SHORTENER_NO_AGGREGATOR", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub no_aggregator: Option<bool>,
+    /// When anonymous creates must carry a solved ALTCHA challenge: off, auto (past
+    /// --captcha-after of the hourly budget) or always [default: auto].
+    #[arg(long, env = "SHORTENER_CAPTCHA", value_name = "MODE")]
+    pub captcha: Option<String>,
+    /// Fraction of an anonymous client's hourly create budget used before a CAPTCHA is
+    /// asked for (auto mode) [default: 0.8].
+    #[arg(long, env = "SHORTENER_CAPTCHA_AFTER", value_name = "FRACTION")]
+    pub captcha_after: Option<f64>,
+    /// Difficulty: the largest secret number of a challenge [default: 100000].
+    #[arg(long, env = "SHORTENER_CAPTCHA_MAX_NUMBER", value_name = "N")]
+    pub captcha_max_number: Option<u64>,
     /// Audit rows older than this many days are deleted (in small batches) [default: 400].
     #[arg(long, env = "SHORTENER_AUDIT_RETENTION_DAYS", value_name = "DAYS")]
     pub audit_retention_days: Option<u32>,

@@ -42,6 +42,12 @@ pub struct ServeConfig {
     pub click_flush: Duration,
     /// Audit rows older than this many days are pruned.
     pub audit_retention_days: u32,
+    /// When anonymous creates need a solved CAPTCHA.
+    pub captcha: crate::captcha::CaptchaMode,
+    /// `--captcha-after`: fraction of the hourly budget.
+    pub captcha_after: f64,
+    /// `--captcha-max-number`: the difficulty.
+    pub captcha_max_number: u64,
     /// Set: the scale-out mode's shared parts live there.
     pub(crate) redis: Option<RedisTarget>,
     /// With `redis`: whether this process applies the click stream.
@@ -201,6 +207,9 @@ struct FileConfig {
     click_flush_ms: Option<u64>,
     no_aggregator: Option<bool>,
     audit_retention_days: Option<u32>,
+    captcha: Option<String>,
+    captcha_after: Option<f64>,
+    captcha_max_number: Option<u64>,
 }
 
 fn positive(name: &str, value: u32) -> anyhow::Result<NonZeroU32> {
@@ -284,6 +293,18 @@ impl ServeConfig {
                 .audit_retention_days
                 .or(file.audit_retention_days)
                 .unwrap_or(shortener_core::audit::DEFAULT_RETENTION_DAYS),
+            captcha: args
+                .captcha
+                .or(file.captcha)
+                .as_deref()
+                .unwrap_or("auto")
+                .parse()
+                .map_err(anyhow::Error::msg)?,
+            captcha_after: args.captcha_after.or(file.captcha_after).unwrap_or(0.8),
+            captcha_max_number: args
+                .captcha_max_number
+                .or(file.captcha_max_number)
+                .unwrap_or(100_000),
         };
         config.validate()?;
         Ok(config)
@@ -301,6 +322,12 @@ impl ServeConfig {
         }
         if !(1..=10_000).contains(&self.auto_disable_reports) {
             bail!("auto-disable-reports must be between 1 and 10000");
+        }
+        if !(self.captcha_after > 0.0 && self.captcha_after <= 1.0) {
+            bail!("captcha-after must be a fraction above 0 and at most 1");
+        }
+        if !(1..=100_000_000).contains(&self.captcha_max_number) {
+            bail!("captcha-max-number must be between 1 and 100000000");
         }
         if !(1..=36_500).contains(&self.audit_retention_days) {
             bail!("audit-retention-days must be between 1 and 36500");

@@ -4,6 +4,7 @@ use crate::allocator::CodeAllocator;
 use crate::api::{App, router};
 use crate::bots::BotDetector;
 use crate::cache::{CacheSettings, LinkCache, SharedLayer};
+use crate::captcha::{Captcha, CaptchaSettings};
 use crate::clicks;
 use crate::config::{self, AggregateConfig, ServeConfig};
 use crate::feeds::{self, FeedCell};
@@ -93,7 +94,23 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     if let Some(scaleout) = &scaleout {
         limits = limits.shared(SharedLimits::new(scaleout.redis.clone()));
     }
+    let captcha_key = store
+        .secret(
+            crate::captcha::KEY_NAME,
+            rand::random::<[u8; 32]>().to_vec(),
+        )
+        .await?;
+    let captcha = Captcha::new(
+        captcha_key,
+        CaptchaSettings {
+            mode: config.captcha,
+            after: config.captcha_after,
+            max_number: config.captcha_max_number,
+        },
+        scaleout.as_ref().map(|s| s.redis.clone()),
+    );
     let app = Arc::new(App {
+        captcha,
         allocator: CodeAllocator::new(store.clone(), config.id_block_size).await?,
         store,
         cache,

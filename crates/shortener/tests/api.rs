@@ -792,6 +792,7 @@ async fn operations_endpoints() {
         "/api/v1/links/{code}/reports",
         "/api/v1/reports",
         "/api/v1/reports/{id}/resolve",
+        "/api/v1/challenge",
         "/{code}",
     ] {
         assert!(paths.contains_key(p), "OpenAPI lacks {p}");
@@ -805,6 +806,10 @@ async fn operations_endpoints() {
     let enable = &doc["paths"]["/api/v1/links/{code}/enable"]["post"]["responses"];
     for status in ["200", "401", "403", "404", "409", "503"] {
         assert!(enable[status].is_object(), "enable lacks {status}");
+    }
+    let creates = &doc["paths"]["/api/v1/links"]["post"]["responses"];
+    for status in ["201", "400", "401", "409", "413", "415", "428", "429"] {
+        assert!(creates[status].is_object(), "create lacks {status}");
     }
     let file = &doc["paths"]["/api/v1/links/{code}/reports"]["post"]["responses"];
     for status in ["202", "400", "404", "429"] {

@@ -31,6 +31,8 @@ pub(super) struct CreateLink {
     pub custom_alias: Option<String>,
     /// Lifetime in days, 1 to 3650 (default 1825).
     pub expires_in_days: Option<i64>,
+    /// A solved CAPTCHA (base64 JSON), instead of the `X-Altcha` header.
+    pub altcha: Option<String>,
 }
 
 /// A link just created.
@@ -119,13 +121,15 @@ fn budget_headers(response: &mut Response, budget: Budget) {
     security((), ("bearer" = [])),
     responses(
         (status = 201, description = "Created", body = CreatedLink),
-        (status = 400, description = "Invalid URL (`invalid_url`), alias, expiry or body; a destination on a threat feed (`url_blocked`, naming the feed)", body = ErrorBody),
+        (status = 400, description = "Invalid URL (`invalid_url`), alias, expiry or body; a destination on a threat feed (`url_blocked`, naming the feed); a replayed, expired, forged or malformed CAPTCHA payload (`captcha_invalid`)", body = ErrorBody),
         (status = 401, description = "Bad token, or a token is required", body = ErrorBody),
         (status = 409, description = "The alias is taken", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 428, description = "Anonymous create near its hourly limit (or --captcha always): `captcha_required`, with `challenge`", body = ErrorBody),
         (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
-    )
+    ),
+    params(("X-Altcha" = Option<String>, Header, description = "A solved challenge of GET /api/v1/challenge: base64 of {algorithm, challenge, number, salt, signature}")),
 )]
 pub(super) async fn create(
     State(app): State<AppState>,
@@ -139,6 +143,7 @@ pub(super) async fn create(
         Err(e) => match e.status() {
             StatusCode::CONFLICT => "conflict",
             StatusCode::TOO_MANY_REQUESTS => "rate_limited",
+            StatusCode::PRECONDITION_REQUIRED => "captcha_required",
             StatusCode::UNAUTHORIZED => "unauthorized",
             s if s.is_server_error() => "error",
             _ => "invalid",
@@ -170,6 +175,24 @@ async fn create_inner(
     .map_err(|refused| ApiError::rate_limited(refused.retry_after.as_secs().max(1)))?;
 
     let ApiJson(req) = body?;
+    if who.is_none() && app.captcha.required(budget) {
+        let payload = headers
+            .get("x-altcha")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| req.altcha.clone());
+        let Some(payload) = payload else {
+            let challenge =
+                super::challenge::ChallengeJson::from(app.captcha.challenge(crate::now()));
+            return Err(ApiError::captcha_required(
+                serde_json::to_value(challenge).unwrap_or_default(),
+            ));
+        };
+        app.captcha
+            .check(&payload, crate::now())
+            .await
+            .map_err(|m| ApiError::bad_request("captcha_invalid", m))?;
+    }
     let long_url = validate_long_url(&req.long_url, &app.policy)
         .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
     check_feeds(app, &long_url)?;

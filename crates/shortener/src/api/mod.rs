@@ -2,6 +2,7 @@
 
 pub(crate) mod audit;
 mod auth;
+mod challenge;
 mod changes;
 mod error;
 mod json;
@@ -45,6 +46,8 @@ pub(crate) struct App {
     pub threats: FeedCell,
     /// Links to these domains are never disabled automatically.
     pub trusted_domains: shortener_core::long_url::Blocklist,
+    /// The CAPTCHA of anonymous creation.
+    pub captcha: crate::captcha::Captcha,
     /// When reports disable a link.
     pub auto_disable: shortener_core::report::AutoDisable,
     pub metrics: Arc<Metrics>,
@@ -80,6 +83,7 @@ pub(crate) fn router(app: AppState) -> Router {
         .route("/api/v1/links/{code}/enable", post(changes::enable))
         .route("/api/v1/links/{code}/analytics", get(links::analytics))
         .route("/api/v1/audit", get(audit::list))
+        .route("/api/v1/challenge", get(challenge::issue))
         .route("/api/v1/links/{code}/reports", post(reports::file))
         .route("/api/v1/reports", get(reports::queue))
         .route("/api/v1/reports/{id}/resolve", post(reports::resolve))

@@ -14,6 +14,7 @@ use utoipa::{Modify, OpenApi};
         super::changes::disable,
         super::changes::enable,
         super::audit::list,
+        super::challenge::issue,
         super::reports::file,
         super::reports::queue,
         super::reports::resolve,

@@ -744,25 +744,23 @@ impl LinkStore for PgStore {
         Ok(to_u64(end - count)..to_u64(end))
     }
 
-    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError> {
+    async fn secret(&self, name: &'static str, candidate: Vec<u8>) -> Result<Vec<u8>, StoreError> {
         let client = self.client().await?;
-        // Two statements, not one: the SELECT must see a key that a racing process committed
-        // while our INSERT waited on it, which a single statement's snapshot would not.
+        // Two statements, not one: the SELECT must see a secret that a racing process
+        // committed while our INSERT waited on it, which a single statement's snapshot would
+        // not.
         client
             .execute(
-                "INSERT INTO meta (key, value) VALUES ('code_key', $1) ON CONFLICT DO NOTHING",
-                &[&&candidate[..]],
+                "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&name, &candidate],
             )
             .await
             .map_err(classify)?;
-        let stored: Vec<u8> = client
-            .query_one("SELECT value FROM meta WHERE key = 'code_key'", &[])
+        client
+            .query_one("SELECT value FROM meta WHERE key = $1", &[&name])
             .await
             .and_then(|row| row.try_get(0))
-            .map_err(classify)?;
-        stored
-            .try_into()
-            .map_err(|_| StoreError::Backend("the stored code key is not 16 bytes".into()))
+            .map_err(classify)
     }
 
     async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {

@@ -436,21 +436,17 @@ impl LinkStore for SqliteStore {
         Ok(to_u64(end - count)..to_u64(end))
     }
 
-    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError> {
-        let stored: Vec<u8> = self
-            .write(move |c| {
-                c.execute(
-                    "INSERT INTO meta (key, value) VALUES ('code_key', ?1) ON CONFLICT DO NOTHING",
-                    [&candidate[..]],
-                )?;
-                c.query_row("SELECT value FROM meta WHERE key = 'code_key'", [], |r| {
-                    r.get(0)
-                })
+    async fn secret(&self, name: &'static str, candidate: Vec<u8>) -> Result<Vec<u8>, StoreError> {
+        self.write(move |c| {
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                params![name, candidate],
+            )?;
+            c.query_row("SELECT value FROM meta WHERE key = ?1", [name], |r| {
+                r.get(0)
             })
-            .await?;
-        stored
-            .try_into()
-            .map_err(|_| StoreError::Backend("the stored code key is not 16 bytes".into()))
+        })
+        .await
     }
 
     async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
