@@ -123,7 +123,12 @@ pub(crate) async fn reload_forever(files: Vec<FeedFile>, cell: FeedCell, sweep: 
         let current = cell.get();
         let mut feeds = Vec::with_capacity(files.len());
         for (i, file) in files.iter().enumerate() {
-            match file.load() {
+            // A million-line file takes a while to parse: off the runtime's workers.
+            let reading = file.clone();
+            let loaded = tokio::task::spawn_blocking(move || reading.load())
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+            match loaded {
                 Ok(feed) => feeds.push(feed),
                 Err(e) => {
                     tracing::warn!(path = %file.path.display(), error = %e, "cannot reload threat feed; keeping the previous one");
