@@ -18,6 +18,8 @@
 
 mod process;
 mod redis;
+pub mod schemathesis;
 
 pub use process::Process;
 pub use redis::{RedisCluster, RedisServer};
+pub use schemathesis::ApiFuzz;
