@@ -161,7 +161,7 @@ fn unix_ms(at: SystemTime) -> u64 {
         (status = 200, body = AcquireResponse),
         (status = 400, description = "`invalid_body`: not JSON of this shape; `unknown_sub_pool`", body = ErrorBody),
         (status = 409, description = "the key's session is broken: end it", body = ErrorBody),
-        (status = 503, description = "`no_address`: no address can take the request now (none left, all busy or cooling; `Retry-After` for a bound key), or the store is unreachable", body = ErrorBody),
+        (status = 503, description = "`no_address`: no address can take the request now (none left, all busy or cooling; `Retry-After` for a bound key); `store_unavailable`: the store (Redis) does not answer, with `Retry-After`", body = ErrorBody),
     ))]
 pub(super) async fn acquire(
     State(api): State<ApiState>,
