@@ -113,11 +113,12 @@ async fn redis_away_under_load_answers_store_unavailable_then_recovers() {
         for (at, status, error) in seen.keys() {
             // After the thaw Redis runs what it had queued, acquires whose callers gave up
             // included: their leases hold a cap until their TTL, so no-upstream may show.
-            let fine = match (*at, *status, error.as_deref()) {
-                (_, 200, None) | (1 | 2, 503, Some("store-unavailable")) => true,
-                (2, 503, Some("no-upstream")) => true,
-                _ => false,
-            };
+            let fine = matches!(
+                (*at, *status, error.as_deref()),
+                (_, 200, None)
+                    | (1 | 2, 503, Some("store-unavailable"))
+                    | (2, 503, Some("no-upstream"))
+            );
             assert!(fine, "load saw (phase, status, error): {seen:?}");
         }
     }
