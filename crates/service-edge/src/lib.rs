@@ -5,7 +5,7 @@
 //! name the file and the line; SIGTERM or SIGINT as the signal to stop gracefully; JSON
 //! request bodies read one way ([`read_json_object`]) and integers as JSON Schema counts them
 //! ([`Integer`], [`WholeNumber`]); answers every operation shares added to OpenAPI documents
-//! ([`openapi`]).
+//! ([`openapi`]); limits on what one HTTP client may hold or send ([`HttpLimits`]).
 //!
 //! ```
 //! #[derive(Debug, Default, serde::Deserialize)]
@@ -16,10 +16,14 @@
 //! assert_eq!(file.port, None);
 //! ```
 
+mod http_limits;
 mod json_body;
 pub mod openapi;
 mod whole_number;
 
+pub use http_limits::{
+    ConnectionGate, HttpLimitArgs, HttpLimits, HttpLimitsFile, RequestBudget, close_after,
+};
 pub use json_body::{BodyRefusal, read_json_object};
 pub use whole_number::{Integer, WholeNumber};
 

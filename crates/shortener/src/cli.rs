@@ -16,7 +16,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the HTTP API and the redirects.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply clicks from the Redis click stream to the store, without serving (scale-out).
     Aggregate(AggregateArgs),
     /// Create or update the store's schema (PostgreSQL; the embedded store does it on open).
@@ -118,6 +118,8 @@ pub struct ServeArgs {
     /// aggregate` somewhere instead).
     #[arg(long, env = "SHORTENER_NO_AGGREGATOR", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub no_aggregator: Option<bool>,
+    #[command(flatten)]
+    pub http: service_edge::HttpLimitArgs,
 }
 
 #[derive(Debug, Args)]

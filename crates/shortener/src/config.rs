@@ -36,6 +36,7 @@ pub struct ServeConfig {
     pub(crate) redis: Option<RedisTarget>,
     /// With `redis`: whether this process applies the click stream.
     pub aggregator: bool,
+    pub http: service_edge::HttpLimits,
 }
 
 /// Everything `aggregate` needs, validated.
@@ -186,6 +187,9 @@ struct FileConfig {
     click_queue: Option<usize>,
     click_flush_ms: Option<u64>,
     no_aggregator: Option<bool>,
+    /// What one client may hold or send (`[http]`).
+    #[serde(default)]
+    http: service_edge::HttpLimitsFile,
 }
 
 fn positive(name: &str, value: u32) -> anyhow::Result<NonZeroU32> {
@@ -249,6 +253,7 @@ impl ServeConfig {
             ),
             redis,
             aggregator: !args.no_aggregator.or(file.no_aggregator).unwrap_or(false),
+            http: service_edge::HttpLimits::resolve(&args.http, &file.http)?,
         };
         config.validate()?;
         Ok(config)

@@ -17,6 +17,7 @@
 //! ```
 
 mod process;
+pub mod raw_http;
 mod redis;
 pub mod schemathesis;
 
