@@ -35,7 +35,6 @@ fn url_like() -> impl Strategy<Value = String> {
 fn policy() -> UrlPolicy {
     UrlPolicy {
         own_hosts: vec!["sho.rt".to_owned()],
-        ..UrlPolicy::default()
     }
 }
 
