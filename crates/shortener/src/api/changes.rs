@@ -22,7 +22,11 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub(super) struct DisableRequest {
     /// 1 to 500 characters; shown in the link's metadata and the audit trail.
-    #[schema(example = "phishing page reported by abuse@example.net")]
+    #[schema(
+        example = "phishing page reported by abuse@example.net",
+        max_length = 500,
+        pattern = "\\S"
+    )]
     pub reason: String,
 }
 
