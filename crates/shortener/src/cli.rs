@@ -16,7 +16,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the HTTP API and the redirects.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply clicks from the Redis click stream to the store, without serving (scale-out).
     Aggregate(AggregateArgs),
     /// Create or update the store's schema (PostgreSQL; the embedded store does it on open).
@@ -93,6 +93,18 @@ pub struct ServeArgs {
     /// the CDN are not counted).
     #[arg(long, env = "SHORTENER_EDGE_CACHE_TTL", value_name = "SECONDS")]
     pub edge_cache_ttl: Option<u32>,
+    /// Status of redirects: 302 (default) or 301. 301 needs --edge-cache-ttl, so that
+    /// browsers and CDNs keep it only that long.
+    #[arg(long, env = "SHORTENER_EDGE_STATUS", value_name = "301|302")]
+    pub edge_status: Option<u16>,
+    /// Deadline of every store call of a request, waiting for a pooled connection included;
+    /// also PostgreSQL's statement_timeout [default: 250].
+    #[arg(long, env = "SHORTENER_STORE_TIMEOUT_MS", value_name = "MS")]
+    pub store_timeout_ms: Option<u64>,
+    /// While the store is unavailable, links whose cache entry is past its TTL are still
+    /// served for this long past it (never past their expiry), in seconds [default: 86400].
+    #[arg(long, env = "SHORTENER_STALE_MAX_AGE", value_name = "SECONDS")]
+    pub stale_max_age: Option<u64>,
     /// Memory for the in-process link cache, in MiB [default: 64].
     #[arg(long, env = "SHORTENER_CACHE_MB", value_name = "MIB")]
     pub cache_mb: Option<u64>,

@@ -3,6 +3,7 @@
 
 use crate::cli::{AggregateArgs, ServeArgs, StoreArgs};
 use crate::scaleout::redis::RedisTarget;
+use crate::store::guarded::DEFAULT_STORE_TIMEOUT;
 use crate::store::postgres::{DEFAULT_POOL_SIZE, DatabaseUrl};
 use anyhow::{Context, bail};
 use serde::Deserialize;
@@ -26,6 +27,12 @@ pub struct ServeConfig {
     pub id_block_size: u64,
     pub redirect_max_age: u32,
     pub edge_cache_ttl: Option<u32>,
+    /// 302 or 301 (301 only with `edge_cache_ttl`).
+    pub edge_status: u16,
+    /// Deadline of each store call of the request path.
+    pub store_timeout: Duration,
+    /// How long past its TTL a cached link may be served while the store is unavailable.
+    pub stale_max_age: Duration,
     pub cache_mb: u64,
     pub cache_ttl: Duration,
     pub negative_cache_ttl: Duration,
@@ -179,6 +186,9 @@ struct FileConfig {
     id_block_size: Option<u64>,
     redirect_max_age: Option<u32>,
     edge_cache_ttl: Option<u32>,
+    edge_status: Option<u16>,
+    store_timeout_ms: Option<u64>,
+    stale_max_age: Option<u64>,
     cache_mb: Option<u64>,
     cache_ttl: Option<u64>,
     negative_cache_ttl: Option<u64>,
@@ -232,6 +242,14 @@ impl ServeConfig {
                 .or(file.redirect_max_age)
                 .unwrap_or(60),
             edge_cache_ttl: args.edge_cache_ttl.or(file.edge_cache_ttl),
+            edge_status: args.edge_status.or(file.edge_status).unwrap_or(302),
+            store_timeout: args
+                .store_timeout_ms
+                .or(file.store_timeout_ms)
+                .map_or(DEFAULT_STORE_TIMEOUT, Duration::from_millis),
+            stale_max_age: Duration::from_secs(
+                args.stale_max_age.or(file.stale_max_age).unwrap_or(86_400),
+            ),
             cache_mb: args.cache_mb.or(file.cache_mb).unwrap_or(64),
             cache_ttl: Duration::from_secs(args.cache_ttl.or(file.cache_ttl).unwrap_or(300)),
             negative_cache_ttl: Duration::from_secs(
@@ -263,6 +281,19 @@ impl ServeConfig {
         }
         if self.cache_ttl.is_zero() || self.negative_cache_ttl.is_zero() {
             bail!("cache-ttl and negative-cache-ttl must be at least 1 second");
+        }
+        match (self.edge_status, self.edge_cache_ttl) {
+            (302, _) | (301, Some(_)) => {}
+            (301, None) => bail!(
+                "edge-status 301 needs --edge-cache-ttl: without it browsers keep a 301 forever"
+            ),
+            (other, _) => bail!("edge-status must be 301 or 302, not {other}"),
+        }
+        if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&self.store_timeout) {
+            bail!("store-timeout-ms must be between 10 and 60000");
+        }
+        if self.stale_max_age > Duration::from_secs(30 * 86_400) {
+            bail!("stale-max-age must be at most 2592000 seconds (30 days)");
         }
         if self.click_queue == 0 {
             bail!("click-queue must be at least 1");

@@ -6,6 +6,7 @@ mod allocator;
 mod api;
 mod blocklist;
 mod bots;
+mod breaker;
 mod cache;
 pub mod cli;
 mod clicks;
@@ -24,7 +25,7 @@ use shortener_core::day::UnixSeconds;
 /// Runs one parsed command to completion.
 pub async fn run(cli: cli::Cli) -> anyhow::Result<()> {
     match cli.command {
-        cli::Command::Serve(args) => server::serve(config::ServeConfig::resolve(args)?).await,
+        cli::Command::Serve(args) => server::serve(config::ServeConfig::resolve(*args)?).await,
         cli::Command::Aggregate(args) => {
             server::aggregate(config::AggregateConfig::resolve(args)?).await
         }

@@ -12,6 +12,11 @@ struct Outcome {
     outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Layer {
+    layer: &'static str,
+}
+
 /// Every metric the service exports. Hot-path counters are resolved once, up front, so that
 /// counting a redirect is one atomic add.
 #[derive(Debug)]
@@ -43,6 +48,12 @@ pub(crate) struct Metrics {
     pub clicks_shipped: Counter,
     pub redis_up: Gauge,
     pub unannounced_changes: Gauge,
+    pub store_timeouts: Counter,
+    pub store_refused: Counter,
+    pub store_breaker_opens: Counter,
+    pub store_breaker_state: Gauge,
+    pub stale_l1: Counter,
+    pub stale_l2: Counter,
 }
 
 impl Default for Metrics {
@@ -68,6 +79,14 @@ impl Metrics {
             lookups.clone(),
         );
         let lookup = |o| lookups.get_or_create(&Outcome { outcome: o }).clone();
+        let stale = Family::<Layer, Counter>::default();
+        registry.register(
+            "stale_served",
+            "Links served past their cache TTL because the store was unavailable, by the layer that still held them (l1, l2)",
+            stale.clone(),
+        );
+        // Owned clones: a family's read guard must not outlive its statement.
+        let layer = |l| stale.get_or_create(&Layer { layer: l }).clone();
         let creates = Family::<Outcome, Counter>::default();
         registry.register(
             "link_creates",
@@ -101,6 +120,12 @@ impl Metrics {
             clicks_shipped: Counter::default(),
             redis_up: Gauge::default(),
             unannounced_changes: Gauge::default(),
+            store_timeouts: Counter::default(),
+            store_refused: Counter::default(),
+            store_breaker_opens: Counter::default(),
+            store_breaker_state: Gauge::default(),
+            stale_l1: layer("l1"),
+            stale_l2: layer("l2"),
             registry,
         };
         metrics.register_rest()
@@ -152,6 +177,26 @@ impl Metrics {
             "unannounced_link_changes",
             "Link changes not yet announced to other instances because Redis did not answer (retried)",
             self.unannounced_changes.clone(),
+        );
+        r.register(
+            "store_timeouts",
+            "Store calls of the request path that got no answer within --store-timeout-ms",
+            self.store_timeouts.clone(),
+        );
+        r.register(
+            "store_breaker_refusals",
+            "Store calls refused at once because the store's circuit breaker was open",
+            self.store_refused.clone(),
+        );
+        r.register(
+            "store_breaker_opens",
+            "Times the store's circuit breaker opened after repeated failures or timeouts",
+            self.store_breaker_opens.clone(),
+        );
+        r.register(
+            "store_breaker_state",
+            "The store's circuit breaker: 0 closed, 1 open, 2 half-open (one probe out)",
+            self.store_breaker_state.clone(),
         );
         r.register(
             "generated_code_skips",

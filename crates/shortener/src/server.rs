@@ -6,15 +6,16 @@ use crate::blocklist::{self, PolicyCell};
 use crate::bots::BotDetector;
 use crate::cache::{CacheSettings, LinkCache, SharedLayer};
 use crate::clicks;
-use crate::config::{self, AggregateConfig, ServeConfig};
+use crate::config::{self, AggregateConfig, ServeConfig, StoreConfig};
 use crate::metrics::Metrics;
 use crate::ratelimit::CreateLimits;
 use crate::scaleout::Scaleout;
 use crate::scaleout::clickstream;
 use crate::scaleout::ratelimit::SharedLimits;
 use crate::scaleout::redis::{self, Redis};
+use crate::store::guarded::GuardedStore;
 use anyhow::Context;
-use axum::http::HeaderValue;
+use axum::http::{HeaderValue, StatusCode};
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
 use std::io::Write;
 use std::sync::Arc;
@@ -30,9 +31,21 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .with_context(|| format!("cannot read blocklist {}", path.display()))?,
         None => Blocklist::default(),
     };
-    let store = crate::store::open(&config.store).await?;
+    let metrics = Arc::new(Metrics::new());
+    let mut store = crate::store::open(&config.store, Some(config.store_timeout)).await?;
+    if let StoreConfig::Postgres { .. } = config.store {
+        // The embedded store has no server that could stop answering: its writer thread
+        // and SQLite's busy timeout bound it, and a deadline would only fail slow fsyncs.
+        store = Arc::new(GuardedStore::new(
+            store,
+            config.store_timeout,
+            metrics.clone(),
+        ));
+    }
     let scaleout = match &config.redis {
-        Some(target) => Some(Scaleout::connect(target, config.negative_cache_ttl).await?),
+        Some(target) => {
+            Some(Scaleout::connect(target, config.negative_cache_ttl, config.stale_max_age).await?)
+        }
         None => None,
     };
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -60,7 +73,6 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         blocklist::spawn_reloader(path.clone(), policy.clone());
     }
 
-    let metrics = Arc::new(Metrics::new());
     let (stop_clicks, stop_rx) = watch::channel(false);
     let (recorder, click_writer) = clicks::start(
         store.clone(),
@@ -81,6 +93,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             max_bytes: config.cache_mb * 1024 * 1024,
             ttl: config.cache_ttl,
             negative_ttl: config.negative_cache_ttl,
+            stale_max_age: config.stale_max_age,
         },
     );
     let cache_control = match config.edge_cache_ttl {
@@ -104,6 +117,8 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         base_url,
         no_anonymous: config.no_anonymous,
         trust_forwarded_for: config.trust_forwarded_for,
+        redirect_status: StatusCode::from_u16(config.edge_status)
+            .context("invalid redirect status")?,
         cache_control: HeaderValue::from_str(&cache_control).context("invalid Cache-Control")?,
         scaleout: scaleout.clone(),
     });
@@ -196,7 +211,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
 
 /// `shortener aggregate`: applies the click stream until a signal.
 pub(crate) async fn aggregate(config: AggregateConfig) -> anyhow::Result<()> {
-    let store = crate::store::open(&config.store).await?;
+    let store = crate::store::open(&config.store, None).await?;
     let connection = Redis::connect(&config.redis, redis::BACKGROUND_TIMEOUT)
         .await
         .with_context(|| format!("cannot reach Redis at {}", config.redis))?;

@@ -16,8 +16,10 @@
 //! p.kill();
 //! ```
 
+mod postgres;
 mod process;
 mod redis;
 
+pub use postgres::Postgres;
 pub use process::Process;
 pub use redis::{RedisCluster, RedisServer};

@@ -106,6 +106,7 @@ fn budget_headers(response: &mut Response, budget: Budget) {
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
+        (status = 503, description = "Store unavailable or silent past --store-timeout-ms. A create that timed out may have committed: retrying a custom alias then gives 409, retrying a generated code may make a second link", body = ErrorBody),
     )
 )]
 pub(super) async fn create(
@@ -250,6 +251,7 @@ async fn visible_link(app: &App, code: &str, who: &Principal) -> Result<Link, Ap
         (status = 200, description = "The link", body = LinkInfo),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+        (status = 503, description = "Store unavailable or silent past --store-timeout-ms", body = ErrorBody),
     )
 )]
 pub(super) async fn info(
@@ -282,6 +284,7 @@ pub(super) async fn info(
         (status = 200, description = "Totals and the last 30 days", body = Analytics),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+        (status = 503, description = "Store unavailable or silent past --store-timeout-ms", body = ErrorBody),
     )
 )]
 pub(super) async fn analytics(
@@ -320,6 +323,7 @@ pub(super) async fn analytics(
         (status = 204, description = "Disabled (also when it already was)"),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+        (status = 503, description = "Store unavailable or silent past --store-timeout-ms", body = ErrorBody),
     )
 )]
 pub(super) async fn delete(

@@ -6,6 +6,10 @@
 //! goes through one script that refuses to replace an entry by a lower rank. So a reader that
 //! fills the cache with what it read before a create or a delete can never overwrite what the
 //! writer put there after its commit, whichever reaches Redis first.
+//!
+//! A link's key lives its TTL plus the stale age (`--stale-max-age`), never past the link's
+//! expiry; the value carries its soft expiry (the TTL's end), after which it is only served
+//! while the store is unavailable (stale if error).
 
 use super::redis::{Redis, Unreachable};
 use shortener_core::day::UnixSeconds;
@@ -52,33 +56,41 @@ impl Entry {
         }
     }
 
-    fn encode(&self) -> String {
+    /// The value: rank, then for a link its expiry, its soft expiry and its destination.
+    fn encode(&self, fresh_until: UnixSeconds) -> String {
         match self {
             Self::Unknown => "0".to_owned(),
             Self::Link {
                 long_url,
                 expires_at,
                 disabled,
-            } => format!("{}{expires_at}|{long_url}", if *disabled { 2 } else { 1 }),
+            } => format!(
+                "{}{expires_at}|{fresh_until}|{long_url}",
+                if *disabled { 2 } else { 1 }
+            ),
         }
     }
 
-    fn decode(value: &str) -> Option<Self> {
+    /// The entry and, for a link, its soft expiry.
+    fn decode(value: &str) -> Option<(Self, UnixSeconds)> {
         let (rank, rest) = value.split_at_checked(1)?;
         if rank == "0" {
-            return Some(Self::Unknown);
+            // Unknown codes are never served stale: their key lives the negative TTL only.
+            return Some((Self::Unknown, UnixSeconds::MAX));
         }
         let disabled = match rank {
             "1" => false,
             "2" => true,
             _ => return None,
         };
-        let (expires_at, long_url) = rest.split_once('|')?;
-        Some(Self::Link {
+        let (expires_at, rest) = rest.split_once('|')?;
+        let (fresh_until, long_url) = rest.split_once('|')?;
+        let link = Self::Link {
             long_url: long_url.to_owned(),
             expires_at: expires_at.parse().ok()?,
             disabled,
-        })
+        };
+        Some((link, fresh_until.parse().ok()?))
     }
 }
 
@@ -88,6 +100,15 @@ pub(crate) struct L2 {
     redis: Arc<Redis>,
     ttl: Duration,
     negative_ttl: Duration,
+    stale_max_age: Duration,
+}
+
+/// An L2 entry as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub(crate) entry: Entry,
+    /// Past its soft expiry: to be served only while the store is unavailable.
+    pub(crate) stale: bool,
 }
 
 fn key(code: &str) -> String {
@@ -100,12 +121,21 @@ impl L2 {
             redis,
             ttl,
             negative_ttl,
+            stale_max_age: Duration::ZERO,
         }
     }
 
-    /// The entry of `code`; `None` when Redis does not have it or does not answer (then the
-    /// store is asked).
-    pub(crate) async fn get(&self, code: &str) -> Option<Entry> {
+    /// Keeps links this long past their TTL, for stale serving.
+    pub(crate) fn serving_stale_for(self, stale_max_age: Duration) -> Self {
+        Self {
+            stale_max_age,
+            ..self
+        }
+    }
+
+    /// The entry of `code` as of `now`; `None` when Redis does not have it or does not answer
+    /// (then the store is asked).
+    pub(crate) async fn get(&self, code: &str, now: UnixSeconds) -> Option<Found> {
         let value: Option<String> = match self.redis.query(redis::cmd("GET").arg(key(code))).await {
             Ok(value) => value,
             Err(e) => {
@@ -113,11 +143,14 @@ impl L2 {
                 return None;
             }
         };
-        let entry = Entry::decode(&value?);
-        if entry.is_none() {
+        let Some((entry, fresh_until)) = Entry::decode(&value?) else {
             tracing::warn!(code, "unreadable L2 entry; asking the store");
-        }
-        entry
+            return None;
+        };
+        Some(Found {
+            entry,
+            stale: now >= fresh_until,
+        })
     }
 
     /// Drops the entry of `code`.
@@ -135,17 +168,29 @@ impl L2 {
         entry: &Entry,
         now: UnixSeconds,
     ) -> Result<(), Unreachable> {
-        let ttl = match entry {
-            Entry::Unknown => self.negative_ttl,
-            Entry::Link { disabled: true, .. } => self.ttl,
+        // The soft TTL, and how long the key lives (the stale age on top, never past expiry).
+        let (ttl, keep) = match entry {
+            Entry::Unknown => (self.negative_ttl, self.negative_ttl),
+            Entry::Link { disabled: true, .. } => (self.ttl, self.ttl + self.stale_max_age),
             Entry::Link { expires_at, .. } => match u64::try_from(expires_at - now) {
-                Ok(left) if left > 0 => self.ttl.min(Duration::from_secs(left)),
-                _ => self.negative_ttl,
+                Ok(left) if left > 0 => {
+                    let left = Duration::from_secs(left);
+                    (
+                        self.ttl.min(left),
+                        (self.ttl + self.stale_max_age).min(left),
+                    )
+                }
+                _ => (self.negative_ttl, self.negative_ttl),
             },
         };
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let fresh_until = now.saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX));
+        let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX).max(1);
         self.redis
-            .script::<i64>(FILL.key(key(code)).arg(entry.encode()).arg(ttl_ms))
+            .script::<i64>(
+                FILL.key(key(code))
+                    .arg(entry.encode(fresh_until))
+                    .arg(keep_ms),
+            )
             .await
             .map(drop)
     }
@@ -170,11 +215,20 @@ mod tests {
                 disabled: true,
             },
         ] {
-            assert_eq!(Entry::decode(&entry.encode()), Some(entry));
+            let fresh_until = match entry {
+                Entry::Unknown => UnixSeconds::MAX,
+                Entry::Link { .. } => 1_800_000_000,
+            };
+            assert_eq!(
+                Entry::decode(&entry.encode(fresh_until)),
+                Some((entry, fresh_until))
+            );
         }
         assert_eq!(Entry::decode(""), None);
         assert_eq!(Entry::decode("9x"), None);
-        assert_eq!(Entry::decode("1notanumber|https://x"), None);
+        assert_eq!(Entry::decode("1notanumber|1|https://x"), None);
+        // The format before soft expiries: refused, so the store is asked.
+        assert_eq!(Entry::decode("15|https://x"), None);
     }
 
     #[test]
@@ -191,7 +245,7 @@ mod tests {
         };
         let ranks: Vec<u8> = [Entry::Unknown, live, disabled]
             .iter()
-            .map(|e| e.encode().as_bytes()[0])
+            .map(|e| e.encode(0).as_bytes()[0])
             .collect();
         assert!(ranks.windows(2).all(|w| w[0] < w[1]));
     }
