@@ -93,6 +93,19 @@ pub struct ServeArgs {
     /// the CDN are not counted).
     #[arg(long, env = "SHORTENER_EDGE_CACHE_TTL", value_name = "SECONDS")]
     pub edge_cache_ttl: Option<u32>,
+    /// A read replica of --database (repeatable; the environment takes a comma-separated
+    /// list): redirect misses, link reads, analytics and token lookups go to a healthy one.
+    #[arg(
+        long,
+        env = "SHORTENER_DATABASE_REPLICA",
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub database_replica: Vec<String>,
+    /// A replica further behind the primary than this is skipped until it catches up, in
+    /// milliseconds [default: 5000].
+    #[arg(long, env = "SHORTENER_REPLICA_MAX_LAG_MS", value_name = "MS")]
+    pub replica_max_lag_ms: Option<u64>,
     /// Status of redirects: 302 (default) or 301. 301 needs --edge-cache-ttl, so that
     /// browsers and CDNs keep it only that long.
     #[arg(long, env = "SHORTENER_EDGE_STATUS", value_name = "301|302")]

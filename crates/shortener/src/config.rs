@@ -27,6 +27,10 @@ pub struct ServeConfig {
     pub id_block_size: u64,
     pub redirect_max_age: u32,
     pub edge_cache_ttl: Option<u32>,
+    /// Read replicas of the PostgreSQL store.
+    pub replicas: Vec<DatabaseUrl>,
+    /// Replicas further behind are skipped.
+    pub replica_max_lag: Duration,
     /// 302 or 301 (301 only with `edge_cache_ttl`).
     pub edge_status: u16,
     /// Deadline of each store call of the request path.
@@ -187,6 +191,8 @@ struct FileConfig {
     redirect_max_age: Option<u32>,
     edge_cache_ttl: Option<u32>,
     edge_status: Option<u16>,
+    database_replica: Option<Vec<String>>,
+    replica_max_lag_ms: Option<u64>,
     store_timeout_ms: Option<u64>,
     stale_max_age: Option<u64>,
     cache_mb: Option<u64>,
@@ -211,6 +217,7 @@ impl ServeConfig {
         if redis.is_some() {
             needs_database(&store)?;
         }
+        let replicas = replicas(args.database_replica, file.database_replica.clone(), &store)?;
         let config = Self {
             listen: args
                 .listen
@@ -242,6 +249,12 @@ impl ServeConfig {
                 .or(file.redirect_max_age)
                 .unwrap_or(60),
             edge_cache_ttl: args.edge_cache_ttl.or(file.edge_cache_ttl),
+            replicas,
+            replica_max_lag: Duration::from_millis(
+                args.replica_max_lag_ms
+                    .or(file.replica_max_lag_ms)
+                    .unwrap_or(5000),
+            ),
             edge_status: args.edge_status.or(file.edge_status).unwrap_or(302),
             store_timeout: args
                 .store_timeout_ms
@@ -282,6 +295,10 @@ impl ServeConfig {
         if self.cache_ttl.is_zero() || self.negative_cache_ttl.is_zero() {
             bail!("cache-ttl and negative-cache-ttl must be at least 1 second");
         }
+        if !(Duration::from_millis(100)..=Duration::from_secs(600)).contains(&self.replica_max_lag)
+        {
+            bail!("replica-max-lag-ms must be between 100 and 600000");
+        }
         match (self.edge_status, self.edge_cache_ttl) {
             (302, _) | (301, Some(_)) => {}
             (301, None) => bail!(
@@ -306,6 +323,28 @@ impl ServeConfig {
         }
         Ok(())
     }
+}
+
+/// `--database-replica` (flags and environment) over the file; empty values are unset.
+fn replicas(
+    args: Vec<String>,
+    file: Option<Vec<String>>,
+    store: &StoreConfig,
+) -> anyhow::Result<Vec<DatabaseUrl>> {
+    let urls: Vec<String> = if args.is_empty() {
+        file.unwrap_or_default()
+    } else {
+        args
+    };
+    let urls: Vec<DatabaseUrl> = urls
+        .iter()
+        .filter(|url| !url.trim().is_empty())
+        .map(|url| url.trim().parse().context("database-replica"))
+        .collect::<anyhow::Result<_>>()?;
+    if !urls.is_empty() && !matches!(store, StoreConfig::Postgres { .. }) {
+        bail!("--database-replica needs --database: replicas are of a PostgreSQL primary");
+    }
+    Ok(urls)
 }
 
 /// The base URL must be an absolute http(s) URL without query or fragment.

@@ -13,6 +13,11 @@ struct Outcome {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Replica {
+    replica: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Layer {
     layer: &'static str,
 }
@@ -54,6 +59,10 @@ pub(crate) struct Metrics {
     pub store_breaker_state: Gauge,
     pub stale_l1: Counter,
     pub stale_l2: Counter,
+    replica_healthy: Family<Replica, Gauge>,
+    replica_lag_ms: Family<Replica, Gauge>,
+    pub replica_reads: Counter,
+    pub primary_reads: Counter,
 }
 
 impl Default for Metrics {
@@ -126,6 +135,10 @@ impl Metrics {
             store_breaker_state: Gauge::default(),
             stale_l1: layer("l1"),
             stale_l2: layer("l2"),
+            replica_healthy: Family::default(),
+            replica_lag_ms: Family::default(),
+            replica_reads: Counter::default(),
+            primary_reads: Counter::default(),
             registry,
         };
         metrics.register_rest()
@@ -199,6 +212,26 @@ impl Metrics {
             self.store_breaker_state.clone(),
         );
         r.register(
+            "replica_healthy",
+            "1 while a read replica answers and is within --replica-max-lag-ms, 0 while it is skipped",
+            self.replica_healthy.clone(),
+        );
+        r.register(
+            "replica_lag_milliseconds",
+            "How far a read replica's replay is behind the primary's log, as last measured",
+            self.replica_lag_ms.clone(),
+        );
+        r.register(
+            "replica_reads",
+            "Reads (links, analytics, tokens) answered by a read replica",
+            self.replica_reads.clone(),
+        );
+        r.register(
+            "primary_reads",
+            "Reads sent to the primary although replicas are configured: codes this instance just wrote, replica misses of tokens, no healthy replica",
+            self.primary_reads.clone(),
+        );
+        r.register(
             "generated_code_skips",
             "Generated codes skipped because a custom alias already held them",
             self.generated_code_skips.clone(),
@@ -239,6 +272,21 @@ impl Metrics {
             self.click_queue_depth.clone(),
         );
         self
+    }
+
+    /// Sets what the replica monitor last measured of one replica.
+    pub(crate) fn set_replica(&self, replica: &str, healthy: bool, lag_ms: Option<u64>) {
+        let label = Replica {
+            replica: replica.to_owned(),
+        };
+        self.replica_healthy
+            .get_or_create(&label)
+            .set(i64::from(healthy));
+        if let Some(lag) = lag_ms {
+            self.replica_lag_ms
+                .get_or_create(&label)
+                .set(i64::try_from(lag).unwrap_or(i64::MAX));
+        }
     }
 
     /// Counts one link creation request by its outcome (`created`, `invalid`, `conflict`, …).

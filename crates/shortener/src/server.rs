@@ -14,6 +14,7 @@ use crate::scaleout::clickstream;
 use crate::scaleout::ratelimit::SharedLimits;
 use crate::scaleout::redis::{self, Redis};
 use crate::store::guarded::GuardedStore;
+use crate::store::replicas::Replicated;
 use anyhow::Context;
 use axum::http::{HeaderValue, StatusCode};
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
@@ -41,6 +42,26 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             config.store_timeout,
             metrics.clone(),
         ));
+    }
+    let (mut replica_monitor, mut replicated) = (None, None);
+    if let StoreConfig::Postgres { url, pool_size } = &config.store
+        && !config.replicas.is_empty()
+    {
+        let router = Arc::new(
+            Replicated::open(
+                store,
+                url,
+                &config.replicas,
+                *pool_size,
+                config.store_timeout,
+                config.replica_max_lag,
+                metrics.clone(),
+            )
+            .await?,
+        );
+        replica_monitor = Some(tokio::spawn(router.clone().monitor_forever()));
+        store = router.clone();
+        replicated = Some(router);
     }
     let scaleout = match &config.redis {
         Some(target) => {
@@ -129,7 +150,13 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         let listener = scaleout.invalidations.clone().listen_forever(
             {
                 let app = app.clone();
-                move |code: &str| app.cache.invalidate(code)
+                move |code: &str| {
+                    app.cache.invalidate(code);
+                    // Another instance's change: replicas may not have it yet.
+                    if let Some(replicated) = &replicated {
+                        replicated.changed(code);
+                    }
+                }
             },
             {
                 let app = app.clone();
@@ -186,7 +213,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     if let Some(aggregator) = stream_aggregator {
         aggregator.await.context("the click aggregator panicked")?;
     }
-    for task in background {
+    for task in background.into_iter().chain(replica_monitor) {
         task.abort();
     }
     if let Some(scaleout) = &app.scaleout {

@@ -141,6 +141,8 @@ impl Postgres {
                 "-R",
                 "-X",
                 "stream",
+                "--checkpoint=fast",
+                "--no-sync",
             ],
         )?;
         let mut server = Self::at(self.bin.clone(), data, dir);

@@ -45,15 +45,27 @@ pub(crate) struct GuardedStore {
     timeout: Duration,
     breaker: Breaker,
     metrics: Arc<Metrics>,
+    /// Only the primary's breaker is the `store_breaker_state` gauge.
+    primary: bool,
 }
 
 impl GuardedStore {
+    /// The primary store.
     pub(crate) fn new(inner: Arc<dyn Store>, timeout: Duration, metrics: Arc<Metrics>) -> Self {
         Self {
             inner,
             timeout,
             breaker: Breaker::new(BREAKER_THRESHOLD, BREAKER_OPEN),
             metrics,
+            primary: true,
+        }
+    }
+
+    /// A read replica: its own breaker, counted with the primary's but not its gauge.
+    pub(crate) fn replica(inner: Arc<dyn Store>, timeout: Duration, metrics: Arc<Metrics>) -> Self {
+        Self {
+            primary: false,
+            ..Self::new(inner, timeout, metrics)
         }
     }
 
@@ -81,9 +93,11 @@ impl GuardedStore {
             Change::Closed => tracing::info!("store circuit breaker closed: the store answers"),
             Change::None => {}
         }
-        self.metrics
-            .store_breaker_state
-            .set(self.breaker.phase().gauge());
+        if self.primary {
+            self.metrics
+                .store_breaker_state
+                .set(self.breaker.phase().gauge());
+        }
         outcome
     }
 }

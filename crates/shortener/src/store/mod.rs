@@ -3,6 +3,7 @@
 
 pub(crate) mod guarded;
 pub mod postgres;
+pub(crate) mod replicas;
 pub mod sqlite;
 
 use crate::config::StoreConfig;

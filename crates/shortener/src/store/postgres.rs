@@ -285,6 +285,23 @@ impl PgStore {
         })
     }
 
+    /// How far this server's log goes, in bytes: on a primary where it writes
+    /// (`pg_current_wal_lsn`), on a standby what it has replayed (`pg_last_wal_replay_lsn`).
+    /// A standby's lag is measured by comparing the two, never by replay timestamps, which
+    /// grow on an idle primary.
+    pub async fn wal_position(&self) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+                 ELSE pg_current_wal_lsn() END - '0/0'::pg_lsn)::BIGINT",
+                &[],
+            )
+            .await
+            .map_err(classify)?;
+        Ok(to_u64(row.try_get(0).map_err(classify)?))
+    }
+
     async fn connection_for_start(&self) -> Result<Object, OpenError> {
         self.pool.get().await.map_err(|e| OpenError::Unreachable {
             target: self.target.clone(),
