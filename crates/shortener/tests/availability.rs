@@ -1,12 +1,12 @@
 //! Degrade, never hang: a private PostgreSQL frozen (`SIGSTOP`: accepts, never answers) and
 //! stopped under a steady redirect load; stale serving, bounded misses, the breaker, readiness;
-//! and `--edge-status`.
+//! Redis stopped under the same load; and `--edge-status`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::load::{Load, since};
-use common::pg::migrated_on;
+use common::pg::{TestDb, migrated_on};
 use common::{
     Shortener, client, create, error_code, eventually, metric, one_line_failure, run, token_in,
 };
@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
-use testkit::Postgres;
+use testkit::{Postgres, RedisServer};
 
 /// Codes the steady load asks for; each cached before the outage.
 const HOT: usize = 20;
@@ -224,4 +224,52 @@ async fn edge_status_301_carries_a_public_max_age() {
     assert_eq!(resp.status(), StatusCode::MOVED_PERMANENTLY);
     assert_eq!(resp.headers()["location"], "https://example.com/edge");
     assert_eq!(resp.headers()["cache-control"], "public, max-age=120");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_redis_loses_no_redirect_of_a_steady_load() {
+    let db = TestDb::migrated().await;
+    let dir = TempDir::new().unwrap();
+    let mut redis = RedisServer::start(dir.path()).unwrap();
+    let admin = token_in(&["--database", &db.url], "ops", true);
+    let flags = [
+        "--database",
+        &db.url,
+        "--redis",
+        &redis.url(),
+        "--cache-ttl",
+        "1",
+    ];
+    let server = Shortener::start(&dir.path().join("app"), &flags);
+    let c = client();
+    let mut hot = Vec::new();
+    for i in 0..HOT {
+        let alias = format!("hot-{i}");
+        let body = json!({"long_url": format!("https://example.com/{i}"), "custom_alias": alias});
+        assert_eq!(
+            create(&c, &server, body, Some(&admin)).await.status(),
+            StatusCode::CREATED
+        );
+        hot.push(server.url(&format!("/{alias}")));
+    }
+    let load = Load::start(c.clone(), hot, 4);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = load.tally();
+    redis.stop();
+    tokio::time::sleep(OUTAGE).await;
+    let stopped = since(before, load.tally());
+    let restarted = Instant::now();
+    redis.restart().unwrap();
+    eventually("ready again", || async {
+        readiness(&c, &server).await.1["status"] == "ready"
+    })
+    .await;
+    let ready_after = restarted.elapsed();
+    let total = load.stop().await;
+    eprintln!(
+        "steady load of {HOT} links (cache TTL 1 s): Redis stopped {OUTAGE:?}: {} redirected, {} failed; ready (Redis answering, invalidations subscribed) {ready_after:?} after the restart began; whole run {} redirected, {} failed",
+        stopped.redirected, stopped.failed, total.redirected, total.failed
+    );
+    assert_eq!(total.failed, 0);
+    assert!(stopped.redirected > 0);
 }

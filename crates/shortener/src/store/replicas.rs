@@ -11,7 +11,8 @@
 //!   timestamps). A replica past `--replica-max-lag-ms`, or that fails or does not answer,
 //!   is skipped until a probe finds it back. While the primary itself does not answer, lag
 //!   cannot be measured and replicas that answer stay in use: they are all there is.
-//! - A replica read that fails moves on to the next replica, then to the primary.
+//! - A replica read that fails moves on to the next replica, then to the primary; a read of a
+//!   recently written code that the primary cannot answer takes a replica's link if it has it.
 
 use super::Store;
 use super::guarded::GuardedStore;
@@ -257,7 +258,20 @@ impl LinkStore for Replicated {
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
         if self.written_recently(code) {
             self.metrics.primary_reads.inc();
-            return self.primary.get_link(code).await;
+            return match self.primary.get_link(code).await {
+                // The primary is away: a replica that already has the link beats a 503; one
+                // that does not may only be behind, so its "unknown" is not an answer.
+                Err(e @ StoreError::Unavailable(_)) => {
+                    match self
+                        .read(|store| store.get_link(code), Option::is_some)
+                        .await
+                    {
+                        Ok(Some(link)) => Ok(Some(link)),
+                        _ => Err(e),
+                    }
+                }
+                answer => answer,
+            };
         }
         self.read(|store| store.get_link(code), |_| true).await
     }
