@@ -273,3 +273,65 @@ async fn a_stopped_redis_loses_no_redirect_of_a_steady_load() {
     assert_eq!(total.failed, 0);
     assert!(stopped.redirected > 0);
 }
+
+/// An L2 entry past its soft expiry, as an instance wrote it a day ago.
+fn plant_stale_l2(redis: &RedisServer, code: &str, long_url: &str) {
+    let day_ago = time::OffsetDateTime::now_utc().unix_timestamp() - 86_400;
+    let value = format!("1{}|{day_ago}|{long_url}", i64::MAX);
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string(), "SET"])
+        .arg(format!("shortener:link:{code}"))
+        .arg(value)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_l2_entry_stands_in_for_a_frozen_database_and_only_then() {
+    let dir = TempDir::new().unwrap();
+    let pg = Postgres::primary(&dir.path().join("pg")).unwrap();
+    let url = migrated_on(&pg).await;
+    let redis = RedisServer::start(dir.path()).unwrap();
+    let admin = token_in(&["--database", &url], "ops", true);
+    let flags = ["--database", &url, "--redis", &redis.url()];
+    let server = Shortener::start(&dir.path().join("app"), &flags);
+    let c = client();
+    for alias in ["old-news", "gone-since"] {
+        let body =
+            json!({"long_url": format!("https://example.com/{alias}"), "custom_alias": alias});
+        assert_eq!(
+            create(&c, &server, body, Some(&admin)).await.status(),
+            StatusCode::CREATED
+        );
+    }
+    // A stale entry is not served while the store answers: the store's state wins.
+    let resp = c
+        .delete(server.url("/api/v1/links/gone-since"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    plant_stale_l2(&redis, "gone-since", "https://example.com/gone-since");
+    // A fresh instance: nothing in its L1.
+    let fresh = Shortener::start(&dir.path().join("fresh"), &flags);
+    assert_eq!(
+        c.get(fresh.url("/gone-since"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::GONE
+    );
+    plant_stale_l2(&redis, "old-news", "https://example.com/stale-copy");
+    pg.freeze().unwrap();
+    let resp = c.get(fresh.url("/old-news")).send().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::FOUND);
+    assert_eq!(resp.headers()["location"], "https://example.com/stale-copy");
+    assert_eq!(
+        metric(&c, &fresh, "shortener_stale_served_total{layer=\"l2\"}").await,
+        1.0
+    );
+    pg.thaw().unwrap();
+}
