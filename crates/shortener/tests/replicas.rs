@@ -101,14 +101,37 @@ async fn replicas_serve_reads_and_a_stopped_or_paused_one_loses_nothing() {
     })
     .await;
     let back_after = restarted.elapsed();
+
+    // (2) The replica frozen (accepts, never answers): skipped too, nothing lost.
+    let before = load.tally();
+    standby.freeze().unwrap();
+    eventually("the frozen replica is skipped", || async {
+        metric(&c, &b, &replica).await == 0.0
+    })
+    .await;
+    tokio::time::sleep(OUTAGE).await;
+    let frozen = since(before, load.tally());
+    let thawed = Instant::now();
+    standby.thaw().unwrap();
+    eventually("the replica is back in use", || async {
+        metric(&c, &b, &replica).await == 1.0
+    })
+    .await;
+    let thawed_after = thawed.elapsed();
     let total = load.stop().await;
     eprintln!(
-        "steady load of {HOT} links on B (cache TTL 1 s): replica stopped {OUTAGE:?}+: {} redirected, {} failed; back in use {back_after:?} after pg_ctl start began; whole run {} redirected, {} failed",
-        stopped.redirected, stopped.failed, total.redirected, total.failed
+        "steady load of {HOT} links on B (cache TTL 1 s): replica stopped {OUTAGE:?}+: {} redirected, {} failed, back in use {back_after:?} after pg_ctl start began; \
+         replica frozen {OUTAGE:?}+: {} redirected, {} failed, back in use {thawed_after:?} after SIGCONT; whole run {} redirected, {} failed",
+        stopped.redirected,
+        stopped.failed,
+        frozen.redirected,
+        frozen.failed,
+        total.redirected,
+        total.failed
     );
     assert_eq!(total.failed, 0);
 
-    // (2) Replay paused: a fresh create redirects on the instance that made it at once; B
+    // (3) Replay paused: a fresh create redirects on the instance that made it at once; B
     // gets it once the replica, lagging past the bound, is skipped.
     sql(&standby, "SELECT pg_wal_replay_pause()").await;
     let body = json!({"long_url": "https://example.com/fresh", "custom_alias": "fresh"});
@@ -126,7 +149,7 @@ async fn replicas_serve_reads_and_a_stopped_or_paused_one_loses_nothing() {
     .await;
     assert_eq!(metric(&c, &b, &replica).await, 0.0);
 
-    // (3) Clicks counted on the primary; B's analytics read the replica once it caught up.
+    // (4) Clicks counted on the primary; B's analytics read the replica once it caught up.
     for _ in 0..7 {
         assert_eq!(status(&c, &a, "/counted").await, StatusCode::FOUND);
     }
