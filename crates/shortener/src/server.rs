@@ -2,11 +2,12 @@
 
 use crate::allocator::CodeAllocator;
 use crate::api::{App, router};
-use crate::blocklist::{self, PolicyCell};
 use crate::bots::BotDetector;
 use crate::cache::{CacheSettings, LinkCache, SharedLayer};
+use crate::captcha::{Captcha, CaptchaSettings};
 use crate::clicks;
 use crate::config::{self, AggregateConfig, ServeConfig, StoreConfig};
+use crate::feeds::{self, FeedCell};
 use crate::metrics::Metrics;
 use crate::ratelimit::CreateLimits;
 use crate::scaleout::Scaleout;
@@ -18,6 +19,7 @@ use crate::store::replicas::Replicated;
 use anyhow::Context;
 use axum::http::{HeaderValue, StatusCode};
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
+use shortener_core::report::AutoDisable;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +29,12 @@ use tokio::sync::watch;
 const LIMITER_SWEEP: Duration = Duration::from_secs(60);
 
 pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
-    let blocklist = match &config.blocklist {
-        Some(path) => blocklist::load(path)
-            .with_context(|| format!("cannot read blocklist {}", path.display()))?,
+    let feed_files = feeds::files(config.blocklist.as_deref(), &config.threat_feeds);
+    let threats = FeedCell::new(feeds::load_all(&feed_files)?);
+    let trusted_domains = match &config.trusted_domains {
+        Some(path) => std::fs::read_to_string(path)
+            .map(|text| Blocklist::parse(&text))
+            .with_context(|| format!("cannot read trusted domains {}", path.display()))?,
         None => Blocklist::default(),
     };
     let metrics = Arc::new(Metrics::new());
@@ -86,13 +91,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     if !bound.ip().is_unspecified() {
         own_hosts.push(bound.ip().to_string());
     }
-    let policy = PolicyCell::new(UrlPolicy {
-        own_hosts,
-        blocklist,
-    });
-    if let Some(path) = &config.blocklist {
-        blocklist::spawn_reloader(path.clone(), policy.clone());
-    }
+    let policy = UrlPolicy { own_hosts };
 
     let (stop_clicks, stop_rx) = watch::channel(false);
     let (recorder, click_writer) = clicks::start(
@@ -121,11 +120,31 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         Some(ttl) => format!("public, max-age={ttl}"),
         None => format!("private, max-age={}", config.redirect_max_age),
     };
-    let mut limits = CreateLimits::new(config.anon_creates_per_hour, config.user_creates_per_hour);
+    let mut limits = CreateLimits::new(
+        config.anon_creates_per_hour,
+        config.user_creates_per_hour,
+        config.reports_per_hour,
+    );
     if let Some(scaleout) = &scaleout {
         limits = limits.shared(SharedLimits::new(scaleout.redis.clone()));
     }
+    let captcha_key = store
+        .secret(
+            crate::captcha::KEY_NAME,
+            rand::random::<[u8; 32]>().to_vec(),
+        )
+        .await?;
+    let captcha = Captcha::new(
+        captcha_key,
+        CaptchaSettings {
+            mode: config.captcha,
+            after: config.captcha_after,
+            max_number: config.captcha_max_number,
+        },
+        scaleout.as_ref().map(|s| s.redis.clone()),
+    );
     let app = Arc::new(App {
+        captcha,
         allocator: CodeAllocator::new(store.clone(), config.id_block_size).await?,
         store,
         cache,
@@ -134,6 +153,11 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         clicks: recorder,
         limits,
         policy,
+        threats: threats.clone(),
+        trusted_domains,
+        auto_disable: AutoDisable {
+            threshold: config.auto_disable_reports,
+        },
         metrics,
         base_url,
         no_anonymous: config.no_anonymous,
@@ -150,8 +174,8 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         let listener = scaleout.invalidations.clone().listen_forever(
             {
                 let app = app.clone();
-                move |code: &str| {
-                    app.cache.invalidate(code);
+                move |code: &str, version| {
+                    app.cache.invalidate_below(code, version);
                     // Another instance's change: replicas may not have it yet.
                     if let Some(replicated) = &replicated {
                         replicated.changed(code);
@@ -179,6 +203,25 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             )));
         }
     }
+
+    background.push(tokio::spawn({
+        let app = app.clone();
+        async move { crate::change_poll::follow_forever(&app.cache, app.store.as_ref()).await }
+    }));
+
+    let sweep = Arc::new(tokio::sync::Notify::new());
+    if !feed_files.is_empty() {
+        background.push(tokio::spawn(feeds::reload_forever(
+            feed_files,
+            threats,
+            sweep.clone(),
+        )));
+    }
+    background.push(tokio::spawn(feeds::sweep_forever(app.clone(), sweep)));
+    background.push(tokio::spawn({
+        let (store, days) = (app.store.clone(), config.audit_retention_days);
+        async move { crate::retention::prune_forever(store.as_ref(), days).await }
+    }));
 
     let sweeper = {
         let app = app.clone();

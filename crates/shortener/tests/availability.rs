@@ -277,7 +277,7 @@ async fn a_stopped_redis_loses_no_redirect_of_a_steady_load() {
 /// An L2 entry past its soft expiry, as an instance wrote it a day ago.
 fn plant_stale_l2(redis: &RedisServer, code: &str, long_url: &str) {
     let day_ago = time::OffsetDateTime::now_utc().unix_timestamp() - 86_400;
-    let value = format!("1{}|{day_ago}|{long_url}", i64::MAX);
+    let value = format!("v1|l|{}|{day_ago}|{long_url}", i64::MAX);
     let out = std::process::Command::new("redis-cli")
         .args(["-p", &redis.port().to_string(), "SET"])
         .arg(format!("shortener:link:{code}"))

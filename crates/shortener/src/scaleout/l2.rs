@@ -1,11 +1,11 @@
 //! The Redis L2 link cache, shared by every instance, between each instance's L1 and the
 //! store.
 //!
-//! A link only ever moves forward: unknown → live → disabled (expiry is computed at read
-//! time, disabling is final). Entries carry that rank in their first byte and every write
-//! goes through one script that refuses to replace an entry by a lower rank. So a reader that
-//! fills the cache with what it read before a create or a delete can never overwrite what the
-//! writer put there after its commit, whichever reaches Redis first.
+//! Every change of a link raises its version (unknown codes are version 0). Entries carry
+//! the version and every write goes through one script that refuses to replace an entry by a
+//! lower version. So a reader that fills the cache with what it read before a change can
+//! never overwrite what the writer (or a process that noticed the change) put there after
+//! the commit, whichever reaches Redis first — also when a link is enabled again.
 //!
 //! A link's key lives its TTL plus the stale age (`--stale-max-age`), never past the link's
 //! expiry; the value carries its soft expiry (the TTL's end), after which it is only served
@@ -17,13 +17,16 @@ use shortener_core::link::Link;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-/// Sets `KEYS[1]` to `ARGV[1]` for `ARGV[2]` ms unless it holds a higher-ranked value.
+/// Sets `KEYS[1]` to `ARGV[1]` for `ARGV[2]` ms unless it holds a version above `ARGV[3]`.
 static FILL: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
 local current = redis.call('GET', KEYS[1])
-if current and string.byte(current, 1) > string.byte(ARGV[1], 1) then
-  return 0
+if current then
+  local version = tonumber(string.match(current, '^v(%d+)|'))
+  if version and version > tonumber(ARGV[3]) then
+    return 0
+  end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
@@ -31,16 +34,26 @@ return 1
     )
 });
 
+/// What a redirect answers for a link that no longer redirects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// 410 until enabled.
+    Disabled,
+    /// 410 for good.
+    Deleted,
+}
+
 /// What the L2 knows of a code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Entry {
-    /// No such link.
+    /// No such link (version 0).
     Unknown,
-    /// A link, live or disabled.
+    /// A link, live, disabled or deleted.
     Link {
         long_url: String,
         expires_at: UnixSeconds,
-        disabled: bool,
+        gone: Option<Gone>,
+        version: u64,
     },
 }
 
@@ -51,36 +64,59 @@ impl Entry {
             Some(link) => Self::Link {
                 long_url: link.long_url.clone(),
                 expires_at: link.expires_at,
-                disabled: link.disabled_at.is_some(),
+                gone: if link.deleted_at.is_some() {
+                    Some(Gone::Deleted)
+                } else if link.disabled.is_some() {
+                    Some(Gone::Disabled)
+                } else {
+                    None
+                },
+                version: link.version,
             },
         }
     }
 
-    /// The value: rank, then for a link its expiry, its soft expiry and its destination.
+    pub(crate) fn version(&self) -> u64 {
+        match self {
+            Self::Unknown => 0,
+            Self::Link { version, .. } => *version,
+        }
+    }
+
+    /// The value: version, then for a link its state, expiry, soft expiry and destination.
     fn encode(&self, fresh_until: UnixSeconds) -> String {
         match self {
-            Self::Unknown => "0".to_owned(),
+            Self::Unknown => "v0|u".to_owned(),
             Self::Link {
                 long_url,
                 expires_at,
-                disabled,
-            } => format!(
-                "{}{expires_at}|{fresh_until}|{long_url}",
-                if *disabled { 2 } else { 1 }
-            ),
+                gone,
+                version,
+            } => {
+                let state = match gone {
+                    None => 'l',
+                    Some(Gone::Disabled) => 'd',
+                    Some(Gone::Deleted) => 'x',
+                };
+                format!("v{version}|{state}|{expires_at}|{fresh_until}|{long_url}")
+            }
         }
     }
 
     /// The entry and, for a link, its soft expiry.
     fn decode(value: &str) -> Option<(Self, UnixSeconds)> {
-        let (rank, rest) = value.split_at_checked(1)?;
-        if rank == "0" {
+        let rest = value.strip_prefix('v')?;
+        let (version, rest) = rest.split_once('|')?;
+        let version: u64 = version.parse().ok()?;
+        if rest == "u" {
             // Unknown codes are never served stale: their key lives the negative TTL only.
-            return Some((Self::Unknown, UnixSeconds::MAX));
+            return (version == 0).then_some((Self::Unknown, UnixSeconds::MAX));
         }
-        let disabled = match rank {
-            "1" => false,
-            "2" => true,
+        let (state, rest) = rest.split_once('|')?;
+        let gone = match state {
+            "l" => None,
+            "d" => Some(Gone::Disabled),
+            "x" => Some(Gone::Deleted),
             _ => return None,
         };
         let (expires_at, rest) = rest.split_once('|')?;
@@ -88,7 +124,8 @@ impl Entry {
         let link = Self::Link {
             long_url: long_url.to_owned(),
             expires_at: expires_at.parse().ok()?,
-            disabled,
+            gone,
+            version,
         };
         Some((link, fresh_until.parse().ok()?))
     }
@@ -171,7 +208,7 @@ impl L2 {
         // The soft TTL, and how long the key lives (the stale age on top, never past expiry).
         let (ttl, keep) = match entry {
             Entry::Unknown => (self.negative_ttl, self.negative_ttl),
-            Entry::Link { disabled: true, .. } => (self.ttl, self.ttl + self.stale_max_age),
+            Entry::Link { gone: Some(_), .. } => (self.ttl, self.ttl + self.stale_max_age),
             Entry::Link { expires_at, .. } => match u64::try_from(expires_at - now) {
                 Ok(left) if left > 0 => {
                     let left = Duration::from_secs(left);
@@ -189,7 +226,8 @@ impl L2 {
             .script::<i64>(
                 FILL.key(key(code))
                     .arg(entry.encode(fresh_until))
-                    .arg(keep_ms),
+                    .arg(keep_ms)
+                    .arg(entry.version()),
             )
             .await
             .map(drop)
@@ -207,12 +245,20 @@ mod tests {
             Entry::Link {
                 long_url: "https://example.com/a|b?c=1".to_owned(),
                 expires_at: 1_900_000_000,
-                disabled: false,
+                gone: None,
+                version: 1,
             },
             Entry::Link {
                 long_url: "https://example.com/".to_owned(),
                 expires_at: 5,
-                disabled: true,
+                gone: Some(Gone::Disabled),
+                version: 7,
+            },
+            Entry::Link {
+                long_url: "https://example.com/".to_owned(),
+                expires_at: 5,
+                gone: Some(Gone::Deleted),
+                version: 8,
             },
         ] {
             let fresh_until = match entry {
@@ -224,29 +270,17 @@ mod tests {
                 Some((entry, fresh_until))
             );
         }
-        assert_eq!(Entry::decode(""), None);
-        assert_eq!(Entry::decode("9x"), None);
-        assert_eq!(Entry::decode("1notanumber|1|https://x"), None);
-        // The format before soft expiries: refused, so the store is asked.
-        assert_eq!(Entry::decode("15|https://x"), None);
-    }
-
-    #[test]
-    fn ranks_order_unknown_before_live_before_disabled() {
-        let live = Entry::Link {
-            long_url: "https://example.com/".to_owned(),
-            expires_at: 1,
-            disabled: false,
-        };
-        let disabled = Entry::Link {
-            long_url: "https://example.com/".to_owned(),
-            expires_at: 1,
-            disabled: true,
-        };
-        let ranks: Vec<u8> = [Entry::Unknown, live, disabled]
-            .iter()
-            .map(|e| e.encode(0).as_bytes()[0])
-            .collect();
-        assert!(ranks.windows(2).all(|w| w[0] < w[1]));
+        for bad in [
+            "",
+            "9x",
+            "v1|l|notanumber|1|https://x",
+            // The format before soft expiries: refused, so the store is asked.
+            "v1|l|5|https://x",
+            "v3|u",
+            "1|https://x",
+            "v1|q|1|x",
+        ] {
+            assert_eq!(Entry::decode(bad), None, "{bad:?}");
+        }
     }
 }

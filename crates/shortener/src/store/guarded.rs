@@ -7,16 +7,21 @@
 //! cache). A write that timed out may still commit on the server: the caller answered 503
 //! without knowing (README, "Availability").
 //!
-//! Click batches are background work with retries of their own: they pass through unbounded.
+//! Click batches, pruning and feed sweeps are background work with retries of their own: they
+//! pass through unbounded.
 
 use crate::breaker::{Breaker, Change, Refused};
 use crate::metrics::Metrics;
 use async_trait::async_trait;
+use shortener_core::audit::{AuditQuery, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::Link;
+use shortener_core::link::{Link, LinkChange};
+use shortener_core::report::{
+    AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
+};
 use shortener_core::store::{
-    ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome, LinkStore, StoreError,
-    TokenRecord,
+    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome,
+    LinkStore, StoreError, TokenRecord,
 };
 use shortener_core::token::{Principal, TokenHash};
 use std::future::Future;
@@ -108,28 +113,87 @@ impl LinkStore for GuardedStore {
         self.bounded(self.inner.lease_ids(count)).await
     }
 
-    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError> {
-        self.bounded(self.inner.code_key(candidate)).await
+    async fn secret(&self, name: &'static str, candidate: Vec<u8>) -> Result<Vec<u8>, StoreError> {
+        self.bounded(self.inner.secret(name, candidate)).await
     }
 
-    async fn insert_link(&self, link: &Link) -> Result<InsertOutcome, StoreError> {
-        self.bounded(self.inner.insert_link(link)).await
+    async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
+        self.bounded(self.inner.insert_link(link, origin)).await
     }
 
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
         self.bounded(self.inner.get_link(code)).await
     }
 
-    async fn disable_link(&self, code: &str, at: UnixSeconds) -> Result<bool, StoreError> {
-        self.bounded(self.inner.disable_link(code, at)).await
+    async fn change_link(
+        &self,
+        code: &str,
+        change: &LinkChange,
+        origin: &Origin,
+        now: UnixSeconds,
+    ) -> Result<ChangeOutcome, StoreError> {
+        self.bounded(self.inner.change_link(code, change, origin, now))
+            .await
+    }
+
+    async fn last_change(&self) -> Result<u64, StoreError> {
+        self.bounded(self.inner.last_change()).await
+    }
+
+    async fn changes_after(&self, seq: u64, limit: usize) -> Result<Vec<ChangeNote>, StoreError> {
+        self.bounded(self.inner.changes_after(seq, limit)).await
+    }
+
+    // Background work, with retries of its own: unbounded here.
+    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
+        self.inner.prune_changes_before(at).await
+    }
+
+    async fn live_destinations_after(
+        &self,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.inner.live_destinations_after(after, limit).await
+    }
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
+        self.bounded(self.inner.audit(query)).await
+    }
+
+    async fn prune_audit_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
+        self.inner.prune_audit_before(at, batch).await
     }
 
     async fn daily_clicks(&self, code: &str, since: Day) -> Result<Vec<DailyCount>, StoreError> {
         self.bounded(self.inner.daily_clicks(code, since)).await
     }
 
-    async fn insert_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
-        self.bounded(self.inner.insert_token(token)).await
+    async fn insert_report(
+        &self,
+        report: &NewReport,
+        origin: &Origin,
+        auto: Option<AutoDisable>,
+    ) -> Result<ReportOutcome, StoreError> {
+        self.bounded(self.inner.insert_report(report, origin, auto))
+            .await
+    }
+
+    async fn reports(&self, query: &ReportQuery) -> Result<Vec<Report>, StoreError> {
+        self.bounded(self.inner.reports(query)).await
+    }
+
+    async fn resolve_report(
+        &self,
+        id: i64,
+        resolution: &Resolution,
+    ) -> Result<ResolveOutcome, StoreError> {
+        self.bounded(self.inner.resolve_report(id, resolution))
+            .await
+    }
+
+    async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError> {
+        self.bounded(self.inner.insert_token(token, origin)).await
     }
 
     async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError> {

@@ -1,7 +1,9 @@
 //! Read replicas (`--database-replica`): redirect misses, link reads, analytics and token
 //! lookups go to a healthy replica, every write to the primary.
 //!
-//! - *Read your writes*: a code this instance created or disabled, or that another instance
+//! - *Regions*: the change sequence is read from the replica, where each note arrives with
+//!   the change it describes, so a region's caches follow its own replica.
+//! - *Read your writes*: a code this instance created or changed, or that another instance
 //!   announced as changed, is read from the primary for as long as a replica may not have it
 //!   yet (the lag bound plus two probes); a token a replica does not know is looked up on the
 //!   primary too (`token create` writes there).
@@ -20,11 +22,15 @@ use super::postgres::{DatabaseUrl, OpenError, PgStore};
 use crate::metrics::Metrics;
 use async_trait::async_trait;
 use futures_util::future::BoxFuture;
+use shortener_core::audit::{AuditQuery, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::Link;
+use shortener_core::link::{Link, LinkChange};
+use shortener_core::report::{
+    AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
+};
 use shortener_core::store::{
-    ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome, LinkStore, StoreError,
-    TokenRecord,
+    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome,
+    LinkStore, StoreError, TokenRecord,
 };
 use shortener_core::token::{Principal, TokenHash};
 use std::collections::{HashMap, VecDeque};
@@ -171,6 +177,17 @@ impl Replicated {
         read: impl Fn(&'c dyn Store) -> Read<'c, T>,
         use_answer: impl Fn(&T) -> bool,
     ) -> Result<T, StoreError> {
+        self.read_tagged(read, use_answer)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// [`Self::read`], saying whether a replica answered (`false`: the primary).
+    async fn read_tagged<'c, T>(
+        &'c self,
+        read: impl Fn(&'c dyn Store) -> Read<'c, T>,
+        use_answer: impl Fn(&T) -> bool,
+    ) -> Result<(T, bool), StoreError> {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let count = self.replicas.len();
         for i in 0..count {
@@ -181,7 +198,7 @@ impl Replicated {
             match read(&replica.reads).await {
                 Ok(answer) if use_answer(&answer) => {
                     self.metrics.replica_reads.inc();
-                    return Ok(answer);
+                    return Ok((answer, true));
                 }
                 Ok(_) => break,
                 Err(StoreError::Unavailable(e)) => {
@@ -191,7 +208,7 @@ impl Replicated {
             }
         }
         self.metrics.primary_reads.inc();
-        read(&*self.primary).await
+        read(&*self.primary).await.map(|answer| (answer, false))
     }
 
     /// Measures every replica once.
@@ -244,15 +261,15 @@ impl LinkStore for Replicated {
         self.primary.lease_ids(count).await
     }
 
-    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError> {
-        self.primary.code_key(candidate).await
+    async fn secret(&self, name: &'static str, candidate: Vec<u8>) -> Result<Vec<u8>, StoreError> {
+        self.primary.secret(name, candidate).await
     }
 
-    async fn insert_link(&self, link: &Link) -> Result<InsertOutcome, StoreError> {
+    async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
         // Before the write: a read between its commit and its answer must find it too. A
         // timed-out insert may have committed, so it is remembered whatever the outcome.
         self.changed(&link.code);
-        self.primary.insert_link(link).await
+        self.primary.insert_link(link, origin).await
     }
 
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
@@ -276,9 +293,58 @@ impl LinkStore for Replicated {
         self.read(|store| store.get_link(code), |_| true).await
     }
 
-    async fn disable_link(&self, code: &str, at: UnixSeconds) -> Result<bool, StoreError> {
+    async fn change_link(
+        &self,
+        code: &str,
+        change: &LinkChange,
+        origin: &Origin,
+        now: UnixSeconds,
+    ) -> Result<ChangeOutcome, StoreError> {
         self.changed(code);
-        self.primary.disable_link(code, at).await
+        self.primary.change_link(code, change, origin, now).await
+    }
+
+    /// The region's replica: its notes arrive with the data they describe.
+    async fn last_change(&self) -> Result<u64, StoreError> {
+        self.read(|store| store.last_change(), |_| true).await
+    }
+
+    async fn changes_after(&self, seq: u64, limit: usize) -> Result<Vec<ChangeNote>, StoreError> {
+        let (notes, from_replica) = self
+            .read_tagged(|store| store.changes_after(seq, limit), |_| true)
+            .await?;
+        if !from_replica {
+            // Notes from the primary may be ahead of every replica: read those codes there.
+            for note in &notes {
+                self.changed(&note.code);
+            }
+        }
+        Ok(notes)
+    }
+
+    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
+        self.primary.prune_changes_before(at).await
+    }
+
+    async fn live_destinations_after(
+        &self,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.read(
+            |store| store.live_destinations_after(after, limit),
+            |_| true,
+        )
+        .await
+    }
+
+    /// The primary, as every moderation read: what an admin just did shows at once.
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
+        self.primary.audit(query).await
+    }
+
+    async fn prune_audit_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
+        self.primary.prune_audit_before(at, batch).await
     }
 
     async fn daily_clicks(&self, code: &str, since: Day) -> Result<Vec<DailyCount>, StoreError> {
@@ -286,8 +352,31 @@ impl LinkStore for Replicated {
             .await
     }
 
-    async fn insert_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
-        self.primary.insert_token(token).await
+    async fn insert_report(
+        &self,
+        report: &NewReport,
+        origin: &Origin,
+        auto: Option<AutoDisable>,
+    ) -> Result<ReportOutcome, StoreError> {
+        // It may disable the link.
+        self.changed(&report.code);
+        self.primary.insert_report(report, origin, auto).await
+    }
+
+    async fn reports(&self, query: &ReportQuery) -> Result<Vec<Report>, StoreError> {
+        self.primary.reports(query).await
+    }
+
+    async fn resolve_report(
+        &self,
+        id: i64,
+        resolution: &Resolution,
+    ) -> Result<ResolveOutcome, StoreError> {
+        self.primary.resolve_report(id, resolution).await
+    }
+
+    async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError> {
+        self.primary.insert_token(token, origin).await
     }
 
     async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError> {
