@@ -1,7 +1,8 @@
 //! Two regions on loopback: region A (the primary, its Redis, an instance) and region B (a
 //! streaming standby of the primary, its own Redis, an instance reading from the standby and
-//! writing to the primary). B serves A's links; B's Redis down and the primary down leave
-//! redirects working; clicks from both regions count exactly once.
+//! writing to the primary). B serves A's links; a delete in A reaches B through B's replica;
+//! B's Redis down and the primary down leave redirects working; clicks from both regions count
+//! exactly once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -117,6 +118,23 @@ async fn two_regions_share_links_survive_outages_and_count_clicks_once() {
         stored_clicks(&primary).await == expected
     })
     .await;
+
+    // A delete in A reaches B's caches through B's own replica (the change note replicates
+    // with the change; the regions share no Redis).
+    let started = std::time::Instant::now();
+    let resp = c
+        .delete(a.url(&format!("/api/v1/links{}", paths[0])))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    eventually("B answers 410 for the link deleted in A", || async {
+        status(&c, &b, &paths[0]).await == StatusCode::GONE
+    })
+    .await;
+    eprintln!("a delete in A reached B after {:?}", started.elapsed());
+    let paths = &paths[1..];
 
     // B's Redis down: B keeps redirecting.
     let b_urls: Vec<String> = paths.iter().map(|p| b.url(p)).collect();
