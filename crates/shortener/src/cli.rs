@@ -187,8 +187,8 @@ pub struct ServeArgs {
     /// browsers and CDNs keep it only that long.
     #[arg(long, env = "SHORTENER_EDGE_STATUS", value_name = "301|302")]
     pub edge_status: Option<u16>,
-    /// Deadline of every store call of a request, waiting for a pooled connection included;
-    /// also PostgreSQL's statement_timeout [default: 250].
+    /// On PostgreSQL, the deadline of every store call of a request, waiting for a pooled
+    /// connection included, and the statement_timeout [default: 250].
     #[arg(long, env = "SHORTENER_STORE_TIMEOUT_MS", value_name = "MS")]
     pub store_timeout_ms: Option<u64>,
     /// While the store is unavailable, links whose cache entry is past its TTL are still
