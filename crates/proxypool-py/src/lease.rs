@@ -1,0 +1,204 @@
+//! `Lease`: one address handed out, released with an outcome named as in the JSON API.
+
+use std::time::{Duration, Instant};
+
+use proxypool::Outcome;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::errors::{self, LeaseReleased, PoolForked};
+use crate::runtime::{self, Tokio};
+
+/// How long a rate-limiting site asked to wait when the caller does not say (as the JSON API).
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// An address leased from the pool. Release it with the outcome of the work done through it;
+/// one dropped unreleased frees its slot and counts as abandoned.
+#[pyclass(module = "proxypool")]
+pub(crate) struct Lease {
+    /// `None` once released (or forgotten in a forked child).
+    inner: Option<proxypool::Lease>,
+    address: String,
+    id: u64,
+    choice: &'static str,
+    acquired: Instant,
+    /// Whether release goes to Redis (blocking I/O: the GIL is released around it).
+    remote: bool,
+    generation: u64,
+}
+
+impl Lease {
+    pub(crate) fn new(lease: proxypool::Lease, remote: bool, generation: u64) -> Self {
+        Self {
+            address: lease.address().as_str().to_owned(),
+            id: lease.id().get(),
+            choice: choice_name(lease.choice()),
+            inner: Some(lease),
+            acquired: Instant::now(),
+            remote,
+            generation,
+        }
+    }
+
+    /// The library lease and its outcome, checking that it can still be released here.
+    fn take(
+        &mut self,
+        outcome: &str,
+        latency: Option<f64>,
+        retry_after: Option<f64>,
+    ) -> PyResult<(proxypool::Lease, Outcome)> {
+        if self.generation != runtime::generation() {
+            return Err(PoolForked::new_err(
+                "this lease was taken before a fork: only the process that took it releases it",
+            ));
+        }
+        let outcome = parse_outcome(outcome, latency, retry_after, self.acquired)?;
+        let lease = self.inner.take().ok_or_else(|| {
+            LeaseReleased::new_err(format!("lease {} was released already", self.id))
+        })?;
+        Ok((lease, outcome))
+    }
+}
+
+#[pymethods]
+impl Lease {
+    /// The proxy URL to send the work through, credentials included.
+    #[getter]
+    fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The lease's id.
+    #[getter]
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Why the pool chose the address (`bound`, `hashed`, `weighted`, …).
+    #[getter]
+    fn choice(&self) -> &'static str {
+        self.choice
+    }
+
+    /// Whether it was released.
+    #[getter]
+    fn released(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    /// Returns the address with the outcome of the work.
+    #[pyo3(signature = (outcome = "success", latency = None, retry_after = None))]
+    fn release(
+        &mut self,
+        py: Python<'_>,
+        outcome: &str,
+        latency: Option<f64>,
+        retry_after: Option<f64>,
+    ) -> PyResult<()> {
+        let (lease, outcome) = self.take(outcome, latency, retry_after)?;
+        let done = if self.remote {
+            let rt = runtime::runtime(py)?;
+            py.detach(|| rt.block_on(lease.release(outcome)))
+        } else {
+            crate::ready(lease.release(outcome))?
+        };
+        done.map_err(errors::pool)
+    }
+
+    /// `release` as a coroutine.
+    #[pyo3(signature = (outcome = "success", latency = None, retry_after = None))]
+    fn release_async<'py>(
+        &mut self,
+        py: Python<'py>,
+        outcome: &str,
+        latency: Option<f64>,
+        retry_after: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (lease, outcome) = self.take(outcome, latency, retry_after)?;
+        runtime::runtime(py)?;
+        pyo3_async_runtimes::generic::future_into_py::<Tokio, _, _>(py, async move {
+            lease.release(outcome).await.map_err(errors::pool)
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        let shown = proxypool::ProxyAddress::parse(&self.address)
+            .map_or_else(|_| String::from("?"), |a| a.to_string());
+        format!(
+            "<Lease {} {shown} {}{}>",
+            self.id,
+            self.choice,
+            if self.inner.is_none() {
+                " released"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.generation != runtime::generation()
+            && let Some(lease) = self.inner.take()
+        {
+            // The parent's lease: the parent releases its own copy; touching its store from
+            // here would reach a runtime without threads.
+            std::mem::forget(lease);
+        }
+    }
+}
+
+fn choice_name(choice: proxypool::Choice) -> &'static str {
+    match choice {
+        proxypool::Choice::Bound => "bound",
+        proxypool::Choice::Hashed => "hashed",
+        proxypool::Choice::RoundRobin => "round_robin",
+        proxypool::Choice::Weighted => "weighted",
+        proxypool::Choice::LeastConnections => "least_connections",
+        _ => "other",
+    }
+}
+
+/// An outcome by its JSON API name. A success's latency defaults to the time since the
+/// acquire, a rate limit's wait to 60 s (both as the JSON API).
+fn parse_outcome(
+    name: &str,
+    latency: Option<f64>,
+    retry_after: Option<f64>,
+    acquired: Instant,
+) -> PyResult<Outcome> {
+    let secs = |v: f64, what: &str| {
+        Duration::try_from_secs_f64(v)
+            .map_err(|_| PyValueError::new_err(format!("{what} is seconds >= 0, not {v}")))
+    };
+    if retry_after.is_some() && name != "rate_limited" {
+        return Err(PyValueError::new_err(
+            "retry_after goes with the outcome \"rate_limited\" only",
+        ));
+    }
+    Ok(match name {
+        "success" => Outcome::Success {
+            latency: match latency {
+                Some(v) => secs(v, "latency")?,
+                None => acquired.elapsed(),
+            },
+        },
+        "connect_error" => Outcome::ConnectError,
+        "timeout" => Outcome::Timeout,
+        "blocked" => Outcome::Blocked,
+        "captcha" => Outcome::Captcha,
+        "rate_limited" => Outcome::RateLimited {
+            retry_after: match retry_after {
+                Some(v) => secs(v, "retry_after")?,
+                None => DEFAULT_RETRY_AFTER,
+            },
+        },
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown outcome {other:?}: expected success, connect_error, timeout, blocked, \
+                 captcha or rate_limited"
+            )));
+        }
+    })
+}
