@@ -13,7 +13,10 @@ use proxypool::{Outcome, Pool, PoolConfig, RedisOptions, Ticket};
 const TASKS: usize = 50;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let [url, name, seconds] = &args[..] else {
         panic!("usage: redis_pairs URL POOL SECONDS");
     };
