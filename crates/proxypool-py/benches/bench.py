@@ -106,8 +106,8 @@ def main():
             rust = rust_pairs(url, name, RUN)
             py = asyncio.run(python_pairs(pool, RUN))
             ratios.append(py / rust)
-            print(f"round {r}: Redis, {TASKS} tasks keyless: Rust {rust:.0} pairs/s, "
-                  f"Python asyncio {py:.0} pairs/s, ratio {py / rust:.2}")
+            print(f"round {r}: Redis, {TASKS} tasks keyless: Rust {rust:.0f} pairs/s, "
+                  f"Python asyncio {py:.0f} pairs/s, ratio {py / rust:.2}")
         print(f"median ratio Python/Rust over {ROUNDS} rounds: {statistics.median(ratios):.2f} "
               "(bar 0.9)")
     finally:

@@ -6,8 +6,9 @@ use proxypool::Outcome;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::aio::{self, finish};
 use crate::errors::{self, LeaseReleased, PoolForked};
-use crate::runtime::{self, Tokio};
+use crate::runtime;
 
 /// How long a rate-limiting site asked to wait when the caller does not say (as the JSON API).
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -105,7 +106,7 @@ impl Lease {
         done.map_err(errors::pool)
     }
 
-    /// `release` as a coroutine.
+    /// `release` as an asyncio awaitable.
     #[pyo3(signature = (outcome = "success", latency = None, retry_after = None))]
     fn release_async<'py>(
         &mut self,
@@ -115,9 +116,8 @@ impl Lease {
         retry_after: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (lease, outcome) = self.take(outcome, latency, retry_after)?;
-        runtime::runtime(py)?;
-        pyo3_async_runtimes::generic::future_into_py::<Tokio, _, _>(py, async move {
-            lease.release(outcome).await.map_err(errors::pool)
+        aio::spawn(py, async move {
+            finish(lease.release(outcome).await, errors::pool)
         })
     }
 

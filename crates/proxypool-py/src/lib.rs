@@ -3,10 +3,11 @@
 //! process, in memory or sharing state with every other process through Redis.
 //!
 //! Blocking calls release the GIL around their Redis round trips; the `*_async` methods return
-//! asyncio awaitables whose Rust side runs on a tokio runtime of this process. A fork bumps a
+//! asyncio futures whose Rust side runs on a tokio runtime of this process (see `aio`). A fork bumps a
 //! generation (see `runtime`): the child connects anew instead of waiting on the parent's
 //! threads.
 
+mod aio;
 mod config;
 mod errors;
 mod lease;
@@ -32,6 +33,7 @@ fn ready<F: Future>(f: F) -> PyResult<F::Output> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::Pool>()?;
     m.add_class::<lease::Lease>()?;
+    m.add_class::<aio::Completions>()?;
     m.add_function(wrap_pyfunction!(runtime::after_fork_in_child, m)?)?;
     errors::register(m)?;
     Ok(())

@@ -10,10 +10,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use tokio::sync::OnceCell;
 
+use crate::aio::{self, Finish, finish};
 use crate::config::{self, Recipe};
 use crate::errors::{self, InvalidConfig, PoolForked};
 use crate::lease::Lease;
-use crate::runtime::{self, Tokio};
+use crate::runtime;
 
 /// A pool of proxy addresses behind acquire and release.
 #[pyclass(module = "proxypool", subclass)]
@@ -81,19 +82,17 @@ impl Pool {
         }
     }
 
-    /// Runs a library call as an asyncio coroutine.
-    fn run_async<'py, T, F>(
+    /// Runs a library call as an asyncio awaitable.
+    fn run_async<'py, F>(
         &self,
         py: Python<'py>,
         f: impl FnOnce(proxypool::Pool) -> F,
     ) -> PyResult<Bound<'py, PyAny>>
     where
-        F: Future<Output = PyResult<T>> + Send + 'static,
-        T: for<'a> IntoPyObject<'a> + Send + 'static,
+        F: Future<Output = Finish> + Send + 'static,
     {
         let pool = self.current(py)?.into_owned();
-        runtime::runtime(py)?;
-        pyo3_async_runtimes::generic::future_into_py::<Tokio, _, _>(py, f(pool))
+        aio::spawn(py, f(pool))
     }
 }
 
@@ -252,8 +251,11 @@ impl Pool {
         let t = ticket(key, site, sub_pool);
         let (remote, generation) = (self.remote(), runtime::generation());
         self.run_async(py, move |p| async move {
-            let lease = p.acquire(t).await.map_err(errors::acquire)?;
-            Ok(Lease::new(lease, remote, generation))
+            let lease = p.acquire(t).await;
+            finish(
+                lease.map(|l| Lease::new(l, remote, generation)),
+                errors::acquire,
+            )
         })
     }
 
@@ -267,7 +269,7 @@ impl Pool {
     fn snapshot_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.run_async(py, |p| async move {
             let snapshot = p.snapshot().await;
-            Python::attach(|py| snapshot_dict(py, &snapshot))
+            Box::new(move |py: Python<'_>| snapshot_dict(py, &snapshot)) as Finish
         })
     }
 
@@ -291,7 +293,7 @@ impl Pool {
     ) -> PyResult<Bound<'py, PyAny>> {
         self.run_async(py, |p| async move {
             let names: Vec<&str> = sub_pools.iter().map(String::as_str).collect();
-            p.add_to(&address, &names).await.map_err(errors::pool)
+            finish(p.add_to(&address, &names).await, errors::pool)
         })
     }
 
@@ -304,7 +306,7 @@ impl Pool {
     /// `remove` as a coroutine.
     fn remove_async<'py>(&self, py: Python<'py>, address: String) -> PyResult<Bound<'py, PyAny>> {
         self.run_async(py, |p| async move {
-            p.remove(&address).await.map_err(errors::pool)
+            finish(p.remove(&address).await, errors::pool)
         })
     }
 
@@ -315,7 +317,10 @@ impl Pool {
 
     /// `end_session` as a coroutine.
     fn end_session_async<'py>(&self, py: Python<'py>, key: String) -> PyResult<Bound<'py, PyAny>> {
-        self.run_async(py, |p| async move { Ok(p.end_session(&key).await) })
+        self.run_async(py, |p| async move {
+            let ended = p.end_session(&key).await;
+            finish(Ok::<_, PyErr>(ended), |e| e)
+        })
     }
 
     fn __repr__(&self) -> String {

@@ -9,16 +9,11 @@
 //! The slot is locked only while the GIL is held: the thread that forks holds the GIL, so no
 //! other thread can hold the lock at that instant and the child never inherits it locked.
 
-use std::cell::OnceCell;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::prelude::*;
-use pyo3_async_runtimes::TaskLocals;
-use pyo3_async_runtimes::generic::{ContextExt, Runtime as GenericRuntime};
-use tokio::runtime::{Builder, Handle, Runtime};
+use tokio::runtime::{Builder, Runtime};
 
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 static RUNTIME: Mutex<Option<(u64, Arc<Runtime>)>> = Mutex::new(None);
@@ -59,55 +54,4 @@ pub(crate) fn runtime(_gil: Python<'_>) -> PyResult<Arc<Runtime>> {
         std::mem::forget(stale);
     }
     Ok(rt)
-}
-
-/// `pyo3-async-runtimes`' view of [`runtime`]: asyncio futures whose Rust side runs there.
-pub(crate) struct Tokio;
-
-tokio::task_local! {
-    static TASK_LOCALS: OnceCell<TaskLocals>;
-}
-
-impl GenericRuntime for Tokio {
-    type JoinError = tokio::task::JoinError;
-    type JoinHandle = tokio::task::JoinHandle<()>;
-
-    fn spawn<F>(fut: F) -> Self::JoinHandle
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        // Inside a task (the library spawns from its own tasks) the current handle; from
-        // Python (the GIL is held there) this process's runtime, which every caller of
-        // `future_into_py` has already started with `runtime`.
-        match Handle::try_current() {
-            Ok(handle) => handle.spawn(fut),
-            Err(_) => Python::attach(runtime)
-                .expect("the runtime was started before any future is handed to asyncio")
-                .spawn(fut),
-        }
-    }
-
-    fn spawn_blocking<F>(f: F) -> Self::JoinHandle
-    where
-        F: FnOnce() + Send + 'static,
-    {
-        tokio::task::spawn_blocking(f)
-    }
-}
-
-impl ContextExt for Tokio {
-    fn scope<F, R>(locals: TaskLocals, fut: F) -> Pin<Box<dyn Future<Output = R> + Send>>
-    where
-        F: Future<Output = R> + Send + 'static,
-    {
-        let cell = OnceCell::new();
-        let _ = cell.set(locals);
-        Box::pin(TASK_LOCALS.scope(cell, fut))
-    }
-
-    fn get_task_locals() -> Option<TaskLocals> {
-        TASK_LOCALS
-            .try_with(|c| c.get().cloned())
-            .unwrap_or_default()
-    }
 }

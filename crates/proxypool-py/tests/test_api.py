@@ -125,3 +125,22 @@ def test_captcha_markers_are_the_servers_defaults():
     block = re.search(r"DEFAULT_CAPTCHA_MARKERS: \[&str; \d+\] = \[(.*?)\];", config.read_text(), re.S)
     assert block, "the server's DEFAULT_CAPTCHA_MARKERS moved"
     assert tuple(re.findall(r'"([^"]*)"', block.group(1))) == proxypool.CAPTCHA_MARKERS
+
+
+def test_a_cancelled_acquire_leaves_no_lease_behind():
+    pool = proxypool.Pool(A[:1], max_leases_per_address=1)
+
+    async def main():
+        pending = pool.acquire_async()
+        pending.cancel()
+        # The lease the cancelled call got is dropped once its result reaches the loop.
+        for _ in range(1000):
+            try:
+                return await pool.acquire_async()
+            except proxypool.NoAddressAvailable:
+                await asyncio.sleep(0.001)
+        raise AssertionError("the cancelled acquire's lease was never freed")
+
+    lease = asyncio.run(main())
+    assert lease.address == A[0]
+    assert pool.snapshot()["addresses"][0]["totals"]["abandoned"] == 1

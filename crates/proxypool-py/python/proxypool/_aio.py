@@ -1,0 +1,17 @@
+"""One completion bridge per asyncio loop (see the Rust module `aio`)."""
+
+import weakref
+
+from . import _native
+
+_bridges = weakref.WeakKeyDictionary()
+
+
+def bridge(loop):
+    """The loop's bridge, registered as a reader on first use."""
+    b = _bridges.get(loop)
+    if b is None:
+        b = _native.Completions()
+        loop.add_reader(b.fileno(), b.drain)
+        _bridges[loop] = b
+    return b
