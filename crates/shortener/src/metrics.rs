@@ -43,6 +43,9 @@ pub(crate) struct Metrics {
     pub clicks_shipped: Counter,
     pub redis_up: Gauge,
     pub unannounced_changes: Gauge,
+    pub store_up: Gauge,
+    pub click_lag_seconds: Gauge,
+    pub click_stream_lag_seconds: Gauge,
 }
 
 impl Default for Metrics {
@@ -101,6 +104,9 @@ impl Metrics {
             clicks_shipped: Counter::default(),
             redis_up: Gauge::default(),
             unannounced_changes: Gauge::default(),
+            store_up: Gauge::default(),
+            click_lag_seconds: Gauge::default(),
+            click_stream_lag_seconds: Gauge::default(),
             registry,
         };
         metrics.register_rest()
@@ -192,6 +198,21 @@ impl Metrics {
             "click_queue_depth",
             "Click events waiting in the queue",
             self.click_queue_depth.clone(),
+        );
+        r.register(
+            "store_up",
+            "1 while the link store answers a ping (checked at each scrape), 0 while it does not",
+            self.store_up.clone(),
+        );
+        r.register(
+            "click_lag_seconds",
+            "Age of the oldest click this process took that is not yet in the store (or, scale-out, the stream); 0 when none",
+            self.click_lag_seconds.clone(),
+        );
+        r.register(
+            "click_stream_lag_seconds",
+            "Age of the oldest click batch the aggregator read from the stream in its last round; 0 when the stream was empty (scale-out mode)",
+            self.click_stream_lag_seconds.clone(),
         );
         self
     }
