@@ -13,6 +13,7 @@ mod errors;
 mod lease;
 mod pool;
 mod runtime;
+mod tunables;
 
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};

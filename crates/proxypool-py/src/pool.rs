@@ -11,10 +11,11 @@ use pyo3::types::{PyDict, PyString};
 use tokio::sync::OnceCell;
 
 use crate::aio::{self, Finish, finish};
-use crate::config::{self, Recipe};
+use crate::config::Recipe;
 use crate::errors::{self, InvalidConfig, PoolForked};
 use crate::lease::Lease;
 use crate::runtime;
+use crate::tunables;
 
 /// A pool of proxy addresses behind acquire and release.
 #[pyclass(module = "proxypool", subclass)]
@@ -163,11 +164,11 @@ impl Pool {
             }
             None => serde_json::Value::Object(Default::default()),
         };
-        let config = config::pool_config(tunables).map_err(InvalidConfig::new_err)?;
+        let config = tunables::pool_config(tunables).map_err(InvalidConfig::new_err)?;
         let sub_pools = sub_pools
             .unwrap_or_default()
             .into_iter()
-            .map(|(n, s)| Ok((n, config::strategy(&s).map_err(InvalidConfig::new_err)?)))
+            .map(|(n, s)| Ok((n, tunables::strategy(&s).map_err(InvalidConfig::new_err)?)))
             .collect::<PyResult<Vec<_>>>()?;
         let timeout = Duration::try_from_secs_f64(redis_timeout)
             .ok()
