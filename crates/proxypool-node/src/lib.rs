@@ -8,16 +8,15 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-// One reading of tunables for both bindings.
+// One reading of outcomes and of tunables for both bindings.
+#[path = "../../proxypool-py/src/outcome.rs"]
+mod outcome;
 #[path = "../../proxypool-py/src/tunables.rs"]
 mod tunables;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use proxypool::{AcquireError, BuildError, Outcome, PoolError, RedisOptions, Ticket};
-
-/// How long a rate-limiting site asked to wait when the caller does not say (as the JSON API).
-const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(60);
+use proxypool::{AcquireError, BuildError, PoolError, RedisOptions, Ticket};
 
 fn error(code: &str, message: impl std::fmt::Display) -> Error {
     Error::new(Status::GenericFailure, format!("{code}: {message}"))
@@ -237,40 +236,13 @@ impl Lease {
     #[napi]
     pub async fn release(&self, outcome: String, options: Option<ReleaseOptions>) -> Result<()> {
         let options = options.unwrap_or_default();
-        let secs = |v: f64, what: &str| {
-            Duration::try_from_secs_f64(v).map_err(|_| {
-                error(
-                    "InvalidArgument",
-                    format!("{what} is seconds >= 0, not {v}"),
-                )
-            })
-        };
-        let outcome = match outcome.as_str() {
-            "success" => Outcome::Success {
-                latency: match options.latency {
-                    Some(v) => secs(v, "latency")?,
-                    None => self.acquired.elapsed(),
-                },
-            },
-            "connect_error" => Outcome::ConnectError,
-            "timeout" => Outcome::Timeout,
-            "blocked" => Outcome::Blocked,
-            "captcha" => Outcome::Captcha,
-            "rate_limited" => Outcome::RateLimited {
-                retry_after: match options.retry_after {
-                    Some(v) => secs(v, "retryAfter")?,
-                    None => DEFAULT_RETRY_AFTER,
-                },
-            },
-            other => {
-                return Err(error(
-                    "InvalidArgument",
-                    format!(
-                        "unknown outcome {other:?}: expected success, connect_error, timeout, blocked, captcha or rate_limited"
-                    ),
-                ));
-            }
-        };
+        let outcome = outcome::parse(
+            &outcome,
+            options.latency,
+            options.retry_after,
+            self.acquired,
+        )
+        .map_err(|e| error("InvalidArgument", e))?;
         let lease = self
             .inner
             .lock()

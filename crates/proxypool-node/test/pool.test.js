@@ -109,3 +109,10 @@ test('worker threads share one pool through Redis and never exceed the cap', asy
   assert.equal(snapshot.addresses.reduce((n, a) => n + a.totals.successes, 0), 90)
   assert.ok(snapshot.addresses.every((a) => a.active_leases === 0))
 })
+
+test('captcha markers are the server defaults', () => {
+  const config = require('node:fs').readFileSync(path.join(__dirname, '../../proxypool-server/src/config.rs'), 'utf8')
+  const block = /DEFAULT_CAPTCHA_MARKERS: \[&str; \d+\] = \[([\s\S]*?)\];/.exec(config)
+  assert.ok(block, "the server's DEFAULT_CAPTCHA_MARKERS moved")
+  assert.deepEqual([...block[1].matchAll(/"([^"]*)"/g)].map((m) => m[1]), proxypool.CAPTCHA_MARKERS)
+})

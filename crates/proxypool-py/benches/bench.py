@@ -13,6 +13,7 @@ unoptimised code). The machine is shared: compare within a run, never across run
 import asyncio
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -94,6 +95,8 @@ def main():
     print(f"memory: acquire+release pair from one sync thread: {memory_pair_us():.2f} us (bar 2)")
     workdir = tempfile.mkdtemp()
     port, server = start_redis(workdir)
+    # Stopped with the bench: a SIGTERM runs the `finally` below as an interrupt would.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     url, name = f"redis://127.0.0.1:{port}", "bench"
     try:
         pool = proxypool.Pool(ADDRESSES, redis=url, name=name, max_leases_per_address=1000,

@@ -15,6 +15,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::IntoPyObjectExt;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
@@ -105,12 +106,12 @@ impl Completions {
             let Some(future) = future else { continue };
             let future = future.bind(py);
             // A cancelled future takes no result (a lease in it is dropped: abandoned).
-            if future.call_method0("cancelled")?.is_truthy()? {
+            if future.call_method0(intern!(py, "cancelled"))?.is_truthy()? {
                 continue;
             }
             match finish(py) {
-                Ok(value) => future.call_method1("set_result", (value,))?,
-                Err(e) => future.call_method1("set_exception", (e.into_value(py),))?,
+                Ok(value) => future.call_method1(intern!(py, "set_result"), (value,))?,
+                Err(e) => future.call_method1(intern!(py, "set_exception"), (e.into_value(py),))?,
             };
         }
         Ok(())
@@ -127,11 +128,15 @@ where
     let event_loop = GET_LOOP
         .import(py, "asyncio", "get_running_loop")?
         .call0()?;
-    let bridge = BRIDGE
-        .import(py, "proxypool._aio", "bridge")?
-        .call1((&event_loop,))?;
+    // The loop keeps its bridge as an attribute where it can (asyncio's loops): one lookup.
+    let bridge = match event_loop.getattr(intern!(py, "_proxypool_bridge")) {
+        Ok(bridge) => bridge,
+        Err(_) => BRIDGE
+            .import(py, "proxypool._aio", "bridge")?
+            .call1((&event_loop,))?,
+    };
     let bridge = bridge.cast_into::<Completions>()?;
-    let future = event_loop.call_method0("create_future")?;
+    let future = event_loop.call_method0(intern!(py, "create_future"))?;
     let id = {
         let mut pending = bridge
             .get()

@@ -1,6 +1,6 @@
 //! `Lease`: one address handed out, released with an outcome named as in the JSON API.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use proxypool::Outcome;
 use pyo3::exceptions::PyValueError;
@@ -9,9 +9,6 @@ use pyo3::prelude::*;
 use crate::aio::{self, finish};
 use crate::errors::{self, LeaseReleased, PoolForked};
 use crate::runtime;
-
-/// How long a rate-limiting site asked to wait when the caller does not say (as the JSON API).
-const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// An address leased from the pool. Release it with the outcome of the work done through it;
 /// one dropped unreleased frees its slot and counts as abandoned.
@@ -53,7 +50,8 @@ impl Lease {
                 "this lease was taken before a fork: only the process that took it releases it",
             ));
         }
-        let outcome = parse_outcome(outcome, latency, retry_after, self.acquired)?;
+        let outcome = crate::outcome::parse(outcome, latency, retry_after, self.acquired)
+            .map_err(PyValueError::new_err)?;
         let lease = self.inner.take().ok_or_else(|| {
             LeaseReleased::new_err(format!("lease {} was released already", self.id))
         })?;
@@ -158,47 +156,4 @@ fn choice_name(choice: proxypool::Choice) -> &'static str {
         proxypool::Choice::LeastConnections => "least_connections",
         _ => "other",
     }
-}
-
-/// An outcome by its JSON API name. A success's latency defaults to the time since the
-/// acquire, a rate limit's wait to 60 s (both as the JSON API).
-fn parse_outcome(
-    name: &str,
-    latency: Option<f64>,
-    retry_after: Option<f64>,
-    acquired: Instant,
-) -> PyResult<Outcome> {
-    let secs = |v: f64, what: &str| {
-        Duration::try_from_secs_f64(v)
-            .map_err(|_| PyValueError::new_err(format!("{what} is seconds >= 0, not {v}")))
-    };
-    if retry_after.is_some() && name != "rate_limited" {
-        return Err(PyValueError::new_err(
-            "retry_after goes with the outcome \"rate_limited\" only",
-        ));
-    }
-    Ok(match name {
-        "success" => Outcome::Success {
-            latency: match latency {
-                Some(v) => secs(v, "latency")?,
-                None => acquired.elapsed(),
-            },
-        },
-        "connect_error" => Outcome::ConnectError,
-        "timeout" => Outcome::Timeout,
-        "blocked" => Outcome::Blocked,
-        "captcha" => Outcome::Captcha,
-        "rate_limited" => Outcome::RateLimited {
-            retry_after: match retry_after {
-                Some(v) => secs(v, "retry_after")?,
-                None => DEFAULT_RETRY_AFTER,
-            },
-        },
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "unknown outcome {other:?}: expected success, connect_error, timeout, blocked, \
-                 captcha or rate_limited"
-            )));
-        }
-    })
 }

@@ -11,6 +11,7 @@ mod aio;
 mod config;
 mod errors;
 mod lease;
+mod outcome;
 mod pool;
 mod runtime;
 mod tunables;
