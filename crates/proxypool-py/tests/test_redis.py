@@ -10,9 +10,10 @@ import redis as redis_client
 
 import proxypool
 
-ADDRESSES = [f"http://10.0.2.{i}:3128" for i in range(1, 4)]
+# More workers than slots (2 addresses x 2 leases): the cap is what holds them back.
+ADDRESSES = [f"http://10.0.2.{i}:3128" for i in range(1, 3)]
 CAP = 2
-WORKERS = 3
+WORKERS = 6
 LEASES_PER_WORKER = 40
 HANG = 60  # seconds: a child that hangs fails the test instead of blocking the suite
 
@@ -36,6 +37,10 @@ def work(pool, url, name):
     """Leases in a loop; while holding one, counts it in Redis beside the pool: a count above
     the cap means the pool handed out more leases than it may."""
     counter = redis_client.Redis.from_url(url)
+    # Start together (spawned workers take a while to import): a barrier in Redis.
+    counter.incr(f"{name}:ready")
+    while int(counter.get(f"{name}:ready")) < WORKERS:
+        time.sleep(0.001)
     highest = 0
     for _ in range(LEASES_PER_WORKER):
         lease = acquire_retrying(pool)
@@ -161,3 +166,41 @@ def test_sticky_sessions_are_shared_between_pools_on_one_redis(redis_url, pool_n
     again.release()
     assert b.end_session("account-1")
     assert a.acquire(key="account-1").choice == "hashed"
+
+
+def test_a_blocking_call_releases_the_gil_while_redis_does_not_answer(workdir, pool_name):
+    from conftest import _start, _stop
+    import os
+    import signal
+    import threading
+
+    port, server = _start(
+        lambda p: ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "",
+                   "--appendonly", "no"],
+        "redis-server",
+        workdir,
+    )
+    try:
+        pool = proxypool.Pool(ADDRESSES, redis=f"redis://127.0.0.1:{port}", name=pool_name,
+                              redis_timeout=0.5)
+        # A server that accepts and never answers: the call waits its whole timeout.
+        os.kill(server.pid, signal.SIGSTOP)
+        done = threading.Event()
+        errors = []
+
+        def blocked():
+            try:
+                pool.acquire()
+            except proxypool.StoreUnavailable as e:
+                errors.append(e)
+            done.set()
+
+        threading.Thread(target=blocked).start()
+        spins = 0
+        while not done.is_set():
+            spins += 1
+        # The main thread ran Python all along: the waiting call did not hold the GIL.
+        assert errors and spins > 500_000
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        _stop(server)
