@@ -78,6 +78,11 @@ pub enum BuildError {
     /// A configuration value out of its range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// The shared store refused this process's configuration: the pool's function library
+    /// reads another encoding, or the pool's first process configured it otherwise (every
+    /// process of a shared pool judges by one configuration).
+    #[error("the shared store refused the configuration: {0}")]
+    StoreMismatch(String),
     /// An initial address was rejected.
     #[error(transparent)]
     Pool(#[from] PoolError),

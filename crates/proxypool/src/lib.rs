@@ -68,12 +68,13 @@
 //! process using the same pool name (P15): each operation is one Lua script (one round trip per
 //! acquire and per release); if Redis does not answer within [`RedisOptions::timeout`],
 //! acquire fails at once with [`AcquireError::StoreUnavailable`]. The Redis store selects
-//! (every strategy, sub-pools) and judges addresses and sites as the in-memory engine does;
-//! latency is judged by each process from the successes it releases: see ARCHITECTURE.md.
+//! (every strategy, sub-pools) and judges addresses and sites much as the in-memory engine
+//! does (one behaviour suite runs against both; where they still differ, and why, is in
+//! ARCHITECTURE.md); latency is judged by each process from the successes it releases.
 //!
-//! Active probes (P12) are in [`probe`] (feature `probe`, on by default): the only module that
-//! opens sockets and speaks HTTP; it reports through [`Pool::report_probe`]'s hook like any
-//! caller could.
+//! Active probes (P12) are in [`probe`] (feature `probe`, on by default): with [`dial`] (how an
+//! upstream proxy is reached, shared with the gateway), the only modules that open sockets and
+//! speak HTTP; it reports through [`Pool::report_probe`]'s hook like any caller could.
 
 // Tests may unwrap: a panic is the failure report there.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -82,8 +83,11 @@ mod address;
 mod clock;
 mod config;
 mod decision;
+#[cfg(feature = "probe")]
+pub mod dial;
 mod error;
 mod health;
+mod judge;
 mod lease;
 mod pool;
 #[cfg(feature = "probe")]

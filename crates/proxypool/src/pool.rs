@@ -206,8 +206,10 @@ impl PoolBuilder {
 
     /// Keeps the pool's state in Redis, shared by every process that uses the same server
     /// and pool name (P15). Build it with [`PoolBuilder::connect`]; every process of a pool
-    /// must declare the same sub-pools and strategies. Each process judges latency from the
-    /// successes it releases: see the crate's ARCHITECTURE notes.
+    /// must declare the same sub-pools and strategies, and run the same configuration (a
+    /// process configured otherwise is refused with [`BuildError::StoreMismatch`]). Each
+    /// process judges latency from the successes it releases: see the crate's ARCHITECTURE
+    /// notes.
     #[cfg(feature = "redis")]
     pub fn redis(mut self, options: crate::store::redis::RedisOptions) -> Self {
         self.redis = Some(options);
@@ -216,7 +218,9 @@ impl PoolBuilder {
 
     /// Builds the pool on the store the configuration names: in memory (same as
     /// [`PoolBuilder::build`]) or in Redis, where the start addresses are added unless another
-    /// process added them already. Needs a tokio runtime for Redis.
+    /// process added them already. Needs a tokio runtime for Redis. Fails with
+    /// [`BuildError::StoreMismatch`] when the pool's configuration (recorded by its first
+    /// process) differs from this one's, naming the field.
     pub async fn connect(self) -> Result<Pool, BuildError> {
         #[cfg(feature = "redis")]
         if let Some(options) = &self.redis {
@@ -238,6 +242,7 @@ impl PoolBuilder {
             )
             .await
             .map_err(|e| BuildError::Pool(PoolError::StoreUnavailable(e)))?;
+            store.check_config(clock.now()).await?;
             for (address, pools) in start {
                 store.add_idempotent(&address, pools, clock.now()).await?;
             }

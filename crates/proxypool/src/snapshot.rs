@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::decision::Decision;
-use crate::health::HealthState;
+use crate::health::{HealthState, quarantine};
 
 /// Everything the pool knows at one instant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -171,6 +171,82 @@ pub struct PoolSnapshot {
     pub unavailable: u64,
     /// Sessions reported broken.
     pub sessions_broken: u64,
+}
+
+/// The pool-wide counts a store keeps; the rest of [`PoolSnapshot`] follows from the rows.
+#[derive(Debug, Default)]
+pub(crate) struct PoolCounts {
+    pub(crate) quarantine_entries: u64,
+    pub(crate) frozen: bool,
+    pub(crate) active_leases: u64,
+    pub(crate) bindings: usize,
+    pub(crate) acquired: u64,
+    pub(crate) released: u64,
+    pub(crate) abandoned: u64,
+    pub(crate) expired: u64,
+    pub(crate) unavailable: u64,
+    pub(crate) sessions_broken: u64,
+}
+
+/// What a store gathers for a snapshot; [`SnapshotParts::build`] is the one place both stores'
+/// snapshots are made, so the pool's derived figures (states, offered, the cap) and the
+/// matrix's order are computed alike.
+#[derive(Debug)]
+pub(crate) struct SnapshotParts {
+    pub(crate) at_ms: u64,
+    pub(crate) addresses: Vec<AddressSnapshot>,
+    pub(crate) matrix: Vec<CellSnapshot>,
+    pub(crate) sites: Vec<SiteSnapshot>,
+    pub(crate) counts: PoolCounts,
+    pub(crate) decisions: Vec<Decision>,
+}
+
+impl SnapshotParts {
+    /// The snapshot, with the quarantine cap at `cap_fraction` of the pool.
+    pub(crate) fn build(mut self, cap_fraction: f64) -> Snapshot {
+        let mut by_state = [0usize; HealthState::ALL.len()];
+        for a in &self.addresses {
+            by_state[a.state as usize] += 1;
+        }
+        let count = |pred: fn(HealthState) -> bool| -> usize {
+            HealthState::ALL
+                .iter()
+                .filter(|s| pred(**s))
+                .map(|s| by_state[*s as usize])
+                .sum()
+        };
+        let c = self.counts;
+        let total = self.addresses.len();
+        self.matrix
+            .sort_by(|a, b| (&a.address, &a.site).cmp(&(&b.address, &b.site)));
+        Snapshot {
+            at_ms: self.at_ms,
+            addresses: self.addresses,
+            matrix: self.matrix,
+            sites: self.sites,
+            pool: PoolSnapshot {
+                addresses: total,
+                by_state: HealthState::ALL
+                    .iter()
+                    .map(|s| (*s, by_state[*s as usize]))
+                    .collect(),
+                offered: count(HealthState::is_offered),
+                quarantined: count(HealthState::counts_against_cap),
+                quarantine_cap: quarantine::cap(total, cap_fraction),
+                quarantine_entries: c.quarantine_entries,
+                frozen: c.frozen,
+                active_leases: c.active_leases,
+                bindings: c.bindings,
+                acquired: c.acquired,
+                released: c.released,
+                abandoned: c.abandoned,
+                expired: c.expired,
+                unavailable: c.unavailable,
+                sessions_broken: c.sessions_broken,
+            },
+            decisions: self.decisions,
+        }
+    }
 }
 
 impl PoolSnapshot {

@@ -4,6 +4,9 @@
 
 mod common;
 
+/// Where `common` builds this crate's pools.
+const STORE: common::Store = common::Store::Memory;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -178,7 +181,7 @@ fn run(ops: Vec<Op>) {
         let clock = ManualClock::new();
         let mut cfg = PoolConfig::default();
         cfg.max_leases_per_address = 3;
-        let pool = common::pool_with(8, &clock, cfg);
+        let pool = common::pool_with(8, &clock, cfg).await;
         let mut present = vec![false; 10];
         present[..8].iter_mut().for_each(|p| *p = true);
         let mut m = Model {

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use proxypool::{
-    AcquireError, Choice, Clock, HealthState, ManualClock, Outcome, Pool, PoolBuilder, PoolConfig,
-    RedisOptions, Strategy, Ticket,
+    AcquireError, BuildError, Choice, Clock, HealthState, ManualClock, Outcome, Pool, PoolBuilder,
+    PoolConfig, RedisOptions, Strategy, Ticket,
 };
 use rand::{Rng, SeedableRng};
 use testkit::{Process, RedisServer};
@@ -1186,6 +1186,83 @@ async fn a_pool_of_another_layout_is_refused() {
     );
 }
 
+/// Every process of a pool judges by one configuration: a process configured otherwise is
+/// refused at connect, naming the field; the library reads only its own encoding version,
+/// with every field named and typed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_configured_otherwise_or_encoded_otherwise_is_refused() {
+    let (redis, clock, _pool) = lab("config").await;
+    let mut cfg = PoolConfig::default();
+    cfg.health.min_success_rate = 0.5;
+    let refused = Pool::builder()
+        .config(cfg)
+        .clock(clock.clone())
+        .redis(RedisOptions::new(redis.url(), "config"))
+        .connect()
+        .await
+        .unwrap_err();
+    match &refused {
+        BuildError::StoreMismatch(why) => {
+            assert!(
+                why.contains("min_success=f0.7") && why.contains("min_success=f0.5"),
+                "{why}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same configuration under another name is another pool.
+    shared_pool(&redis, "config-2", &clock, PoolConfig::default()).await;
+
+    let library = cli(&redis, &["FUNCTION", "LIST"])
+        .into_iter()
+        .find(|l| l.starts_with("proxypool_"))
+        .unwrap();
+    let check = format!("{library}_config");
+    let fcall = |config: &str| {
+        cli(
+            &redis,
+            &[
+                "FCALL",
+                &check,
+                "1",
+                "proxypool:{config}:meta",
+                "0",
+                "0",
+                "1",
+                config,
+            ],
+        )
+        .join(" ")
+    };
+    let recorded = cli(&redis, &["HGET", "proxypool:{config}:meta", "config"]).join(" ");
+    assert_eq!(fcall(&recorded), "1");
+    for (tampered, why) in [
+        (
+            recorded.replacen("config=1", "config=2", 1),
+            "encoding config=2",
+        ),
+        (
+            recorded.replacen(" recent=i5", "", 1),
+            "missing field recent",
+        ),
+        (
+            recorded.replacen("recent=i5", "recent=f5", 1),
+            "unknown field or type recent=f5",
+        ),
+        (
+            recorded.replacen("recent=i5", "recent=i2.5", 1),
+            "recent = 2.5 is not a whole number",
+        ),
+        (
+            format!("{recorded} extra=i1"),
+            "unknown field or type extra=i1",
+        ),
+    ] {
+        let answer = fcall(&tampered);
+        assert!(answer.contains(why), "{tampered}: {answer}");
+    }
+}
+
 /// A memory pool and a Redis pool named `name` with sub-pools: `shop` (weighted) holds
 /// addresses 1–2, `rr` (round-robin) and `lc` (least connections) hold 3–5; 6 is in the
 /// whole pool only (no backoff jitter).
@@ -1560,7 +1637,8 @@ async fn latency_weighs_and_a_jump_degrades_like_in_memory() {
 
 /// A rate limit released in the same call as acquires for that site holds for them: the call
 /// is made by hand (the store's own batching decides what shares a call), with the function
-/// name and common arguments the store used, as the server's slow log shows them.
+/// name and common arguments the store used, as the server's slow log shows them (and the
+/// configuration the pool recorded).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_holds_for_acquires_in_its_own_call() {
     let (redis, clock, pool) = lab("cool-call").await;
@@ -1570,7 +1648,9 @@ async fn a_rate_limit_holds_for_acquires_in_its_own_call() {
     let at = (0..log.len() - 1)
         .find(|&i| log[i] == "FCALL" && log[i + 1].ends_with("_ops"))
         .unwrap_or_else(|| panic!("{log:?}"));
-    let (function, meta, health) = (&log[at + 1], &log[at + 3], &log[at + 7]);
+    let (function, meta) = (&log[at + 1], &log[at + 3]);
+    // The slow log cuts long arguments: the configuration as the pool recorded it.
+    let health = &cli(&redis, &["HGET", meta, "config"])[0];
     let url = lease.address().as_str().to_owned();
     let id = cli(&redis, &["HGET", "proxypool:{cool-call}:byurl", &url])[0].clone();
     let now = clock.now().as_millis();

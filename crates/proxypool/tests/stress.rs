@@ -4,6 +4,9 @@
 
 mod common;
 
+/// Where `common` builds this crate's pools.
+const STORE: common::Store = common::Store::Memory;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -21,7 +24,7 @@ async fn stress_many_tasks_random_outcomes_and_drops() {
     let clock = ManualClock::new();
     let mut cfg = PoolConfig::default();
     cfg.max_leases_per_address = CAP;
-    let pool = common::pool_with(20, &clock, cfg);
+    let pool = common::pool_with(20, &clock, cfg).await;
     let done = Arc::new(AtomicBool::new(false));
 
     let checker = {

@@ -115,6 +115,20 @@ pub fn rfc3339(secs: UnixSeconds) -> String {
     }
 }
 
+/// Parses an RFC 3339 instant (any offset) into Unix seconds, dropping fractions.
+///
+/// ```
+/// use shortener_core::day::parse_rfc3339;
+/// assert_eq!(parse_rfc3339("1970-01-01T00:01:00Z"), Some(60));
+/// assert_eq!(parse_rfc3339("1970-01-01T01:00:00+01:00"), Some(0));
+/// assert_eq!(parse_rfc3339("yesterday"), None);
+/// ```
+pub fn parse_rfc3339(text: &str) -> Option<UnixSeconds> {
+    OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .ok()
+        .map(OffsetDateTime::unix_timestamp)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

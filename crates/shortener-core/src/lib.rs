@@ -14,9 +14,13 @@
 //! ```
 
 pub mod alias;
+pub mod altcha;
+pub mod audit;
 pub mod code;
 pub mod day;
 pub mod link;
 pub mod long_url;
+pub mod report;
 pub mod store;
+pub mod threat;
 pub mod token;

@@ -1,4 +1,4 @@
-//! Rules for destination URLs, and the domain blocklist they are checked against.
+//! Rules for destination URLs, and sets of domains (threat feeds, trusted domains).
 
 use std::collections::HashSet;
 use url::{Host, Url};
@@ -27,12 +27,9 @@ pub enum UrlError {
     /// Points back at this service: it would redirect in a loop.
     #[error("long_url points at this service itself")]
     OwnHost,
-    /// The host is on the blocklist.
-    #[error("the domain {0} is blocked")]
-    Blocked(String),
 }
 
-/// A set of blocked domains; blocking a domain blocks its subdomains too.
+/// A set of domains; a domain covers its subdomains too.
 ///
 /// ```
 /// use shortener_core::long_url::Blocklist;
@@ -60,6 +57,13 @@ impl Blocklist {
             })
             .collect();
         Self { domains }
+    }
+
+    /// A set of domains already in their ASCII form.
+    pub fn from_domains(domains: impl IntoIterator<Item = String>) -> Self {
+        Self {
+            domains: domains.into_iter().collect(),
+        }
     }
 
     /// Number of domains on the list.
@@ -96,8 +100,6 @@ impl Blocklist {
 pub struct UrlPolicy {
     /// Hosts of this service (lowercase, ASCII); links to them would loop.
     pub own_hosts: Vec<String>,
-    /// Domains nobody may link to.
-    pub blocklist: Blocklist,
 }
 
 /// Validates a destination and returns its normalised form (lowercase scheme and host,
@@ -132,9 +134,6 @@ pub fn validate_long_url(input: &str, policy: &UrlPolicy) -> Result<String, UrlE
     if policy.own_hosts.iter().any(|own| own == &host) {
         return Err(UrlError::OwnHost);
     }
-    if policy.blocklist.blocks(&host) {
-        return Err(UrlError::Blocked(host));
-    }
     let normalised = String::from(url);
     if normalised.len() > MAX_URL_LEN {
         return Err(UrlError::TooLong);
@@ -165,7 +164,6 @@ mod tests {
     fn policy() -> UrlPolicy {
         UrlPolicy {
             own_hosts: vec!["127.0.0.1".into(), "sho.rt".into()],
-            blocklist: Blocklist::parse("evil.example\n"),
         }
     }
 
@@ -219,10 +217,11 @@ mod tests {
             validate_long_url("http://SHO.RT./x", &p),
             Err(UrlError::OwnHost)
         );
-        assert_eq!(
-            validate_long_url("https://a.evil.example/", &p),
-            Err(UrlError::Blocked("a.evil.example".into()))
-        );
+    }
+
+    #[test]
+    fn idn_domains_match_punycode_hosts() {
+        assert!(Blocklist::parse("bücher.example # idn\n").blocks("www.xn--bcher-kva.example"));
     }
 
     #[test]
@@ -236,17 +235,5 @@ mod tests {
         // Spaces become %20 on normalisation, tripling their length.
         let grows = format!("{base}a{}b", " ".repeat(1000));
         assert_eq!(validate_long_url(&grows, &p), Err(UrlError::TooLong));
-    }
-
-    #[test]
-    fn idn_blocklist_entries_match_punycode_hosts() {
-        let p = UrlPolicy {
-            blocklist: Blocklist::parse("bücher.example # idn\n"),
-            ..Default::default()
-        };
-        assert!(matches!(
-            validate_long_url("https://www.bücher.example/", &p),
-            Err(UrlError::Blocked(_))
-        ));
     }
 }

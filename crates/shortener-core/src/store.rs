@@ -1,7 +1,9 @@
 //! What every store of links (embedded, PostgreSQL) and every sink of clicks implements.
 
+use crate::audit::{AuditQuery, AuditRow, Origin};
 use crate::day::{Day, UnixSeconds};
-use crate::link::Link;
+use crate::link::{Link, LinkChange, Refusal};
+use crate::report::{AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, ResolveOutcome};
 use crate::token::{Principal, TokenHash};
 use async_trait::async_trait;
 use std::ops::Range;
@@ -30,6 +32,35 @@ pub enum InsertOutcome {
     Inserted,
     /// A link with this code already exists; nothing was written.
     CodeTaken,
+}
+
+/// What [`LinkStore::change_link`] did.
+// A short-lived return value: boxing the links would cost more than the size difference.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeOutcome {
+    /// Written, with its audit row and change note, in one transaction.
+    Changed {
+        /// The link before.
+        before: Link,
+        /// The link as now stored (version one higher).
+        after: Link,
+    },
+    /// The change would change nothing; nothing was written.
+    Unchanged(Link),
+    /// Refused by the rule ([`Link::apply`]); nothing was written.
+    Refused(Refusal),
+}
+
+/// One entry of the store's change sequence: `code` reached `version`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeNote {
+    /// Position in the sequence; consecutive, in commit order.
+    pub seq: u64,
+    /// The link.
+    pub code: String,
+    /// Its version after the change.
+    pub version: u64,
 }
 
 /// A new API token, as stored.
@@ -87,24 +118,85 @@ pub trait LinkStore: Send + Sync + 'static {
 
     /// Returns the key of the code permutation, storing `candidate` first if there is none.
     /// Every caller gets the same key, whoever came first.
-    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError>;
+    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError> {
+        self.secret("code_key", candidate.to_vec())
+            .await?
+            .try_into()
+            .map_err(|_| StoreError::Backend("the stored code key is not 16 bytes".into()))
+    }
 
-    /// Stores `link` unless its code exists (put-if-absent, never read-then-write).
-    async fn insert_link(&self, link: &Link) -> Result<InsertOutcome, StoreError>;
+    /// The secret stored under `name`, storing `candidate` first if there is none (the
+    /// code key, the CAPTCHA key). Every caller, in any process, gets the same bytes.
+    async fn secret(&self, name: &'static str, candidate: Vec<u8>) -> Result<Vec<u8>, StoreError>;
+
+    /// Stores `link` unless its code exists (put-if-absent, never read-then-write), with its
+    /// `created` audit row in the same transaction.
+    async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError>;
 
     /// The link with this code, whatever its status.
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError>;
 
-    /// Marks a link disabled at `at`; returns whether the link exists. Disabling twice keeps
-    /// the first instant.
-    async fn disable_link(&self, code: &str, at: UnixSeconds) -> Result<bool, StoreError>;
+    /// Applies `change` by `origin` at `now` under the one rule ([`Link::apply`]) in one
+    /// transaction that also appends its audit row and its note to the change sequence.
+    async fn change_link(
+        &self,
+        code: &str,
+        change: &LinkChange,
+        origin: &Origin,
+        now: UnixSeconds,
+    ) -> Result<ChangeOutcome, StoreError>;
+
+    /// The last position of the change sequence (0 when nothing ever changed).
+    async fn last_change(&self) -> Result<u64, StoreError>;
+
+    /// Up to `limit` notes after position `seq`, in order.
+    async fn changes_after(&self, seq: u64, limit: usize) -> Result<Vec<ChangeNote>, StoreError>;
+
+    /// Forgets change notes written before `at`; returns how many went.
+    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError>;
+
+    /// Up to `limit` (code, destination) pairs of links neither disabled nor deleted, with
+    /// codes after `after`, in code order (a sweep's batches).
+    async fn live_destinations_after(
+        &self,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError>;
+
+    /// One page of the audit trail.
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError>;
+
+    /// Deletes up to `batch` audit rows older than `at` (retention, the only deletion of
+    /// audit rows); returns how many went.
+    async fn prune_audit_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError>;
 
     /// Daily counts of one code from `since` on, in any order; days with no clicks may be
     /// missing.
     async fn daily_clicks(&self, code: &str, since: Day) -> Result<Vec<DailyCount>, StoreError>;
 
-    /// Stores a new token.
-    async fn insert_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
+    /// Files a report on an existing link with its audit row and, when `auto` is set and
+    /// [`AutoDisable::disables`] says so, disables the link as `auto-reports` (audit row,
+    /// change note), all in one transaction. Reports made before the link's last enable do
+    /// not count.
+    async fn insert_report(
+        &self,
+        report: &NewReport,
+        origin: &Origin,
+        auto: Option<AutoDisable>,
+    ) -> Result<ReportOutcome, StoreError>;
+
+    /// One page of the report queue.
+    async fn reports(&self, query: &ReportQuery) -> Result<Vec<Report>, StoreError>;
+
+    /// Resolves an open report.
+    async fn resolve_report(
+        &self,
+        id: i64,
+        resolution: &crate::report::Resolution,
+    ) -> Result<ResolveOutcome, StoreError>;
+
+    /// Stores a new token, with its audit row in the same transaction.
+    async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError>;
 
     /// Who owns the token with this hash, if anyone.
     async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError>;

@@ -2,6 +2,7 @@
 //! permutation, skipping any that a custom alias already holds.
 
 use crate::store::Store;
+use shortener_core::audit::Origin;
 use shortener_core::code::{CodePermutation, ID_SPACE, encode_id};
 use shortener_core::link::Link;
 use shortener_core::store::{InsertOutcome, StoreError};
@@ -49,13 +50,14 @@ impl CodeAllocator {
     pub(crate) async fn insert_generated(
         &self,
         mut link: Link,
+        origin: &Origin,
         on_skip: impl Fn(),
     ) -> Result<Link, StoreError> {
         loop {
             let id = self.next_id().await?;
             link.code =
                 encode_id(self.permutation.permute(id)).ok_or(StoreError::IdSpaceExhausted)?;
-            match self.store.insert_link(&link).await? {
+            match self.store.insert_link(&link, origin).await? {
                 InsertOutcome::Inserted => return Ok(link),
                 InsertOutcome::CodeTaken => on_skip(),
             }

@@ -7,14 +7,16 @@
 //! its TTL, nor its link's expiry.
 //!
 //! Concurrent misses on one code share one store read (a placeholder that later readers
-//! wait on). Every write to a code (create, delete) bumps a generation counter of the
+//! wait on). Every write to a code (create, disable, enable, delete) bumps a generation counter of the
 //! code's shard before invalidating its entry; an entry remembers the generation it was read
 //! under and is ignored once that moved on. So a read that raced a write — started before
 //! the write, finished after the invalidation — can never pin a stale entry, negative or not.
+//! Entries also carry the link's version: news of a change (another instance's
+//! announcement, the store's change sequence) drops an entry only if it is older.
 
 use crate::metrics::Metrics;
 use crate::scaleout::invalidation::Invalidations;
-use crate::scaleout::l2::{self, L2};
+use crate::scaleout::l2::{self, Gone, L2};
 use crate::store::Store;
 use axum::http::HeaderValue;
 use quick_cache::Weighter;
@@ -43,7 +45,9 @@ pub(crate) struct CachedLink {
     pub(crate) code: Arc<str>,
     pub(crate) location: Option<HeaderValue>,
     pub(crate) expires_at: UnixSeconds,
-    pub(crate) disabled: bool,
+    /// Set: answers 410.
+    pub(crate) gone: Option<Gone>,
+    pub(crate) version: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -70,8 +74,8 @@ impl CacheSettings {
         let Some(link) = link else {
             return negative;
         };
-        if link.disabled {
-            // Disabling is final; the entry can live its full TTL.
+        if link.gone.is_some() {
+            // Every change is announced or polled, so the entry can live its full TTL.
             return now.saturating_add(seconds(self.ttl));
         }
         if link.expires_at <= now {
@@ -128,11 +132,13 @@ fn to_cached(entry: l2::Entry, code: Arc<str>) -> Option<CachedLink> {
         l2::Entry::Link {
             long_url,
             expires_at,
-            disabled,
+            gone,
+            version,
         } => Some(CachedLink {
             location: HeaderValue::from_str(&long_url).ok(),
             expires_at,
-            disabled,
+            gone,
+            version,
             code,
         }),
     }
@@ -263,13 +269,44 @@ impl LinkCache {
         }
     }
 
-    /// Called before a write that changes an existing link (a delete): in the scale-out
-    /// mode its L2 entry goes first, so a crash before [`Self::written`] cannot leave the
-    /// old state there for the L2 TTL.
-    pub(crate) async fn before_write(&self, code: &str) {
-        if let Some(shared) = &self.shared {
-            shared.invalidations.before_write(code).await;
+    /// Whether this instance holds `version` of `code` or a later one.
+    fn knows(&self, code: &str, version: u64) -> bool {
+        self.slots
+            .peek(code)
+            .and_then(|slot| slot.link)
+            .is_some_and(|link| link.version >= version)
+    }
+
+    /// Another instance announced that `code` reached `version`: forgets it here unless
+    /// this instance already holds that version or a later one.
+    pub(crate) fn invalidate_below(&self, code: &str, version: u64) {
+        if !self.knows(code, version) {
+            self.invalidate(code);
         }
+    }
+
+    /// The store's change sequence says `code` reached `version`, possibly written by a
+    /// process that told nobody (the CLI, an instance without Redis, one that died before
+    /// announcing): forgets it here and, in the scale-out mode, puts the stored state into
+    /// L2 (the fill never replaces a later version).
+    pub(crate) async fn changed_elsewhere(
+        &self,
+        code: &str,
+        version: u64,
+    ) -> Result<(), StoreError> {
+        if self.knows(code, version) {
+            return Ok(());
+        }
+        self.invalidate(code);
+        if let Some(shared) = &self.shared {
+            let entry = l2::Entry::of(self.store.get_link(code).await?.as_ref());
+            if let Err(e) = shared.l2.fill(code, &entry, crate::now()).await {
+                tracing::debug!(code, error = %e, "cannot fill L2 with a polled change");
+            }
+            // A lookup meanwhile may have cached L2's older state.
+            self.invalidate(code);
+        }
+        Ok(())
     }
 
     /// Forgets `code` in this instance.
@@ -308,7 +345,8 @@ mod tests {
             code: Arc::from("abcdefg"),
             location: Some(HeaderValue::from_static("https://example.com/")),
             expires_at,
-            disabled,
+            gone: disabled.then_some(Gone::Disabled),
+            version: 1,
         }
     }
 

@@ -16,7 +16,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the HTTP API and the redirects.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply clicks from the Redis click stream to the store, without serving (scale-out).
     Aggregate(AggregateArgs),
     /// Create or update the store's schema (PostgreSQL; the embedded store does it on open).
@@ -24,6 +24,67 @@ pub enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Disable or enable a link, as an admin (actor `cli` in the audit trail). Serving
+    /// processes on the same store notice within about a second.
+    #[command(subcommand)]
+    Link(LinkCommand),
+    /// Read the audit trail, newest first.
+    Audit(AuditArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LinkCommand {
+    /// Disable a link: it answers 410 until enabled.
+    Disable(LinkDisableArgs),
+    /// Enable a disabled link again.
+    Enable(LinkArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct LinkArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The short code or alias.
+    pub code: String,
+}
+
+#[derive(Debug, Args)]
+pub struct LinkDisableArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The short code or alias.
+    pub code: String,
+    /// Why (1 to 500 characters); kept with the link and in the audit trail.
+    #[arg(long)]
+    pub reason: String,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Only this link.
+    #[arg(long, value_name = "CODE")]
+    pub code: Option<String>,
+    /// Only this actor (a user, `anonymous`, `cli`, `auto-reports`, `threat-feed`).
+    #[arg(long, value_name = "NAME")]
+    pub actor: Option<String>,
+    /// Only this action (created, edited, disabled, enabled, deleted, reported,
+    /// token_issued, token_revoked).
+    #[arg(long, value_name = "ACTION")]
+    pub action: Option<String>,
+    /// From this instant on (RFC 3339, e.g. 2026-12-01T00:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Before this instant (RFC 3339).
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Most rows printed [default: 100].
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub limit: usize,
+    /// One JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -77,9 +138,25 @@ pub struct ServeArgs {
     /// Links a user may create per hour [default: 1000].
     #[arg(long, env = "SHORTENER_USER_CREATES_PER_HOUR", value_name = "N")]
     pub user_creates_per_hour: Option<u32>,
-    /// File of blocked domains, one per line; re-read when it changes.
+    /// File of blocked domains, one per line: one more threat feed (see --threat-feed).
     #[arg(long, env = "SHORTENER_BLOCKLIST", value_name = "FILE")]
     pub blocklist: Option<PathBuf>,
+    /// Threat feed file (repeatable; a list in the config file): domains, hosts-file lines
+    /// or URLs, one per line. Creates of matching destinations get 400 `url_blocked`;
+    /// re-read on change and on SIGHUP, after which active links that match are disabled.
+    #[arg(long, value_name = "FILE")]
+    pub threat_feed: Vec<PathBuf>,
+    /// Abuse reports one client IP may file per hour [default: 10].
+    #[arg(long, env = "SHORTENER_REPORTS_PER_HOUR", value_name = "N")]
+    pub reports_per_hour: Option<u32>,
+    /// Reports from this many distinct client IPs within 24 h disable a link pending review
+    /// (actor `auto-reports`) [default: 5].
+    #[arg(long, env = "SHORTENER_AUTO_DISABLE_REPORTS", value_name = "N")]
+    pub auto_disable_reports: Option<u32>,
+    /// File of trusted domains, one per line (subdomains included): their links are never
+    /// disabled automatically. Read at start.
+    #[arg(long, env = "SHORTENER_TRUSTED_DOMAINS", value_name = "FILE")]
+    pub trusted_domains: Option<PathBuf>,
     /// Take the client IP from the last X-Forwarded-For entry (only behind a trusted proxy).
     #[arg(long, env = "SHORTENER_TRUST_FORWARDED_FOR", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub trust_forwarded_for: Option<bool>,
@@ -118,6 +195,20 @@ pub struct ServeArgs {
     /// aggregate` somewhere instead).
     #[arg(long, env = "SHORTENER_NO_AGGREGATOR", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub no_aggregator: Option<bool>,
+    /// When anonymous creates must carry a solved ALTCHA challenge: off, auto (past
+    /// --captcha-after of the hourly budget) or always [default: auto].
+    #[arg(long, env = "SHORTENER_CAPTCHA", value_name = "MODE")]
+    pub captcha: Option<String>,
+    /// Fraction of an anonymous client's hourly create budget used before a CAPTCHA is
+    /// asked for (auto mode) [default: 0.8].
+    #[arg(long, env = "SHORTENER_CAPTCHA_AFTER", value_name = "FRACTION")]
+    pub captcha_after: Option<f64>,
+    /// Difficulty: the largest secret number of a challenge [default: 100000].
+    #[arg(long, env = "SHORTENER_CAPTCHA_MAX_NUMBER", value_name = "N")]
+    pub captcha_max_number: Option<u64>,
+    /// Audit rows older than this many days are deleted (in small batches) [default: 400].
+    #[arg(long, env = "SHORTENER_AUDIT_RETENTION_DAYS", value_name = "DAYS")]
+    pub audit_retention_days: Option<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -22,6 +22,14 @@ pub struct ServeConfig {
     pub anon_creates_per_hour: NonZeroU32,
     pub user_creates_per_hour: NonZeroU32,
     pub blocklist: Option<PathBuf>,
+    /// Threat feed files (`--threat-feed`, repeatable).
+    pub threat_feeds: Vec<PathBuf>,
+    /// Abuse reports one client IP may file per hour.
+    pub reports_per_hour: NonZeroU32,
+    /// Reports from this many distinct addresses within 24 h disable a link.
+    pub auto_disable_reports: u32,
+    /// Domains whose links are never disabled automatically.
+    pub trusted_domains: Option<PathBuf>,
     pub trust_forwarded_for: bool,
     pub id_block_size: u64,
     pub redirect_max_age: u32,
@@ -32,6 +40,14 @@ pub struct ServeConfig {
     pub drop_bot_clicks: bool,
     pub click_queue: usize,
     pub click_flush: Duration,
+    /// Audit rows older than this many days are pruned.
+    pub audit_retention_days: u32,
+    /// When anonymous creates need a solved CAPTCHA.
+    pub captcha: crate::captcha::CaptchaMode,
+    /// `--captcha-after`: fraction of the hourly budget.
+    pub captcha_after: f64,
+    /// `--captcha-max-number`: the difficulty.
+    pub captcha_max_number: u64,
     /// Set: the scale-out mode's shared parts live there.
     pub(crate) redis: Option<RedisTarget>,
     /// With `redis`: whether this process applies the click stream.
@@ -175,6 +191,10 @@ struct FileConfig {
     anon_creates_per_hour: Option<u32>,
     user_creates_per_hour: Option<u32>,
     blocklist: Option<PathBuf>,
+    threat_feed: Option<Vec<PathBuf>>,
+    reports_per_hour: Option<u32>,
+    auto_disable_reports: Option<u32>,
+    trusted_domains: Option<PathBuf>,
     trust_forwarded_for: Option<bool>,
     id_block_size: Option<u64>,
     redirect_max_age: Option<u32>,
@@ -186,6 +206,10 @@ struct FileConfig {
     click_queue: Option<usize>,
     click_flush_ms: Option<u64>,
     no_aggregator: Option<bool>,
+    audit_retention_days: Option<u32>,
+    captcha: Option<String>,
+    captcha_after: Option<f64>,
+    captcha_max_number: Option<u64>,
 }
 
 fn positive(name: &str, value: u32) -> anyhow::Result<NonZeroU32> {
@@ -222,6 +246,22 @@ impl ServeConfig {
                     .unwrap_or(1000),
             )?,
             blocklist: args.blocklist.or(file.blocklist),
+            threat_feeds: if args.threat_feed.is_empty() {
+                file.threat_feed.unwrap_or_default()
+            } else {
+                args.threat_feed
+            },
+            reports_per_hour: positive(
+                "reports-per-hour",
+                args.reports_per_hour
+                    .or(file.reports_per_hour)
+                    .unwrap_or(10),
+            )?,
+            auto_disable_reports: args
+                .auto_disable_reports
+                .or(file.auto_disable_reports)
+                .unwrap_or(5),
+            trusted_domains: args.trusted_domains.or(file.trusted_domains),
             trust_forwarded_for: args
                 .trust_forwarded_for
                 .or(file.trust_forwarded_for)
@@ -249,6 +289,22 @@ impl ServeConfig {
             ),
             redis,
             aggregator: !args.no_aggregator.or(file.no_aggregator).unwrap_or(false),
+            audit_retention_days: args
+                .audit_retention_days
+                .or(file.audit_retention_days)
+                .unwrap_or(shortener_core::audit::DEFAULT_RETENTION_DAYS),
+            captcha: args
+                .captcha
+                .or(file.captcha)
+                .as_deref()
+                .unwrap_or("auto")
+                .parse()
+                .map_err(anyhow::Error::msg)?,
+            captcha_after: args.captcha_after.or(file.captcha_after).unwrap_or(0.8),
+            captcha_max_number: args
+                .captcha_max_number
+                .or(file.captcha_max_number)
+                .unwrap_or(100_000),
         };
         config.validate()?;
         Ok(config)
@@ -263,6 +319,18 @@ impl ServeConfig {
         }
         if self.cache_ttl.is_zero() || self.negative_cache_ttl.is_zero() {
             bail!("cache-ttl and negative-cache-ttl must be at least 1 second");
+        }
+        if !(1..=10_000).contains(&self.auto_disable_reports) {
+            bail!("auto-disable-reports must be between 1 and 10000");
+        }
+        if !(self.captcha_after > 0.0 && self.captcha_after <= 1.0) {
+            bail!("captcha-after must be a fraction above 0 and at most 1");
+        }
+        if !(1..=100_000_000).contains(&self.captcha_max_number) {
+            bail!("captcha-max-number must be between 1 and 100000000");
+        }
+        if !(1..=36_500).contains(&self.audit_retention_days) {
+            bail!("audit-retention-days must be between 1 and 36500");
         }
         if self.click_queue == 0 {
             bail!("click-queue must be at least 1");

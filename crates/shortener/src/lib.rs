@@ -2,18 +2,22 @@
 //!
 //! The binary is a thin `main` over [`run`]; see ARCHITECTURE.md for the map.
 
+mod admin_cli;
 mod allocator;
 mod api;
-mod blocklist;
 mod bots;
 mod cache;
+mod captcha;
+mod change_poll;
 pub mod cli;
 mod clicks;
 pub mod config;
+mod feeds;
 mod http;
 mod metrics;
 mod migrate;
 mod ratelimit;
+mod retention;
 mod scaleout;
 mod server;
 pub mod store;
@@ -24,12 +28,14 @@ use shortener_core::day::UnixSeconds;
 /// Runs one parsed command to completion.
 pub async fn run(cli: cli::Cli) -> anyhow::Result<()> {
     match cli.command {
-        cli::Command::Serve(args) => server::serve(config::ServeConfig::resolve(args)?).await,
+        cli::Command::Serve(args) => server::serve(config::ServeConfig::resolve(*args)?).await,
         cli::Command::Aggregate(args) => {
             server::aggregate(config::AggregateConfig::resolve(args)?).await
         }
         cli::Command::Migrate(args) => migrate::run(args).await,
         cli::Command::Token(cli::TokenCommand::Create(args)) => token::create(args).await,
+        cli::Command::Link(command) => admin_cli::link(command).await,
+        cli::Command::Audit(args) => admin_cli::audit(args).await,
     }
 }
 

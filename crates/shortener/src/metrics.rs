@@ -31,6 +31,10 @@ pub(crate) struct Metrics {
     pub cache_bytes: Gauge,
     creates: Family<Outcome, Counter>,
     pub generated_code_skips: Counter,
+    pub auto_disabled: Counter,
+    pub threat_sweep_disabled: Counter,
+    pub threat_sweep_seconds: Histogram,
+    pub threat_feed_entries: Gauge,
     pub clicks_dropped: Counter,
     pub clicks_flushed: Counter,
     pub click_flushes: Counter,
@@ -92,6 +96,10 @@ impl Metrics {
             cache_bytes: Gauge::default(),
             creates,
             generated_code_skips: Counter::default(),
+            auto_disabled: Counter::default(),
+            threat_sweep_disabled: Counter::default(),
+            threat_sweep_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+            threat_feed_entries: Gauge::default(),
             clicks_dropped: Counter::default(),
             clicks_flushed: Counter::default(),
             click_flushes: Counter::default(),
@@ -118,6 +126,26 @@ impl Metrics {
             "redirect_duration_seconds",
             "Time to answer GET/HEAD /{code}, from handler entry to response",
             self.redirect_seconds.clone(),
+        );
+        r.register(
+            "auto_disabled_links",
+            "Links disabled by this process because of reports from distinct addresses",
+            self.auto_disabled.clone(),
+        );
+        r.register(
+            "threat_sweep_disabled",
+            "Links disabled by threat feed sweeps of this process",
+            self.threat_sweep_disabled.clone(),
+        );
+        r.register(
+            "threat_sweep_duration_seconds",
+            "Duration of threat feed sweeps over every active link",
+            self.threat_sweep_seconds.clone(),
+        );
+        r.register(
+            "threat_feed_entries",
+            "Entries (domains and URLs) of the threat feeds loaded",
+            self.threat_feed_entries.clone(),
         );
         r.register(
             "store_link_reads",

@@ -1,5 +1,6 @@
-//! Per-client limits on link creation (GCRA): in process, or shared by every instance
-//! through Redis in the scale-out mode, with the local limiter as its fallback.
+//! Per-client limits on link creation and on abuse reports (GCRA): in process, or shared by
+//! every instance through Redis in the scale-out mode, with the local limiter as its
+//! fallback.
 
 use crate::scaleout::ratelimit::SharedLimits;
 use governor::clock::Clock;
@@ -11,11 +12,13 @@ use std::time::Duration;
 
 type Limiter<K> = DefaultKeyedRateLimiter<K, StateInformationMiddleware>;
 
-/// Who is creating: an address for anonymous requests, a user otherwise.
+/// Who is creating: an address for anonymous requests, a user otherwise; or an address
+/// filing an abuse report (a budget of its own).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Creator<'a> {
     Anonymous(IpAddr),
     User(&'a str),
+    Reporter(IpAddr),
 }
 
 /// The state of a client's budget, for the `RateLimit-*` headers.
@@ -39,12 +42,21 @@ pub(crate) struct CreateLimits {
     anon_per_hour: u32,
     user: Limiter<String>,
     user_per_hour: u32,
+    reports: Limiter<IpAddr>,
+    reports_per_hour: u32,
     shared: Option<SharedLimits>,
 }
 
 impl CreateLimits {
-    pub(crate) fn new(anon_per_hour: NonZeroU32, user_per_hour: NonZeroU32) -> Self {
+    pub(crate) fn new(
+        anon_per_hour: NonZeroU32,
+        user_per_hour: NonZeroU32,
+        reports_per_hour: NonZeroU32,
+    ) -> Self {
         Self {
+            reports: DefaultKeyedRateLimiter::keyed(Quota::per_hour(reports_per_hour))
+                .with_middleware(),
+            reports_per_hour: reports_per_hour.get(),
             anon: DefaultKeyedRateLimiter::keyed(Quota::per_hour(anon_per_hour)).with_middleware(),
             anon_per_hour: anon_per_hour.get(),
             user: DefaultKeyedRateLimiter::keyed(Quota::per_hour(user_per_hour)).with_middleware(),
@@ -68,6 +80,7 @@ impl CreateLimits {
             let (bucket, per_hour) = match creator {
                 Creator::Anonymous(ip) => (format!("anon:{ip}"), self.anon_per_hour),
                 Creator::User(user) => (format!("user:{user}"), self.user_per_hour),
+                Creator::Reporter(ip) => (format!("report:{ip}"), self.reports_per_hour),
             };
             match shared.check(&bucket, per_hour).await {
                 Ok(verdict) => return verdict,
@@ -83,6 +96,7 @@ impl CreateLimits {
         match creator {
             Creator::Anonymous(ip) => check(&self.anon, &ip, self.anon_per_hour),
             Creator::User(user) => check(&self.user, &user.to_owned(), self.user_per_hour),
+            Creator::Reporter(ip) => check(&self.reports, &ip, self.reports_per_hour),
         }
     }
 
@@ -92,6 +106,8 @@ impl CreateLimits {
         self.anon.shrink_to_fit();
         self.user.retain_recent();
         self.user.shrink_to_fit();
+        self.reports.retain_recent();
+        self.reports.shrink_to_fit();
     }
 }
 
@@ -117,7 +133,11 @@ mod tests {
 
     #[test]
     fn anonymous_budget_runs_out_and_says_when_to_retry() {
-        let limits = CreateLimits::new(NonZeroU32::new(3).unwrap(), NonZeroU32::new(10).unwrap());
+        let limits = CreateLimits::new(
+            NonZeroU32::new(3).unwrap(),
+            NonZeroU32::new(10).unwrap(),
+            NonZeroU32::new(10).unwrap(),
+        );
         let ip = IpAddr::from([10, 0, 0, 1]);
         let remaining: Vec<u32> = (0..3)
             .map(|_| {

@@ -2,11 +2,12 @@
 
 use crate::allocator::CodeAllocator;
 use crate::api::{App, router};
-use crate::blocklist::{self, PolicyCell};
 use crate::bots::BotDetector;
 use crate::cache::{CacheSettings, LinkCache, SharedLayer};
+use crate::captcha::{Captcha, CaptchaSettings};
 use crate::clicks;
 use crate::config::{self, AggregateConfig, ServeConfig};
+use crate::feeds::{self, FeedCell};
 use crate::metrics::Metrics;
 use crate::ratelimit::CreateLimits;
 use crate::scaleout::Scaleout;
@@ -16,6 +17,7 @@ use crate::scaleout::redis::{self, Redis};
 use anyhow::Context;
 use axum::http::HeaderValue;
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
+use shortener_core::report::AutoDisable;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,9 +27,12 @@ use tokio::sync::watch;
 const LIMITER_SWEEP: Duration = Duration::from_secs(60);
 
 pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
-    let blocklist = match &config.blocklist {
-        Some(path) => blocklist::load(path)
-            .with_context(|| format!("cannot read blocklist {}", path.display()))?,
+    let feed_files = feeds::files(config.blocklist.as_deref(), &config.threat_feeds);
+    let threats = FeedCell::new(feeds::load_all(&feed_files)?);
+    let trusted_domains = match &config.trusted_domains {
+        Some(path) => std::fs::read_to_string(path)
+            .map(|text| Blocklist::parse(&text))
+            .with_context(|| format!("cannot read trusted domains {}", path.display()))?,
         None => Blocklist::default(),
     };
     let store = crate::store::open(&config.store).await?;
@@ -52,13 +57,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     if !bound.ip().is_unspecified() {
         own_hosts.push(bound.ip().to_string());
     }
-    let policy = PolicyCell::new(UrlPolicy {
-        own_hosts,
-        blocklist,
-    });
-    if let Some(path) = &config.blocklist {
-        blocklist::spawn_reloader(path.clone(), policy.clone());
-    }
+    let policy = UrlPolicy { own_hosts };
 
     let metrics = Arc::new(Metrics::new());
     let (stop_clicks, stop_rx) = watch::channel(false);
@@ -87,11 +86,31 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         Some(ttl) => format!("public, max-age={ttl}"),
         None => format!("private, max-age={}", config.redirect_max_age),
     };
-    let mut limits = CreateLimits::new(config.anon_creates_per_hour, config.user_creates_per_hour);
+    let mut limits = CreateLimits::new(
+        config.anon_creates_per_hour,
+        config.user_creates_per_hour,
+        config.reports_per_hour,
+    );
     if let Some(scaleout) = &scaleout {
         limits = limits.shared(SharedLimits::new(scaleout.redis.clone()));
     }
+    let captcha_key = store
+        .secret(
+            crate::captcha::KEY_NAME,
+            rand::random::<[u8; 32]>().to_vec(),
+        )
+        .await?;
+    let captcha = Captcha::new(
+        captcha_key,
+        CaptchaSettings {
+            mode: config.captcha,
+            after: config.captcha_after,
+            max_number: config.captcha_max_number,
+        },
+        scaleout.as_ref().map(|s| s.redis.clone()),
+    );
     let app = Arc::new(App {
+        captcha,
         allocator: CodeAllocator::new(store.clone(), config.id_block_size).await?,
         store,
         cache,
@@ -100,6 +119,11 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         clicks: recorder,
         limits,
         policy,
+        threats: threats.clone(),
+        trusted_domains,
+        auto_disable: AutoDisable {
+            threshold: config.auto_disable_reports,
+        },
         metrics,
         base_url,
         no_anonymous: config.no_anonymous,
@@ -114,7 +138,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         let listener = scaleout.invalidations.clone().listen_forever(
             {
                 let app = app.clone();
-                move |code: &str| app.cache.invalidate(code)
+                move |code: &str, version| app.cache.invalidate_below(code, version)
             },
             {
                 let app = app.clone();
@@ -137,6 +161,25 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             )));
         }
     }
+
+    background.push(tokio::spawn({
+        let app = app.clone();
+        async move { crate::change_poll::follow_forever(&app.cache, app.store.as_ref()).await }
+    }));
+
+    let sweep = Arc::new(tokio::sync::Notify::new());
+    if !feed_files.is_empty() {
+        background.push(tokio::spawn(feeds::reload_forever(
+            feed_files,
+            threats,
+            sweep.clone(),
+        )));
+    }
+    background.push(tokio::spawn(feeds::sweep_forever(app.clone(), sweep)));
+    background.push(tokio::spawn({
+        let (store, days) = (app.store.clone(), config.audit_retention_days);
+        async move { crate::retention::prune_forever(store.as_ref(), days).await }
+    }));
 
     let sweeper = {
         let app = app.clone();

@@ -401,7 +401,7 @@ async fn owner_and_admin_rules_for_metadata_analytics_and_delete() {
         .json()
         .await
         .unwrap();
-    assert_eq!(info["status"], "disabled");
+    assert_eq!(info["status"], "deleted");
     let resp = c
         .delete(server.url("/api/v1/links/Nope123"))
         .bearer_auth(&admin)
@@ -678,7 +678,14 @@ async fn blocklist_is_enforced_and_reloaded() {
     )
     .await;
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(error_code(resp).await, "invalid_url");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "url_blocked");
+    // The refusal names the feed, not the entry.
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("blocked.txt") && !message.contains("spam"),
+        "{message}"
+    );
     let resp = create(
         &c,
         &server,
@@ -687,6 +694,10 @@ async fn blocklist_is_enforced_and_reloaded() {
     )
     .await;
     assert_eq!(resp.status(), StatusCode::CREATED);
+    let code = resp.json::<Value>().await.unwrap()["short_code"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
     std::fs::write(&list, "spam.example\nphish.example\n").unwrap();
     server
@@ -703,6 +714,16 @@ async fn blocklist_is_enforced_and_reloaded() {
         .await
         .status()
             == StatusCode::BAD_REQUEST
+    })
+    .await;
+    // The sweep after the reload disabled the link made before it.
+    eventually("the sweep to disable the earlier link", || async {
+        c.get(server.url(&format!("/{code}")))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            == StatusCode::GONE
     })
     .await;
 }
@@ -765,11 +786,42 @@ async fn operations_endpoints() {
         "/api/v1/links",
         "/api/v1/links/{code}",
         "/api/v1/links/{code}/analytics",
+        "/api/v1/links/{code}/disable",
+        "/api/v1/links/{code}/enable",
+        "/api/v1/audit",
+        "/api/v1/links/{code}/reports",
+        "/api/v1/reports",
+        "/api/v1/reports/{id}/resolve",
+        "/api/v1/challenge",
         "/{code}",
     ] {
         assert!(paths.contains_key(p), "OpenAPI lacks {p}");
     }
     assert!(doc["paths"]["/api/v1/links/{code}"]["delete"].is_object());
+    // Every status the handlers answer is documented.
+    let audit = &doc["paths"]["/api/v1/audit"]["get"]["responses"];
+    for status in ["200", "400", "401", "403", "503"] {
+        assert!(audit[status].is_object(), "audit lacks {status}");
+    }
+    let enable = &doc["paths"]["/api/v1/links/{code}/enable"]["post"]["responses"];
+    for status in ["200", "401", "403", "404", "409", "503"] {
+        assert!(enable[status].is_object(), "enable lacks {status}");
+    }
+    let creates = &doc["paths"]["/api/v1/links"]["post"]["responses"];
+    for status in ["201", "400", "401", "409", "413", "415", "428", "429"] {
+        assert!(creates[status].is_object(), "create lacks {status}");
+    }
+    let file = &doc["paths"]["/api/v1/links/{code}/reports"]["post"]["responses"];
+    for status in ["202", "400", "404", "429"] {
+        assert!(file[status].is_object(), "reports lack {status}");
+    }
+    let limit = doc["paths"]["/api/v1/audit"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "limit")
+        .unwrap();
+    assert_eq!(limit["schema"]["maximum"], 500);
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
 }

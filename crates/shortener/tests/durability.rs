@@ -3,11 +3,15 @@
 
 mod common;
 
-use common::{Shortener, client, create, eventually, metric, token};
+use common::pg::TestDb;
+use common::{Shortener, client, create, eventually, metric, token, token_in};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use shortener::store::Store;
+use shortener::store::sqlite::SqliteStore;
+use shortener_core::audit::{AuditAction, AuditQuery};
 use shortener_core::code::{CodePermutation, encode_id};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tempfile::TempDir;
 
@@ -225,11 +229,12 @@ async fn a_generated_code_held_by_an_alias_is_skipped() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn every_201_survives_kill_dash_nine() {
-    let dir = TempDir::new().unwrap();
-    let mut server = Shortener::start(dir.path(), &[]);
-    let admin = token(dir.path(), "ops", true);
+/// Creates from 48 clients until 2 000 are acknowledged, then kill -9; the acknowledged
+/// (code, destination) pairs.
+async fn creates_until_kill_dash_nine(
+    server: &mut Shortener,
+    admin: &str,
+) -> Vec<(String, String)> {
     let c = client();
     let acknowledged = Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -238,7 +243,7 @@ async fn every_201_survives_kill_dash_nine() {
         let (c, url, admin, acknowledged, stop) = (
             c.clone(),
             server.url("/api/v1/links"),
-            admin.clone(),
+            admin.to_owned(),
             acknowledged.clone(),
             stop.clone(),
         );
@@ -280,6 +285,60 @@ async fn every_201_survives_kill_dash_nine() {
     }
     let acknowledged = acknowledged.lock().unwrap().clone();
     assert!(acknowledged.len() >= 2000);
+    acknowledged
+}
+
+/// After a crash: every acknowledged create has its `created` audit row, and every such
+/// row has its link, with the same destination.
+async fn audit_matches_links(store: &dyn Store, acknowledged: &[(String, String)]) {
+    let mut audited = HashMap::new();
+    let mut query = AuditQuery {
+        action: Some(AuditAction::Created),
+        limit: 500,
+        ..AuditQuery::default()
+    };
+    loop {
+        let rows = store.audit(&query).await.unwrap();
+        for row in &rows {
+            audited.insert(
+                row.record.code.clone().unwrap(),
+                row.record.new_url.clone().unwrap(),
+            );
+        }
+        match rows.last() {
+            Some(last) if rows.len() == query.limit => query.before = Some(last.id),
+            _ => break,
+        }
+    }
+    let unaudited: Vec<_> = acknowledged
+        .iter()
+        .filter(|(code, url)| audited.get(code) != Some(url))
+        .collect();
+    assert!(
+        unaudited.is_empty(),
+        "201s without their audit row: {unaudited:?}"
+    );
+    let mut orphans = Vec::new();
+    for (code, url) in &audited {
+        match store.get_link(code).await.unwrap() {
+            Some(link) if &link.long_url == url => {}
+            other => orphans.push((code.clone(), other)),
+        }
+    }
+    assert!(
+        orphans.is_empty(),
+        "audit rows without their link: {orphans:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_201_survives_kill_dash_nine_with_its_audit_row() {
+    let dir = TempDir::new().unwrap();
+    let mut server = Shortener::start(dir.path(), &[]);
+    let admin = token(dir.path(), "ops", true);
+    let c = client();
+    let acknowledged = creates_until_kill_dash_nine(&mut server, &admin).await;
+    audit_matches_links(&SqliteStore::open(dir.path()).unwrap(), &acknowledged).await;
 
     let server = Shortener::start(dir.path(), &[]);
     let mut missing = Vec::new();
@@ -297,4 +356,14 @@ async fn every_201_survives_kill_dash_nine() {
         missing.len(),
         acknowledged.len()
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_postgres_every_201_has_its_audit_row_after_kill_dash_nine() {
+    let db = TestDb::migrated().await;
+    let dir = TempDir::new().unwrap();
+    let mut server = Shortener::start(dir.path(), &["--database", &db.url]);
+    let admin = token_in(&["--database", &db.url], "ops", true);
+    let acknowledged = creates_until_kill_dash_nine(&mut server, &admin).await;
+    audit_matches_links(&db.store(2).await, &acknowledged).await;
 }

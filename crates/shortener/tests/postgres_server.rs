@@ -103,7 +103,7 @@ async fn serve_on_postgres_creates_redirects_and_counts() {
         .client()
         .await
         .query_one(
-            "SELECT clicks, bot_clicks, disabled_at IS NOT NULL FROM links WHERE code = 'on-pg'",
+            "SELECT clicks, bot_clicks, deleted_at IS NOT NULL FROM links WHERE code = 'on-pg'",
             &[],
         )
         .await

@@ -6,6 +6,7 @@ mod common;
 
 use common::pg::TestDb;
 use shortener::store::postgres::{CURRENT_VERSION, OpenError, PgStore};
+use shortener_core::audit::Origin;
 use shortener_core::day::Day;
 use shortener_core::link::Link;
 use shortener_core::store::{
@@ -29,17 +30,13 @@ async fn pools(db: &TestDb) -> Vec<Arc<PgStore>> {
 
 fn link(code: &str, long_url: &str) -> Link {
     Link {
-        code: code.to_owned(),
-        long_url: long_url.to_owned(),
-        owner: None,
         custom_alias: true,
-        created_at: 1_700_000_000,
-        expires_at: 1_900_000_000,
-        disabled_at: None,
-        clicks: 0,
-        bot_clicks: 0,
-        created_ip: None,
+        ..Link::new(code, long_url, 1_700_000_000, 1_900_000_000)
     }
+}
+
+fn origin() -> Origin {
+    Origin::system("test")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -88,7 +85,7 @@ async fn an_alias_inserted_concurrently_has_exactly_one_winner() {
             let code = code.clone();
             tasks.push(tokio::spawn(async move {
                 let outcome = store
-                    .insert_link(&link(&code, &format!("https://example.com/{i}")))
+                    .insert_link(&link(&code, &format!("https://example.com/{i}")), &origin())
                     .await
                     .unwrap();
                 (outcome, i)
@@ -116,7 +113,7 @@ async fn click_batches_applied_concurrently_count_exactly() {
     let codes: Vec<String> = (0..12).map(|i| format!("link-{i}")).collect();
     for code in &codes {
         stores[0]
-            .insert_link(&link(code, "https://example.com/"))
+            .insert_link(&link(code, "https://example.com/"), &origin())
             .await
             .unwrap();
     }
@@ -194,7 +191,7 @@ async fn click_batches_delivered_to_several_aggregators_at_once_count_once() {
     let codes = ["one", "two", "three"];
     for code in codes {
         stores[0]
-            .insert_link(&link(code, "https://example.com/"))
+            .insert_link(&link(code, "https://example.com/"), &origin())
             .await
             .unwrap();
     }
@@ -259,13 +256,13 @@ async fn a_click_batch_is_all_or_nothing() {
     let db = TestDb::migrated().await;
     let store = db.store(2).await;
     store
-        .insert_link(&link("fine", "https://example.com/"))
+        .insert_link(&link("fine", "https://example.com/"), &origin())
         .await
         .unwrap();
     // One more click overflows this link's BIGINT total: the statement fails.
     let mut full = link("full", "https://example.com/");
     full.clicks = i64::MAX as u64;
-    store.insert_link(&full).await.unwrap();
+    store.insert_link(&full, &origin()).await.unwrap();
     let day = Day::from_number(20_000);
     let batch = [
         ClickDelta {
@@ -353,7 +350,7 @@ async fn an_unreachable_database_is_unavailable_not_an_error() {
     let url = relay.url_for(&db.url).parse().unwrap();
     let store = PgStore::open(&url, 2).await.unwrap();
     store
-        .insert_link(&link("kept", "https://example.com/"))
+        .insert_link(&link("kept", "https://example.com/"), &origin())
         .await
         .unwrap();
 

@@ -7,26 +7,23 @@ mod common;
 use common::pg::TestDb;
 use shortener::store::Store;
 use shortener::store::sqlite::SqliteStore;
+use shortener_core::audit::{AuditAction, AuditQuery, Origin};
 use shortener_core::day::Day;
-use shortener_core::link::Link;
+use shortener_core::link::{Actor, ActorKind, Link, LinkChange, Refusal};
 use shortener_core::store::{
-    ClickBatch, ClickDelta, DailyCount, InsertOutcome, StoreError, TokenRecord,
+    ChangeOutcome, ClickBatch, ClickDelta, DailyCount, InsertOutcome, StoreError, TokenRecord,
 };
 use shortener_core::token::{Principal, TokenHash};
 
 fn link(code: &str, long_url: &str) -> Link {
     Link {
-        code: code.to_owned(),
-        long_url: long_url.to_owned(),
-        owner: None,
         custom_alias: false,
-        created_at: 1_700_000_000,
-        expires_at: 1_900_000_000,
-        disabled_at: None,
-        clicks: 0,
-        bot_clicks: 0,
-        created_ip: None,
+        ..Link::new(code, long_url, 1_700_000_000, 1_900_000_000)
     }
+}
+
+fn origin() -> Origin {
+    Origin::system("test")
 }
 
 fn delta(code: &str, day: i32, human: u64, bot: u64) -> ClickDelta {
@@ -72,18 +69,18 @@ async fn contract(store: &dyn Store) {
     full.clicks = 3;
     full.bot_clicks = 4;
     assert_eq!(
-        store.insert_link(&full).await.unwrap(),
+        store.insert_link(&full, &origin()).await.unwrap(),
         InsertOutcome::Inserted
     );
     assert_eq!(store.get_link("full-fields").await.unwrap(), Some(full));
     let plain = link("plain", "https://example.com/plain");
     assert_eq!(
-        store.insert_link(&plain).await.unwrap(),
+        store.insert_link(&plain, &origin()).await.unwrap(),
         InsertOutcome::Inserted
     );
     assert_eq!(
         store
-            .insert_link(&link("plain", "https://example.com/other"))
+            .insert_link(&link("plain", "https://example.com/other"), &origin())
             .await
             .unwrap(),
         InsertOutcome::CodeTaken
@@ -93,18 +90,191 @@ async fn contract(store: &dyn Store) {
     // Codes are case-sensitive.
     assert_eq!(store.get_link("PLAIN").await.unwrap(), None);
 
-    // Disabling: unknown → false; the first instant stays.
-    assert!(!store.disable_link("nothing", 5).await.unwrap());
-    assert!(store.disable_link("plain", 100).await.unwrap());
-    assert!(store.disable_link("plain", 200).await.unwrap());
-    let disabled = store.get_link("plain").await.unwrap().unwrap();
-    assert_eq!(disabled.disabled_at, Some(100));
-    assert_eq!(disabled.long_url, plain.long_url);
+    // Changes: one rule, a version per change, an audit row and a change note each, in
+    // commit order; refusals and no-ops write nothing.
+    assert_eq!(store.last_change().await.unwrap(), 0);
+    let admin = Origin {
+        actor: Actor {
+            name: "root".into(),
+            kind: ActorKind::Admin,
+        },
+        ip: Some("192.0.2.9".into()),
+        user_agent: Some("curl/8".into()),
+    };
+    let disable = LinkChange::Disable {
+        reason: "phishing".into(),
+    };
+    assert_eq!(
+        store
+            .change_link("nothing", &disable, &admin, 100)
+            .await
+            .unwrap(),
+        ChangeOutcome::Refused(Refusal::NotFound)
+    );
+    let ChangeOutcome::Changed { before, after } = store
+        .change_link("plain", &disable, &admin, 100)
+        .await
+        .unwrap()
+    else {
+        panic!("not disabled");
+    };
+    assert_eq!((before, after.version), (plain.clone(), 2));
+    assert_eq!(store.get_link("plain").await.unwrap(), Some(after.clone()));
+    let disabled = after.disabled.clone().unwrap();
+    assert_eq!(
+        (
+            disabled.at,
+            disabled.reason.as_str(),
+            disabled.by.as_str(),
+            disabled.by_kind
+        ),
+        (100, "phishing", "root", ActorKind::Admin)
+    );
+    assert_eq!(
+        store
+            .change_link("plain", &disable, &admin, 200)
+            .await
+            .unwrap(),
+        ChangeOutcome::Unchanged(after)
+    );
+    let bob = Origin {
+        actor: Actor {
+            name: "bob".into(),
+            kind: ActorKind::User,
+        },
+        ip: None,
+        user_agent: None,
+    };
+    assert_eq!(
+        store
+            .change_link("plain", &LinkChange::Enable, &bob, 300)
+            .await
+            .unwrap(),
+        ChangeOutcome::Refused(Refusal::NotFound)
+    );
+    let enabled = store
+        .change_link("plain", &LinkChange::Enable, &admin, 300)
+        .await
+        .unwrap();
+    assert!(
+        matches!(enabled, ChangeOutcome::Changed { after, .. } if after.version == 3 && after.disabled.is_none())
+    );
+    let deleted = store
+        .change_link("plain", &LinkChange::Delete, &admin, 400)
+        .await
+        .unwrap();
+    assert!(
+        matches!(deleted, ChangeOutcome::Changed { after, .. } if after.deleted_at == Some(400))
+    );
+    assert_eq!(
+        store
+            .change_link("plain", &LinkChange::Enable, &admin, 500)
+            .await
+            .unwrap(),
+        ChangeOutcome::Refused(Refusal::Deleted)
+    );
+    assert_eq!(store.last_change().await.unwrap(), 3);
+    let notes = store.changes_after(0, 10).await.unwrap();
+    let notes: Vec<_> = notes
+        .iter()
+        .map(|n| (n.seq, n.code.as_str(), n.version))
+        .collect();
+    assert_eq!(
+        notes,
+        vec![(1, "plain", 2), (2, "plain", 3), (3, "plain", 4)]
+    );
+    assert_eq!(store.changes_after(2, 10).await.unwrap().len(), 1);
+    assert_eq!(store.changes_after(1, 1).await.unwrap()[0].seq, 2);
+
+    // The audit trail: creates and changes, newest first, filtered, paged by id.
+    let all = store
+        .audit(&AuditQuery {
+            limit: 100,
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    let actions: Vec<_> = all.iter().map(|r| r.record.action.as_str()).collect();
+    assert_eq!(
+        actions,
+        ["deleted", "enabled", "disabled", "created", "created"]
+    );
+    assert!(all.windows(2).all(|w| w[0].id > w[1].id));
+    let disabled_row = &all[2].record;
+    assert_eq!(
+        (
+            disabled_row.actor.as_str(),
+            disabled_row.ip.as_deref(),
+            disabled_row.user_agent.as_deref(),
+            disabled_row.code.as_deref(),
+            disabled_row.old_url.as_deref(),
+            disabled_row.detail.as_deref(),
+            disabled_row.at,
+        ),
+        (
+            "root",
+            Some("192.0.2.9"),
+            Some("curl/8"),
+            Some("plain"),
+            Some("https://example.com/plain"),
+            Some("phishing"),
+            100
+        )
+    );
+    let page = |query: AuditQuery| async move { store.audit(&query).await.unwrap() };
+    let plain_rows = page(AuditQuery {
+        code: Some("plain".into()),
+        action: Some(AuditAction::Created),
+        limit: 10,
+        ..AuditQuery::default()
+    })
+    .await;
+    assert_eq!(plain_rows.len(), 1);
+    assert_eq!(
+        plain_rows[0].record.new_url.as_deref(),
+        Some("https://example.com/plain")
+    );
+    let window = page(AuditQuery {
+        actor: Some("root".into()),
+        since: Some(200),
+        until: Some(400),
+        limit: 10,
+        ..AuditQuery::default()
+    })
+    .await;
+    assert_eq!(window.len(), 1);
+    assert_eq!(window[0].record.action, AuditAction::Enabled);
+    let first = page(AuditQuery {
+        limit: 2,
+        ..AuditQuery::default()
+    })
+    .await;
+    let second = page(AuditQuery {
+        limit: 2,
+        before: Some(first[1].id),
+        ..AuditQuery::default()
+    })
+    .await;
+    assert_eq!(second[0].id, all[2].id);
+
+    // Retention prunes by age, in batches; change notes likewise.
+    assert_eq!(store.prune_audit_before(300, 10).await.unwrap(), 1);
+    assert_eq!(store.prune_audit_before(1_800_000_000, 1).await.unwrap(), 1);
+    assert_eq!(
+        store.prune_audit_before(1_800_000_000, 10).await.unwrap(),
+        3
+    );
+    assert_eq!(
+        store.prune_audit_before(1_800_000_000, 10).await.unwrap(),
+        0
+    );
+    assert_eq!(store.prune_changes_before(400).await.unwrap(), 2);
+    assert_eq!(store.changes_after(0, 10).await.unwrap()[0].seq, 3);
 
     // Clicks: totals and days move together; unknown codes count nowhere; repeated
     // (code, day) pairs in one batch add up.
     let counted = link("counted", "https://example.com/counted");
-    store.insert_link(&counted).await.unwrap();
+    store.insert_link(&counted, &origin()).await.unwrap();
     store.apply_clicks(&[]).await.unwrap();
     store
         .apply_clicks(&[
@@ -138,7 +308,7 @@ async fn contract(store: &dyn Store) {
         deltas: vec![delta("batched", 20_001, human, 1)],
     };
     store
-        .insert_link(&link("batched", "https://example.com/batched"))
+        .insert_link(&link("batched", "https://example.com/batched"), &origin())
         .await
         .unwrap();
     assert_eq!(store.apply_click_batches(&[]).await.unwrap(), 0);
@@ -181,7 +351,7 @@ async fn contract(store: &dyn Store) {
         },
         created_at: 1_700_000_000,
     };
-    store.insert_token(&token).await.unwrap();
+    store.insert_token(&token, &origin()).await.unwrap();
     assert_eq!(
         store.find_token(&token.hash).await.unwrap(),
         Some(token.principal.clone())
@@ -191,9 +361,23 @@ async fn contract(store: &dyn Store) {
         None
     );
     assert!(matches!(
-        store.insert_token(&token).await,
+        store.insert_token(&token, &origin()).await,
         Err(StoreError::Backend(_))
     ));
+    let issued = store
+        .audit(&AuditQuery {
+            action: Some(AuditAction::TokenIssued),
+            limit: 10,
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    // The refused second insert left no row behind.
+    assert_eq!(issued.len(), 1);
+    assert_eq!(
+        issued[0].record.detail.as_deref(),
+        Some("admin token for bob")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

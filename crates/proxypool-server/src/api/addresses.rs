@@ -4,10 +4,10 @@
 use super::ApiState;
 use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
-use crate::gateway::dial::Upstream;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
+use proxypool::dial::Upstream;
 use proxypool::{AddressSnapshot, HealthState, ProxyAddress, Snapshot};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

@@ -3,13 +3,13 @@
 //! The lease is held for the tunnel's life, so active leases count open tunnels; clients
 //! report what they saw inside through `POST /v1/feedback`.
 
-use super::dial::{DialError, tunnel as dial_tunnel};
 use super::report::release_now;
 use super::{Gateway, GatewayBody, Target, reply};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use proxypool::dial::{DialError, tunnel as dial_tunnel};
 use proxypool::{Lease, Outcome};
 use std::time::Instant;
 use tokio::io::AsyncWriteExt;

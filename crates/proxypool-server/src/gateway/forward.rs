@@ -5,7 +5,6 @@
 //! anything else a success with the time to the response head.
 
 use super::connect::upstream_failed;
-use super::dial::{self, DialError, Upstream};
 use super::headers::strip_hop_by_hop;
 use super::report::{CaptchaScan, Pending, Reported, release_now};
 use super::{Gateway, GatewayBody, Target};
@@ -15,6 +14,7 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::http::uri::{PathAndQuery, Uri};
 use hyper::{Request, Response, StatusCode, Version};
 use hyper_util::rt::TokioIo;
+use proxypool::dial::{self, DialError, Upstream};
 use proxypool::{Lease, Outcome};
 use std::time::{Duration, Instant, SystemTime};
 

@@ -9,7 +9,6 @@
 //! (`NAME-session-ID[-ttl-MINUTES]`), the site from the target host's registrable domain.
 
 mod connect;
-pub(crate) mod dial;
 mod forward;
 mod headers;
 mod reply;
@@ -20,7 +19,6 @@ use crate::config::GatewaySettings;
 use crate::sessions::{SessionTable, parse_username};
 use crate::site::site_of;
 use bytes::Bytes;
-use dial::{DialError, Upstream};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::header;
@@ -29,6 +27,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use memchr::memmem::Finder;
+use proxypool::dial::{DialError, Upstream};
 use proxypool::{Pool, ProxyAddress, Ticket};
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -7,7 +7,6 @@ use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::header::{CONNECTION, HOST, PROXY_AUTHORIZATION};
@@ -18,11 +17,10 @@ use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
-use tokio_socks::TargetAddr;
-use tokio_socks::tcp::Socks5Stream;
 use url::Url;
 
 use crate::address::ProxyAddress;
+use crate::dial::{self, DialError, Upstream};
 
 /// A boxed probe future: probes run seconds apart, so the allocation is irrelevant, and boxing
 /// keeps [`Check`] object-safe (a prober holds any mix of checks).
@@ -62,6 +60,9 @@ pub enum CheckError {
     /// The TLS session with an `https://` control URL failed (handshake, certificate).
     #[error("tls: {0}")]
     Tls(String),
+    /// The upstream failed otherwise (timed out within the exchange, answered garbage).
+    #[error("upstream: {0}")]
+    Upstream(DialError),
     /// The SOCKS5 proxy refused the connection to the control host (or its credentials).
     #[error("socks5: {0}")]
     Socks(String),
@@ -197,78 +198,45 @@ impl HttpGet {
     }
 
     async fn get(&self, proxy: &ProxyAddress) -> Result<(), CheckError> {
-        let (proxy_url, host, port) = host_port(proxy)?;
-        let credentials = (!proxy_url.username().is_empty()).then(|| {
-            (
-                decode(proxy_url.username()),
-                decode(proxy_url.password().unwrap_or_default()),
-            )
-        });
+        let upstream = match Upstream::parse(proxy) {
+            Ok(u) => u,
+            Err(_) => return Err(CheckError::Unsupported(proxy_scheme(proxy))),
+        };
         let authority = self.authority();
         let https = self.url.scheme() == "https";
         let target_host = self.url.host_str().unwrap_or_default();
         let target_port = self.url.port_or_known_default().unwrap_or(443);
-        let resp = match proxy_url.scheme() {
-            "http" => {
-                let authorization = credentials.map(|(user, password)| {
-                    let encoded = base64::engine::general_purpose::STANDARD
-                        .encode(format!("{user}:{password}"));
-                    format!("Basic {encoded}")
-                });
-                let stream = TcpStream::connect((host.as_str(), port)).await?;
+        let resp = match (&upstream, https) {
+            // Absolute-form request target: that is how a client asks an HTTP proxy.
+            (Upstream::Http { addr, auth }, false) => {
+                let stream = dial::connect(addr, self.timeout)
+                    .await
+                    .map_err(dial_failed)?;
+                let mut req = Request::get(self.url.as_str()).header(HOST, &authority);
+                if let Some(a) = auth {
+                    req = req.header(PROXY_AUTHORIZATION, a);
+                }
+                exchange(stream, req).await?
+            }
+            _ => {
+                let (stream, leftover) =
+                    dial::tunnel(&upstream, target_host, target_port, self.timeout)
+                        .await
+                        .map_err(dial_failed)?;
+                // The control host speaks only when asked: bytes before the request mean the
+                // upstream is not a clean tunnel.
+                if !leftover.is_empty() {
+                    return Err(CheckError::Upstream(DialError::Protocol(
+                        "bytes before the request",
+                    )));
+                }
+                let req = Request::get(self.origin_form()).header(HOST, &authority);
                 if https {
-                    // CONNECT names the port even when it is the default (RFC 9112 §3.2.3).
-                    let target = format!("{target_host}:{target_port}");
-                    let tunnel = connect_tunnel(stream, &target, authorization.as_deref()).await?;
-                    let tls = self.tls(tunnel).await?;
-                    exchange(
-                        tls,
-                        Request::get(self.origin_form()).header(HOST, &authority),
-                    )
-                    .await?
+                    exchange(self.tls(stream).await?, req).await?
                 } else {
-                    // Absolute-form request target: that is how a client asks an HTTP proxy.
-                    let mut req = Request::get(self.url.as_str()).header(HOST, &authority);
-                    if let Some(a) = &authorization {
-                        req = req.header(PROXY_AUTHORIZATION, a);
-                    }
                     exchange(stream, req).await?
                 }
             }
-            scheme @ ("socks5" | "socks5h") => {
-                let stream = TcpStream::connect((host.as_str(), port)).await?;
-                let bare = target_host.trim_start_matches('[').trim_end_matches(']');
-                let target = match bare.parse::<std::net::IpAddr>() {
-                    Ok(ip) => TargetAddr::Ip(std::net::SocketAddr::new(ip, target_port)),
-                    Err(_) if scheme == "socks5h" => {
-                        TargetAddr::Domain(bare.to_owned().into(), target_port)
-                    }
-                    Err(_) => TargetAddr::Ip(
-                        tokio::net::lookup_host((bare, target_port))
-                            .await?
-                            .next()
-                            .ok_or_else(|| CheckError::Socks(format!("{bare} did not resolve")))?,
-                    ),
-                };
-                let socks = match &credentials {
-                    None => Socks5Stream::connect_with_socket(stream, target).await,
-                    Some((user, password)) => {
-                        Socks5Stream::connect_with_password_and_socket(
-                            stream, target, user, password,
-                        )
-                        .await
-                    }
-                }
-                .map_err(|e| CheckError::Socks(e.to_string()))?
-                .into_inner();
-                let req = Request::get(self.origin_form()).header(HOST, &authority);
-                if https {
-                    exchange(self.tls(socks).await?, req).await?
-                } else {
-                    exchange(socks, req).await?
-                }
-            }
-            other => return Err(CheckError::Unsupported(other.to_owned())),
         };
         let got = resp.status().as_u16();
         if got != self.expected_status {
@@ -365,13 +333,6 @@ fn system_roots() -> &'static [CertificateDer<'static>] {
     })
 }
 
-/// A percent-encoded URL user or password, as the proxy expects it.
-fn decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s)
-        .decode_utf8_lossy()
-        .into_owned()
-}
-
 fn default_port(scheme: &str) -> Option<u16> {
     match scheme {
         "http" => Some(80),
@@ -380,26 +341,24 @@ fn default_port(scheme: &str) -> Option<u16> {
     }
 }
 
-/// Asks the proxy for a tunnel to `authority` (`host:port`, CONNECT); the stream carries it
-/// on a 2xx.
-async fn connect_tunnel(
-    stream: TcpStream,
-    authority: &str,
-    authorization: Option<&str>,
-) -> Result<TokioIo<hyper::upgrade::Upgraded>, CheckError> {
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(conn.with_upgrades());
-    let mut req = Request::connect(authority).header(HOST, authority);
-    if let Some(a) = authorization {
-        req = req.header(PROXY_AUTHORIZATION, a);
+/// The check's reading of a failed dial.
+fn dial_failed(e: DialError) -> CheckError {
+    match e {
+        DialError::Connect(e) => CheckError::Connect(e),
+        DialError::ProxyAuth => CheckError::Tunnel(407),
+        DialError::Refused(code) => CheckError::Tunnel(code),
+        DialError::Broken(e) => CheckError::Http(e),
+        DialError::Socks(e) => CheckError::Socks(e.to_string()),
+        DialError::Resolve(host) => CheckError::Socks(format!("{host} did not resolve")),
+        other => CheckError::Upstream(other),
     }
-    let resp = sender
-        .send_request(req.body(Empty::<Bytes>::new())?)
-        .await?;
-    if !resp.status().is_success() {
-        return Err(CheckError::Tunnel(resp.status().as_u16()));
-    }
-    Ok(TokioIo::new(hyper::upgrade::on(resp).await?))
+}
+
+fn proxy_scheme(proxy: &ProxyAddress) -> String {
+    let s = proxy.as_str();
+    s.split_once("://")
+        .map_or(s, |(scheme, _)| scheme)
+        .to_owned()
 }
 
 /// One HTTP/1.1 request on `io`, one connection per probe (`Connection: close`): pooling would

@@ -1,26 +1,68 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests, and the store-generic harness: a test crate's
+//! root names the store its pools live in (`STORE`), so one suite runs against both.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
+use std::cell::OnceCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use proxypool::{ManualClock, Outcome, Pool, PoolConfig, Ticket};
+use proxypool::{ManualClock, Outcome, Pool, PoolBuilder, PoolConfig, RedisOptions, Ticket};
+use testkit::RedisServer;
+
+/// Where a test crate's pools keep their state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    Memory,
+    /// One redis-server per test binary (started at the first pool), a pool name per pool.
+    Redis,
+}
+
+thread_local! {
+    /// The test's redis-server: each test runs on a thread of its own, so the server stops
+    /// (its `Drop`) when the test ends.
+    static SERVER: OnceCell<RedisServer> = const { OnceCell::new() };
+}
+
+/// Builds `builder` in the crate's store.
+pub async fn build(builder: PoolBuilder) -> Pool {
+    match crate::STORE {
+        Store::Memory => builder.build().unwrap(),
+        Store::Redis => {
+            static POOLS: AtomicUsize = AtomicUsize::new(0);
+            let url = SERVER.with(|s| {
+                s.get_or_init(|| {
+                    let dir = std::env::temp_dir()
+                        .join(format!("proxypool-suite-{}", std::process::id()));
+                    std::fs::create_dir_all(&dir).unwrap();
+                    RedisServer::start(&dir).unwrap()
+                })
+                .url()
+            });
+            let name = format!("suite-{}", POOLS.fetch_add(1, Ordering::Relaxed));
+            builder
+                .redis(RedisOptions::new(url, name))
+                .connect()
+                .await
+                .unwrap()
+        }
+    }
+}
 
 pub fn addr(i: usize) -> String {
     format!("http://10.0.{}.{}:8080", i / 250, i % 250)
 }
 
-pub fn pool_with(n: usize, clock: &ManualClock, config: PoolConfig) -> Pool {
-    Pool::builder()
+pub async fn pool_with(n: usize, clock: &ManualClock, config: PoolConfig) -> Pool {
+    let builder = Pool::builder()
         .addresses((0..n).map(addr))
         .config(config)
         .clock(clock.clone())
-        .seed(7)
-        .build()
-        .unwrap()
+        .seed(7);
+    build(builder).await
 }
 
-pub fn pool(n: usize, clock: &ManualClock) -> Pool {
-    pool_with(n, clock, PoolConfig::default())
+pub async fn pool(n: usize, clock: &ManualClock) -> Pool {
+    pool_with(n, clock, PoolConfig::default()).await
 }
 
 pub fn ok() -> Outcome {

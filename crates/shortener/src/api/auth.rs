@@ -3,6 +3,8 @@
 use super::App;
 use super::error::ApiError;
 use axum::http::{HeaderMap, header};
+use shortener_core::audit::Origin;
+use shortener_core::link::Actor;
 use shortener_core::token::{Principal, TokenHash};
 use std::net::{IpAddr, SocketAddr};
 
@@ -61,4 +63,24 @@ pub(super) fn client_ip(app: &App, peer: SocketAddr, headers: &HeaderMap) -> IpA
         }
     }
     peer.ip()
+}
+
+/// Longest User-Agent kept in the audit trail.
+const MAX_USER_AGENT: usize = 512;
+
+/// Who is asking and from where, for the audit trail.
+pub(super) fn origin(
+    app: &App,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    who: Option<&Principal>,
+) -> Origin {
+    Origin {
+        actor: who.map_or_else(Actor::anonymous, Actor::of),
+        ip: Some(client_ip(app, peer, headers).to_string()),
+        user_agent: headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(|ua| ua.chars().take(MAX_USER_AGENT).collect()),
+    }
 }

@@ -10,6 +10,10 @@ use utoipa::ToSchema;
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct ErrorBody {
     pub error: ErrorDetail,
+    /// Only with 428 `captcha_required`: the challenge to solve.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<super::challenge::ChallengeJson>)]
+    pub challenge: Option<serde_json::Value>,
 }
 
 /// What went wrong, for machines (`code`) and people (`message`).
@@ -30,6 +34,7 @@ pub(super) struct ApiError {
     message: String,
     retry_after: Option<u64>,
     www_authenticate: bool,
+    challenge: Option<serde_json::Value>,
 }
 
 impl ApiError {
@@ -40,6 +45,19 @@ impl ApiError {
             message: message.into(),
             retry_after: None,
             www_authenticate: false,
+            challenge: None,
+        }
+    }
+
+    /// 428 with the challenge to solve.
+    pub(super) fn captcha_required(challenge: serde_json::Value) -> Self {
+        Self {
+            challenge: Some(challenge),
+            ..Self::new(
+                StatusCode::PRECONDITION_REQUIRED,
+                "captcha_required",
+                "solve the challenge and send the payload in X-Altcha (or the altcha field)",
+            )
         }
     }
 
@@ -109,6 +127,7 @@ impl IntoResponse for ApiError {
                 code: self.code,
                 message: self.message,
             },
+            challenge: self.challenge,
         };
         let mut response = (self.status, axum::Json(body)).into_response();
         let headers = response.headers_mut();
@@ -130,6 +149,8 @@ pub(crate) const EXPIRED_BODY: &str =
     r#"{"error":{"code":"not_found","message":"this link has expired"}}"#;
 pub(crate) const GONE_BODY: &str =
     r#"{"error":{"code":"gone","message":"this link has been disabled"}}"#;
+pub(crate) const DELETED_BODY: &str =
+    r#"{"error":{"code":"gone","message":"this link has been deleted"}}"#;
 
 /// The router's answer for paths it does not serve.
 pub(super) async fn no_route() -> ApiError {
@@ -162,7 +183,7 @@ mod tests {
 
     #[test]
     fn fixed_bodies_have_the_error_shape() {
-        for body in [NOT_FOUND_BODY, EXPIRED_BODY, GONE_BODY] {
+        for body in [NOT_FOUND_BODY, EXPIRED_BODY, GONE_BODY, DELETED_BODY] {
             let v: serde_json::Value = serde_json::from_str(body).unwrap();
             assert!(v["error"]["code"].is_string() && v["error"]["message"].is_string());
         }

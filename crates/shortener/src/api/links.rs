@@ -1,6 +1,6 @@
-//! The links API: create, read metadata, read analytics, delete.
+//! The links API: create, read metadata, read analytics (changes are in `changes.rs`).
 
-use super::auth::{client_ip, principal, required_principal};
+use super::auth::{client_ip, origin, principal, required_principal};
 use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::{App, AppState};
@@ -14,6 +14,7 @@ use shortener_core::day::{ANALYTICS_DAYS, Day, rfc3339, zero_filled_window};
 use shortener_core::link::{DEFAULT_EXPIRES_IN_DAYS, EXPIRES_IN_DAYS, Link};
 use shortener_core::long_url::validate_long_url;
 use shortener_core::store::InsertOutcome;
+use shortener_core::threat::ThreatMatcher;
 use shortener_core::token::Principal;
 use std::net::SocketAddr;
 use utoipa::ToSchema;
@@ -30,6 +31,8 @@ pub(super) struct CreateLink {
     pub custom_alias: Option<String>,
     /// Lifetime in days, 1 to 3650 (default 1825).
     pub expires_in_days: Option<i64>,
+    /// A solved CAPTCHA (base64 JSON), instead of the `X-Altcha` header.
+    pub altcha: Option<String>,
 }
 
 /// A link just created.
@@ -52,8 +55,14 @@ pub(super) struct LinkInfo {
     pub long_url: String,
     pub created_at: String,
     pub expires_at: String,
-    /// `active`, `expired` or `disabled`.
+    /// `active`, `expired`, `disabled` (410 until enabled) or `deleted` (410 for good).
     pub status: &'static str,
+    /// Raised by every change (disable, enable, delete, edit).
+    pub version: u64,
+    /// Set while the link is disabled.
+    pub disabled: Option<DisabledInfo>,
+    /// RFC 3339, UTC; set once deleted.
+    pub deleted_at: Option<String>,
     pub custom_alias: bool,
     /// The user that created it; absent for anonymous links.
     pub owner: Option<String>,
@@ -61,6 +70,18 @@ pub(super) struct LinkInfo {
     pub total_clicks: u64,
     /// Clicks by known bots and link previews.
     pub bot_clicks: u64,
+}
+
+/// Why and by whom a link is disabled.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct DisabledInfo {
+    /// RFC 3339, UTC.
+    pub at: String,
+    pub reason: String,
+    /// A user name, or a system actor (`auto-reports`, `threat-feed`).
+    pub by: String,
+    /// `user` (the owner: they may enable it again), `admin` or `system` (only an admin may).
+    pub by_kind: &'static str,
 }
 
 /// Clicks of one UTC day.
@@ -100,13 +121,15 @@ fn budget_headers(response: &mut Response, budget: Budget) {
     security((), ("bearer" = [])),
     responses(
         (status = 201, description = "Created", body = CreatedLink),
-        (status = 400, description = "Invalid URL, alias, expiry or body", body = ErrorBody),
+        (status = 400, description = "Invalid URL (`invalid_url`), alias, expiry or body; a destination on a threat feed (`url_blocked`, naming the feed); a replayed, expired, forged or malformed CAPTCHA payload (`captcha_invalid`)", body = ErrorBody),
         (status = 401, description = "Bad token, or a token is required", body = ErrorBody),
         (status = 409, description = "The alias is taken", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 428, description = "Anonymous create near its hourly limit (or --captcha always): `captcha_required`, with `challenge`", body = ErrorBody),
         (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
-    )
+    ),
+    params(("X-Altcha" = Option<String>, Header, description = "A solved challenge of GET /api/v1/challenge: base64 of {algorithm, challenge, number, salt, signature}")),
 )]
 pub(super) async fn create(
     State(app): State<AppState>,
@@ -120,6 +143,7 @@ pub(super) async fn create(
         Err(e) => match e.status() {
             StatusCode::CONFLICT => "conflict",
             StatusCode::TOO_MANY_REQUESTS => "rate_limited",
+            StatusCode::PRECONDITION_REQUIRED => "captcha_required",
             StatusCode::UNAUTHORIZED => "unauthorized",
             s if s.is_server_error() => "error",
             _ => "invalid",
@@ -151,8 +175,27 @@ async fn create_inner(
     .map_err(|refused| ApiError::rate_limited(refused.retry_after.as_secs().max(1)))?;
 
     let ApiJson(req) = body?;
-    let long_url = validate_long_url(&req.long_url, &app.policy.get())
+    if who.is_none() && app.captcha.required(budget) {
+        let payload = headers
+            .get("x-altcha")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| req.altcha.clone());
+        let Some(payload) = payload else {
+            let challenge =
+                super::challenge::ChallengeJson::from(app.captcha.challenge(crate::now()));
+            return Err(ApiError::captcha_required(
+                serde_json::to_value(challenge).unwrap_or_default(),
+            ));
+        };
+        app.captcha
+            .check(&payload, crate::now())
+            .await
+            .map_err(|m| ApiError::bad_request("captcha_invalid", m))?;
+    }
+    let long_url = validate_long_url(&req.long_url, &app.policy)
         .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
+    check_feeds(app, &long_url)?;
     if let Some(alias) = &req.custom_alias {
         validate_alias(alias).map_err(|e| ApiError::bad_request("invalid_alias", e.to_string()))?;
     }
@@ -171,22 +214,18 @@ async fn create_inner(
     }
 
     let now = crate::now();
+    let origin = origin(app, peer, headers, who.as_ref());
     let mut link = Link {
-        code: String::new(),
-        long_url,
+        owner_admin: who.as_ref().is_some_and(|p| p.admin),
         owner: who.map(|p| p.user),
         custom_alias: req.custom_alias.is_some(),
-        created_at: now,
-        expires_at: now + days * 86_400,
-        disabled_at: None,
-        clicks: 0,
-        bot_clicks: 0,
         created_ip: Some(ip.to_string()),
+        ..Link::new("", &long_url, now, now + days * 86_400)
     };
     let link = match req.custom_alias {
         Some(alias) => {
             link.code = alias;
-            match app.store.insert_link(&link).await? {
+            match app.store.insert_link(&link, &origin).await? {
                 InsertOutcome::Inserted => link,
                 InsertOutcome::CodeTaken => {
                     return Err(ApiError::new(
@@ -199,7 +238,7 @@ async fn create_inner(
         }
         None => {
             app.allocator
-                .insert_generated(link, || {
+                .insert_generated(link, &origin, || {
                     app.metrics.generated_code_skips.inc();
                 })
                 .await?
@@ -227,6 +266,45 @@ async fn create_inner(
         budget_headers(&mut response, budget);
     }
     Ok(response)
+}
+
+/// 400 `url_blocked` when a threat feed holds the destination (create, and edits later);
+/// the refusal names the feed, not the entry.
+pub(super) fn check_feeds(app: &App, long_url: &str) -> Result<(), ApiError> {
+    let Ok(url) = url::Url::parse(long_url) else {
+        return Ok(());
+    };
+    match app.threats.get().find(&url) {
+        Some(feed) => Err(ApiError::bad_request(
+            "url_blocked",
+            format!("the destination is on the threat feed {feed}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// What the API shows of a link.
+pub(super) fn link_info(app: &App, link: Link) -> LinkInfo {
+    LinkInfo {
+        short_url: short_url(app, &link.code),
+        status: link.status(crate::now()).as_str(),
+        version: link.version,
+        disabled: link.disabled.map(|d| DisabledInfo {
+            at: rfc3339(d.at),
+            reason: d.reason,
+            by: d.by,
+            by_kind: d.by_kind.as_str(),
+        }),
+        deleted_at: link.deleted_at.map(rfc3339),
+        created_at: rfc3339(link.created_at),
+        expires_at: rfc3339(link.expires_at),
+        custom_alias: link.custom_alias,
+        total_clicks: link.clicks,
+        bot_clicks: link.bot_clicks,
+        short_code: link.code,
+        long_url: link.long_url,
+        owner: link.owner,
+    }
 }
 
 /// The link if it exists and `who` may see it; 404 otherwise, so that a token cannot probe
@@ -259,18 +337,7 @@ pub(super) async fn info(
 ) -> Result<axum::Json<LinkInfo>, ApiError> {
     let who = required_principal(&app, &headers).await?;
     let link = visible_link(&app, &code, &who).await?;
-    Ok(axum::Json(LinkInfo {
-        short_url: short_url(&app, &link.code),
-        status: link.status(crate::now()).as_str(),
-        created_at: rfc3339(link.created_at),
-        expires_at: rfc3339(link.expires_at),
-        custom_alias: link.custom_alias,
-        total_clicks: link.clicks,
-        bot_clicks: link.bot_clicks,
-        short_code: link.code,
-        long_url: link.long_url,
-        owner: link.owner,
-    }))
+    Ok(axum::Json(link_info(&app, link)))
 }
 
 /// Click analytics of a link (its owner or an admin).
@@ -309,34 +376,4 @@ pub(super) async fn analytics(
         total_clicks: link.clicks,
         bot_clicks: link.bot_clicks,
     }))
-}
-
-/// Disable a link (its owner or an admin): it answers 410 from then on.
-#[utoipa::path(
-    delete, path = "/api/v1/links/{code}", tag = "links",
-    params(("code" = String, Path, description = "Short code or alias")),
-    security(("bearer" = [])),
-    responses(
-        (status = 204, description = "Disabled (also when it already was)"),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
-    )
-)]
-pub(super) async fn delete(
-    State(app): State<AppState>,
-    Path(code): Path<String>,
-    headers: HeaderMap,
-) -> Result<StatusCode, ApiError> {
-    let who = required_principal(&app, &headers).await?;
-    let link = visible_link(&app, &code, &who).await?;
-    let now = crate::now();
-    app.cache.before_write(&link.code).await;
-    app.store.disable_link(&link.code, now).await?;
-    let disabled = Link {
-        disabled_at: Some(link.disabled_at.unwrap_or(now)),
-        ..link
-    };
-    app.cache.written(&disabled).await;
-    tracing::info!(code = %disabled.code, by = %who.user, "link disabled");
-    Ok(StatusCode::NO_CONTENT)
 }

@@ -1,18 +1,22 @@
 //! The HTTP API: routes, shared state, and the handlers of each path.
 
+pub(crate) mod audit;
 mod auth;
+mod challenge;
+mod changes;
 mod error;
 mod json;
 mod links;
 mod openapi;
 mod ops;
 pub(crate) mod redirect;
+mod reports;
 
 use crate::allocator::CodeAllocator;
-use crate::blocklist::PolicyCell;
 use crate::bots::BotDetector;
 use crate::cache::LinkCache;
 use crate::clicks::ClickRecorder;
+use crate::feeds::FeedCell;
 use crate::metrics::Metrics;
 use crate::ratelimit::CreateLimits;
 use crate::store::Store;
@@ -37,7 +41,15 @@ pub(crate) struct App {
     pub allocator: CodeAllocator,
     pub clicks: ClickRecorder,
     pub limits: CreateLimits,
-    pub policy: PolicyCell,
+    pub policy: shortener_core::long_url::UrlPolicy,
+    /// Threat feeds: destinations nobody may link to.
+    pub threats: FeedCell,
+    /// Links to these domains are never disabled automatically.
+    pub trusted_domains: shortener_core::long_url::Blocklist,
+    /// The CAPTCHA of anonymous creation.
+    pub captcha: crate::captcha::Captcha,
+    /// When reports disable a link.
+    pub auto_disable: shortener_core::report::AutoDisable,
     pub metrics: Arc<Metrics>,
     /// Prefix of short URLs, without a trailing slash.
     pub base_url: String,
@@ -51,6 +63,8 @@ pub(crate) struct App {
 
 pub(crate) type AppState = Arc<App>;
 
+pub(crate) use changes::check_reason;
+
 /// The whole router.
 /// Single-segment paths the router serves itself; every other `GET`/`HEAD /{segment}` is a
 /// redirect, answered before the router (see `server.rs`).
@@ -63,9 +77,16 @@ pub(crate) fn router(app: AppState) -> Router {
         .route("/api/v1/links", post(links::create))
         .route(
             "/api/v1/links/{code}",
-            get(links::info).delete(links::delete),
+            get(links::info).delete(changes::delete),
         )
+        .route("/api/v1/links/{code}/disable", post(changes::disable))
+        .route("/api/v1/links/{code}/enable", post(changes::enable))
         .route("/api/v1/links/{code}/analytics", get(links::analytics))
+        .route("/api/v1/audit", get(audit::list))
+        .route("/api/v1/challenge", get(challenge::issue))
+        .route("/api/v1/links/{code}/reports", post(reports::file))
+        .route("/api/v1/reports", get(reports::queue))
+        .route("/api/v1/reports/{id}/resolve", post(reports::resolve))
         .route("/api/v1/openapi.json", get(ops::openapi))
         .layer(DefaultBodyLimit::max(BODY_LIMIT));
     Router::new()

@@ -9,8 +9,9 @@
 
 use super::App;
 use super::AppState;
-use super::error::{EXPIRED_BODY, GONE_BODY, NOT_FOUND_BODY};
+use super::error::{DELETED_BODY, EXPIRED_BODY, GONE_BODY, NOT_FOUND_BODY};
 use crate::clicks::ClickEvent;
+use crate::scaleout::l2::Gone;
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Response, StatusCode, header};
@@ -27,7 +28,7 @@ use std::time::Instant;
     responses(
         (status = 302, description = "Redirect; the destination is in Location"),
         (status = 404, description = "Unknown or expired", body = super::error::ErrorBody),
-        (status = 410, description = "Disabled", body = super::error::ErrorBody),
+        (status = 410, description = "Disabled (`gone`, until enabled) or deleted (also `gone`)", body = super::error::ErrorBody),
         (status = 503, description = "Store unavailable", body = super::error::ErrorBody),
     )
 )]
@@ -93,9 +94,13 @@ async fn lookup(app: &App, request: &Parts) -> Response<Full<Bytes>> {
             return unavailable(&e);
         }
     };
-    if link.disabled {
+    if let Some(gone) = link.gone {
         app.metrics.redirect_gone.inc();
-        return fixed(StatusCode::GONE, GONE_BODY);
+        let body = match gone {
+            Gone::Disabled => GONE_BODY,
+            Gone::Deleted => DELETED_BODY,
+        };
+        return fixed(StatusCode::GONE, body);
     }
     if now >= link.expires_at {
         app.metrics.redirect_not_found.inc();

@@ -1,6 +1,6 @@
 //! Telling every instance that a link changed: the writer updates the L2 entry and publishes
-//! the code on a pub/sub channel; every instance (the writer included) drops its L1 entry
-//! when the message arrives.
+//! `CODE:VERSION` on a pub/sub channel; every instance (the writer included) drops its L1
+//! entry when the message arrives, unless it already holds that version or a later one.
 //!
 //! An announcement that cannot reach Redis is kept and retried until it does, so that a
 //! Redis outage during a write cannot leave a stale L2 entry behind once Redis is back. A
@@ -61,18 +61,13 @@ impl Invalidations {
             self.l2.forget(code).await?;
         }
         self.redis
-            .query::<i64>(redis::cmd("PUBLISH").arg(CHANNEL).arg(code))
+            .query::<i64>(
+                redis::cmd("PUBLISH")
+                    .arg(CHANNEL)
+                    .arg(format!("{code}:{}", entry.version())),
+            )
             .await
             .map(drop)
-    }
-
-    /// Called before a write that makes a link's L2 entry wrong (a delete): if this process
-    /// dies between its commit and [`Self::announce`], readers find no entry and go to the
-    /// store, instead of the old state for the L2 TTL.
-    pub(crate) async fn before_write(&self, code: &str) {
-        if let Err(e) = self.l2.forget(code).await {
-            tracing::debug!(code, error = %e, "cannot drop the L2 entry before a write");
-        }
     }
 
     /// Called after a write to `code` committed; `entry` is the link's new state.
@@ -80,7 +75,11 @@ impl Invalidations {
         if let Err(e) = self.try_announce(code, &entry, now).await {
             tracing::warn!(code, error = %e, "cannot announce a link change yet; will retry");
             let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            if pending.len() < MAX_PENDING || pending.contains_key(code) {
+            if let Some(waiting) = pending.get_mut(code) {
+                if waiting.version() <= entry.version() {
+                    *waiting = entry;
+                }
+            } else if pending.len() < MAX_PENDING {
                 pending.insert(code.to_owned(), entry);
             } else {
                 tracing::error!(
@@ -113,8 +112,11 @@ impl Invalidations {
         }
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         for (code, entry) in failed {
-            // A newer write to the same code, queued meanwhile, wins.
-            pending.entry(code).or_insert(entry);
+            // A later version of the same code, queued meanwhile, wins.
+            let waiting = pending.entry(code).or_insert_with(|| entry.clone());
+            if waiting.version() < entry.version() {
+                *waiting = entry;
+            }
         }
         pending.len()
     }
@@ -128,12 +130,12 @@ impl Invalidations {
         }
     }
 
-    /// Listens for changes and calls `drop_one` for each code, `drop_all` after every
+    /// Listens for changes and calls `drop_one` for each code and version, `drop_all` after every
     /// (re)subscribe. Runs forever, reconnecting (to the next node of a Cluster) as needed;
     /// a connection that stops answering pings counts as lost.
     pub(crate) async fn listen_forever(
         self: Arc<Self>,
-        drop_one: impl Fn(&str),
+        drop_one: impl Fn(&str, u64),
         drop_all: impl Fn(),
     ) {
         for attempt in 0.. {
@@ -148,7 +150,10 @@ impl Invalidations {
                         tokio::select! {
                             message = messages.next() => match message {
                                 Some(message) => match message.get_payload::<String>() {
-                                    Ok(code) => drop_one(&code),
+                                    Ok(payload) => {
+                                        let (code, version) = parse_message(&payload);
+                                        drop_one(code, version);
+                                    }
                                     Err(e) => tracing::warn!(error = %e, "unreadable invalidation"),
                                 },
                                 None => break,
@@ -179,5 +184,25 @@ impl Invalidations {
         let mut pubsub = self.redis.pubsub(attempt).await?;
         pubsub.subscribe(CHANNEL).await?;
         Ok(pubsub.split())
+    }
+}
+
+/// `CODE:VERSION`; a bare code (an older instance's message) is version 0, dropped always.
+fn parse_message(payload: &str) -> (&str, u64) {
+    match payload.rsplit_once(':') {
+        Some((code, version)) => match version.parse() {
+            Ok(version) => (code, version),
+            Err(_) => (payload, 0),
+        },
+        None => (payload, 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn messages_carry_the_version() {
+        assert_eq!(super::parse_message("abc1234:7"), ("abc1234", 7));
+        assert_eq!(super::parse_message("abc1234"), ("abc1234", 0));
     }
 }

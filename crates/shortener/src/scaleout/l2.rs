@@ -1,11 +1,11 @@
 //! The Redis L2 link cache, shared by every instance, between each instance's L1 and the
 //! store.
 //!
-//! A link only ever moves forward: unknown → live → disabled (expiry is computed at read
-//! time, disabling is final). Entries carry that rank in their first byte and every write
-//! goes through one script that refuses to replace an entry by a lower rank. So a reader that
-//! fills the cache with what it read before a create or a delete can never overwrite what the
-//! writer put there after its commit, whichever reaches Redis first.
+//! Every change of a link raises its version (unknown codes are version 0). Entries carry
+//! the version and every write goes through one script that refuses to replace an entry by a
+//! lower version. So a reader that fills the cache with what it read before a change can
+//! never overwrite what the writer (or a process that noticed the change) put there after
+//! the commit, whichever reaches Redis first — also when a link is enabled again.
 
 use super::redis::{Redis, Unreachable};
 use shortener_core::day::UnixSeconds;
@@ -13,13 +13,16 @@ use shortener_core::link::Link;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-/// Sets `KEYS[1]` to `ARGV[1]` for `ARGV[2]` ms unless it holds a higher-ranked value.
+/// Sets `KEYS[1]` to `ARGV[1]` for `ARGV[2]` ms unless it holds a version above `ARGV[3]`.
 static FILL: LazyLock<redis::Script> = LazyLock::new(|| {
     redis::Script::new(
         r"
 local current = redis.call('GET', KEYS[1])
-if current and string.byte(current, 1) > string.byte(ARGV[1], 1) then
-  return 0
+if current then
+  local version = tonumber(string.match(current, '^v(%d+)|'))
+  if version and version > tonumber(ARGV[3]) then
+    return 0
+  end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
@@ -27,16 +30,26 @@ return 1
     )
 });
 
+/// What a redirect answers for a link that no longer redirects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// 410 until enabled.
+    Disabled,
+    /// 410 for good.
+    Deleted,
+}
+
 /// What the L2 knows of a code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Entry {
-    /// No such link.
+    /// No such link (version 0).
     Unknown,
-    /// A link, live or disabled.
+    /// A link, live, disabled or deleted.
     Link {
         long_url: String,
         expires_at: UnixSeconds,
-        disabled: bool,
+        gone: Option<Gone>,
+        version: u64,
     },
 }
 
@@ -47,37 +60,64 @@ impl Entry {
             Some(link) => Self::Link {
                 long_url: link.long_url.clone(),
                 expires_at: link.expires_at,
-                disabled: link.disabled_at.is_some(),
+                gone: if link.deleted_at.is_some() {
+                    Some(Gone::Deleted)
+                } else if link.disabled.is_some() {
+                    Some(Gone::Disabled)
+                } else {
+                    None
+                },
+                version: link.version,
             },
+        }
+    }
+
+    pub(crate) fn version(&self) -> u64 {
+        match self {
+            Self::Unknown => 0,
+            Self::Link { version, .. } => *version,
         }
     }
 
     fn encode(&self) -> String {
         match self {
-            Self::Unknown => "0".to_owned(),
+            Self::Unknown => "v0|u".to_owned(),
             Self::Link {
                 long_url,
                 expires_at,
-                disabled,
-            } => format!("{}{expires_at}|{long_url}", if *disabled { 2 } else { 1 }),
+                gone,
+                version,
+            } => {
+                let state = match gone {
+                    None => 'l',
+                    Some(Gone::Disabled) => 'd',
+                    Some(Gone::Deleted) => 'x',
+                };
+                format!("v{version}|{state}|{expires_at}|{long_url}")
+            }
         }
     }
 
     fn decode(value: &str) -> Option<Self> {
-        let (rank, rest) = value.split_at_checked(1)?;
-        if rank == "0" {
-            return Some(Self::Unknown);
+        let rest = value.strip_prefix('v')?;
+        let (version, rest) = rest.split_once('|')?;
+        let version: u64 = version.parse().ok()?;
+        if rest == "u" {
+            return (version == 0).then_some(Self::Unknown);
         }
-        let disabled = match rank {
-            "1" => false,
-            "2" => true,
+        let (state, rest) = rest.split_once('|')?;
+        let gone = match state {
+            "l" => None,
+            "d" => Some(Gone::Disabled),
+            "x" => Some(Gone::Deleted),
             _ => return None,
         };
         let (expires_at, long_url) = rest.split_once('|')?;
         Some(Self::Link {
             long_url: long_url.to_owned(),
             expires_at: expires_at.parse().ok()?,
-            disabled,
+            gone,
+            version,
         })
     }
 }
@@ -137,7 +177,7 @@ impl L2 {
     ) -> Result<(), Unreachable> {
         let ttl = match entry {
             Entry::Unknown => self.negative_ttl,
-            Entry::Link { disabled: true, .. } => self.ttl,
+            Entry::Link { gone: Some(_), .. } => self.ttl,
             Entry::Link { expires_at, .. } => match u64::try_from(expires_at - now) {
                 Ok(left) if left > 0 => self.ttl.min(Duration::from_secs(left)),
                 _ => self.negative_ttl,
@@ -145,7 +185,12 @@ impl L2 {
         };
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
         self.redis
-            .script::<i64>(FILL.key(key(code)).arg(entry.encode()).arg(ttl_ms))
+            .script::<i64>(
+                FILL.key(key(code))
+                    .arg(entry.encode())
+                    .arg(ttl_ms)
+                    .arg(entry.version()),
+            )
             .await
             .map(drop)
     }
@@ -162,37 +207,33 @@ mod tests {
             Entry::Link {
                 long_url: "https://example.com/a|b?c=1".to_owned(),
                 expires_at: 1_900_000_000,
-                disabled: false,
+                gone: None,
+                version: 1,
             },
             Entry::Link {
                 long_url: "https://example.com/".to_owned(),
                 expires_at: 5,
-                disabled: true,
+                gone: Some(Gone::Disabled),
+                version: 7,
+            },
+            Entry::Link {
+                long_url: "https://example.com/".to_owned(),
+                expires_at: 5,
+                gone: Some(Gone::Deleted),
+                version: 8,
             },
         ] {
             assert_eq!(Entry::decode(&entry.encode()), Some(entry));
         }
-        assert_eq!(Entry::decode(""), None);
-        assert_eq!(Entry::decode("9x"), None);
-        assert_eq!(Entry::decode("1notanumber|https://x"), None);
-    }
-
-    #[test]
-    fn ranks_order_unknown_before_live_before_disabled() {
-        let live = Entry::Link {
-            long_url: "https://example.com/".to_owned(),
-            expires_at: 1,
-            disabled: false,
-        };
-        let disabled = Entry::Link {
-            long_url: "https://example.com/".to_owned(),
-            expires_at: 1,
-            disabled: true,
-        };
-        let ranks: Vec<u8> = [Entry::Unknown, live, disabled]
-            .iter()
-            .map(|e| e.encode().as_bytes()[0])
-            .collect();
-        assert!(ranks.windows(2).all(|w| w[0] < w[1]));
+        for bad in [
+            "",
+            "9x",
+            "v1|l|notanumber|https://x",
+            "v3|u",
+            "1|https://x",
+            "v1|q|1|x",
+        ] {
+            assert_eq!(Entry::decode(bad), None, "{bad:?}");
+        }
     }
 }

@@ -2,12 +2,13 @@
 //! started for each test.
 
 use super::clickstream::{CLAIM_IDLE, ClickShipper, aggregate};
-use super::l2::{Entry, L2};
+use super::l2::{Entry, Gone, L2};
 use super::ratelimit::SharedLimits;
 use super::redis::{Redis, RedisTarget, Unreachable};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::store::sqlite::SqliteStore;
+use shortener_core::audit::Origin;
 use shortener_core::day::Day;
 use shortener_core::link::Link;
 use shortener_core::store::ClickDelta;
@@ -23,12 +24,17 @@ async fn connect(url: &str) -> Arc<Redis> {
     )
 }
 
-fn live(url: &str) -> Entry {
+fn at_version(url: &str, gone: Option<Gone>, version: u64) -> Entry {
     Entry::Link {
         long_url: url.to_owned(),
         expires_at: i64::MAX,
-        disabled: false,
+        gone,
+        version,
     }
+}
+
+fn live(url: &str) -> Entry {
+    at_version(url, None, 1)
 }
 
 #[test]
@@ -57,23 +63,24 @@ fn redis_targets_parse_or_say_why_not() {
 async fn l2_never_lets_an_older_read_replace_a_later_write(redis: Arc<Redis>) {
     let l2 = L2::new(redis, Duration::from_secs(3600), Duration::from_secs(60));
     let now = crate::now();
-    let disabled = Entry::Link {
-        long_url: "https://example.com/".to_owned(),
-        expires_at: i64::MAX,
-        disabled: true,
-    };
+    let disabled = at_version("https://example.com/", Some(Gone::Disabled), 2);
+    let enabled = at_version("https://example.com/", None, 3);
     // The writer's create lands, then a reader's fill of what it saw before the create.
     l2.fill("abc", &live("https://example.com/"), now)
         .await
         .unwrap();
     l2.fill("abc", &Entry::Unknown, now).await.unwrap();
     assert_eq!(l2.get("abc").await, Some(live("https://example.com/")));
-    // The delete lands; a reader's stale live fill afterwards changes nothing.
+    // The disable lands; a reader's stale live fill afterwards changes nothing.
     l2.fill("abc", &disabled, now).await.unwrap();
     l2.fill("abc", &live("https://example.com/"), now)
         .await
         .unwrap();
-    assert_eq!(l2.get("abc").await, Some(disabled));
+    assert_eq!(l2.get("abc").await, Some(disabled.clone()));
+    // The enable lands (live again, a higher version); the stale disabled fill loses.
+    l2.fill("abc", &enabled, now).await.unwrap();
+    l2.fill("abc", &disabled, now).await.unwrap();
+    assert_eq!(l2.get("abc").await, Some(enabled));
     // Unknown codes are remembered as such; a later create replaces that.
     l2.fill("new", &Entry::Unknown, now).await.unwrap();
     assert_eq!(l2.get("new").await, Some(Entry::Unknown));
@@ -122,23 +129,18 @@ async fn instances_share_one_create_budget(a: Arc<Redis>, b: Arc<Redis>) {
 
 fn link(code: &str) -> Link {
     Link {
-        code: code.to_owned(),
-        long_url: "https://example.com/".to_owned(),
-        owner: None,
         custom_alias: true,
-        created_at: 0,
-        expires_at: i64::MAX,
-        disabled_at: None,
-        clicks: 0,
-        bot_clicks: 0,
-        created_ip: None,
+        ..Link::new(code, "https://example.com/", 0, i64::MAX)
     }
 }
 
 async fn every_shipped_click_counts_once(redis: Arc<Redis>, other: Arc<Redis>) {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).unwrap());
-    store.insert_link(&link("promo")).await.unwrap();
+    store
+        .insert_link(&link("promo"), &Origin::system("test"))
+        .await
+        .unwrap();
     let today = Day::from_unix(crate::now());
     let shippers = [
         ClickShipper::new(redis.clone()),
@@ -211,7 +213,10 @@ async fn every_shipped_click_counts_once(redis: Arc<Redis>, other: Arc<Redis>) {
 async fn a_dead_aggregators_batches_are_taken_over(redis: Arc<Redis>) {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).unwrap());
-    store.insert_link(&link("orphan")).await.unwrap();
+    store
+        .insert_link(&link("orphan"), &Origin::system("test"))
+        .await
+        .unwrap();
     let shipper = ClickShipper::new(redis.clone());
     for _ in 0..5 {
         let batch = shipper.batch(vec![ClickDelta {

@@ -5,13 +5,219 @@ pub mod postgres;
 pub mod sqlite;
 
 use crate::config::StoreConfig;
+use shortener_core::audit::{AuditAction, AuditQuery, AuditRecord, AuditRow};
+use shortener_core::day::UnixSeconds;
+use shortener_core::link::{ActorKind, Disable};
+use shortener_core::report::{Category, NewReport, Report, Resolution};
 use shortener_core::store::{ClickSink, LinkStore, StoreError};
+use std::sync::Arc;
 
 /// The `links` columns in the order both stores' row readers expect.
 const LINK_COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, expires_at, \
-                            disabled_at, clicks, bot_clicks, created_ip";
-use std::sync::Arc;
+                            disabled_at, clicks, bot_clicks, created_ip, version, \
+                            disabled_reason, disabled_by, disabled_by_kind, deleted_at, \
+                            owner_admin";
+/// What a change writes of a link: the columns after `code`, set from `$2` / `?2` on.
+const STATE_COLUMNS: [&str; 8] = [
+    "long_url",
+    "expires_at",
+    "version",
+    "disabled_at",
+    "disabled_reason",
+    "disabled_by",
+    "disabled_by_kind",
+    "deleted_at",
+];
+/// The `audit` columns in the order both stores write and read them (after `id`).
+const AUDIT_COLUMNS: &str = "at, actor, ip, user_agent, action, code, old_url, new_url, detail";
 
+/// `UPDATE links SET … WHERE code = <1>` for a change, with the store's placeholders.
+fn update_state_sql(placeholder: fn(usize) -> String) -> String {
+    let sets: Vec<String> = STATE_COLUMNS
+        .iter()
+        .enumerate()
+        .map(|(i, column)| format!("{column} = {}", placeholder(i + 2)))
+        .collect();
+    format!(
+        "UPDATE links SET {} WHERE code = {}",
+        sets.join(", "),
+        placeholder(1)
+    )
+}
+
+/// The disable columns of a row, as read.
+fn disable_from(
+    at: Option<UnixSeconds>,
+    reason: Option<String>,
+    by: Option<String>,
+    kind: Option<String>,
+) -> Option<Disable> {
+    at.map(|at| Disable {
+        at,
+        reason: reason.unwrap_or_default(),
+        by: by.unwrap_or_default(),
+        // Unknown kinds are treated as an admin's, the stricter case for an enable.
+        by_kind: kind
+            .as_deref()
+            .and_then(ActorKind::parse)
+            .unwrap_or(ActorKind::Admin),
+    })
+}
+
+/// A report with its link's state; the columns `RawReport` reads, in order.
+const REPORT_SELECT: &str = "SELECT r.id, r.code, r.at, r.ip, r.category, r.comment, \
+     r.resolved_at, r.resolved_by, r.resolution, \
+     l.disabled_at, l.disabled_reason, l.disabled_by, l.disabled_by_kind, l.deleted_at \
+     FROM reports AS r LEFT JOIN links AS l ON l.code = r.code";
+
+/// The report queue's page query (after `REPORT_SELECT`), with the store's placeholders for
+/// the cursor (1) and the limit (2).
+fn report_page_sql(open: bool, placeholder: fn(usize) -> String) -> String {
+    let state = if open { "IS NULL" } else { "IS NOT NULL" };
+    format!(
+        "{REPORT_SELECT} WHERE r.resolved_at {state} AND r.id < {} ORDER BY r.id DESC LIMIT {}",
+        placeholder(1),
+        placeholder(2)
+    )
+}
+
+/// A report row as read, its category still text.
+#[derive(Debug)]
+struct RawReport {
+    id: i64,
+    code: String,
+    at: UnixSeconds,
+    ip: String,
+    category: String,
+    comment: Option<String>,
+    resolved_at: Option<UnixSeconds>,
+    resolved_by: Option<String>,
+    resolution: Option<String>,
+    disabled_at: Option<UnixSeconds>,
+    disabled_reason: Option<String>,
+    disabled_by: Option<String>,
+    disabled_by_kind: Option<String>,
+    deleted_at: Option<UnixSeconds>,
+}
+
+impl RawReport {
+    fn into_report(self) -> Result<Report, StoreError> {
+        let category = Category::parse(&self.category).ok_or_else(|| {
+            StoreError::Backend(format!("unknown report category {:?}", self.category).into())
+        })?;
+        Ok(Report {
+            id: self.id,
+            filed: NewReport {
+                code: self.code,
+                at: self.at,
+                ip: self.ip,
+                category,
+                comment: self.comment,
+            },
+            resolution: self.resolved_at.map(|at| Resolution {
+                at,
+                by: self.resolved_by.unwrap_or_default(),
+                text: self.resolution.unwrap_or_default(),
+            }),
+            link_disabled: disable_from(
+                self.disabled_at,
+                self.disabled_reason,
+                self.disabled_by,
+                self.disabled_by_kind,
+            ),
+            link_deleted: self.deleted_at.is_some(),
+        })
+    }
+}
+
+/// A bound value of an audit query.
+#[derive(Debug, Clone)]
+enum SqlValue {
+    Text(String),
+    Int(i64),
+}
+
+/// The audit page query with only the set filters, newest first, with the store's
+/// placeholders, and its values in placeholder order.
+fn audit_query_sql(
+    query: &AuditQuery,
+    placeholder: fn(usize) -> String,
+) -> (String, Vec<SqlValue>) {
+    let mut values = Vec::new();
+    let mut filters = Vec::new();
+    let mut filter = |column: &str, op: &str, value: SqlValue| {
+        values.push(value);
+        filters.push(format!("{column} {op} {}", placeholder(values.len())));
+    };
+    if let Some(code) = &query.code {
+        filter("code", "=", SqlValue::Text(code.clone()));
+    }
+    if let Some(actor) = &query.actor {
+        filter("actor", "=", SqlValue::Text(actor.clone()));
+    }
+    if let Some(action) = query.action {
+        filter("action", "=", SqlValue::Text(action.as_str().to_owned()));
+    }
+    if let Some(since) = query.since {
+        filter("at", ">=", SqlValue::Int(since));
+    }
+    if let Some(until) = query.until {
+        filter("at", "<", SqlValue::Int(until));
+    }
+    if let Some(before) = query.before {
+        filter("id", "<", SqlValue::Int(before));
+    }
+    let condition = if filters.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", filters.join(" AND "))
+    };
+    values.push(SqlValue::Int(
+        i64::try_from(query.limit).unwrap_or(i64::MAX),
+    ));
+    let sql = format!(
+        "SELECT id, {AUDIT_COLUMNS} FROM audit {condition} ORDER BY id DESC LIMIT {}",
+        placeholder(values.len())
+    );
+    (sql, values)
+}
+
+/// An audit row as read, its action still text.
+#[derive(Debug)]
+struct RawAudit {
+    id: i64,
+    at: UnixSeconds,
+    actor: String,
+    ip: Option<String>,
+    user_agent: Option<String>,
+    action: String,
+    code: Option<String>,
+    old_url: Option<String>,
+    new_url: Option<String>,
+    detail: Option<String>,
+}
+
+impl RawAudit {
+    fn into_row(self) -> Result<AuditRow, StoreError> {
+        let action = AuditAction::parse(&self.action).ok_or_else(|| {
+            StoreError::Backend(format!("unknown audit action {:?}", self.action).into())
+        })?;
+        Ok(AuditRow {
+            id: self.id,
+            record: AuditRecord {
+                at: self.at,
+                actor: self.actor,
+                ip: self.ip,
+                user_agent: self.user_agent,
+                action,
+                code: self.code,
+                old_url: self.old_url,
+                new_url: self.new_url,
+                detail: self.detail,
+            },
+        })
+    }
+}
 /// Everything the service needs from one backend: links, tokens, ids and clicks.
 pub trait Store: LinkStore + ClickSink + std::fmt::Debug {}
 

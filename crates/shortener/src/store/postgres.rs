@@ -8,17 +8,25 @@
 
 mod schema;
 
-use super::LINK_COLUMNS;
+use super::{
+    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, audit_query_sql,
+    disable_from, report_page_sql, update_state_sql,
+};
 use async_trait::async_trait;
 use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
     Transaction,
 };
+use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::Link;
+use shortener_core::link::{Actor, Link, LinkChange, Refusal};
+use shortener_core::report::{
+    AUTO_DISABLE_WINDOW_SECONDS, AUTO_REPORTS_ACTOR, AutoDisable, NewReport, Report, ReportOutcome,
+    ReportQuery, Resolution, ResolveOutcome,
+};
 use shortener_core::store::{
-    ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome, LinkStore, StoreError,
-    TokenRecord,
+    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome,
+    LinkStore, StoreError, TokenRecord,
 };
 use shortener_core::token::{Principal, TokenHash};
 use std::collections::{BTreeMap, HashSet};
@@ -27,6 +35,7 @@ use std::ops::Range;
 use std::str::FromStr;
 use std::time::Duration;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Config, NoTls, Row, config::Host};
 
 pub use schema::CURRENT_VERSION;
@@ -500,11 +509,220 @@ fn link_from_row(row: &Row) -> Result<Link, tokio_postgres::Error> {
         custom_alias: row.try_get(3)?,
         created_at: row.try_get(4)?,
         expires_at: row.try_get(5)?,
-        disabled_at: row.try_get(6)?,
+        disabled: disable_from(
+            row.try_get(6)?,
+            row.try_get(11)?,
+            row.try_get(12)?,
+            row.try_get(13)?,
+        ),
         clicks: to_u64(row.try_get(7)?),
         bot_clicks: to_u64(row.try_get(8)?),
         created_ip: row.try_get(9)?,
+        version: to_u64(row.try_get(10)?),
+        deleted_at: row.try_get(14)?,
+        owner_admin: row.try_get(15)?,
     })
+}
+
+fn report_from_row(r: &Row) -> Result<RawReport, tokio_postgres::Error> {
+    Ok(RawReport {
+        id: r.try_get(0)?,
+        code: r.try_get(1)?,
+        at: r.try_get(2)?,
+        ip: r.try_get(3)?,
+        category: r.try_get(4)?,
+        comment: r.try_get(5)?,
+        resolved_at: r.try_get(6)?,
+        resolved_by: r.try_get(7)?,
+        resolution: r.try_get(8)?,
+        disabled_at: r.try_get(9)?,
+        disabled_reason: r.try_get(10)?,
+        disabled_by: r.try_get(11)?,
+        disabled_by_kind: r.try_get(12)?,
+        deleted_at: r.try_get(13)?,
+    })
+}
+
+/// The link locked for the rest of `tx`.
+async fn lock_link(
+    tx: &Transaction<'_>,
+    code: &str,
+) -> Result<Option<Link>, tokio_postgres::Error> {
+    let select = tx
+        .prepare_cached(&format!(
+            "SELECT {LINK_COLUMNS} FROM links WHERE code = $1 FOR UPDATE"
+        ))
+        .await?;
+    tx.query_opt(&select, &[&code])
+        .await?
+        .as_ref()
+        .map(link_from_row)
+        .transpose()
+}
+
+fn placeholder(i: usize) -> String {
+    format!("${i}")
+}
+
+/// Appends one row to the audit trail inside `tx`.
+async fn insert_audit(tx: &Transaction<'_>, r: &AuditRecord) -> Result<(), tokio_postgres::Error> {
+    let stmt = tx
+        .prepare_cached(&format!(
+            "INSERT INTO audit ({AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        ))
+        .await?;
+    tx.execute(
+        &stmt,
+        &[
+            &r.at,
+            &r.actor,
+            &r.ip,
+            &r.user_agent,
+            &r.action.as_str(),
+            &r.code,
+            &r.old_url,
+            &r.new_url,
+            &r.detail,
+        ],
+    )
+    .await
+    .map(drop)
+}
+
+/// Writes a link's new state, its change note (numbered by the counter row, whose lock
+/// orders notes by commit) and its audit row inside `tx`, the link's row locked.
+async fn write_change(
+    tx: &Transaction<'_>,
+    before: &Link,
+    after: &Link,
+    audit: &AuditRecord,
+) -> Result<(), tokio_postgres::Error> {
+    let update = tx.prepare_cached(&update_state_sql(placeholder)).await?;
+    let d = after.disabled.as_ref();
+    tx.execute(
+        &update,
+        &[
+            &after.code,
+            &after.long_url,
+            &after.expires_at,
+            &to_i64(after.version),
+            &d.map(|d| d.at),
+            &d.map(|d| d.reason.as_str()),
+            &d.map(|d| d.by.as_str()),
+            &d.map(|d| d.by_kind.as_str()),
+            &after.deleted_at,
+        ],
+    )
+    .await?;
+    let counter = tx
+        .prepare_cached("UPDATE change_counter SET seq = seq + 1 WHERE id = 0 RETURNING seq")
+        .await?;
+    let seq: i64 = tx.query_one(&counter, &[]).await?.try_get(0)?;
+    let note = tx
+        .prepare_cached("INSERT INTO link_changes (seq, code, version, at) VALUES ($1, $2, $3, $4)")
+        .await?;
+    tx.execute(
+        &note,
+        &[&seq, &after.code, &to_i64(after.version), &audit.at],
+    )
+    .await?;
+    if before.disabled.is_some() && after.disabled.is_none() {
+        // An enable: reports made before it no longer count towards the next auto-disable.
+        let uncount = tx
+            .prepare_cached("UPDATE reports SET counts = FALSE WHERE code = $1 AND counts")
+            .await?;
+        tx.execute(&uncount, &[&after.code]).await?;
+    }
+    insert_audit(tx, audit).await
+}
+
+/// Files a report and applies its automatic disable in one transaction, the link locked so
+/// that concurrent reports count each other.
+async fn file_report(
+    client: &mut Object,
+    report: &NewReport,
+    origin: &Origin,
+    auto: Option<AutoDisable>,
+) -> Result<ReportOutcome, tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    let Some(link) = lock_link(&tx, &report.code).await? else {
+        return Ok(ReportOutcome::NotFound);
+    };
+    let insert = tx
+        .prepare_cached(
+            "INSERT INTO reports (code, at, ip, category, comment, counts) \
+             VALUES ($1, $2, $3, $4, $5, TRUE) RETURNING id",
+        )
+        .await?;
+    let id: i64 = tx
+        .query_one(
+            &insert,
+            &[
+                &report.code,
+                &report.at,
+                &report.ip,
+                &report.category.as_str(),
+                &report.comment,
+            ],
+        )
+        .await?
+        .try_get(0)?;
+    insert_audit(&tx, &AuditRecord::reported(&link, report, origin)).await?;
+    let mut disabled = None;
+    if let Some(auto) = auto {
+        let count = tx
+            .prepare_cached(
+                "SELECT COUNT(DISTINCT ip) FROM reports WHERE code = $1 AND counts AND at > $2",
+            )
+            .await?;
+        let reporters: i64 = tx
+            .query_one(
+                &count,
+                &[&report.code, &(report.at - AUTO_DISABLE_WINDOW_SECONDS)],
+            )
+            .await?
+            .try_get(0)?;
+        let reporters = to_u64(reporters);
+        if auto.disables(&link, reporters, report.at) {
+            let change = LinkChange::Disable {
+                reason: auto.reason(reporters),
+            };
+            if let Ok(Some(after)) =
+                link.apply(&change, &Actor::system(AUTO_REPORTS_ACTOR), report.at)
+            {
+                let system = Origin::system(AUTO_REPORTS_ACTOR);
+                let audit = AuditRecord::changed(&link, &after, &change, &system, report.at);
+                write_change(&tx, &link, &after, &audit).await?;
+                disabled = Some(Box::new(after));
+            }
+        }
+    }
+    tx.commit().await?;
+    Ok(ReportOutcome::Filed { id, disabled })
+}
+
+/// Applies `change` under the rule in one transaction: the link row locked, its new state,
+/// the change note and the audit row.
+async fn change_once(
+    client: &mut Object,
+    code: &str,
+    change: &LinkChange,
+    origin: &Origin,
+    now: UnixSeconds,
+) -> Result<ChangeOutcome, tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    let Some(before) = lock_link(&tx, code).await? else {
+        return Ok(ChangeOutcome::Refused(Refusal::NotFound));
+    };
+    let after = match before.apply(change, &origin.actor, now) {
+        Err(refusal) => return Ok(ChangeOutcome::Refused(refusal)),
+        Ok(None) => return Ok(ChangeOutcome::Unchanged(before)),
+        Ok(Some(after)) => after,
+    };
+    let audit = AuditRecord::changed(&before, &after, change, origin, now);
+    write_change(&tx, &before, &after, &audit).await?;
+    tx.commit().await?;
+    Ok(ChangeOutcome::Changed { before, after })
 }
 
 #[async_trait]
@@ -526,38 +744,39 @@ impl LinkStore for PgStore {
         Ok(to_u64(end - count)..to_u64(end))
     }
 
-    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError> {
+    async fn secret(&self, name: &'static str, candidate: Vec<u8>) -> Result<Vec<u8>, StoreError> {
         let client = self.client().await?;
-        // Two statements, not one: the SELECT must see a key that a racing process committed
-        // while our INSERT waited on it, which a single statement's snapshot would not.
+        // Two statements, not one: the SELECT must see a secret that a racing process
+        // committed while our INSERT waited on it, which a single statement's snapshot would
+        // not.
         client
             .execute(
-                "INSERT INTO meta (key, value) VALUES ('code_key', $1) ON CONFLICT DO NOTHING",
-                &[&&candidate[..]],
+                "INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&name, &candidate],
             )
             .await
             .map_err(classify)?;
-        let stored: Vec<u8> = client
-            .query_one("SELECT value FROM meta WHERE key = 'code_key'", &[])
+        client
+            .query_one("SELECT value FROM meta WHERE key = $1", &[&name])
             .await
             .and_then(|row| row.try_get(0))
-            .map_err(classify)?;
-        stored
-            .try_into()
-            .map_err(|_| StoreError::Backend("the stored code key is not 16 bytes".into()))
+            .map_err(classify)
     }
 
-    async fn insert_link(&self, link: &Link) -> Result<InsertOutcome, StoreError> {
-        let client = self.client().await?;
-        let stmt = client
+    async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
+        let mut client = self.client().await?;
+        let audit = AuditRecord::created(link, origin);
+        let tx = client.transaction().await.map_err(classify)?;
+        let stmt = tx
             .prepare_cached(&format!(
                 "INSERT INTO links ({LINK_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
                  ON CONFLICT (code) DO NOTHING"
             ))
             .await
             .map_err(classify)?;
-        let inserted = client
+        let d = link.disabled.as_ref();
+        let inserted = tx
             .execute(
                 &stmt,
                 &[
@@ -567,19 +786,26 @@ impl LinkStore for PgStore {
                     &link.custom_alias,
                     &link.created_at,
                     &link.expires_at,
-                    &link.disabled_at,
+                    &d.map(|d| d.at),
                     &to_i64(link.clicks),
                     &to_i64(link.bot_clicks),
                     &link.created_ip,
+                    &to_i64(link.version),
+                    &d.map(|d| d.reason.as_str()),
+                    &d.map(|d| d.by.as_str()),
+                    &d.map(|d| d.by_kind.as_str()),
+                    &link.deleted_at,
+                    &link.owner_admin,
                 ],
             )
             .await
             .map_err(classify)?;
-        Ok(if inserted == 1 {
-            InsertOutcome::Inserted
-        } else {
-            InsertOutcome::CodeTaken
-        })
+        if inserted != 1 {
+            return Ok(InsertOutcome::CodeTaken);
+        }
+        insert_audit(&tx, &audit).await.map_err(classify)?;
+        tx.commit().await.map_err(classify)?;
+        Ok(InsertOutcome::Inserted)
     }
 
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
@@ -595,19 +821,135 @@ impl LinkStore for PgStore {
             .map_err(classify)
     }
 
-    async fn disable_link(&self, code: &str, at: UnixSeconds) -> Result<bool, StoreError> {
+    async fn change_link(
+        &self,
+        code: &str,
+        change: &LinkChange,
+        origin: &Origin,
+        now: UnixSeconds,
+    ) -> Result<ChangeOutcome, StoreError> {
+        let mut client = self.client().await?;
+        change_once(&mut client, code, change, origin, now)
+            .await
+            .map_err(classify)
+    }
+
+    async fn last_change(&self) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached("SELECT seq FROM change_counter WHERE id = 0")
+            .await
+            .map_err(classify)?;
+        client
+            .query_one(&stmt, &[])
+            .await
+            .and_then(|row| row.try_get::<_, i64>(0))
+            .map(to_u64)
+            .map_err(classify)
+    }
+
+    async fn changes_after(&self, seq: u64, limit: usize) -> Result<Vec<ChangeNote>, StoreError> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
-                "UPDATE links SET disabled_at = COALESCE(disabled_at, $2) WHERE code = $1",
+                "SELECT seq, code, version FROM link_changes WHERE seq > $1 ORDER BY seq LIMIT $2",
             )
             .await
             .map_err(classify)?;
-        let found = client
-            .execute(&stmt, &[&code, &at])
+        let rows = client
+            .query(&stmt, &[&to_i64(seq), &to_i64(limit as u64)])
             .await
             .map_err(classify)?;
-        Ok(found == 1)
+        rows.iter()
+            .map(|r| {
+                Ok(ChangeNote {
+                    seq: to_u64(r.try_get(0)?),
+                    code: r.try_get(1)?,
+                    version: to_u64(r.try_get(2)?),
+                })
+            })
+            .collect::<Result<_, tokio_postgres::Error>>()
+            .map_err(classify)
+    }
+
+    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        client
+            .execute("DELETE FROM link_changes WHERE at < $1", &[&at])
+            .await
+            .map_err(classify)
+    }
+
+    async fn live_destinations_after(
+        &self,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT code, long_url FROM links WHERE code > $1 \
+                 AND disabled_at IS NULL AND deleted_at IS NULL ORDER BY code LIMIT $2",
+            )
+            .await
+            .map_err(classify)?;
+        let rows = client
+            .query(&stmt, &[&after, &to_i64(limit as u64)])
+            .await
+            .map_err(classify)?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<Result<_, tokio_postgres::Error>>()
+            .map_err(classify)
+    }
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
+        let (sql, values) = audit_query_sql(query, placeholder);
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(&sql).await.map_err(classify)?;
+        let params: Vec<&(dyn ToSql + Sync)> = values
+            .iter()
+            .map(|v| match v {
+                SqlValue::Text(t) => t as &(dyn ToSql + Sync),
+                SqlValue::Int(i) => i as &(dyn ToSql + Sync),
+            })
+            .collect();
+        let rows = client.query(&stmt, &params).await.map_err(classify)?;
+        rows.iter()
+            .map(|r| {
+                Ok(RawAudit {
+                    id: r.try_get(0)?,
+                    at: r.try_get(1)?,
+                    actor: r.try_get(2)?,
+                    ip: r.try_get(3)?,
+                    user_agent: r.try_get(4)?,
+                    action: r.try_get(5)?,
+                    code: r.try_get(6)?,
+                    old_url: r.try_get(7)?,
+                    new_url: r.try_get(8)?,
+                    detail: r.try_get(9)?,
+                })
+            })
+            .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+            .map_err(classify)?
+            .into_iter()
+            .map(RawAudit::into_row)
+            .collect()
+    }
+
+    async fn prune_audit_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "DELETE FROM audit WHERE id IN \
+                 (SELECT id FROM audit WHERE at < $1 ORDER BY id LIMIT $2)",
+            )
+            .await
+            .map_err(classify)?;
+        client
+            .execute(&stmt, &[&at, &to_i64(batch as u64)])
+            .await
+            .map_err(classify)
     }
 
     async fn daily_clicks(&self, code: &str, since: Day) -> Result<Vec<DailyCount>, StoreError> {
@@ -634,21 +976,97 @@ impl LinkStore for PgStore {
             .map_err(classify)
     }
 
-    async fn insert_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
+    async fn insert_report(
+        &self,
+        report: &NewReport,
+        origin: &Origin,
+        auto: Option<AutoDisable>,
+    ) -> Result<ReportOutcome, StoreError> {
+        let mut client = self.client().await?;
+        file_report(&mut client, report, origin, auto)
+            .await
+            .map_err(classify)
+    }
+
+    async fn reports(&self, query: &ReportQuery) -> Result<Vec<Report>, StoreError> {
         let client = self.client().await?;
-        client
-            .execute(
-                "INSERT INTO tokens (hash, user_name, admin, created_at) VALUES ($1, $2, $3, $4)",
+        let stmt = client
+            .prepare_cached(&report_page_sql(query.open, placeholder))
+            .await
+            .map_err(classify)?;
+        let rows = client
+            .query(
+                &stmt,
                 &[
-                    &&token.hash.0[..],
-                    &token.principal.user,
-                    &token.principal.admin,
-                    &token.created_at,
+                    &query.before.unwrap_or(i64::MAX),
+                    &to_i64(query.limit as u64),
                 ],
             )
             .await
-            .map(drop)
-            .map_err(classify)
+            .map_err(classify)?;
+        rows.iter()
+            .map(|r| report_from_row(r).map_err(classify)?.into_report())
+            .collect()
+    }
+
+    async fn resolve_report(
+        &self,
+        id: i64,
+        resolution: &Resolution,
+    ) -> Result<ResolveOutcome, StoreError> {
+        let client = self.client().await?;
+        let update = client
+            .prepare_cached(
+                "UPDATE reports SET resolved_at = $2, resolved_by = $3, resolution = $4 \
+                 WHERE id = $1 AND resolved_at IS NULL",
+            )
+            .await
+            .map_err(classify)?;
+        let resolved = client
+            .execute(
+                &update,
+                &[&id, &resolution.at, &resolution.by, &resolution.text],
+            )
+            .await
+            .map_err(classify)?;
+        let select = client
+            .prepare_cached(&format!("{REPORT_SELECT} WHERE r.id = $1"))
+            .await
+            .map_err(classify)?;
+        let row = client.query_opt(&select, &[&id]).await.map_err(classify)?;
+        let Some(row) = row else {
+            return Ok(ResolveOutcome::NotFound);
+        };
+        let report = report_from_row(&row).map_err(classify)?.into_report()?;
+        Ok(if resolved == 1 {
+            ResolveOutcome::Resolved(report)
+        } else {
+            ResolveOutcome::AlreadyResolved(report)
+        })
+    }
+
+    async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let audit = AuditRecord::token_issued(
+            &token.principal.user,
+            token.principal.admin,
+            origin,
+            token.created_at,
+        );
+        let tx = client.transaction().await.map_err(classify)?;
+        tx.execute(
+            "INSERT INTO tokens (hash, user_name, admin, created_at) VALUES ($1, $2, $3, $4)",
+            &[
+                &&token.hash.0[..],
+                &token.principal.user,
+                &token.principal.admin,
+                &token.created_at,
+            ],
+        )
+        .await
+        .map_err(classify)?;
+        insert_audit(&tx, &audit).await.map_err(classify)?;
+        tx.commit().await.map_err(classify)
     }
 
     async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError> {

@@ -9,14 +9,22 @@ mod schema;
 
 pub(crate) use schema::CURRENT_VERSION;
 
-use super::LINK_COLUMNS;
+use super::{
+    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, audit_query_sql,
+    disable_from, report_page_sql, update_state_sql,
+};
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::Link;
+use shortener_core::link::{Actor, Link, LinkChange, Refusal};
+use shortener_core::report::{
+    AUTO_DISABLE_WINDOW_SECONDS, AUTO_REPORTS_ACTOR, AutoDisable, NewReport, Report, ReportOutcome,
+    ReportQuery, Resolution, ResolveOutcome,
+};
 use shortener_core::store::{
-    ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome, LinkStore, StoreError,
-    TokenRecord,
+    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome,
+    LinkStore, StoreError, TokenRecord,
 };
 use shortener_core::token::{Principal, TokenHash};
 use std::ops::Range;
@@ -261,11 +269,158 @@ fn link_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Link> {
         custom_alias: row.get(3)?,
         created_at: row.get(4)?,
         expires_at: row.get(5)?,
-        disabled_at: row.get(6)?,
+        disabled: disable_from(row.get(6)?, row.get(11)?, row.get(12)?, row.get(13)?),
         clicks: to_u64(row.get(7)?),
         bot_clicks: to_u64(row.get(8)?),
         created_ip: row.get(9)?,
+        version: to_u64(row.get(10)?),
+        deleted_at: row.get(14)?,
+        owner_admin: row.get(15)?,
     })
+}
+
+fn report_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawReport> {
+    Ok(RawReport {
+        id: r.get(0)?,
+        code: r.get(1)?,
+        at: r.get(2)?,
+        ip: r.get(3)?,
+        category: r.get(4)?,
+        comment: r.get(5)?,
+        resolved_at: r.get(6)?,
+        resolved_by: r.get(7)?,
+        resolution: r.get(8)?,
+        disabled_at: r.get(9)?,
+        disabled_reason: r.get(10)?,
+        disabled_by: r.get(11)?,
+        disabled_by_kind: r.get(12)?,
+        deleted_at: r.get(13)?,
+    })
+}
+
+fn read_report(c: &Connection, id: i64) -> rusqlite::Result<Option<RawReport>> {
+    c.prepare_cached(&format!("{REPORT_SELECT} WHERE r.id = ?1"))?
+        .query_row([id], report_from_row)
+        .optional()
+}
+
+fn placeholder(i: usize) -> String {
+    format!("?{i}")
+}
+
+fn read_link(c: &Connection, code: &str) -> rusqlite::Result<Option<Link>> {
+    c.prepare_cached(&format!("SELECT {LINK_COLUMNS} FROM links WHERE code = ?1"))?
+        .query_row([code], link_from_row)
+        .optional()
+}
+
+/// Appends one row to the audit trail (inside the caller's transaction).
+fn insert_audit(c: &Connection, r: &AuditRecord) -> rusqlite::Result<()> {
+    c.prepare_cached(&format!(
+        "INSERT INTO audit ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    ))?
+    .execute(params![
+        r.at,
+        r.actor,
+        r.ip,
+        r.user_agent,
+        r.action.as_str(),
+        r.code,
+        r.old_url,
+        r.new_url,
+        r.detail
+    ])
+    .map(drop)
+}
+
+/// Writes a link's new state, its change note and its audit row (inside the caller's
+/// transaction). The counter row serialises changers, so notes are numbered in commit order.
+fn write_change(
+    c: &Connection,
+    before: &Link,
+    after: &Link,
+    audit: &AuditRecord,
+) -> rusqlite::Result<()> {
+    let d = after.disabled.as_ref();
+    c.prepare_cached(&update_state_sql(placeholder))?
+        .execute(params![
+            after.code,
+            after.long_url,
+            after.expires_at,
+            to_i64(after.version),
+            d.map(|d| d.at),
+            d.map(|d| d.reason.as_str()),
+            d.map(|d| d.by.as_str()),
+            d.map(|d| d.by_kind.as_str()),
+            after.deleted_at,
+        ])?;
+    let seq: i64 = c
+        .prepare_cached("UPDATE change_counter SET seq = seq + 1 RETURNING seq")?
+        .query_row([], |r| r.get(0))?;
+    c.prepare_cached("INSERT INTO link_changes (seq, code, version, at) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![seq, after.code, to_i64(after.version), audit.at])?;
+    if before.disabled.is_some() && after.disabled.is_none() {
+        // An enable: reports made before it no longer count towards the next auto-disable.
+        c.prepare_cached("UPDATE reports SET counts = FALSE WHERE code = ?1 AND counts")?
+            .execute([&after.code])?;
+    }
+    insert_audit(c, audit)
+}
+
+/// Files a report and applies its automatic disable (inside the writer's transaction).
+fn file_report(
+    c: &Connection,
+    report: &NewReport,
+    origin: &Origin,
+    auto: Option<AutoDisable>,
+) -> rusqlite::Result<ReportOutcome> {
+    let Some(link) = read_link(c, &report.code)? else {
+        return Ok(ReportOutcome::NotFound);
+    };
+    let id: i64 = c
+        .prepare_cached(
+            "INSERT INTO reports (code, at, ip, category, comment, counts) \
+             VALUES (?1, ?2, ?3, ?4, ?5, TRUE) RETURNING id",
+        )?
+        .query_row(
+            params![
+                report.code,
+                report.at,
+                report.ip,
+                report.category.as_str(),
+                report.comment
+            ],
+            |r| r.get(0),
+        )?;
+    insert_audit(c, &AuditRecord::reported(&link, report, origin))?;
+    let Some(auto) = auto else {
+        return Ok(ReportOutcome::Filed { id, disabled: None });
+    };
+    let reporters: i64 = c
+        .prepare_cached(
+            "SELECT COUNT(DISTINCT ip) FROM reports WHERE code = ?1 AND counts AND at > ?2",
+        )?
+        .query_row(
+            params![report.code, report.at - AUTO_DISABLE_WINDOW_SECONDS],
+            |r| r.get(0),
+        )?;
+    let reporters = to_u64(reporters);
+    if !auto.disables(&link, reporters, report.at) {
+        return Ok(ReportOutcome::Filed { id, disabled: None });
+    }
+    let change = LinkChange::Disable {
+        reason: auto.reason(reporters),
+    };
+    let system = Origin::system(AUTO_REPORTS_ACTOR);
+    let disabled = match link.apply(&change, &Actor::system(AUTO_REPORTS_ACTOR), report.at) {
+        Ok(Some(after)) => {
+            let audit = AuditRecord::changed(&link, &after, &change, &system, report.at);
+            write_change(c, &link, &after, &audit)?;
+            Some(Box::new(after))
+        }
+        _ => None,
+    };
+    Ok(ReportOutcome::Filed { id, disabled })
 }
 
 #[async_trait]
@@ -281,29 +436,28 @@ impl LinkStore for SqliteStore {
         Ok(to_u64(end - count)..to_u64(end))
     }
 
-    async fn code_key(&self, candidate: [u8; 16]) -> Result<[u8; 16], StoreError> {
-        let stored: Vec<u8> = self
-            .write(move |c| {
-                c.execute(
-                    "INSERT INTO meta (key, value) VALUES ('code_key', ?1) ON CONFLICT DO NOTHING",
-                    [&candidate[..]],
-                )?;
-                c.query_row("SELECT value FROM meta WHERE key = 'code_key'", [], |r| {
-                    r.get(0)
-                })
+    async fn secret(&self, name: &'static str, candidate: Vec<u8>) -> Result<Vec<u8>, StoreError> {
+        self.write(move |c| {
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                params![name, candidate],
+            )?;
+            c.query_row("SELECT value FROM meta WHERE key = ?1", [name], |r| {
+                r.get(0)
             })
-            .await?;
-        stored
-            .try_into()
-            .map_err(|_| StoreError::Backend("the stored code key is not 16 bytes".into()))
+        })
+        .await
     }
 
-    async fn insert_link(&self, link: &Link) -> Result<InsertOutcome, StoreError> {
+    async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
         let link = link.clone();
+        let audit = AuditRecord::created(&link, origin);
         self.write(move |c| {
+            let d = link.disabled.as_ref();
             let inserted = c
                 .prepare_cached(&format!(
-                    "INSERT INTO links ({LINK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+                    "INSERT INTO links ({LINK_COLUMNS}) VALUES \
+                     (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
                      ON CONFLICT (code) DO NOTHING"
                 ))?
                 .execute(params![
@@ -313,39 +467,148 @@ impl LinkStore for SqliteStore {
                     link.custom_alias,
                     link.created_at,
                     link.expires_at,
-                    link.disabled_at,
+                    d.map(|d| d.at),
                     to_i64(link.clicks),
                     to_i64(link.bot_clicks),
                     link.created_ip,
+                    to_i64(link.version),
+                    d.map(|d| d.reason.as_str()),
+                    d.map(|d| d.by.as_str()),
+                    d.map(|d| d.by_kind.as_str()),
+                    link.deleted_at,
+                    link.owner_admin,
                 ])?;
-            Ok(if inserted == 1 {
-                InsertOutcome::Inserted
+            if inserted == 1 {
+                insert_audit(c, &audit)?;
+                Ok(InsertOutcome::Inserted)
             } else {
-                InsertOutcome::CodeTaken
-            })
+                Ok(InsertOutcome::CodeTaken)
+            }
         })
         .await
     }
 
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
         let code = code.to_owned();
-        self.read(move |c| {
-            c.prepare_cached(&format!("SELECT {LINK_COLUMNS} FROM links WHERE code = ?1"))?
-                .query_row([code], link_from_row)
-                .optional()
+        self.read(move |c| read_link(c, &code)).await
+    }
+
+    async fn change_link(
+        &self,
+        code: &str,
+        change: &LinkChange,
+        origin: &Origin,
+        now: UnixSeconds,
+    ) -> Result<ChangeOutcome, StoreError> {
+        let (code, change, origin) = (code.to_owned(), change.clone(), origin.clone());
+        self.write(move |c| {
+            // Read inside the writer's transaction: nothing changes the row in between.
+            let Some(before) = read_link(c, &code)? else {
+                return Ok(ChangeOutcome::Refused(Refusal::NotFound));
+            };
+            match before.apply(&change, &origin.actor, now) {
+                Err(refusal) => Ok(ChangeOutcome::Refused(refusal)),
+                Ok(None) => Ok(ChangeOutcome::Unchanged(before)),
+                Ok(Some(after)) => {
+                    let audit = AuditRecord::changed(&before, &after, &change, &origin, now);
+                    write_change(c, &before, &after, &audit)?;
+                    Ok(ChangeOutcome::Changed { before, after })
+                }
+            }
         })
         .await
     }
 
-    async fn disable_link(&self, code: &str, at: UnixSeconds) -> Result<bool, StoreError> {
-        let code = code.to_owned();
+    async fn last_change(&self) -> Result<u64, StoreError> {
+        self.read(|c| c.query_row("SELECT seq FROM change_counter", [], |r| r.get(0)))
+            .await
+            .map(to_u64)
+    }
+
+    async fn changes_after(&self, seq: u64, limit: usize) -> Result<Vec<ChangeNote>, StoreError> {
+        let (seq, limit) = (to_i64(seq), to_i64(limit as u64));
+        self.read(move |c| {
+            c.prepare_cached(
+                "SELECT seq, code, version FROM link_changes WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+            )?
+            .query_map(params![seq, limit], |r| {
+                Ok(ChangeNote {
+                    seq: to_u64(r.get(0)?),
+                    code: r.get(1)?,
+                    version: to_u64(r.get(2)?),
+                })
+            })?
+            .collect()
+        })
+        .await
+    }
+
+    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
         self.write(move |c| {
-            let found = c
-                .prepare_cached(
-                    "UPDATE links SET disabled_at = COALESCE(disabled_at, ?2) WHERE code = ?1",
-                )?
-                .execute(params![code, at])?;
-            Ok(found == 1)
+            c.execute("DELETE FROM link_changes WHERE at < ?1", [at])
+                .map(|n| n as u64)
+        })
+        .await
+    }
+
+    async fn live_destinations_after(
+        &self,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let (after, limit) = (after.to_owned(), to_i64(limit as u64));
+        self.read(move |c| {
+            c.prepare_cached(
+                "SELECT code, long_url FROM links WHERE code > ?1 \
+                 AND disabled_at IS NULL AND deleted_at IS NULL ORDER BY code LIMIT ?2",
+            )?
+            .query_map(params![after, limit], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect()
+        })
+        .await
+    }
+
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
+        let (sql, values) = audit_query_sql(query, placeholder);
+        let raw: Vec<RawAudit> = self
+            .read(move |c| {
+                let values: Vec<rusqlite::types::Value> = values
+                    .into_iter()
+                    .map(|v| match v {
+                        SqlValue::Text(t) => rusqlite::types::Value::Text(t),
+                        SqlValue::Int(i) => rusqlite::types::Value::Integer(i),
+                    })
+                    .collect();
+                c.prepare_cached(&sql)?
+                    .query_map(rusqlite::params_from_iter(values), |r| {
+                        Ok(RawAudit {
+                            id: r.get(0)?,
+                            at: r.get(1)?,
+                            actor: r.get(2)?,
+                            ip: r.get(3)?,
+                            user_agent: r.get(4)?,
+                            action: r.get(5)?,
+                            code: r.get(6)?,
+                            old_url: r.get(7)?,
+                            new_url: r.get(8)?,
+                            detail: r.get(9)?,
+                        })
+                    })?
+                    .collect()
+            })
+            .await?;
+        raw.into_iter().map(RawAudit::into_row).collect()
+    }
+
+    async fn prune_audit_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
+        let batch = to_i64(batch as u64);
+        self.write(move |c| {
+            c.prepare_cached(
+                "DELETE FROM audit WHERE id IN \
+                 (SELECT id FROM audit WHERE at < ?1 ORDER BY id LIMIT ?2)",
+            )?
+            .execute(params![at, batch])
+            .map(|n| n as u64)
         })
         .await
     }
@@ -368,8 +631,62 @@ impl LinkStore for SqliteStore {
         .await
     }
 
-    async fn insert_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
+    async fn insert_report(
+        &self,
+        report: &NewReport,
+        origin: &Origin,
+        auto: Option<AutoDisable>,
+    ) -> Result<ReportOutcome, StoreError> {
+        let (report, origin) = (report.clone(), origin.clone());
+        self.write(move |c| file_report(c, &report, &origin, auto))
+            .await
+    }
+
+    async fn reports(&self, query: &ReportQuery) -> Result<Vec<Report>, StoreError> {
+        let sql = report_page_sql(query.open, placeholder);
+        let (before, limit) = (query.before.unwrap_or(i64::MAX), to_i64(query.limit as u64));
+        let raw: Vec<RawReport> = self
+            .read(move |c| {
+                c.prepare_cached(&sql)?
+                    .query_map(params![before, limit], report_from_row)?
+                    .collect()
+            })
+            .await?;
+        raw.into_iter().map(RawReport::into_report).collect()
+    }
+
+    async fn resolve_report(
+        &self,
+        id: i64,
+        resolution: &Resolution,
+    ) -> Result<ResolveOutcome, StoreError> {
+        let resolution = resolution.clone();
+        let outcome = self
+            .write(move |c| {
+                let resolved = c
+                    .prepare_cached(
+                        "UPDATE reports SET resolved_at = ?2, resolved_by = ?3, resolution = ?4 \
+                         WHERE id = ?1 AND resolved_at IS NULL",
+                    )?
+                    .execute(params![id, resolution.at, resolution.by, resolution.text])?;
+                Ok((resolved == 1, read_report(c, id)?))
+            })
+            .await?;
+        Ok(match outcome {
+            (_, None) => ResolveOutcome::NotFound,
+            (true, Some(raw)) => ResolveOutcome::Resolved(raw.into_report()?),
+            (false, Some(raw)) => ResolveOutcome::AlreadyResolved(raw.into_report()?),
+        })
+    }
+
+    async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError> {
         let token = token.clone();
+        let audit = AuditRecord::token_issued(
+            &token.principal.user,
+            token.principal.admin,
+            origin,
+            token.created_at,
+        );
         self.write(move |c| {
             c.execute(
                 "INSERT INTO tokens (hash, user_name, admin, created_at) VALUES (?1, ?2, ?3, ?4)",
@@ -379,8 +696,8 @@ impl LinkStore for SqliteStore {
                     token.principal.admin,
                     token.created_at
                 ],
-            )
-            .map(drop)
+            )?;
+            insert_audit(c, &audit)
         })
         .await
     }
@@ -452,16 +769,8 @@ mod tests {
 
     fn link(code: &str) -> Link {
         Link {
-            code: code.to_owned(),
-            long_url: "https://example.com/".to_owned(),
-            owner: None,
             custom_alias: true,
-            created_at: 0,
-            expires_at: i64::MAX,
-            disabled_at: None,
-            clicks: 0,
-            bot_clicks: 0,
-            created_ip: None,
+            ..Link::new(code, "https://example.com/", 0, i64::MAX)
         }
     }
 
@@ -481,7 +790,10 @@ mod tests {
     async fn a_click_batch_counts_once_however_often_it_is_applied() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path()).unwrap();
-        store.insert_link(&link("promo")).await.unwrap();
+        store
+            .insert_link(&link("promo"), &Origin::system("test"))
+            .await
+            .unwrap();
         let first = [batch("a-1", "promo", 5), batch("a-2", "promo", 7)];
         assert_eq!(store.apply_click_batches(&first).await.unwrap(), 2);
         // A replay of one, a new one, and the new one twice in the same call.

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use testkit::Process;
 
 pub mod pg;
@@ -101,6 +101,57 @@ pub async fn create(
         req = req.bearer_auth(t);
     }
     req.send().await.unwrap()
+}
+
+/// The status `GET /{code}` answers on `server`.
+pub async fn follow(c: &reqwest::Client, server: &Shortener, code: &str) -> reqwest::StatusCode {
+    c.get(server.url(&format!("/{code}")))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// A change made by one process reaches another within this long: the issue's "about a
+/// second" (0.5 s polling) with room for a machine busy with builds.
+pub const NOTICED_WITHIN: Duration = Duration::from_secs(3);
+
+/// Follows `code` until it answers `status`; returns how long that took.
+pub async fn until_status(
+    c: &reqwest::Client,
+    server: &Shortener,
+    code: &str,
+    status: reqwest::StatusCode,
+) -> Duration {
+    let since = Instant::now();
+    loop {
+        let got = follow(c, server, code).await;
+        if got == status {
+            return since.elapsed();
+        }
+        assert!(
+            since.elapsed() < NOTICED_WITHIN,
+            "{code} still answers {got} instead of {status} after {NOTICED_WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `GET path` with a bearer token: asserts 200 and returns the JSON body.
+pub async fn get_json(
+    c: &reqwest::Client,
+    server: &Shortener,
+    path: &str,
+    token: &str,
+) -> serde_json::Value {
+    let resp = c
+        .get(server.url(path))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), reqwest::StatusCode::OK, "GET {path}");
+    resp.json().await.unwrap()
 }
 
 /// Asserts the spec's error shape and returns the error code.

@@ -7,7 +7,7 @@
 -- keys share its prefix, so they share its hash tag and Cluster slot.
 --
 -- Arguments common to every function: ARGV[1] now (ms, the caller's pool clock), [2] '1' to
--- sweep due deadlines first, [3] the per-address lease cap, [4] the health settings (see
+-- sweep due deadlines first, [3] the per-address lease cap, [4] the configuration (see
 -- `health`). Acquires and releases travel together in batches (`ops`: the client coalesces
 -- concurrent calls, one FCALL's fixed cost for many operations), whose reply carries a flag
 -- `more`: 1 when the sweep stopped at its limit and the caller should sweep again.
@@ -166,28 +166,63 @@ local function names_of(site)
   return f
 end
 
--- Health settings come as one space-separated argument, parsed once per distinct text: the
--- fields below in order, then the ramp's weight shares (P10).
-local HEALTH_FIELDS = {
-  'recent', 'recent_failures', 'qcap', 'min_in_service', 'base', 'max', 'dead_after', 'rise',
-  'dwell', 'window', 'max_age', 'min_success', 'min_samples', 'max_captcha', 'degraded_weight',
-  'probing_weight', 'ramp_ms', 'reset_ms', 'site_window', 'site_recent', 'site_min_samples',
-  'site_min_addresses', 'site_spread', 'latency_factor',
+-- The configuration comes as one argument in the encoding of `store/redis/encoding.rs`:
+-- 'config=<version>', then 'name=<type><value>' per field (type 'i' whole number, 'f'
+-- number, 'l' comma-separated numbers). It is parsed once per distinct text; an encoding of
+-- another version, an unknown or missing field, or a value of the wrong type is refused
+-- (the client checks at connect, see `config`), never misread.
+local CONFIG_VERSION = '1'
+local CONFIG_FIELDS = {
+  recent = 'i', recent_failures = 'i', qcap = 'f', min_in_service = 'i', base = 'i', max = 'i',
+  dead_after = 'i', rise = 'i', dwell = 'i', window = 'i', max_age = 'i', min_success = 'f',
+  min_samples = 'i', max_captcha = 'f', degraded_weight = 'f', probing_weight = 'f',
+  ramp_ms = 'i', reset_ms = 'i', site_window = 'i', site_recent = 'i', site_min_samples = 'i',
+  site_min_addresses = 'i', site_spread = 'f', latency_factor = 'f', steps = 'l',
 }
 local parsed_health = {}
 
 -- Offered for selection (P3); the others are not in `pass` or the ring walk.
 local OFFERED = {healthy = true, degraded = true, probing = true}
 
+local function refuse_config(why)
+  error({err = 'ERR proxypool config: ' .. why})
+end
+
+local function typed(name, kind, v)
+  if kind == 'l' then
+    local list = {}
+    for x in string.gmatch(v, '[^,]+') do
+      list[#list + 1] = tonumber(x) or refuse_config(name .. ' holds ' .. x .. ', not a number')
+    end
+    return list
+  end
+  local x = tonumber(v)
+  if not x or (kind == 'i' and (x < 0 or x ~= math.floor(x))) then
+    refuse_config(name .. ' = ' .. v .. ' is not ' .. (kind == 'i' and 'a whole number' or 'a number'))
+  end
+  return x
+end
+
 local function health(text)
   local H = parsed_health[text]
   if H then return H end
-  H = {steps = {}}
-  local i = 1
-  for v in string.gmatch(text, '%S+') do
-    local name = HEALTH_FIELDS[i]
-    if name then H[name] = tonumber(v) else H.steps[#H.steps + 1] = tonumber(v) end
-    i = i + 1
+  H = {}
+  for token in string.gmatch(text, '%S+') do
+    local name, kind, v = string.match(token, '^([%w_]+)=(%a)(.*)$')
+    if token == 'config=' .. CONFIG_VERSION then
+      H.version = CONFIG_VERSION
+    elseif not name or CONFIG_FIELDS[name] ~= kind then
+      refuse_config(string.match(token, '^config=') and ('encoding ' .. token .. ', this library reads ' .. CONFIG_VERSION)
+        or ('unknown field or type ' .. token))
+    elseif H[name] ~= nil then
+      refuse_config(name .. ' given twice')
+    else
+      H[name] = typed(name, kind, v)
+    end
+  end
+  if not H.version then refuse_config('no config=' .. CONFIG_VERSION .. ' encoding given') end
+  for name in pairs(CONFIG_FIELDS) do
+    if H[name] == nil then refuse_config('missing field ' .. name) end
   end
   H.weight = {healthy = 1, degraded = H.degraded_weight, probing = H.probing_weight}
   H.text = {healthy = {}, degraded = {}, probing = {}}
@@ -822,8 +857,9 @@ local function outcome(K, id, class, s, win, now, cap, H, jitter, slow)
 end
 
 local function sweep(K, now, now_text, cap, H)
-  local due = redis.call('ZRANGE', K.due, '-inf', now_text, 'BYSCORE', 'LIMIT', '0', '64')
-  for _, m in ipairs(due) do
+  local due = redis.call('ZRANGE', K.due, '-inf', now_text, 'BYSCORE', 'LIMIT', '0', '64', 'WITHSCORES')
+  for i = 1, #due, 2 do
+    local m, at = due[i], tonumber(due[i + 1])
     local kind, rest = string.sub(m, 1, 1), string.sub(m, 2)
     if kind == 'l' then
       local lid, id = string.match(rest, '^(%d+):(%d+)$')
@@ -837,18 +873,19 @@ local function sweep(K, now, now_text, cap, H)
       ramp_on(K, rest, now, H)
     else
       redis.call('ZREM', K.due, m)
+      -- Dated when the wait ended, not when a call noticed: the dwell counts from there.
       if redis.call('HGET', addr(K, rest), 's') == 'quarantined' then
-        set_state(K, rest, 'probing', 'quarantine wait over; half-open', now, cap, H)
+        set_state(K, rest, 'probing', 'quarantine wait over; half-open', at, cap, H)
       end
     end
   end
-  return #due == 64 and 1 or 0
+  return #due == 128 and 1 or 0
 end
 
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '4'
+local LAYOUT = '5'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -1070,15 +1107,17 @@ end
 
 -- P9, the judgement of sites. Each site ('-' for tickets without one) keeps, in `meta`, a
 -- window of its last `site_window` outcomes over all addresses ('w|SITE': newest first, one
--- ENTRY per outcome: its class letter and the address id padded to 9 digits), the time it
+-- ENTRY per outcome: its class letter, the address id padded to 9 digits and its time in ms
+-- padded to 13, so that entries age one by one as in memory), the time it
 -- was degraded ('d|SITE', absent when it is not), when it last had a judged outcome
 -- ('t|SITE', to the second) and how many it had since it was last idle for the maximum age
--- ('n|SITE', counted up to `site_min_samples`: its evidence, for our side). Like an
--- address's, the window is kept only while it holds a bad outcome (or the site is
--- degraded), and forgotten whole after the maximum age without outcomes there. Its fields
+-- ('n|SITE', counted up to `site_min_samples`: its evidence, for our side). The window is
+-- kept whole, successes before its first bad outcome included, as the memory store's (one
+-- that started at the first bad outcome missed convictions memory made), and
+-- forgotten whole after the maximum age without outcomes there. Its fields
 -- come with the read of `meta` a release batch makes anyway; a batch's entries are added to
 -- the window once, at its end, or when a bad outcome judges the site.
-local ENTRY = 10
+local ENTRY = 23
 -- string.byte('s'), string.byte('c') (the standard library is not reachable while loading)
 local S_BYTE, C_BYTE = 115, 99
 -- Appends the `meta` fields of the distinct sites among `args[from]`, `args[from + step]`, …
@@ -1116,15 +1155,30 @@ local function sites_from(order, got, at, now, H)
   return S
 end
 
--- Adds the batch's pending entries to the site's window (newest first).
-local function materialize(st, H)
+-- An entry's time.
+local function entry_at(win, i)
+  return tonumber(string.sub(win, i * ENTRY + 11, i * ENTRY + ENTRY))
+end
+
+-- Adds the batch's pending entries to the site's window (newest first) and drops those older
+-- than the maximum age: the oldest is last, so a young last entry (the common case) is one
+-- read.
+local function materialize(st, now, H)
   local pending = st.pending
-  if not pending then return end
-  local parts = {}
-  for i = #pending, 1, -1 do parts[#parts + 1] = pending[i] end
-  parts[#parts + 1] = st.win or ''
-  st.win = string.sub(table.concat(parts), 1, H.site_window * ENTRY)
-  st.pending = nil
+  if pending then
+    local parts = {}
+    for i = #pending, 1, -1 do parts[#parts + 1] = pending[i] end
+    parts[#parts + 1] = st.win or ''
+    st.win = string.sub(table.concat(parts), 1, H.site_window * ENTRY)
+    st.pending = nil
+    st.changed = true
+  end
+  local win = st.win
+  if not win or win == '' then return end
+  local horizon, n = now - H.max_age, #win / ENTRY
+  if entry_at(win, n - 1) >= horizon then return end
+  while n > 0 and entry_at(win, n - 1) < horizon do n = n - 1 end
+  st.win = string.sub(win, 1, n * ENTRY)
   st.changed = true
 end
 
@@ -1170,7 +1224,7 @@ local function site_verdict(win, H)
   local R = {n = 0, s = 0, c = 0, ids = {}, distinct = 0, bad = 0}
   for i = 0, total - 1 do
     local at = i * ENTRY
-    local k, id = string.byte(win, at + 1), string.sub(win, at + 2, at + ENTRY)
+    local k, id = string.byte(win, at + 1), string.sub(win, at + 2, at + 10)
     tally(W, k, id)
     if i < recent then tally(R, k, id) end
   end
@@ -1221,8 +1275,8 @@ end
 -- Judges site `st` now: degraded on a verdict; back to ok when it has none and the dwell
 -- has passed.
 local function judge_site(K, st, now, H, S)
-  materialize(st, H)
-  local reason = st.win and site_verdict(st.win, H)
+  materialize(st, now, H)
+  local reason = st.win and st.win ~= '' and site_verdict(st.win, H)
   local subject = '@site ' .. st.name
   if not st.deg and reason then
     st.deg = tostring(now)
@@ -1244,26 +1298,25 @@ end
 local function observe(K, S, site, id, class, now, H)
   local st = S[site]
   st.judged = st.judged + 1
-  if class == 's' and not st.win and not st.pending then return st.deg ~= nil end
   local pending = st.pending or {}
   st.pending = pending
-  pending[#pending + 1] = class .. string.rep('0', 9 - #id) .. id
+  local at = tostring(now)
+  pending[#pending + 1] = class .. string.rep('0', 9 - #id) .. id .. string.rep('0', 13 - #at) .. at
   if class ~= 's' and not st.deg then judge_site(K, st, now, H, S) end
   return st.deg ~= nil
 end
 
--- Writes the batch's sites back: windows (dropped when clean and the site is not degraded),
--- traffic times and evidence.
+-- Writes the batch's sites back: windows, traffic times and evidence.
 local function end_sites(K, S, now, H)
   for _, st in pairs(S) do
-    materialize(st, H)
+    materialize(st, now, H)
     if st.deg then judge_site(K, st, now, H, S) end
     local f = names_of(st.name)
-    -- The window; traffic times to the second, evidence up to what counts: most batches
-    -- write nothing, the others one HSET (and an HDEL for a window gone clean).
+    -- The window, traffic times to the second, evidence up to what counts: one HSET for a
+    -- batch with outcomes there.
     local set = nil
     if st.changed then
-      if st.win and (st.deg or string.find(st.win, '[fc]')) then
+      if st.win and st.win ~= '' then
         set = {f[1], st.win}
       else
         redis.call('HDEL', K.meta, f[1])
@@ -1285,9 +1338,9 @@ end
 
 -- The releases of an `ops` call, ARGV[from..to] (see `ops`): a lease no longer open frees
 -- nothing; its outcome is judged if it was granted in this epoch (expired), not if it comes
--- from before Redis lost the pool (its address id may name another address). Released
--- leases are not counted: every lease is released, expired, abandoned or open, so the
--- snapshot derives it. `S`, the batch's sites (see `sites_from`).
+-- from before Redis lost the pool (its address id may name another address). Releases whose
+-- outcome is judged are counted (`released`, one HINCRBY per batch), a late one of an expired
+-- lease too, as in memory. `S`, the batch's sites (see `sites_from`).
 local function release_part(K, now, cap, H, got, S, args, from, to)
   local leases, count = {}, 0
   for i = from, to, 7 do
@@ -1304,7 +1357,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
     end
   end
   if open_n > 0 then redis.call('ZREM', K.due, unpack(open_leases, 1, open_n)) end
-  local abandoned = 0
+  local abandoned, released = 0, 0
   -- Lease ids of this epoch: an expired lease's outcome is still news about its address; one
   -- from before a loss names nothing.
   local first, last = num(got[3]), num(got[4])
@@ -1325,6 +1378,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
       if class == 'a' then
         if scores[j] then abandoned = abandoned + 1 end
       elseif f[1] then
+        released = released + 1
         local by_class = names[6]
         local cell = by_class[class]
         if not cell then
@@ -1374,6 +1428,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
     end
   end
   if abandoned > 0 then redis.call('HINCRBY', K.meta, 'abandoned', tostring(abandoned)) end
+  if released > 0 then redis.call('HINCRBY', K.meta, 'released', tostring(released)) end
 end
 
 -- ops: a batch of releases, then a batch of acquires, in one call (a call's fixed cost is a
@@ -1447,6 +1502,8 @@ local function probe(keys, args)
       outcome(K, id, 'f', s, f[2], now, cap, H, tonumber(args[7]))
     end
     end_sites(K, S, now, H)
+  elseif s == 'probing' then
+    quarantine(K, id, s, 'probe failed', now, cap, H, tonumber(args[7]))
   else
     outcome(K, id, 'f', s, f[2], now, cap, H, tonumber(args[7]))
   end
@@ -1651,6 +1708,32 @@ local function targets(keys, args)
   return {out, decided, new}
 end
 
+-- Checks a process's configuration at connect: readable (see `health`), and the pool's, so
+-- that every process of a pool judges alike. The first process records it; a process
+-- configured otherwise is refused, naming the first field that differs.
+local function config(keys, args)
+  health(args[4])
+  local K = keys_of(keys[1])
+  local recorded = redis.call('HGET', K.meta, 'config')
+  if not recorded then
+    redis.call('HSET', K.meta, 'config', args[4])
+  elseif recorded ~= args[4] then
+    local theirs = {}
+    for token in string.gmatch(recorded, '%S+') do
+      local name, v = string.match(token, '^([%w_]+)=(.*)$')
+      if name then theirs[name] = v end
+    end
+    for token in string.gmatch(args[4], '%S+') do
+      local name, v = string.match(token, '^([%w_]+)=(.*)$')
+      if name and theirs[name] ~= v then
+        refuse_config('the pool ' .. K.prefix .. '* is configured with ' .. name .. '=' .. tostring(theirs[name]) ..
+          ', this process with ' .. name .. '=' .. v .. ': every process of a pool must be configured alike')
+      end
+    end
+  end
+  return CONFIG_VERSION
+end
+
 redis.register_function('__LIB___ops', ops)
 redis.register_function('__LIB___probe', probe)
 redis.register_function('__LIB___add', add)
@@ -1658,3 +1741,4 @@ redis.register_function('__LIB___remove', remove)
 redis.register_function('__LIB___end_session', end_session)
 redis.register_function('__LIB___snapshot', snapshot)
 redis.register_function('__LIB___targets', targets)
+redis.register_function('__LIB___config', config)

@@ -57,6 +57,64 @@ const MIGRATIONS: &[&str] = &[
     ) WITHOUT ROWID;
     CREATE INDEX applied_click_batches_day ON applied_click_batches (day);
     ",
+    // v3: link versions, disabled (reversible) apart from deleted (final), the change
+    // sequence other processes poll, and the audit trail.
+    "
+    ALTER TABLE links ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE links ADD COLUMN disabled_reason TEXT;
+    ALTER TABLE links ADD COLUMN disabled_by TEXT;
+    ALTER TABLE links ADD COLUMN disabled_by_kind TEXT;
+    ALTER TABLE links ADD COLUMN deleted_at INTEGER;
+    ALTER TABLE links ADD COLUMN owner_admin INTEGER NOT NULL DEFAULT FALSE;
+    -- Until v3 a DELETE was the only way to disable a link: those links are deleted.
+    UPDATE links SET deleted_at = disabled_at, disabled_at = NULL, version = 2
+     WHERE disabled_at IS NOT NULL;
+
+    CREATE TABLE change_counter (
+        only INTEGER PRIMARY KEY CHECK (only = 0),
+        seq  INTEGER NOT NULL
+    );
+    INSERT INTO change_counter (only, seq) VALUES (0, 0);
+    CREATE TABLE link_changes (
+        seq     INTEGER PRIMARY KEY,
+        code    TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        at      INTEGER NOT NULL
+    );
+    CREATE INDEX link_changes_at ON link_changes (at);
+
+    CREATE TABLE audit (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        at         INTEGER NOT NULL,
+        actor      TEXT NOT NULL,
+        ip         TEXT,
+        user_agent TEXT,
+        action     TEXT NOT NULL,
+        code       TEXT,
+        old_url    TEXT,
+        new_url    TEXT,
+        detail     TEXT
+    );
+    CREATE INDEX audit_code ON audit (code, id);
+    CREATE INDEX audit_at ON audit (at);
+
+    -- counts: false once the link was enabled after the report (it no longer counts
+    -- towards an automatic disable).
+    CREATE TABLE reports (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        code        TEXT NOT NULL,
+        at          INTEGER NOT NULL,
+        ip          TEXT NOT NULL,
+        category    TEXT NOT NULL,
+        comment     TEXT,
+        counts      INTEGER NOT NULL,
+        resolved_at INTEGER,
+        resolved_by TEXT,
+        resolution  TEXT
+    );
+    CREATE INDEX reports_code ON reports (code, at);
+    CREATE INDEX reports_queue ON reports (resolved_at, id);
+    ",
 ];
 
 /// Schema version this binary writes.

@@ -1,0 +1,396 @@
+//! Judgement: sites (P9), address × site pairs, our side, the address's evaluation (P3–P5,
+//! P10), quarantine through the gate (P6–P8, P11) and the transitions they decide.
+
+use std::cmp::Reverse;
+
+use crate::clock::Timestamp;
+use crate::decision::Subject;
+use crate::health::quarantine::{self, Gate};
+use crate::health::signals::Signal;
+use crate::health::window::Class;
+use crate::health::{HealthState, signals};
+use crate::strategy::Slot;
+
+use super::record::AddressRecord;
+use super::sites::NO_SITE;
+
+use super::PoolState;
+use crate::judge::{self, Evidence, Fall, Standing, Thresholds, Verdict};
+
+impl PoolState {
+    pub(super) fn judge_site(&mut self, site: u32, slot: Slot, class: Class, now: Timestamp) {
+        let (h, j) = (&self.cfg.health, &self.cfg.judgement);
+        let Some(s) = self.sites.list.get_mut(site as usize) else {
+            return;
+        };
+        s.push(slot, class, now, h, j);
+        // A success cannot make a site look worse: it is judged on bad outcomes, and on every
+        // outcome while degraded (to see it recover).
+        if class == Class::Success && !s.degraded {
+            return;
+        }
+        let verdict = s.verdict(h, j);
+        let change = match (s.degraded, verdict) {
+            (false, Some(v)) => Some((true, v.reason, Some(v.from))),
+            (true, None) if now.since(s.since) >= h.min_dwell => Some((
+                false,
+                "failures no longer spread over most addresses".to_owned(),
+                None,
+            )),
+            _ => None,
+        };
+        let Some((degraded, reason, from)) = change else {
+            return;
+        };
+        s.degraded = degraded;
+        s.since = now;
+        let subject = Subject::Site {
+            site: s.name.to_string(),
+        };
+        let (from_state, to_state, reason) = if degraded {
+            let reason = format!("{reason}: failures there are not held against addresses");
+            ("ok", "degraded", reason)
+        } else {
+            ("degraded", "ok", reason)
+        };
+        if let Some(from) = from {
+            self.excuse(site, from);
+        }
+        self.decide(now, subject, from_state, to_state, reason);
+        self.judge_our_side(now);
+    }
+
+    /// P9: the outcomes at `site` since `from` (the stretch that convicted it) say nothing
+    /// about the addresses: excuse them in the address and address × site windows. Every such
+    /// outcome is still in the site window, so its addresses are the ones to visit.
+    fn excuse(&mut self, site: u32, from: Timestamp) {
+        let Some(s) = self.sites.list.get(site as usize) else {
+            return;
+        };
+        for slot in s.slots_since(from) {
+            if let Some(r) = self.records.get_mut(slot as usize).and_then(Option::as_mut) {
+                r.window.excuse(site, from);
+            }
+            if let Some(c) = self.sites.cells.get_mut(&(slot, site)) {
+                c.window.excuse(site, from);
+            }
+        }
+    }
+
+    /// P9 per address × site: the pair's own window says the address is bad for this site.
+    /// It is then avoided there (its weight for the site drops to the floor), and if it does
+    /// well elsewhere its failures there are not held against it (see `fall_signal`). Judged
+    /// on every outcome of the pair; logged when the verdict changes.
+    pub(super) fn judge_cell(&mut self, slot: Slot, site: u32, now: Timestamp) {
+        if site == NO_SITE {
+            return;
+        }
+        let cfg = &self.cfg.health;
+        let Some(cell) = self.sites.cells.get_mut(&(slot, site)) else {
+            return;
+        };
+        let window = &mut cell.window;
+        window.expire(now);
+        let verdict = signals::fall(window, cfg, now, &[]);
+        let horizon = window.horizon();
+        if verdict.is_some() == cell.avoided {
+            return;
+        }
+        cell.avoided = verdict.is_some();
+        let (from, to, reason) = match verdict {
+            Some(signal) => {
+                if let Some(at) = horizon {
+                    self.pair_checks.push(Reverse((at, slot, site)));
+                }
+                ("ok", "avoided", format!("{signal} on this site"))
+            }
+            None => {
+                self.forgive(slot, site);
+                let reason = if horizon.is_none() {
+                    "its outcomes there aged out"
+                } else {
+                    "signals cleared"
+                };
+                ("avoided", "ok", reason.to_owned())
+            }
+        };
+        let (Some(rec), Some(s)) = (self.record(slot), self.sites.list.get(site as usize)) else {
+            return;
+        };
+        let subject = Subject::Cell {
+            address: rec.address.redacted().into(),
+            site: s.name.to_string(),
+        };
+        self.decide(now, subject, from, to, reason);
+    }
+
+    /// An address × site pair is no longer avoided: the address takes its turn on that site
+    /// again at once, instead of waiting out the long stride its lowest weight gave it.
+    fn forgive(&mut self, slot: Slot, site: u32) {
+        let Some(rec) = self.records.get(slot as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        for &sp in &rec.sub_pools {
+            if let Some(p) = self.sub_pools.get_mut(sp as usize) {
+                p.keyless.forgive(slot, site);
+            }
+        }
+    }
+
+    /// P9: when every site with traffic is degraded, the common factor is our side (network,
+    /// probes): quarantining is frozen until one recovers.
+    fn judge_our_side(&mut self, now: Timestamp) {
+        let j = &self.cfg.judgement;
+        let judged: Vec<_> = self
+            .sites
+            .list
+            .iter()
+            .filter(|s| s.has_evidence(j))
+            .collect();
+        let degraded = judged.iter().filter(|s| s.degraded).count();
+        let frozen = judged.len() >= 2 && degraded == judged.len();
+        if frozen != self.frozen {
+            self.frozen = frozen;
+            let reason = format!("{degraded} of {} sites with traffic degraded", judged.len());
+            let (from, to) = if frozen {
+                ("quarantining", "frozen")
+            } else {
+                ("frozen", "quarantining")
+            };
+            self.decide(now, Subject::Pool, from, to, reason);
+        }
+    }
+
+    /// Reads the address's windows after an outcome and moves it if they say so (P3–P5, P10):
+    /// the judge decides ([`judge::evaluate`]), this applies.
+    pub(super) fn evaluate(
+        &mut self,
+        slot: Slot,
+        site: u32,
+        class: Class,
+        latency_ms: u16,
+        now: Timestamp,
+    ) {
+        let cfg = &self.cfg.health;
+        // Set at push, or just now by the site's verdict (which excuses retroactively).
+        let excused = self.sites.is_degraded(site);
+        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        rec.health.refresh(now, cfg);
+        let standing = Standing::of(&rec.health, now, cfg);
+        let thresholds = Thresholds::of(cfg);
+        let mut evidence = Windows {
+            pool: self,
+            slot,
+            class,
+            latency_ms,
+            now,
+        };
+        let verdict = judge::evaluate(standing, class, excused, thresholds, &mut evidence);
+        match verdict {
+            None => {}
+            Some(Verdict::Quarantine(reason)) => self.try_quarantine(slot, now, reason),
+            Some(Verdict::Become(to, reason)) => self.transition(slot, to, reason, now),
+            Some(Verdict::ProbeSuccess) => self.probe_success(slot, now),
+            Some(Verdict::Suspect(degrade)) => {
+                if let Some(reason) = degrade {
+                    self.transition(slot, HealthState::Degraded, reason, now);
+                }
+                if let Some(r) = self.record_mut(slot) {
+                    r.health.suspect = Some(0);
+                }
+            }
+            Some(Verdict::Confirm(reason)) => {
+                if let Some(r) = self.record_mut(slot) {
+                    r.health.suspect = r.health.suspect.map(|n| n + 1);
+                }
+                if let Some(reason) = reason {
+                    self.try_quarantine(slot, now, reason);
+                }
+            }
+            Some(Verdict::Clear) => {
+                if let Some(r) = self.record_mut(slot) {
+                    r.health.suspect = None;
+                }
+            }
+        }
+    }
+
+    /// The address's fall signal (P4), judged per address × site (P9): the sites where the
+    /// pair alone looks bad are left out when the address has at least `recent` counted
+    /// outcomes elsewhere to be judged on; it is then avoided on those sites rather than
+    /// quarantined everywhere. Without such evidence (one site only, or bad everywhere) every
+    /// counted outcome counts.
+    fn fall_signal(&mut self, slot: Slot, now: Timestamp) -> Option<Signal> {
+        let cfg = &self.cfg.health;
+        let rec = self.records.get(slot as usize).and_then(Option::as_ref)?;
+        let (sites, bad) = (&self.sites, &mut self.scratch_sites);
+        bad.clear();
+        for e in rec.window.newest_first(now) {
+            if !e.excused && e.site != NO_SITE && !bad.contains(&e.site) {
+                bad.push(e.site);
+            }
+        }
+        bad.retain(|s| {
+            sites
+                .get(slot, *s)
+                .is_some_and(|c| c.verdict(cfg, now).is_some())
+        });
+        let elsewhere = || {
+            rec.window
+                .newest_first(now)
+                .filter(|e| !e.excused && !bad.contains(&e.site))
+                .count()
+        };
+        if !bad.is_empty() && elsewhere() >= cfg.recent {
+            return signals::fall(&rec.window, cfg, now, bad);
+        }
+        signals::fall(&rec.window, cfg, now, &[])
+    }
+
+    pub(super) fn probe_success(&mut self, slot: Slot, now: Timestamp) {
+        let cfg = &self.cfg.health;
+        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let (streak, rise) =
+            judge::probe_pass(rec.health.probe_streak, rec.health.dwelt(now, cfg), cfg);
+        rec.health.probe_streak = streak;
+        if let Some(reason) = rise {
+            self.transition(slot, HealthState::Healthy, reason, now);
+        }
+    }
+
+    pub(super) fn gate(&self, rec: &AddressRecord) -> Gate {
+        let min = self.cfg.min_in_service as usize;
+        let tightest = rec
+            .sub_pools
+            .iter()
+            .map(|sp| &self.sub_pools[*sp as usize])
+            .min_by_key(|p| p.spare(min));
+        Gate {
+            frozen: self.frozen,
+            total: self.by_address.len(),
+            fraction: self.cfg.quarantine_cap,
+            quarantined: self.quarantined(),
+            candidate_counted: rec.health.state.counts_against_cap(),
+            offered: tightest.map_or(0, |p| p.offered),
+            members: tightest.map_or(0, |p| p.members.len()),
+            candidate_offered: rec.health.state.is_offered(),
+            min_in_service: min,
+        }
+    }
+
+    /// A fall: quarantine (P6), or death after too many failed cycles (P11), unless the cap,
+    /// the minimum in service or a freeze forbids it, in which case the address only loses
+    /// weight (P7, P8, P9). The judge decides ([`judge::fall`]), this applies.
+    pub(super) fn try_quarantine(&mut self, slot: Slot, now: Timestamp, reason: String) {
+        let Some(rec) = self.record(slot) else { return };
+        let gate = self.gate(rec).check();
+        let Some(rec) = self.records.get(slot as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        let decided = judge::fall(&rec.health, gate, reason, &self.cfg, now, &mut self.rng);
+        let Some(h) = self.record_mut(slot).map(|r| &mut r.health) else {
+            return;
+        };
+        match decided {
+            Fall::Dead {
+                reason,
+                backoff_level,
+                failed_cycles,
+            } => {
+                (h.backoff_level, h.failed_cycles) = (backoff_level, failed_cycles);
+                self.transition(slot, HealthState::Dead, reason, now);
+            }
+            Fall::Quarantine {
+                reason,
+                until,
+                backoff_level,
+                failed_cycles,
+            } => {
+                (h.backoff_level, h.failed_cycles) = (backoff_level, failed_cycles);
+                h.quarantined_until = Some(until);
+                self.transition(slot, HealthState::Quarantined, reason, now);
+            }
+            Fall::Degrade(reason) => self.transition(slot, HealthState::Degraded, reason, now),
+            Fall::RestartProbes => h.probe_streak = 0,
+            Fall::Stay => {}
+        }
+    }
+
+    pub(super) fn transition(
+        &mut self,
+        slot: Slot,
+        to: HealthState,
+        reason: String,
+        now: Timestamp,
+    ) {
+        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let from = rec.health.enter(to, now, reason.clone());
+        if let Some(h) = self.hot.get_mut(slot as usize) {
+            h.state = Some(to);
+        }
+        self.by_state[from as usize] -= 1;
+        self.by_state[to as usize] += 1;
+        if from.is_offered() != to.is_offered() {
+            for &sp in &rec.sub_pools {
+                let p = &mut self.sub_pools[sp as usize];
+                if to.is_offered() {
+                    p.offered += 1;
+                    p.keyless.join(slot);
+                } else {
+                    p.offered -= 1;
+                    p.keyless.leave(slot);
+                }
+            }
+        }
+        if to == HealthState::Quarantined {
+            self.counters.quarantine_entries += 1;
+            rec.metrics.quarantined();
+            self.metrics.quarantined();
+            if let Some(until) = rec.health.quarantined_until {
+                self.quarantine_ends.push(Reverse((until, slot)));
+            }
+        }
+        let subject = Subject::Address {
+            address: rec.address.redacted().into(),
+        };
+        self.decide(now, subject, from.as_str(), to.as_str(), reason);
+        let cap = quarantine::cap(self.by_address.len(), self.cfg.quarantine_cap);
+        self.metrics.states(&self.by_state, self.quarantined(), cap);
+    }
+}
+
+/// What the memory engine's windows say of one address, read when the judge asks.
+struct Windows<'a> {
+    pool: &'a mut PoolState,
+    slot: Slot,
+    class: Class,
+    latency_ms: u16,
+    now: Timestamp,
+}
+
+impl Evidence for Windows<'_> {
+    fn fall(&mut self) -> Option<Signal> {
+        self.pool.fall_signal(self.slot, self.now)
+    }
+
+    fn slow_tail(&mut self, always: bool) -> Option<Signal> {
+        let rec = self.pool.record(self.slot)?;
+        // A tail can only have grown with a success slower than the window's mean: the
+        // quantiles are read then (and on every outcome while degraded, to see it clear).
+        let slower = self.class == Class::Success
+            && rec
+                .window
+                .counted(self.now)
+                .mean_latency_ms()
+                .is_some_and(|mean| f64::from(self.latency_ms) > mean);
+        (slower || always)
+            .then(|| signals::slow_tail(&rec.window, &self.pool.cfg.health))
+            .flatten()
+    }
+}

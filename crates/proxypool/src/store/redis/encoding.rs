@@ -1,0 +1,210 @@
+//! What crosses to the function library besides the keys: the pool's configuration in a typed,
+//! versioned encoding the library checks (a process whose encoding it cannot read, or whose
+//! values differ from the pool's, is refused at connect), a call's arguments, how an acquire
+//! names its pool, and the replies read back.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use crate::clock::millis;
+use crate::config::{PoolConfig, Strategy};
+use crate::decision::{Decision, Subject};
+use crate::lease::Choice;
+
+/// The version of the configuration encoding: `CONFIG_VERSION` in library.lua must match.
+/// Bump both when a field is added, removed or changes meaning.
+const CONFIG_VERSION: u32 = 1;
+
+/// One value of the encoding, with the type the library checks it against.
+enum Field {
+    /// A whole number (counts, milliseconds).
+    Whole(u64),
+    /// A number (rates, shares, weights).
+    Number(f64),
+    /// A comma-separated list of numbers (the ramp's shares).
+    Numbers(Vec<f64>),
+}
+
+/// The settings the library judges with, as `config=<version> name=<type><value> …`, the type
+/// a letter (`i` whole, `f` number, `l` list): named, so a field the library does not know,
+/// one it misses or one of another type is an error rather than a misreading.
+pub(super) fn config(cfg: &PoolConfig) -> String {
+    let (h, b, j) = (&cfg.health, &cfg.backoff, &cfg.judgement);
+    let whole = |n: usize| Field::Whole(n as u64);
+    let fields = [
+        ("recent", whole(h.recent)),
+        ("recent_failures", whole(h.recent_failures)),
+        ("qcap", Field::Number(cfg.quarantine_cap)),
+        (
+            "min_in_service",
+            Field::Whole(u64::from(cfg.min_in_service)),
+        ),
+        ("base", Field::Whole(millis(b.base))),
+        ("max", Field::Whole(millis(b.cap))),
+        ("dead_after", Field::Whole(u64::from(h.dead_after_cycles))),
+        ("rise", Field::Whole(u64::from(h.rise_successes))),
+        ("dwell", Field::Whole(millis(h.min_dwell))),
+        ("window", whole(h.window)),
+        ("max_age", Field::Whole(millis(h.window_max_age))),
+        ("min_success", Field::Number(h.min_success_rate)),
+        ("min_samples", whole(h.min_samples)),
+        ("max_captcha", Field::Number(h.max_captcha_rate)),
+        ("degraded_weight", Field::Number(h.degraded_weight)),
+        ("probing_weight", Field::Number(h.probing_weight)),
+        ("ramp_ms", Field::Whole(millis(h.ramp_duration))),
+        ("reset_ms", Field::Whole(millis(b.reset_after))),
+        ("site_window", whole(j.site_window)),
+        ("site_recent", whole(j.site_recent)),
+        ("site_min_samples", whole(j.site_min_samples)),
+        ("site_min_addresses", whole(j.site_min_addresses)),
+        ("site_spread", Field::Number(j.site_spread)),
+        ("latency_factor", Field::Number(h.latency_factor)),
+        ("steps", Field::Numbers(h.ramp_steps.clone())),
+    ];
+    let mut text = format!("config={CONFIG_VERSION}");
+    for (name, value) in fields {
+        let _ = match value {
+            Field::Whole(n) => write!(text, " {name}=i{n}"),
+            Field::Number(x) => write!(text, " {name}=f{x}"),
+            Field::Numbers(xs) => {
+                let list: Vec<String> = xs.iter().map(f64::to_string).collect();
+                write!(text, " {name}=l{}", list.join(","))
+            }
+        };
+    }
+    text
+}
+
+/// One argument of a call, after the common ones.
+pub(super) enum Arg<'a> {
+    Int(u64),
+    Signed(i64),
+    Str(&'a str),
+    Float(f64),
+}
+
+impl Arg<'_> {
+    pub(super) fn push(&self, cmd: &mut redis::Cmd) {
+        match self {
+            Arg::Int(n) => cmd.arg(*n),
+            Arg::Signed(n) => cmd.arg(*n),
+            Arg::Str(s) => cmd.arg(*s),
+            Arg::Float(x) => cmd.arg(*x),
+        };
+    }
+}
+
+/// A pool as the library's acquire names it: the keyless strategy's letter, then the
+/// sub-pool's name (none for the whole pool).
+pub(super) fn pool_spec(strategy: Strategy, name: &str) -> Arc<str> {
+    let letter = match strategy {
+        Strategy::Weighted => 'w',
+        Strategy::RoundRobin => 'r',
+        Strategy::LeastConnections => 'l',
+    };
+    format!("{letter}{name}").into()
+}
+
+/// One entry of the library's decision log: its number and the decision.
+pub(super) fn log_entry(e: &str) -> Option<(u64, Decision)> {
+    let mut f = e.splitn(6, '\t');
+    let (Some(n), Some(at), Some(subject), Some(from), Some(to), Some(reason)) =
+        (f.next(), f.next(), f.next(), f.next(), f.next(), f.next())
+    else {
+        return None;
+    };
+    // Addresses are URLs; the library names sites and the pool with an '@'.
+    let subject = match subject.strip_prefix("@site ") {
+        Some(site) => Subject::Site {
+            site: site.to_owned(),
+        },
+        None if subject == "@pool" => Subject::Pool,
+        None => Subject::Address {
+            address: subject.to_owned(),
+        },
+    };
+    let decision = Decision {
+        at_ms: at.parse().ok()?,
+        subject,
+        from: from.to_owned(),
+        to: to.to_owned(),
+        reason: reason.to_owned(),
+    };
+    Some((n.parse().ok()?, decision))
+}
+
+pub(super) fn text(v: &redis::Value) -> Option<String> {
+    match v {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        redis::Value::SimpleString(s) => Some(s.clone()),
+        redis::Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// One acquire's answer in a batch reply.
+pub(super) struct AcquireReply {
+    pub(super) lease: u64,
+    pub(super) id: u32,
+    pub(super) choice: Option<Choice>,
+    pub(super) refusal: Option<&'static str>,
+}
+
+/// The `ops` function's reply: three elements per acquire (lease id, address id, tag), then
+/// `more` and the epoch.
+pub(super) fn parse_acquires(
+    reply: redis::Value,
+    n: usize,
+) -> Option<(Vec<AcquireReply>, bool, String)> {
+    let redis::Value::Array(items) = reply else {
+        return None;
+    };
+    let (epoch, rest) = items.split_last()?;
+    let epoch = text(epoch)?;
+    let (redis::Value::Int(more), rest) = rest.split_last()? else {
+        return None;
+    };
+    if rest.len() != 3 * n {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n);
+    for r in rest.chunks(3) {
+        // The address id comes as text (the library does not turn it into a number).
+        let [redis::Value::Int(lease), id, tag] = r else {
+            return None;
+        };
+        let id: u32 = text(id)?.parse().ok()?;
+        let (choice, refusal) = match text(tag).as_deref() {
+            Some("bound") => (Some(Choice::Bound), None),
+            Some("hashed") => (Some(Choice::Hashed), None),
+            Some("weighted") => (Some(Choice::Weighted), None),
+            Some("round_robin") => (Some(Choice::RoundRobin), None),
+            Some("least") => (Some(Choice::LeastConnections), None),
+            Some("broken") => (None, Some("broken")),
+            Some("busy") => (None, Some("busy")),
+            Some("cooling") => (None, Some("cooling")),
+            Some("none") => (None, Some("none")),
+            _ => return None,
+        };
+        out.push(AcquireReply {
+            lease: u64::try_from(*lease).ok()?,
+            id,
+            choice,
+            refusal,
+        });
+    }
+    Some((out, *more == 1, epoch))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_names_and_types_every_field() {
+        let text = config(&PoolConfig::default());
+        assert!(text.starts_with("config=1 recent=i5 recent_failures=i3 qcap=f0.3 "));
+        assert!(text.ends_with(" steps=l0.1,0.25,0.5,1"), "{text}");
+        assert_eq!(text.split(' ').count(), 26);
+    }
+}

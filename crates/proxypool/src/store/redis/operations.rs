@@ -1,0 +1,475 @@
+//! The pool's operations on the shared store: acquire and release through the batch queue,
+//! abandon, sessions, membership, probes and the snapshot read.
+
+use std::sync::{Arc, PoisonError};
+
+use rand::Rng;
+use redis::Value;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::batch::{Job, Queue};
+use super::encoding::{Arg, parse_acquires, text};
+
+use crate::address::ProxyAddress;
+use crate::clock::{Timestamp, millis};
+use crate::error::{AcquireError, PoolError};
+use crate::lease::{LeaseId, Outcome};
+use crate::snapshot::Snapshot;
+use crate::state::LeaseRef;
+use crate::store::{Grant, Release};
+use crate::strategy::consistent_hash::{fingerprint, key_hash, points};
+use crate::ticket::Ticket;
+
+use super::{
+    AcquireRequest, Answer, NO_SITE, Op, RedisStore, ReleaseRequest, SharedView, TO_52_BITS,
+    unavailable,
+};
+
+impl RedisStore {
+    fn site_id(&self, site: &Arc<str>) -> u32 {
+        let mut sites = self.sites.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&id) = sites.ids.get(site) {
+            return id;
+        }
+        sites.names.push(Arc::clone(site));
+        let id = u32::try_from(sites.names.len()).unwrap_or(u32::MAX);
+        sites.ids.insert(Arc::clone(site), id);
+        id
+    }
+
+    fn site_name(&self, id: u32) -> Arc<str> {
+        let sites = self.sites.lock().unwrap_or_else(PoisonError::into_inner);
+        id.checked_sub(1)
+            .and_then(|i| sites.names.get(i as usize))
+            .cloned()
+            .unwrap_or_else(|| Arc::from(NO_SITE))
+    }
+
+    pub(super) fn jitter(&self) -> f64 {
+        let j = self.cfg.backoff.jitter;
+        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+        1.0 + rng.random_range(-j..=j)
+    }
+
+    /// The address with this id: from memory, or read once from Redis by `deadline`.
+    pub(super) async fn address(&self, id: u32, deadline: Instant) -> Result<ProxyAddress, String> {
+        let (known, generation) = {
+            let cache = self
+                .addresses
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            (cache.1.get(&id).cloned(), cache.0)
+        };
+        if let Some(a) = known {
+            return Ok(a);
+        }
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(&self.url_key).arg(id);
+        let reply = self
+            .by(deadline, self.query(&cmd))
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let address = text(&reply)
+            .and_then(|u| ProxyAddress::parse(&u).ok())
+            .ok_or_else(|| format!("no address with id {id} in Redis"))?;
+        let mut cache = self
+            .addresses
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Not if the cache was cleared meanwhile: the answer may predate a loss of the pool.
+        if cache.0 == generation {
+            cache.1.insert(id, address.clone());
+        }
+        Ok(address)
+    }
+
+    /// Sends `request` with the next batch of its queue and waits for its answer, at most the
+    /// timeout.
+    async fn batched<R, O>(
+        &self,
+        queue: &Queue<R, Result<O, String>>,
+        request: R,
+        deadline: Instant,
+    ) -> Result<O, String> {
+        let (reply, answer) = oneshot::channel();
+        queue
+            .send(Job { request, reply })
+            .map_err(|_| "the store's batch worker has stopped (its runtime is gone)".to_owned())?;
+        match tokio::time::timeout_at(deadline, answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err("the store's batch worker has stopped (its runtime is gone)".into()),
+            Err(_) => Err(format!("no answer within {:?}", self.timeout)),
+        }
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        ticket: &Ticket,
+        now: Timestamp,
+    ) -> Result<Grant, AcquireError> {
+        let pool = match &ticket.sub_pool {
+            None => Arc::clone(&self.whole),
+            Some(name) => self
+                .sub_pools
+                .get(&**name)
+                .cloned()
+                .ok_or_else(|| AcquireError::UnknownSubPool(name.to_string()))?,
+        };
+        let key = ticket.key.as_deref().unwrap_or("");
+        let request = AcquireRequest {
+            now,
+            pool,
+            key: key.to_owned(),
+            point: if key.is_empty() {
+                0
+            } else {
+                key_hash(key) >> TO_52_BITS
+            },
+            site: ticket.site.clone().unwrap_or_else(|| Arc::from(NO_SITE)),
+        };
+        // One deadline for the whole acquire: the batch and, the first time an id is seen,
+        // reading its address.
+        let deadline = self.deadline();
+        let reply = match self
+            .batched(&self.ops, Op::Acquire(request), deadline)
+            .await
+            .map_err(AcquireError::StoreUnavailable)?
+        {
+            Answer::Acquired(reply) => reply,
+            Answer::Released => {
+                return Err(AcquireError::StoreUnavailable("malformed ops reply".into()));
+            }
+        };
+        let address = |id| async move {
+            self.address(id, deadline)
+                .await
+                .map_err(AcquireError::StoreUnavailable)
+        };
+        let choice = match (reply.refusal, reply.choice) {
+            (None, Some(choice)) => choice,
+            (Some("broken"), _) => {
+                return Err(AcquireError::SessionBroken {
+                    key: key.to_owned(),
+                    address: address(reply.id).await?,
+                });
+            }
+            (Some("cooling"), _) => {
+                return Err(AcquireError::BoundAddressCooling {
+                    key: key.to_owned(),
+                    address: address(reply.id).await?,
+                    // The library puts the cooling's end where a grant's lease id goes.
+                    retry_in: Timestamp::from_millis(reply.lease).since(now),
+                });
+            }
+            (Some("busy"), _) => {
+                return Err(AcquireError::BoundAddressBusy {
+                    key: key.to_owned(),
+                    address: address(reply.id).await?,
+                });
+            }
+            _ => return Err(AcquireError::NoAddressAvailable),
+        };
+        let lease = LeaseRef::shared(LeaseId(reply.lease));
+        match address(reply.id).await {
+            Ok(address) => Ok(Grant {
+                lease,
+                slot: reply.id,
+                site: ticket.site.as_ref().map_or(0, |s| self.site_id(s)),
+                address,
+                choice,
+            }),
+            Err(e) => {
+                // Granted but unusable: give the slot back now rather than after the TTL.
+                self.abandon(lease, reply.id, now);
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) async fn release(&self, release: Release, now: Timestamp) -> Result<(), PoolError> {
+        let site = self.site_name(release.site);
+        let class = match release.outcome {
+            Outcome::Success { .. } => "s",
+            // A block is the site's judgement of the address, not the address's health.
+            Outcome::Blocked if release.site != 0 => "b",
+            Outcome::ConnectError | Outcome::Timeout | Outcome::Blocked => "f",
+            Outcome::Captcha => "c",
+            Outcome::RateLimited { .. } => "r",
+        };
+        let cool_until = match release.outcome {
+            // A site's Retry-After is not trusted beyond the longest quarantine wait.
+            Outcome::RateLimited { retry_after } => now
+                .as_millis()
+                .saturating_add(millis(retry_after.min(self.cfg.backoff.cap))),
+            _ => 0,
+        };
+        let latency = match release.outcome {
+            Outcome::Success { latency } => self
+                .latencies
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .note(
+                    release.slot,
+                    latency.as_secs_f64() * 1000.0,
+                    &self.cfg.health,
+                    now,
+                ),
+            _ => None,
+        };
+        let request = ReleaseRequest {
+            now,
+            lease: release.lease.id.0,
+            id: release.slot,
+            class,
+            jitter: self.jitter(),
+            site,
+            cool_until,
+            latency,
+        };
+        self.batched(&self.ops, Op::Release(request), self.deadline())
+            .await
+            .map(drop)
+            .map_err(PoolError::StoreUnavailable)
+    }
+
+    /// From `Drop`: queued with the releases, unanswered. Should it be lost (no runtime, Redis
+    /// down), the lease TTL frees the slot.
+    pub(crate) fn abandon(&self, lease: LeaseRef, slot: u32, now: Timestamp) {
+        let (reply, _) = oneshot::channel();
+        let request = ReleaseRequest {
+            now,
+            lease: lease.id.0,
+            id: slot,
+            class: "a",
+            jitter: 1.0,
+            site: Arc::from(NO_SITE),
+            cool_until: 0,
+            latency: None,
+        };
+        let _ = self.ops.send(Job {
+            request: Op::Release(request),
+            reply,
+        });
+    }
+
+    /// One FCALL for a batch of releases and acquires (releases first: they may free what
+    /// the acquires need), at the latest `now` among them.
+    pub(super) async fn ops_batch(self: Arc<Self>, jobs: Vec<Job<Op, Result<Answer, String>>>) {
+        let mut releases = Vec::new();
+        let mut acquires = Vec::new();
+        for job in jobs {
+            match job.request {
+                Op::Release(r) => releases.push((r, job.reply)),
+                // Callers that gave up (timed out, cancelled) must not take leases. (A release
+                // goes out whatever: an abandon has no caller.)
+                Op::Acquire(_) if job.reply.is_closed() => {}
+                Op::Acquire(r) => acquires.push((r, job.reply)),
+            }
+        }
+        let Some(now) = releases
+            .iter()
+            .map(|(r, _)| r.now)
+            .chain(acquires.iter().map(|(r, _)| r.now))
+            .max()
+        else {
+            return;
+        };
+        let mut args = Vec::with_capacity(4 + releases.len() * 7 + acquires.len() * 4);
+        args.extend([
+            Arg::Int(now.as_millis().saturating_add(millis(self.cfg.lease_ttl))),
+            Arg::Int(now.as_millis().saturating_add(millis(self.cfg.sticky_ttl))),
+            Arg::Float(self.cfg.load_factor),
+            Arg::Int(releases.len() as u64),
+        ]);
+        for (r, _) in &releases {
+            args.extend([
+                Arg::Int(r.lease),
+                Arg::Int(u64::from(r.id)),
+                Arg::Str(r.class),
+                Arg::Float(r.jitter),
+                Arg::Str(&r.site),
+                Arg::Int(r.cool_until),
+                match r.latency {
+                    Some(hint) => Arg::Signed(hint),
+                    None => Arg::Str(""),
+                },
+            ]);
+        }
+        for (r, _) in &acquires {
+            args.extend([
+                Arg::Str(&r.key),
+                Arg::Int(r.point),
+                Arg::Str(&r.site),
+                Arg::Str(&r.pool),
+            ]);
+        }
+        let reply = self
+            .call(&self.functions.ops, now, self.claim_sweep(now), &args)
+            .await
+            .map_err(|e| unavailable(&e))
+            .and_then(|v| {
+                parse_acquires(v, acquires.len()).ok_or_else(|| "malformed ops reply".into())
+            });
+        match reply {
+            Ok((replies, more, epoch)) => {
+                self.note_more(more);
+                self.note_epoch(epoch, now);
+                for (_, reply) in releases {
+                    let _ = reply.send(Ok(Answer::Released));
+                }
+                for ((_, reply), r) in acquires.into_iter().zip(replies) {
+                    // A caller that left meanwhile: its grant goes straight back.
+                    if let Err(Ok(Answer::Acquired(r))) = reply.send(Ok(Answer::Acquired(r)))
+                        && r.choice.is_some()
+                    {
+                        self.abandon(LeaseRef::shared(LeaseId(r.lease)), r.id, now);
+                    }
+                }
+            }
+            Err(e) => {
+                if releases.iter().any(|(r, _)| r.class == "a") {
+                    tracing::warn!(target: "proxypool::redis", error = %e, "abandon lost; the lease TTL frees it");
+                }
+                for (_, reply) in releases {
+                    let _ = reply.send(Err(e.clone()));
+                }
+                for (_, reply) in acquires {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn end_session(&self, key: &str, now: Timestamp) -> bool {
+        match self
+            .call(&self.functions.end_session, now, true, &[Arg::Str(key)])
+            .await
+        {
+            Ok(reply) => matches!(reply, Value::Int(1)),
+            Err(e) => {
+                tracing::warn!(target: "proxypool::redis", error = %e, "end_session failed");
+                false
+            }
+        }
+    }
+
+    /// Adds `address` to the whole pool and `sub_pools` unless it is there: every process
+    /// may add the same start list.
+    pub(crate) async fn add_idempotent(
+        &self,
+        address: &ProxyAddress,
+        sub_pools: &[String],
+        now: Timestamp,
+    ) -> Result<bool, PoolError> {
+        let mut names: Vec<&str> = Vec::with_capacity(sub_pools.len());
+        for name in sub_pools {
+            if !self.sub_pools.contains_key(name) {
+                return Err(PoolError::UnknownSubPool(name.clone()));
+            }
+            if !names.contains(&name.as_str()) {
+                names.push(name);
+            }
+        }
+        let names = names.join(" ");
+        let url = address.as_str();
+        let token = format!("{:016x}", rand::random::<u64>());
+        let mut args = vec![
+            Arg::Str(url),
+            Arg::Str(address.redacted()),
+            Arg::Int(fingerprint(url) >> TO_52_BITS),
+            Arg::Str(&token),
+            Arg::Str(&names),
+        ];
+        args.extend(points(url, self.cfg.ring_vnodes).map(|p| Arg::Int(p >> TO_52_BITS)));
+        let reply = self
+            .call(&self.functions.add, now, true, &args)
+            .await
+            .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))?;
+        self.added
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(url.to_owned(), (address.clone(), sub_pools.to_vec()));
+        Ok(matches!(reply, Value::Int(1)))
+    }
+
+    pub(crate) async fn add(
+        &self,
+        address: ProxyAddress,
+        sub_pools: &[String],
+        now: Timestamp,
+    ) -> Result<(), PoolError> {
+        if self.add_idempotent(&address, sub_pools, now).await? {
+            Ok(())
+        } else {
+            Err(PoolError::Duplicate(address))
+        }
+    }
+
+    pub(crate) async fn remove(
+        &self,
+        address: &ProxyAddress,
+        now: Timestamp,
+    ) -> Result<(), PoolError> {
+        let reply = self
+            .call(
+                &self.functions.remove,
+                now,
+                true,
+                &[Arg::Str(address.as_str())],
+            )
+            .await
+            .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))?;
+        self.added
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(address.as_str());
+        if matches!(reply, Value::Int(1)) {
+            Ok(())
+        } else {
+            Err(PoolError::UnknownAddress(address.clone()))
+        }
+    }
+
+    pub(crate) async fn report_probe(
+        &self,
+        address: &ProxyAddress,
+        passed: bool,
+        now: Timestamp,
+    ) -> Result<(), PoolError> {
+        let args = [
+            Arg::Str(address.as_str()),
+            Arg::Str(if passed { "1" } else { "0" }),
+            Arg::Float(self.jitter()),
+        ];
+        let reply = self
+            .call(&self.functions.probe, now, true, &args)
+            .await
+            .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))?;
+        if matches!(reply, Value::Int(1)) {
+            Ok(())
+        } else {
+            Err(PoolError::UnknownAddress(address.clone()))
+        }
+    }
+
+    /// The raw shared state, one round trip.
+    pub(crate) async fn read(&self, now: Timestamp) -> Result<SharedView, String> {
+        let reply = self
+            .call(&self.functions.snapshot, now, true, &[])
+            .await
+            .map_err(|e| unavailable(&e))?;
+        SharedView::parse(reply, now, &self.cfg).ok_or_else(|| "malformed snapshot reply".into())
+    }
+
+    pub(crate) async fn snapshot(&self, now: Timestamp) -> Snapshot {
+        match self.read(now).await {
+            Ok(view) => view.snapshot,
+            Err(e) => {
+                // The snapshot API has no error: an empty one, and the reason in the log.
+                tracing::warn!(target: "proxypool::redis", error = %e, "snapshot failed");
+                SharedView::empty(now).snapshot
+            }
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! The snapshot function's reply read into a [`Snapshot`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use redis::Value;
+
+use super::encoding::{log_entry, text};
+
+use crate::address::ProxyAddress;
+use crate::clock::Timestamp;
+use crate::config::PoolConfig;
+use crate::decision::{Decision, Subject};
+use crate::health::{HealthState, ramp};
+use crate::snapshot::{
+    AddressSnapshot, CellSnapshot, PoolCounts, SiteSnapshot, Snapshot, SnapshotParts, Totals,
+};
+use crate::strategy::consistent_hash::fingerprint;
+
+/// The shared state as the snapshot function returns it.
+pub(crate) struct SharedView {
+    pub(crate) snapshot: Snapshot,
+}
+
+pub(super) fn map(v: &Value) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    if let Value::Array(items) = v {
+        for pair in items.chunks(2) {
+            if let [k, v] = pair
+                && let (Some(k), Some(v)) = (text(k), text(v))
+            {
+                out.insert(k, v);
+            }
+        }
+    }
+    out
+}
+
+/// Lifetime outcome counts of one address × site pair (the library's `c:ID` hash).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Counts {
+    s: u64,
+    f: u64,
+    b: u64,
+    c: u64,
+    r: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: Self) {
+        self.s += o.s;
+        self.f += o.f;
+        self.b += o.b;
+        self.c += o.c;
+        self.r += o.r;
+    }
+
+    /// Outcomes that speak of the address (rate limits do not).
+    fn judged(&self) -> u64 {
+        self.s + self.f + self.b + self.c
+    }
+
+    fn rate(&self, n: u64) -> Option<f64> {
+        let all = self.judged();
+        (all > 0).then(|| n as f64 / all as f64)
+    }
+
+    fn totals(&self) -> Totals {
+        Totals {
+            leases: self.judged() + self.r,
+            successes: self.s,
+            failures: self.f + self.b,
+            captchas: self.c,
+            rate_limited: self.r,
+            abandoned: 0,
+            expired: 0,
+        }
+    }
+}
+
+/// `site|class → n` fields → counts per site.
+fn counts_by_site(v: &Value) -> BTreeMap<String, Counts> {
+    let mut out: BTreeMap<String, Counts> = BTreeMap::new();
+    for (field, n) in map(v) {
+        let (Some((site, class)), Ok(n)) = (field.rsplit_once('|'), n.parse::<u64>()) else {
+            continue;
+        };
+        let c = out.entry(site.to_owned()).or_default();
+        match class {
+            "s" => c.s += n,
+            "f" => c.f += n,
+            "b" => c.b += n,
+            "c" => c.c += n,
+            "r" => c.r += n,
+            _ => {}
+        }
+    }
+    out
+}
+
+pub(super) fn state_of(s: &str) -> Option<HealthState> {
+    HealthState::ALL.into_iter().find(|h| h.as_str() == s)
+}
+
+impl SharedView {
+    pub(super) fn empty(now: Timestamp) -> Self {
+        let snapshot = SnapshotParts {
+            at_ms: now.as_millis(),
+            addresses: Vec::new(),
+            matrix: Vec::new(),
+            sites: Vec::new(),
+            counts: PoolCounts::default(),
+            decisions: Vec::new(),
+        }
+        .build(0.0);
+        Self { snapshot }
+    }
+
+    pub(super) fn parse(reply: Value, now: Timestamp, cfg: &PoolConfig) -> Option<Self> {
+        let Value::Array(parts) = reply else {
+            return None;
+        };
+        let [
+            state,
+            url,
+            name,
+            rows_in,
+            cells_in,
+            qexp,
+            meta,
+            bindings,
+            log,
+        ] = parts.as_slice()
+        else {
+            return None;
+        };
+        let Value::Array(cells_in) = cells_in else {
+            return None;
+        };
+        let (url, name, qexp, meta) = (map(url), map(name), map(qexp), map(meta));
+        let n = |m: &HashMap<String, String>, k: &str| {
+            m.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        };
+        let Value::Array(rows_in) = rows_in else {
+            return None;
+        };
+        let Value::Array(state) = state else {
+            return None;
+        };
+        let mut rows = Vec::new();
+        // `rows_in` holds each address's hash in the order of the state index's pairs.
+        let mut matrix = Vec::new();
+        let mut sites: BTreeMap<String, (Counts, usize, usize)> = BTreeMap::new();
+        for ((pair, a), cells) in state.chunks(2).zip(rows_in).zip(cells_in) {
+            let (Some(id), Some(st)) = (text(&pair[0]), pair.get(1).and_then(text)) else {
+                continue;
+            };
+            let Some(st) = state_of(&st) else { continue };
+            let Some(full) = url.get(&id).and_then(|u| ProxyAddress::parse(u).ok()) else {
+                continue;
+            };
+            let a = map(a);
+            let redacted = name
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| full.redacted().to_owned());
+            let ramp_share = a
+                .get("rs")
+                .and_then(|v| v.parse::<u64>().ok())
+                .and_then(|started| {
+                    let (h, started) = (&cfg.health, Timestamp::from_millis(started));
+                    ramp::share(&h.ramp_steps, h.ramp_duration, started, now)
+                });
+            let mut all = Counts::default();
+            for (site, c) in counts_by_site(cells) {
+                all.add(c);
+                let cooling_until_ms = a
+                    .get(&format!("cool|{site}"))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .filter(|&until| until > now.as_millis());
+                let seen = sites.entry(site.clone()).or_default();
+                seen.0.add(c);
+                seen.1 += 1;
+                seen.2 += usize::from(c.f + c.b + c.c > 0);
+                matrix.push(CellSnapshot {
+                    address: redacted.clone(),
+                    site,
+                    window_samples: c.judged() as usize,
+                    success_rate: c.rate(c.s),
+                    captcha_rate: c.rate(c.c),
+                    avoided: false,
+                    cooling_until_ms,
+                    totals: c.totals(),
+                });
+            }
+            let row = AddressSnapshot {
+                address: redacted,
+                fingerprint: format!("{:016x}", fingerprint(full.as_str())),
+                sub_pools: a
+                    .get("sp")
+                    .map(|sp| sp.split_whitespace().map(str::to_owned).collect())
+                    .unwrap_or_default(),
+                state: st,
+                state_since_ms: n(&a, "t"),
+                reason: String::new(),
+                // The library's keyless step is the inverse of this weight: state × ramp share
+                // × quality (its level in half octaves), within the memory store's bounds.
+                weight: (match st {
+                    HealthState::Healthy => 1.0,
+                    HealthState::Degraded => cfg.health.degraded_weight,
+                    HealthState::Probing => cfg.health.probing_weight,
+                    HealthState::Quarantined | HealthState::Dead => 0.0,
+                } * ramp_share.unwrap_or(1.0)
+                    * a.get("ql")
+                        .and_then(|l| l.parse::<i32>().ok())
+                        .map_or(1.0, |l| 2f64.powf(f64::from(l) / 2.0)))
+                .clamp(if st.is_offered() { 0.01 } else { 0.0 }, 100.0),
+                ramp_share,
+                active_leases: u32::try_from(n(&a, "n")).unwrap_or(u32::MAX),
+                bound_keys: n(&a, "k"),
+                window_samples: all.judged() as usize,
+                success_rate: all.rate(all.s),
+                captcha_rate: all.rate(all.c),
+                latency_p50_ms: None,
+                latency_p95_ms: None,
+                quarantined_until_ms: qexp
+                    .get(&id)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .map(|v| v as u64),
+                quarantine_entries: u32::try_from(n(&a, "qe")).unwrap_or(u32::MAX),
+                backoff_level: u32::try_from(n(&a, "lv")).unwrap_or(u32::MAX),
+                failed_cycles: u32::try_from(n(&a, "cy")).unwrap_or(u32::MAX),
+                totals: all.totals(),
+            };
+            rows.push(row);
+        }
+        rows.sort_by(|a, b| a.address.cmp(&b.address));
+        let sites = sites
+            .into_iter()
+            .map(|(site, (c, addresses, bad))| SiteSnapshot {
+                degraded: meta.contains_key(&format!("d|{site}")),
+                site,
+                window_samples: c.judged() as usize,
+                failure_rate: c.rate(c.f + c.b),
+                captcha_rate: c.rate(c.c),
+                spread: (addresses > 0).then(|| bad as f64 / addresses as f64),
+            })
+            .collect();
+        let decisions: Vec<Decision> = match log {
+            // Newest first in Redis; oldest first in a snapshot.
+            Value::Array(entries) => entries
+                .iter()
+                .rev()
+                .filter_map(|e| Some(log_entry(&text(e)?)?.1))
+                .collect(),
+            _ => Vec::new(),
+        };
+        // An address's reason is that of its latest transition still in the log.
+        let mut latest: HashMap<&str, &str> = HashMap::new();
+        for d in &decisions {
+            if let Subject::Address { address } = &d.subject {
+                latest.insert(address, &d.reason);
+            }
+        }
+        for row in &mut rows {
+            if let Some(reason) = latest.get(row.address.as_str()) {
+                row.reason = (*reason).to_owned();
+            }
+        }
+        let active_leases = rows.iter().map(|a| u64::from(a.active_leases)).sum();
+        // Lease ids of an epoch start at a random `seq0`.
+        let acquired = n(&meta, "seq").saturating_sub(n(&meta, "seq0"));
+        let (abandoned, expired) = (n(&meta, "abandoned"), n(&meta, "expired"));
+        let counts = PoolCounts {
+            quarantine_entries: n(&meta, "q_entries"),
+            frozen: meta.get("frozen").is_some_and(|f| f == "1"),
+            active_leases,
+            bindings: match bindings {
+                Value::Int(b) => usize::try_from(*b).unwrap_or(0),
+                _ => 0,
+            },
+            acquired,
+            released: n(&meta, "released"),
+            abandoned,
+            expired,
+            unavailable: n(&meta, "none"),
+            sessions_broken: n(&meta, "broken"),
+        };
+        let snapshot = SnapshotParts {
+            at_ms: now.as_millis(),
+            addresses: rows,
+            matrix,
+            sites,
+            counts,
+            decisions,
+        }
+        .build(cfg.quarantine_cap);
+        Some(Self { snapshot })
+    }
+}

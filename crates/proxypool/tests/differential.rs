@@ -1,0 +1,170 @@
+//! The memory and the Redis store side by side: random sequences of operations on two pools
+//! with the same addresses, configuration, seed and clock must give the same answers, the same
+//! per-address states and the same decision log (subject, transition, reason) at every step.
+//!
+//! The operations are those where the stores judge alike today (see `suite/behaviours.rs`'s
+//! `not_on_redis!` for the others): keyed acquires (the ring and its bounded loads are one
+//! function of the URLs, so both pick the same address), releases with every outcome class
+//! except named-site ones, clock steps, probe reports. Backoff jitter is off: the stores draw
+//! it from generators of their own. Shrunk failures are kept in
+//! `differential.proptest-regressions`.
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
+use proxypool::{Decision, ManualClock, Outcome, Pool, PoolConfig, RedisOptions, Snapshot, Ticket};
+use testkit::RedisServer;
+
+const ADDRESSES: usize = 6;
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A keyed acquire released at once with `outcome`.
+    Pair {
+        key: u8,
+        outcome: u8,
+    },
+    Advance {
+        ms: u32,
+    },
+    Probe {
+        address: u8,
+        passed: bool,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0u8..10, 0u8..8).prop_map(|(key, outcome)| Op::Pair { key, outcome }),
+        3 => (0u32..120_000).prop_map(|ms| Op::Advance { ms }),
+        2 => (0u8..ADDRESSES as u8, any::<bool>())
+            .prop_map(|(address, passed)| Op::Probe { address, passed }),
+    ]
+}
+
+fn outcome(n: u8) -> Outcome {
+    match n {
+        0..=3 => Outcome::Success {
+            latency: Duration::from_millis(100),
+        },
+        4 | 5 => Outcome::ConnectError,
+        6 => Outcome::Timeout,
+        _ => Outcome::Captcha,
+    }
+}
+
+fn address(i: usize) -> String {
+    format!("http://10.7.0.{}:3128", i + 1)
+}
+
+/// Each address with its state.
+type States = Vec<(String, String)>;
+/// Each decision as subject, from, to, reason.
+type Decisions = Vec<(String, String, String, String)>;
+
+/// What must be alike after a step: each address's state, and the decision log.
+fn judged(s: &Snapshot) -> (States, Decisions) {
+    let states = s
+        .addresses
+        .iter()
+        .map(|a| (a.address.clone(), a.state.as_str().to_owned()))
+        .collect();
+    let decisions = s
+        .decisions
+        .iter()
+        .map(|d: &Decision| {
+            (
+                format!("{:?}", d.subject),
+                d.from.clone(),
+                d.to.clone(),
+                d.reason.clone(),
+            )
+        })
+        .collect();
+    (states, decisions)
+}
+
+async fn run(redis: &RedisServer, case: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+    let clock = ManualClock::new();
+    clock.advance(Duration::from_secs(1_000));
+    let mut cfg = PoolConfig::default();
+    cfg.backoff.jitter = 0.0;
+    let builder = || {
+        Pool::builder()
+            .addresses((0..ADDRESSES).map(address))
+            .config(cfg.clone())
+            .clock(clock.clone())
+            .seed(1)
+    };
+    let memory = builder().build().unwrap();
+    let shared = builder()
+        .redis(RedisOptions::new(redis.url(), format!("diff-{case}")))
+        .connect()
+        .await
+        .unwrap();
+    for (step, op) in ops.iter().enumerate() {
+        match op {
+            Op::Pair { key, outcome: o } => {
+                let mut answers = Vec::new();
+                for pool in [&memory, &shared] {
+                    let got = pool.acquire(Ticket::new().key(format!("k{key}"))).await;
+                    answers.push(match got {
+                        Ok(lease) => {
+                            let a = lease.address().as_str().to_owned();
+                            lease.release(outcome(*o)).await.unwrap();
+                            Ok(a)
+                        }
+                        Err(e) => Err(e.to_string()),
+                    });
+                }
+                prop_assert_eq!(&answers[0], &answers[1], "step {}: {:?}", step, op);
+            }
+            Op::Advance { ms } => clock.advance(Duration::from_millis(u64::from(*ms))),
+            Op::Probe { address: i, passed } => {
+                let a = address(usize::from(*i));
+                for pool in [&memory, &shared] {
+                    pool.report_probe(&a, *passed).await.unwrap();
+                }
+            }
+        }
+        let (m, r) = (memory.snapshot().await, shared.snapshot().await);
+        prop_assert_eq!(judged(&m), judged(&r), "step {}: {:?}", step, op);
+    }
+    Ok(())
+}
+
+/// Ignored until the stores agree. What it found so far, each kept as a shrunk case in
+/// `differential.proptest-regressions`: a site window started at its first bad outcome in
+/// Redis (fixed: kept whole, as in memory); memory placed new sessions on probing addresses,
+/// which broke them at their next acquire (fixed: healthy or degraded only, as in Redis); a
+/// failed probe of a probing address had another reason in Redis (fixed); Redis forgot a site
+/// window whole after the maximum age without outcomes where memory ages it entry by entry
+/// (fixed: entries carry their time). Open: address windows still age whole in Redis.
+/// `cargo test -p proxypool --test differential -- --ignored` runs it.
+#[test]
+#[ignore = "the stores disagree: see differential.proptest-regressions"]
+fn memory_and_redis_decide_alike() {
+    let dir = std::env::temp_dir().join(format!("proxypool-differential-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let redis = RedisServer::start(&dir).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut config = Config::with_cases(64);
+    config.source_file = Some(file!());
+    config.failure_persistence = Some(Box::new(FileFailurePersistence::WithSource(
+        "proptest-regressions",
+    )));
+    let mut runner = TestRunner::new(config);
+    // Each case on a pool of its own.
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    let result = runner.run(&prop::collection::vec(op(), 1..80), |ops| {
+        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        rt.block_on(run(&redis, n, &ops))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    result.unwrap();
+}

@@ -1,0 +1,158 @@
+//! Changes of a link's state: disable, enable, delete. Each is one store transaction with
+//! its audit row and change note; then this instance's caches and, in the scale-out mode,
+//! every other instance hear of it.
+
+use super::auth::{origin, required_principal};
+use super::error::{ApiError, ErrorBody};
+use super::json::ApiJson;
+use super::links::{LinkInfo, link_info};
+use super::{App, AppState};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+use shortener_core::alias::could_be_code;
+use shortener_core::audit::Origin;
+use shortener_core::link::{Link, LinkChange, MAX_REASON_CHARS, Refusal};
+use shortener_core::store::ChangeOutcome;
+use std::net::SocketAddr;
+use utoipa::ToSchema;
+
+/// Why a link is disabled.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DisableRequest {
+    /// 1 to 500 characters; shown in the link's metadata and the audit trail.
+    #[schema(example = "phishing page reported by abuse@example.net")]
+    pub reason: String,
+}
+
+/// Checks a disable reason (API and CLI alike).
+pub(crate) fn check_reason(reason: &str) -> Result<(), String> {
+    let chars = reason.trim().chars().count();
+    if chars == 0 || reason.chars().count() > MAX_REASON_CHARS {
+        return Err(format!("reason must be 1 to {MAX_REASON_CHARS} characters"));
+    }
+    Ok(())
+}
+
+/// Applies `change` for `origin` and tells the caches; the link as it now is.
+pub(super) async fn apply(
+    app: &App,
+    code: &str,
+    change: &LinkChange,
+    origin: &Origin,
+) -> Result<Link, ApiError> {
+    if !could_be_code(code) {
+        return Err(ApiError::not_found());
+    }
+    match app
+        .store
+        .change_link(code, change, origin, crate::now())
+        .await?
+    {
+        ChangeOutcome::Changed { after, .. } => {
+            app.cache.written(&after).await;
+            tracing::info!(code, by = %origin.actor.name, version = after.version, ?change, "link changed");
+            Ok(after)
+        }
+        ChangeOutcome::Unchanged(link) => Ok(link),
+        ChangeOutcome::Refused(Refusal::NotFound) => Err(ApiError::not_found()),
+        ChangeOutcome::Refused(refusal @ Refusal::Forbidden) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            refusal.to_string(),
+        )),
+        ChangeOutcome::Refused(refusal @ Refusal::Deleted) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "link_deleted",
+            refusal.to_string(),
+        )),
+    }
+}
+
+/// Delete a link (its owner or an admin): 410 for good, never enabled again, its code never
+/// reused.
+#[utoipa::path(
+    delete, path = "/api/v1/links/{code}", tag = "links",
+    params(("code" = String, Path, description = "Short code or alias")),
+    security(("bearer" = [])),
+    responses(
+        (status = 204, description = "Deleted (also when it already was)"),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    )
+)]
+pub(super) async fn delete(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    let who = required_principal(&app, &headers).await?;
+    let origin = origin(&app, peer, &headers, Some(&who));
+    apply(&app, &code, &LinkChange::Delete, &origin).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Disable a link (its owner or an admin): 410 on every instance within about a second,
+/// until enabled.
+#[utoipa::path(
+    post, path = "/api/v1/links/{code}/disable", tag = "links",
+    params(("code" = String, Path, description = "Short code or alias")),
+    request_body = DisableRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Disabled (also when it already was: the first reason stays)", body = LinkInfo),
+        (status = 400, description = "Missing or too long reason, or a bad body", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+        (status = 409, description = "The link is deleted (`link_deleted`)", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    )
+)]
+pub(super) async fn disable(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+    body: Result<ApiJson<DisableRequest>, ApiError>,
+) -> Result<axum::Json<LinkInfo>, ApiError> {
+    let who = required_principal(&app, &headers).await?;
+    let ApiJson(req) = body?;
+    check_reason(&req.reason).map_err(|m| ApiError::bad_request("invalid_reason", m))?;
+    let origin = origin(&app, peer, &headers, Some(&who));
+    let change = LinkChange::Disable {
+        reason: req.reason.trim().to_owned(),
+    };
+    let link = apply(&app, &code, &change, &origin).await?;
+    Ok(axum::Json(link_info(&app, link)))
+}
+
+/// Enable a disabled link: admins always, the owner only a link they disabled themselves.
+#[utoipa::path(
+    post, path = "/api/v1/links/{code}/enable", tag = "links",
+    params(("code" = String, Path, description = "Short code or alias")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Enabled (also when it was not disabled)", body = LinkInfo),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "The owner may not enable a link an admin or the system disabled", body = ErrorBody),
+        (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+        (status = 409, description = "The link is deleted (`link_deleted`)", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    )
+)]
+pub(super) async fn enable(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+) -> Result<axum::Json<LinkInfo>, ApiError> {
+    let who = required_principal(&app, &headers).await?;
+    let origin = origin(&app, peer, &headers, Some(&who));
+    let link = apply(&app, &code, &LinkChange::Enable, &origin).await?;
+    Ok(axum::Json(link_info(&app, link)))
+}

@@ -1,0 +1,77 @@
+//! Noticing changes other processes made to the store: the CLI, instances without Redis, an
+//! instance that died between its commit and its announcement. Every change appends a note
+//! (code, version) to the store's change sequence in its own transaction; each serving
+//! process polls the notes after the last one it saw and forgets what its caches hold of
+//! those codes (in the scale-out mode it also puts the stored state into L2).
+
+use crate::cache::LinkCache;
+use crate::store::Store;
+use shortener_core::store::StoreError;
+use std::time::Duration;
+
+/// How often the sequence is read: a change reaches every process within about this long.
+pub(crate) const POLL_EVERY: Duration = Duration::from_millis(500);
+/// Notes read per query.
+const BATCH: usize = 1000;
+/// Notes are kept this long (seconds); a process that could not poll for longer sees a gap
+/// and forgets its whole cache instead.
+const KEEP_SECONDS: i64 = 3600;
+/// How often a process prunes old notes.
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
+/// Reads the notes after `*last` and applies them to `cache`, advancing `*last` past each one
+/// applied. A gap (notes pruned before this process read them) forgets the whole cache.
+pub(crate) async fn poll_once(
+    cache: &LinkCache,
+    store: &dyn Store,
+    last: &mut u64,
+) -> Result<(), StoreError> {
+    loop {
+        let notes = store.changes_after(*last, BATCH).await?;
+        if notes.first().is_some_and(|first| first.seq != *last + 1) {
+            tracing::warn!(
+                after = *last,
+                "change notes were pruned before this process read them; forgetting the cache"
+            );
+            cache.invalidate_all();
+        }
+        for note in &notes {
+            cache.changed_elsewhere(&note.code, note.version).await?;
+            *last = note.seq;
+        }
+        if notes.len() < BATCH {
+            return Ok(());
+        }
+    }
+}
+
+/// Polls forever, pruning old notes now and then.
+pub(crate) async fn follow_forever(cache: &LinkCache, store: &dyn Store) {
+    let mut last = loop {
+        match store.last_change().await {
+            Ok(seq) => break seq,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the change sequence yet");
+                tokio::time::sleep(POLL_EVERY).await;
+            }
+        }
+    };
+    let mut tick = tokio::time::interval(POLL_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut pruned = tokio::time::Instant::now();
+    loop {
+        tick.tick().await;
+        if let Err(e) = poll_once(cache, store, &mut last).await {
+            tracing::debug!(error = %e, "cannot poll the change sequence; retrying");
+        }
+        if pruned.elapsed() >= PRUNE_EVERY {
+            pruned = tokio::time::Instant::now();
+            if let Err(e) = store
+                .prune_changes_before(crate::now() - KEEP_SECONDS)
+                .await
+            {
+                tracing::debug!(error = %e, "cannot prune change notes");
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! Threat feeds end to end: a reload sweeping 10 000 links while redirects run (embedded
+//! store), and one sweep shared by two scale-out instances (PostgreSQL + Redis).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::pg::TestDb;
+use common::{Shortener, client, create, eventually, follow, get_json, metric, token_in};
+use futures_util::StreamExt;
+use nix::sys::signal::Signal;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use tempfile::TempDir;
+
+const DISABLED: &str = "shortener_threat_sweep_disabled_total";
+
+/// Creates `n` links, every other one to a subdomain of `evil.example`; returns the codes
+/// as (evil, good).
+async fn links(server: &Shortener, token: &str, n: usize) -> (Vec<String>, Vec<String>) {
+    let c = client();
+    let made: Vec<(bool, String)> = futures_util::stream::iter(0..n)
+        .map(|i| {
+            let c = c.clone();
+            async move {
+                let evil = i % 2 == 0;
+                let url = if evil {
+                    format!("https://www{}.evil.example/{i}", i % 7)
+                } else {
+                    format!("https://good.example/{i}")
+                };
+                let resp = create(&c, server, json!({ "long_url": url }), Some(token)).await;
+                assert_eq!(resp.status(), StatusCode::CREATED);
+                let body: Value = resp.json().await.unwrap();
+                (evil, body["short_code"].as_str().unwrap().to_owned())
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let (evil, good): (Vec<_>, Vec<_>) = made.into_iter().partition(|(evil, _)| *evil);
+    (
+        evil.into_iter().map(|(_, c)| c).collect(),
+        good.into_iter().map(|(_, c)| c).collect(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reload_sweeps_ten_thousand_links_while_redirects_run() {
+    let dir = TempDir::new().unwrap();
+    let feed = dir.path().join("urlhaus.txt");
+    // Garbage lines are skipped (and logged with their numbers), never fatal.
+    std::fs::write(&feed, "# nothing yet\n%%% not an entry\nhttp://\n").unwrap();
+    let data = dir.path().join("data");
+    let server = Shortener::start(&data, &["--threat-feed", feed.to_str().unwrap()]);
+    let admin = token_in(&["--data-dir", data.to_str().unwrap()], "ops", true);
+    let (evil, good) = links(&server, &admin, 10_000).await;
+    let c = client();
+    let listed = create(
+        &c,
+        &server,
+        json!({"long_url": "https://good.example/listed"}),
+        Some(&admin),
+    )
+    .await;
+    assert_eq!(listed.status(), StatusCode::CREATED);
+    let listed = listed.json::<Value>().await.unwrap()["short_code"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(metric(&c, &server, DISABLED).await, 0.0);
+
+    // Redirects of good links run throughout the sweep; every one must be a 302.
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicUsize::new(0));
+    let redirects: Vec<_> = (0..4)
+        .map(|w| {
+            let (c, url, stop, served) = (
+                c.clone(),
+                server.url(&format!("/{}", good[w])),
+                stop.clone(),
+                served.clone(),
+            );
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let status = c.get(&url).send().await.unwrap().status();
+                    assert_eq!(status, StatusCode::FOUND);
+                    served.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+
+    std::fs::write(
+        &feed,
+        "# domains, hosts-file lines and URLs\n0.0.0.0 evil.example\n\
+         https://good.example/listed\nnot a line we know\n",
+    )
+    .unwrap();
+    server.process.signal(Signal::SIGHUP).unwrap();
+    let expected = (evil.len() + 1) as f64;
+    eventually("the sweep to disable every matching link", || async {
+        metric(&c, &server, DISABLED).await >= expected
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for r in redirects {
+        r.await.unwrap();
+    }
+    assert!(served.load(Ordering::Relaxed) > 0);
+    assert_eq!(metric(&c, &server, DISABLED).await, expected);
+
+    assert_eq!(follow(&c, &server, &listed).await, StatusCode::GONE);
+    for code in evil.iter().take(50) {
+        assert_eq!(follow(&c, &server, code).await, StatusCode::GONE, "{code}");
+    }
+    for code in good.iter().take(50) {
+        assert_eq!(follow(&c, &server, code).await, StatusCode::FOUND, "{code}");
+    }
+    let trail = get_json(
+        &c,
+        &server,
+        "/api/v1/audit?actor=threat-feed&limit=1",
+        &admin,
+    )
+    .await;
+    let entry = &trail["entries"][0];
+    assert_eq!(entry["action"], "disabled");
+    assert_eq!(entry["detail"], "destination on threat feed urlhaus.txt");
+    // New creates of matching destinations are refused, naming the feed.
+    let resp = create(
+        &c,
+        &server,
+        json!({"long_url": "https://x.evil.example/"}),
+        Some(&admin),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "url_blocked");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("urlhaus.txt")
+    );
+    assert!(metric(&c, &server, "shortener_threat_feed_entries").await >= 2.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_scale_out_one_sweep_disables_each_match_once() {
+    let db = TestDb::migrated().await;
+    let dir = TempDir::new().unwrap();
+    let redis = testkit::RedisServer::start(dir.path()).unwrap();
+    let feed = dir.path().join("openphish.txt");
+    std::fs::write(&feed, "# empty\n").unwrap();
+    let flags = [
+        "--database",
+        db.url.as_str(),
+        "--redis",
+        &redis.url(),
+        "--threat-feed",
+        feed.to_str().unwrap(),
+    ];
+    let a = Shortener::start(dir.path(), &flags);
+    let b = Shortener::start(dir.path(), &flags);
+    let admin = token_in(&["--database", &db.url], "ops", true);
+    let (evil, good) = links(&a, &admin, 2_000).await;
+    let c = client();
+
+    std::fs::write(&feed, "evil.example\n").unwrap();
+    a.process.signal(Signal::SIGHUP).unwrap();
+    b.process.signal(Signal::SIGHUP).unwrap();
+    let total = || async { metric(&c, &a, DISABLED).await + metric(&c, &b, DISABLED).await };
+    eventually("the sweep to disable every matching link", || async {
+        total().await >= evil.len() as f64
+    })
+    .await;
+    // Give a second, late sweep its chance to disable anything twice: it finds nothing.
+    eventually("both instances to have reloaded", || async {
+        metric(&c, &a, "shortener_threat_feed_entries").await == 1.0
+            && metric(&c, &b, "shortener_threat_feed_entries").await == 1.0
+    })
+    .await;
+    assert_eq!(total().await, evil.len() as f64);
+    let mut rows = 0;
+    let mut cursor = String::new();
+    loop {
+        let page = get_json(
+            &c,
+            &b,
+            &format!("/api/v1/audit?actor=threat-feed&limit=500{cursor}"),
+            &admin,
+        )
+        .await;
+        rows += page["entries"].as_array().unwrap().len();
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = format!("&cursor={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(rows, evil.len());
+    for server in [&a, &b] {
+        assert_eq!(follow(&c, server, &evil[0]).await, StatusCode::GONE);
+        assert_eq!(follow(&c, server, &good[0]).await, StatusCode::FOUND);
+    }
+}
