@@ -35,10 +35,11 @@ enum Op {
     },
 }
 
-fn op() -> impl Strategy<Value = Op> {
+/// Operations whose clock steps are below `step_ms` each.
+fn op(step_ms: u32) -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => (0u8..10, 0u8..8).prop_map(|(key, outcome)| Op::Pair { key, outcome }),
-        3 => (0u32..120_000).prop_map(|ms| Op::Advance { ms }),
+        3 => (0..step_ms).prop_map(|ms| Op::Advance { ms }),
         2 => (0u8..ADDRESSES as u8, any::<bool>())
             .prop_map(|(address, passed)| Op::Probe { address, passed }),
     ]
@@ -100,7 +101,11 @@ async fn run(redis: &RedisServer, case: usize, ops: &[Op]) -> Result<(), TestCas
     };
     let memory = builder().build().unwrap();
     let shared = builder()
-        .redis(RedisOptions::new(redis.url(), format!("diff-{case}")))
+        // Far from the default timeout: the comparison is about judgement, and this machine
+        // is shared by busy builds.
+        .redis(
+            RedisOptions::new(redis.url(), format!("diff-{case}")).timeout(Duration::from_secs(10)),
+        )
         .connect()
         .await
         .unwrap();
@@ -135,25 +140,19 @@ async fn run(redis: &RedisServer, case: usize, ops: &[Op]) -> Result<(), TestCas
     Ok(())
 }
 
-/// Ignored until the stores agree. What it found so far, each kept as a shrunk case in
-/// `differential.proptest-regressions`: a site window started at its first bad outcome in
-/// Redis (fixed: kept whole, as in memory); memory placed new sessions on probing addresses,
-/// which broke them at their next acquire (fixed: healthy or degraded only, as in Redis); a
-/// failed probe of a probing address had another reason in Redis (fixed); Redis forgot a site
-/// window whole after the maximum age without outcomes where memory ages it entry by entry
-/// (fixed: entries carry their time). Open: address windows still age whole in Redis.
-/// `cargo test -p proxypool --test differential -- --ignored` runs it.
-#[test]
-#[ignore = "the stores disagree: see differential.proptest-regressions"]
-fn memory_and_redis_decide_alike() {
-    let dir = std::env::temp_dir().join(format!("proxypool-differential-{}", std::process::id()));
+/// Runs `cases` random sequences of up to 80 operations with clock steps below `step_ms`.
+fn differ(cases: u32, step_ms: u32) {
+    let dir = std::env::temp_dir().join(format!(
+        "proxypool-differential-{}-{step_ms}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let redis = RedisServer::start(&dir).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let mut config = Config::with_cases(64);
+    let mut config = Config::with_cases(cases);
     config.source_file = Some(file!());
     config.failure_persistence = Some(Box::new(FileFailurePersistence::WithSource(
         "proptest-regressions",
@@ -161,10 +160,32 @@ fn memory_and_redis_decide_alike() {
     let mut runner = TestRunner::new(config);
     // Each case on a pool of its own.
     let case = std::sync::atomic::AtomicUsize::new(0);
-    let result = runner.run(&prop::collection::vec(op(), 1..80), |ops| {
+    let result = runner.run(&prop::collection::vec(op(step_ms), 1..80), |ops| {
         let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         rt.block_on(run(&redis, n, &ops))
     });
     let _ = std::fs::remove_dir_all(&dir);
     result.unwrap();
+}
+
+/// Within the window's maximum age (80 steps below 7 s: under 10 minutes in all), where no
+/// outcome ages out, the stores agree.
+#[test]
+fn memory_and_redis_decide_alike_while_nothing_ages_out() {
+    differ(32, 7_000);
+}
+
+/// With clock steps up to 2 minutes. Ignored until the stores agree. What it found so far,
+/// each kept as a shrunk case in `differential.proptest-regressions`: a site window started at
+/// its first bad outcome in Redis (fixed: kept whole, as in memory); memory placed new
+/// sessions on probing addresses, which broke them at their next acquire (fixed: healthy or
+/// degraded only, as in Redis); a failed probe of a probing address had another reason in
+/// Redis (fixed); Redis forgot a site window whole after the maximum age without outcomes
+/// where memory ages it entry by entry (fixed: entries carry their time). Open: address
+/// windows still age whole in Redis. `cargo test -p proxypool --test differential --
+/// --ignored` runs it.
+#[test]
+#[ignore = "the stores disagree: address windows age whole in Redis"]
+fn memory_and_redis_decide_alike() {
+    differ(64, 120_000);
 }

@@ -1204,7 +1204,7 @@ async fn a_process_configured_otherwise_or_encoded_otherwise_is_refused() {
     match &refused {
         BuildError::StoreMismatch(why) => {
             assert!(
-                why.contains("min_success=f0.7") && why.contains("min_success=f0.5"),
+                why.contains("health.min_success_rate = 0.7 and this process with 0.5"),
                 "{why}"
             );
         }

@@ -171,12 +171,16 @@ pub(crate) struct RedisStore {
 enum Op {
     Acquire(AcquireRequest),
     Release(ReleaseRequest),
+    /// Answered once every operation this process queued before it has run: a snapshot
+    /// sees the process's own releases and abandons.
+    Settle,
 }
 
 /// Its answer.
 enum Answer {
     Acquired(AcquireReply),
     Released,
+    Settled,
 }
 
 /// One acquire in a batch.

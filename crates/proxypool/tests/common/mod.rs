@@ -40,7 +40,8 @@ pub async fn build(builder: PoolBuilder) -> Pool {
             });
             let name = format!("suite-{}", POOLS.fetch_add(1, Ordering::Relaxed));
             builder
-                .redis(RedisOptions::new(url, name))
+                // The suite is about behaviour, not the timeout, on a machine shared by builds.
+                .redis(RedisOptions::new(url, name).timeout(Duration::from_secs(10)))
                 .connect()
                 .await
                 .unwrap()

@@ -43,10 +43,11 @@ pub(super) struct Job<R, O> {
 pub(super) type Queue<R, O> = mpsc::UnboundedSender<Job<R, O>>;
 
 /// Starts the worker of one queue on the current tokio runtime. It runs `run` for each batch,
+/// a batch holding a job that `settles` names only once every earlier batch is done,
 /// holding `owner` only while a batch runs, and stops when the queue's sender is dropped and
 /// its last batches are done. The batches run inside the worker's own task: a finished batch
 /// makes room for the next without another task's wake-up in between.
-pub(super) fn spawn<T, R, O, F, Fut>(owner: Weak<T>, run: F) -> Queue<R, O>
+pub(super) fn spawn<T, R, O, F, Fut>(owner: Weak<T>, settles: fn(&R) -> bool, run: F) -> Queue<R, O>
 where
     T: Send + Sync + 'static,
     R: Send + 'static,
@@ -80,6 +81,10 @@ where
                             Err(_) => break,
                         }
                     }
+                    // Batches in flight finish in any order: one that must follow them waits.
+                    if jobs.iter().any(|j| settles(&j.request)) {
+                        while running.next().await.is_some() {}
+                    }
                     let Some(owner) = owner.upgrade() else { break };
                     // A batch that panics loses its own callers' answers (their channels
                     // close), not the worker.
@@ -101,6 +106,7 @@ mod tests {
         let owner = Arc::new(std::sync::Mutex::new(Vec::<usize>::new()));
         let queue = spawn(
             Arc::downgrade(&owner),
+            |_| false,
             |sizes, jobs: Vec<Job<u32, u32>>| async move {
                 // A slow "server": later callers pile up behind the batches in flight.
                 tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -135,6 +141,7 @@ mod tests {
         let owner = Arc::new(());
         let queue = spawn(
             Arc::downgrade(&owner),
+            |_| false,
             |_, jobs: Vec<Job<u32, u32>>| async move {
                 assert!(jobs.iter().all(|j| j.request != 0), "a poisoned batch");
                 for job in jobs {
@@ -153,10 +160,56 @@ mod tests {
         }
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_settling_job_waits_for_every_batch_out_before_it() {
+        // The first batch holds until the test opens its gate; job 0 settles.
+        let (started_tx, started) = oneshot::channel::<()>();
+        let (gate_tx, gate) = oneshot::channel::<()>();
+        let hooks = Arc::new(std::sync::Mutex::new((Some(started_tx), Some(gate))));
+        let queue = spawn(
+            Arc::downgrade(&hooks),
+            |r: &u32| *r == 0,
+            |hooks, jobs: Vec<Job<u32, u32>>| async move {
+                let (started, gate) = {
+                    let mut h = hooks.lock().unwrap();
+                    (h.0.take(), h.1.take())
+                };
+                if let (Some(started), Some(gate)) = (started, gate) {
+                    let _ = started.send(());
+                    let _ = gate.await;
+                }
+                for job in jobs {
+                    let _ = job.reply.send(job.request);
+                }
+            },
+        );
+        let ask = |request| {
+            let (reply, answer) = oneshot::channel();
+            queue.send(Job { request, reply }).unwrap();
+            answer
+        };
+        let first = ask(1);
+        started.await.unwrap();
+        let mut settled = ask(0);
+        // A slot is free (2 in flight), yet the settling job stays behind the held batch.
+        let early = tokio::time::timeout(std::time::Duration::from_millis(200), &mut settled).await;
+        assert!(
+            early.is_err(),
+            "settled before the batch out before it ended"
+        );
+        gate_tx.send(()).unwrap();
+        assert_eq!(first.await.unwrap(), 1);
+        assert_eq!(settled.await.unwrap(), 0);
+    }
+
     #[tokio::test]
     async fn without_an_owner_callers_are_answered_by_a_closed_channel_not_left_hanging() {
         let owner = Arc::new(());
-        let queue = spawn(Arc::downgrade(&owner), |_, _: Vec<Job<(), ()>>| async {});
+        let queue = spawn(
+            Arc::downgrade(&owner),
+            |_| false,
+            |_, _: Vec<Job<(), ()>>| async {},
+        );
         drop(owner);
         let (tx, rx) = oneshot::channel();
         queue

@@ -18,7 +18,7 @@ use super::encoding::{Arg, pool_spec};
 use super::latency::Latencies;
 
 use super::{
-    CONFIG_REFUSED, Epoch, Functions, RedisOptions, RedisStore, SWEEP_EVERY_MS, Sites, batch,
+    CONFIG_REFUSED, Epoch, Functions, Op, RedisOptions, RedisStore, SWEEP_EVERY_MS, Sites, batch,
     encoding, unavailable,
 };
 use crate::address::ProxyAddress;
@@ -114,7 +114,7 @@ impl RedisStore {
             prober_token: format!("{:016x}", rand::random::<u64>()),
             #[cfg(feature = "probe")]
             logged: AtomicU64::new(0),
-            ops: batch::spawn(me.clone(), Self::ops_batch),
+            ops: batch::spawn(me.clone(), |op| matches!(op, Op::Settle), Self::ops_batch),
         });
         store
             .by(store.deadline(), store.load())
@@ -134,12 +134,12 @@ impl RedisStore {
     pub(crate) async fn check_config(&self, now: Timestamp) -> Result<(), BuildError> {
         match self.call(&self.functions.config, now, false, &[]).await {
             Ok(_) => Ok(()),
-            Err(e) if e.to_string().contains(CONFIG_REFUSED) => {
-                Err(BuildError::StoreMismatch(e.to_string()))
-            }
-            Err(e) => Err(BuildError::Pool(PoolError::StoreUnavailable(unavailable(
-                &e,
-            )))),
+            Err(e) => match e.to_string().split_once(CONFIG_REFUSED) {
+                Some((_, why)) => Err(BuildError::StoreMismatch(encoding::refusal(why))),
+                None => Err(BuildError::Pool(PoolError::StoreUnavailable(unavailable(
+                    &e,
+                )))),
+            },
         }
     }
 

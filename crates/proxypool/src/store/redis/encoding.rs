@@ -75,6 +75,60 @@ pub(super) fn config(cfg: &PoolConfig) -> String {
     text
 }
 
+/// The configuration field each encoded name stands for, as `PoolConfig` spells it.
+const PATHS: [(&str, &str); 25] = [
+    ("recent", "health.recent"),
+    ("recent_failures", "health.recent_failures"),
+    ("qcap", "quarantine_cap"),
+    ("min_in_service", "min_in_service"),
+    ("base", "backoff.base"),
+    ("max", "backoff.cap"),
+    ("dead_after", "health.dead_after_cycles"),
+    ("rise", "health.rise_successes"),
+    ("dwell", "health.min_dwell"),
+    ("window", "health.window"),
+    ("max_age", "health.window_max_age"),
+    ("min_success", "health.min_success_rate"),
+    ("min_samples", "health.min_samples"),
+    ("max_captcha", "health.max_captcha_rate"),
+    ("degraded_weight", "health.degraded_weight"),
+    ("probing_weight", "health.probing_weight"),
+    ("ramp_ms", "health.ramp_duration"),
+    ("reset_ms", "backoff.reset_after"),
+    ("site_window", "judgement.site_window"),
+    ("site_recent", "judgement.site_recent"),
+    ("site_min_samples", "judgement.site_min_samples"),
+    ("site_min_addresses", "judgement.site_min_addresses"),
+    ("site_spread", "judgement.site_spread"),
+    ("latency_factor", "health.latency_factor"),
+    ("steps", "health.ramp_steps"),
+];
+
+/// The library's refusal of a configuration, made readable: a field whose value differs from
+/// the pool's (`differs NAME THEIRS OURS`) is named as `PoolConfig` spells it; anything else
+/// (another encoding version, a malformed field) is passed on.
+pub(super) fn refusal(message: &str) -> String {
+    let why = message.split(" script: ").next().unwrap_or(message).trim();
+    let mut words = why.split_whitespace();
+    let (Some("differs"), Some(name), Some(theirs), Some(ours)) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return why.to_owned();
+    };
+    let path = PATHS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(name, |(_, p)| *p);
+    // The values without their type letter (durations are milliseconds).
+    let value = |v: &str| v.get(1..).unwrap_or(v).to_owned();
+    format!(
+        "the pool is configured with {path} = {} and this process with {}: every process of a \
+         pool must be configured alike",
+        value(theirs),
+        value(ours)
+    )
+}
+
 /// One argument of a call, after the common ones.
 pub(super) enum Arg<'a> {
     Int(u64),
@@ -206,5 +260,23 @@ mod tests {
         assert!(text.starts_with("config=1 recent=i5 recent_failures=i3 qcap=f0.3 "));
         assert!(text.ends_with(" steps=l0.1,0.25,0.5,1"), "{text}");
         assert_eq!(text.split(' ').count(), 26);
+        // Every encoded name has its configuration path.
+        for token in text.split(' ').skip(1) {
+            let name = token.split('=').next().unwrap();
+            assert!(PATHS.iter().any(|(n, _)| *n == name), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_differing_field_is_named_as_the_configuration_spells_it() {
+        assert_eq!(
+            refusal("differs max_captcha f0.2 f0.3 script: x_config, on @user_function:1."),
+            "the pool is configured with health.max_captcha_rate = 0.2 and this process with \
+             0.3: every process of a pool must be configured alike"
+        );
+        assert_eq!(
+            refusal("encoding config=2, this library reads 1"),
+            "encoding config=2, this library reads 1"
+        );
     }
 }

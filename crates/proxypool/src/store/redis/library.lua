@@ -36,7 +36,8 @@
 --          cooling or of an avoidance for that site ('-': tickets without a site),
 --          'w|<site>' the pair's recent outcomes while one of them is a block or captcha
 --   c:ID   hash of one address's outcome counts per site: '<site>|<class>' → n ('-' for
---          tickets without a site), for the address × site matrix and the address's rates
+--          tickets without a site; '-|a' its abandoned leases), for the address × site matrix
+--          and the address's rates
 --   due    zset of deadlines: 'l<lease>:<id>' lease TTL (P14), 'b<key>' binding TTL (P2),
 --          'q<id>' end of a quarantine wait (P6), 'r<id>' next ramp stage (P10). Redis 7.0
 --          has no per-field TTL.
@@ -1376,7 +1377,10 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
       end
       if scores[j] then freed(K, id, f[1], f[3], f[4], cap, H) end
       if class == 'a' then
-        if scores[j] then abandoned = abandoned + 1 end
+        if scores[j] then
+          abandoned = abandoned + 1
+          if f[1] then redis.call('HINCRBY', counts_key(K, id), '-|a', '1') end
+        end
       elseif f[1] then
         released = released + 1
         local by_class = names[6]
@@ -1726,8 +1730,8 @@ local function config(keys, args)
     for token in string.gmatch(args[4], '%S+') do
       local name, v = string.match(token, '^([%w_]+)=(.*)$')
       if name and theirs[name] ~= v then
-        refuse_config('the pool ' .. K.prefix .. '* is configured with ' .. name .. '=' .. tostring(theirs[name]) ..
-          ', this process with ' .. name .. '=' .. v .. ': every process of a pool must be configured alike')
+        -- Words the client turns into the configuration's names (`encoding::refusal`).
+        refuse_config('differs ' .. name .. ' ' .. tostring(theirs[name]) .. ' ' .. v)
       end
     end
   end

@@ -137,7 +137,7 @@ impl RedisStore {
             .map_err(AcquireError::StoreUnavailable)?
         {
             Answer::Acquired(reply) => reply,
-            Answer::Released => {
+            Answer::Released | Answer::Settled => {
                 return Err(AcquireError::StoreUnavailable("malformed ops reply".into()));
             }
         };
@@ -258,8 +258,11 @@ impl RedisStore {
     pub(super) async fn ops_batch(self: Arc<Self>, jobs: Vec<Job<Op, Result<Answer, String>>>) {
         let mut releases = Vec::new();
         let mut acquires = Vec::new();
+        // Answered when this batch is done (the worker ran every earlier batch first).
+        let mut settles = Vec::new();
         for job in jobs {
             match job.request {
+                Op::Settle => settles.push(job.reply),
                 Op::Release(r) => releases.push((r, job.reply)),
                 // Callers that gave up (timed out, cancelled) must not take leases. (A release
                 // goes out whatever: an abandon has no caller.)
@@ -273,6 +276,9 @@ impl RedisStore {
             .chain(acquires.iter().map(|(r, _)| r.now))
             .max()
         else {
+            for reply in settles {
+                let _ = reply.send(Ok(Answer::Settled));
+            }
             return;
         };
         let mut args = Vec::with_capacity(4 + releases.len() * 7 + acquires.len() * 4);
@@ -338,6 +344,9 @@ impl RedisStore {
                     let _ = reply.send(Err(e.clone()));
                 }
             }
+        }
+        for reply in settles {
+            let _ = reply.send(Ok(Answer::Settled));
         }
     }
 
@@ -463,6 +472,9 @@ impl RedisStore {
     }
 
     pub(crate) async fn snapshot(&self, now: Timestamp) -> Snapshot {
+        // This process's queued operations first (a dropped lease's abandon among them); a
+        // queue that does not answer in time leaves the read to say so.
+        let _ = self.batched(&self.ops, Op::Settle, self.deadline()).await;
         match self.read(now).await {
             Ok(view) => view.snapshot,
             Err(e) => {

@@ -43,6 +43,8 @@ pub(super) struct Counts {
     b: u64,
     c: u64,
     r: u64,
+    /// Leases dropped unreleased: no outcome, only the address's totals.
+    a: u64,
 }
 
 impl Counts {
@@ -52,6 +54,7 @@ impl Counts {
         self.b += o.b;
         self.c += o.c;
         self.r += o.r;
+        self.a += o.a;
     }
 
     /// Outcomes that speak of the address (rate limits do not).
@@ -71,7 +74,7 @@ impl Counts {
             failures: self.f + self.b,
             captchas: self.c,
             rate_limited: self.r,
-            abandoned: 0,
+            abandoned: self.a,
             expired: 0,
         }
     }
@@ -91,6 +94,7 @@ fn counts_by_site(v: &Value) -> BTreeMap<String, Counts> {
             "b" => c.b += n,
             "c" => c.c += n,
             "r" => c.r += n,
+            "a" => c.a += n,
             _ => {}
         }
     }
@@ -173,6 +177,10 @@ impl SharedView {
             let mut all = Counts::default();
             for (site, c) in counts_by_site(cells) {
                 all.add(c);
+                // Abandons alone make no cell (as in memory: no outcome there).
+                if c.judged() + c.r == 0 {
+                    continue;
+                }
                 let cooling_until_ms = a
                     .get(&format!("cool|{site}"))
                     .and_then(|v| v.parse::<u64>().ok())
@@ -189,7 +197,11 @@ impl SharedView {
                     captcha_rate: c.rate(c.c),
                     avoided: false,
                     cooling_until_ms,
-                    totals: c.totals(),
+                    // Abandons are the address's, not a pair's.
+                    totals: Totals {
+                        abandoned: 0,
+                        ..c.totals()
+                    },
                 });
             }
             let row = AddressSnapshot {
