@@ -77,6 +77,7 @@ pub(crate) fn start(
         metrics,
         pending: HashMap::new(),
         pending_events: 0,
+        oldest: None,
         unsent: None,
         max_backlog: MAX_PENDING_EVENTS.min(capacity as u64).max(1),
         pruned_through: None,
@@ -93,6 +94,8 @@ struct Aggregator {
     /// (code, day) → (human, bot) clicks not yet written.
     pending: HashMap<(Arc<str>, Day), (u64, u64)>,
     pending_events: u64,
+    /// When the oldest click not yet written (or shipped) happened: the lag metric.
+    oldest: Option<UnixSeconds>,
     /// A shipped batch whose send failed, and its events: resent as is.
     unsent: Option<(ClickBatch, u64)>,
     max_backlog: u64,
@@ -130,6 +133,11 @@ impl Aggregator {
                 self.prune().await;
                 last_write = tokio::time::Instant::now();
             }
+            if self.is_done() {
+                self.oldest = None;
+            }
+            let lag = self.oldest.map_or(0, |at| (crate::now() - at).max(0));
+            self.metrics.click_lag_seconds.set(lag);
         }
         // The server has stopped and finished its requests: take every queued event.
         while let Some(event) = queue.pop() {
@@ -234,6 +242,7 @@ impl Aggregator {
     }
 
     fn fold(&mut self, event: ClickEvent) {
+        self.oldest = Some(self.oldest.map_or(event.at, |o| o.min(event.at)));
         let entry = self
             .pending
             .entry((event.code, Day::from_unix(event.at)))

@@ -67,6 +67,9 @@ pub(crate) struct Metrics {
     replica_lag_ms: Family<Replica, Gauge>,
     pub replica_reads: Counter,
     pub primary_reads: Counter,
+    pub store_up: Gauge,
+    pub click_lag_seconds: Gauge,
+    pub click_stream_lag_seconds: Gauge,
 }
 
 impl Default for Metrics {
@@ -147,6 +150,9 @@ impl Metrics {
             replica_lag_ms: Family::default(),
             replica_reads: Counter::default(),
             primary_reads: Counter::default(),
+            store_up: Gauge::default(),
+            click_lag_seconds: Gauge::default(),
+            click_stream_lag_seconds: Gauge::default(),
             registry,
         };
         metrics.register_rest()
@@ -298,6 +304,21 @@ impl Metrics {
             "click_queue_depth",
             "Click events waiting in the queue",
             self.click_queue_depth.clone(),
+        );
+        r.register(
+            "store_up",
+            "1 while the link store answers a ping (checked at each scrape), 0 while it does not",
+            self.store_up.clone(),
+        );
+        r.register(
+            "click_lag_seconds",
+            "Age of the oldest click this process took that is not yet in the store (or, scale-out, the stream); 0 when none",
+            self.click_lag_seconds.clone(),
+        );
+        r.register(
+            "click_stream_lag_seconds",
+            "Age of the oldest click batch the aggregator read from the stream in its last round; 0 when the stream was empty (scale-out mode)",
+            self.click_stream_lag_seconds.clone(),
         );
         self
     }

@@ -98,6 +98,27 @@ pub struct Prober {
     limit: Arc<Semaphore>,
     rng: Mutex<StdRng>,
     due: Mutex<HashMap<ProxyAddress, Due>>,
+    metrics: ProbeMetrics,
+}
+
+/// `proxypool_probes_total{result="pass"|"fail"}` and
+/// `proxypool_probe_rounds_failed_everywhere_total` (rounds blamed on our side): registered
+/// with the prober, so that they are exported before the first probe.
+#[derive(Debug)]
+struct ProbeMetrics {
+    passed: metrics::Counter,
+    failed: metrics::Counter,
+    failed_everywhere: metrics::Counter,
+}
+
+impl ProbeMetrics {
+    fn new() -> Self {
+        Self {
+            passed: metrics::counter!("proxypool_probes_total", "result" => "pass"),
+            failed: metrics::counter!("proxypool_probes_total", "result" => "fail"),
+            failed_everywhere: metrics::counter!("proxypool_probe_rounds_failed_everywhere_total"),
+        }
+    }
 }
 
 impl Prober {
@@ -111,6 +132,7 @@ impl Prober {
             limit: Arc::new(Semaphore::new(permits)),
             rng: Mutex::new(StdRng::from_os_rng()),
             due: Mutex::new(HashMap::new()),
+            metrics: ProbeMetrics::new(),
         }
     }
 
@@ -167,6 +189,7 @@ impl Prober {
             && results.iter().all(|(_, _, r)| r.is_err())
             && results.iter().any(|(_, in_service, _)| *in_service);
         if our_side {
+            self.metrics.failed_everywhere.increment(1);
             tracing::warn!(
                 target: "proxypool::decision",
                 probed = results.len(),
@@ -178,6 +201,12 @@ impl Prober {
             our_side,
         };
         for (address, _, result) in results {
+            let counter = if result.is_ok() {
+                &self.metrics.passed
+            } else {
+                &self.metrics.failed
+            };
+            counter.increment(1);
             if let Err(e) = &result {
                 tracing::debug!(target: "proxypool::probe", address = %address, error = %e, "probe failed");
             }

@@ -47,6 +47,9 @@ pub(super) async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
 /// Prometheus text exposition.
 pub(super) async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
     app.metrics
+        .store_up
+        .set(i64::from(app.store.ping().await.is_ok()));
+    app.metrics
         .click_queue_depth
         .set(i64::try_from(app.clicks.depth()).unwrap_or(i64::MAX));
     if let Some(scaleout) = &app.scaleout {

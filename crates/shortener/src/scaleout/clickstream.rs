@@ -264,6 +264,14 @@ impl Aggregator {
             }
             entries
         };
+        // Stream ids start with the milliseconds of their XADD: the oldest is the lag.
+        let oldest_ms = entries
+            .iter()
+            .filter_map(|e| e.id.split('-').next()?.parse::<i64>().ok())
+            .min();
+        self.metrics
+            .click_stream_lag_seconds
+            .set(oldest_ms.map_or(0, |ms| (crate::now() - ms / 1000).max(0)));
         if entries.is_empty() {
             return Ok(0);
         }

@@ -1,0 +1,118 @@
+'use strict'
+// The Node package against real parts: fetch through a tinyproxy upstream (undici's
+// ProxyAgent), sticky sessions, typed errors, and worker threads sharing one pool in Redis.
+
+const assert = require('node:assert/strict')
+const { after, before, test } = require('node:test')
+const path = require('node:path')
+const { Worker } = require('node:worker_threads')
+const { ProxyAgent } = require('undici')
+
+const proxypool = require('../lib.js')
+const servers = require('./servers.js')
+
+let upstream, target, redis
+before(async () => {
+  ;[upstream, target, redis] = await Promise.all([servers.tinyproxy('127.0.0.2'), servers.site(), servers.redis()])
+})
+after(() => {
+  upstream.stop()
+  target.close()
+  redis.stop()
+})
+
+const proxyUrl = () => `http://127.0.0.1:${upstream.port}`
+
+test('fetch through the leased upstream, released with what the site answered', async () => {
+  const pool = await proxypool.Pool.create({ addresses: [proxyUrl()], tunables: { min_in_service: 1 } })
+  for (const [mode, expected] of [['ok', 'success'], ['403', 'blocked'], ['429', 'rate_limited']]) {
+    target.behaviour.set('127.0.0.2', mode)
+    const site = `${mode}.example`
+    const outcome = await pool.withLease({ site }, async (lease) => {
+      const dispatcher = new ProxyAgent(lease.address)
+      const response = await fetch(target.url, { dispatcher })
+      const text = await response.text()
+      if (mode === 'ok') assert.equal(text, '127.0.0.2')
+      const [outcome, retryAfter] = proxypool.outcomeForResponse(response, text)
+      await dispatcher.close()
+      return { outcome, retryAfter }
+    })
+    assert.equal(outcome.outcome, expected)
+    const snapshot = await pool.snapshot()
+    const cell = snapshot.matrix.find((c) => c.site === site)
+    const counted = { success: 'successes', blocked: 'failures', rate_limited: 'rate_limited' }[expected]
+    assert.equal(cell.totals[counted], 1)
+    if (expected === 'rate_limited') {
+      assert.ok(cell.cooling_until_ms > Date.now() + 5000)
+      await assert.rejects(pool.acquire({ site }), proxypool.NoAddressAvailable)
+    }
+  }
+})
+
+test('withLease reports a thrown error and throws it again', async () => {
+  const pool = await proxypool.Pool.create({ addresses: ['http://127.0.0.1:9'], tunables: { min_in_service: 1 } })
+  await assert.rejects(
+    pool.withLease({}, (lease) => fetch(target.url, { dispatcher: new ProxyAgent(lease.address) })),
+    TypeError,
+  )
+  const totals = (await pool.snapshot()).addresses[0].totals
+  assert.equal(totals.failures, 1)
+})
+
+test('sticky sessions, typed errors, add and remove', async () => {
+  const pool = await proxypool.Pool.create({
+    addresses: ['http://10.0.3.1:3128', 'http://10.0.3.2:3128'],
+    subPools: { eu: 'round_robin' },
+  })
+  const first = await pool.acquire({ key: 'account-1' })
+  await first.release('success', { latency: 0.1 })
+  const again = await pool.acquire({ key: 'account-1' })
+  assert.equal(again.address, first.address)
+  assert.equal(again.choice, 'bound')
+  await again.release()
+  await assert.rejects(again.release(), proxypool.LeaseReleased)
+  assert.equal(await pool.endSession('account-1'), true)
+  await assert.rejects(pool.acquire({ subPool: 'nope' }), proxypool.UnknownSubPool)
+  await assert.rejects(pool.add('ftp://x:1'), proxypool.InvalidAddress)
+  await assert.rejects(pool.add('http://10.0.3.1:3128'), proxypool.DuplicateAddress)
+  await assert.rejects(first.release(), proxypool.LeaseReleased)
+  const lease = await pool.acquire()
+  await assert.rejects(lease.release('fine'), proxypool.InvalidArgument)
+  await pool.add('http://10.0.3.9:3128', ['eu'])
+  assert.equal((await pool.acquire({ subPool: 'eu' })).address, 'http://10.0.3.9:3128')
+  await pool.remove('http://10.0.3.9:3128')
+  await assert.rejects(proxypool.Pool.create({ addresses: [], tunables: { stiky_ttl: 1 } }), proxypool.InvalidConfig)
+  await assert.rejects(
+    proxypool.Pool.create({ addresses: [], redis: 'redis://127.0.0.1:1', redisTimeout: 0.3 }),
+    proxypool.StoreUnavailable,
+  )
+})
+
+test('worker threads share one pool through Redis and never exceed the cap', async () => {
+  const addresses = ['http://10.0.4.1:3128', 'http://10.0.4.2:3128']
+  const cap = 2
+  const name = `node-${process.pid}-${Date.now()}`
+  // holding[i]: leases of addresses[i] held now, counted by every worker beside the pool.
+  const holding = new Int32Array(new SharedArrayBuffer(4 * addresses.length))
+  const highest = new Int32Array(new SharedArrayBuffer(4))
+  const options = { addresses, redis: `redis://127.0.0.1:${redis.port}`, name, redisTimeout: 5, tunables: { max_leases_per_address: cap } }
+  const workers = Array.from({ length: 3 }, () => new Worker(path.join(__dirname, 'worker.js'), {
+    workerData: { options, holding, highest, leases: 30 },
+  }))
+  await Promise.all(workers.map((w) => new Promise((resolve, reject) => {
+    w.once('error', reject)
+    w.once('exit', (code) => (code === 0 ? resolve() : reject(new Error(`worker exit ${code}`))))
+  })))
+  assert.equal(Atomics.load(highest, 0), cap)
+  const pool = await proxypool.Pool.create(options)
+  const snapshot = await pool.snapshot()
+  assert.equal(snapshot.addresses.reduce((n, a) => n + a.totals.successes, 0), 90)
+  assert.ok(snapshot.addresses.every((a) => a.active_leases === 0))
+})
+
+test('captcha markers are the server defaults', () => {
+  const config = require('node:fs').readFileSync(path.join(__dirname, '../../proxypool-server/src/config.rs'), 'utf8')
+  const block = /DEFAULT_CAPTCHA_MARKERS: \[&str; \d+\] = \[([\s\S]*?)\];/.exec(config)
+  assert.ok(block, "the server's DEFAULT_CAPTCHA_MARKERS moved")
+  assert.deepEqual([...block[1].matchAll(/"([^"]*)"/g)].map((m) => m[1]), proxypool.CAPTCHA_MARKERS)
+})

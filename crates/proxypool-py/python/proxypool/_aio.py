@@ -1,0 +1,21 @@
+"""One completion bridge per asyncio loop (see the Rust module `aio`)."""
+
+import weakref
+
+from . import _native
+
+_bridges = weakref.WeakKeyDictionary()
+
+
+def bridge(loop):
+    """The loop's bridge, registered as a reader on first use; kept as an attribute of the
+    loop where it takes one (a single lookup per call), else in a weak mapping."""
+    b = _bridges.get(loop)
+    if b is None:
+        b = _native.Completions()
+        loop.add_reader(b.fileno(), b.drain)
+        try:
+            loop._proxypool_bridge = b
+        except AttributeError:
+            _bridges[loop] = b
+    return b

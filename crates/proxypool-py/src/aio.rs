@@ -1,0 +1,157 @@
+//! asyncio awaitables whose Rust side runs on the tokio runtime, completed in batches.
+//!
+//! A call creates an asyncio future on the running loop and spawns its Rust work. The work's
+//! result goes to an inbox that no Python thread state guards; the first result into an empty
+//! inbox writes one byte to a socket the loop watches (`loop.add_reader`), and the loop's
+//! callback drains the inbox, converting each result under the GIL it already holds.
+//! Runtime threads never take the GIL: per-future GIL hand-offs from foreign threads and a
+//! wake-up per future are what made `pyo3-async-runtimes` 8 times slower than the Rust
+//! caller in the Redis bench (benches/bench.py).
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use pyo3::IntoPyObjectExt;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+
+use crate::runtime;
+
+/// How a result becomes a Python object, run on the loop's thread.
+pub(crate) type Finish = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+
+/// A result converted on the loop's thread: its error through `error` (which may need the
+/// GIL to set attributes), its value by `IntoPyObject`.
+pub(crate) fn finish<T, E>(result: Result<T, E>, error: fn(E) -> PyErr) -> Finish
+where
+    T: for<'py> IntoPyObject<'py> + Send + 'static,
+    E: Send + 'static,
+{
+    Box::new(move |py| result.map_err(error)?.into_py_any(py))
+}
+
+/// Results waiting for the loop, and the socket that wakes it.
+struct Inbox {
+    done: Mutex<Vec<(u64, Finish)>>,
+    wake: UnixStream,
+}
+
+impl Inbox {
+    fn push(&self, id: u64, finish: Finish) {
+        let was_empty = {
+            let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+            done.push((id, finish));
+            done.len() == 1
+        };
+        if was_empty {
+            // Full means a wake-up is already pending: the loop drains everything then.
+            let _ = (&self.wake).write(&[1]);
+        }
+    }
+}
+
+/// The bridge of one event loop (made by `proxypool._aio.bridge`).
+#[pyclass(module = "proxypool", frozen)]
+pub(crate) struct Completions {
+    inbox: Arc<Inbox>,
+    ready: UnixStream,
+    /// The asyncio futures by id; touched with the GIL held only.
+    pending: Mutex<(u64, HashMap<u64, Py<PyAny>>)>,
+}
+
+#[pymethods]
+impl Completions {
+    #[new]
+    fn new() -> PyResult<Self> {
+        let (ready, wake) = UnixStream::pair()?;
+        ready.set_nonblocking(true)?;
+        wake.set_nonblocking(true)?;
+        Ok(Self {
+            inbox: Arc::new(Inbox {
+                done: Mutex::new(Vec::new()),
+                wake,
+            }),
+            ready,
+            pending: Mutex::new((0, HashMap::new())),
+        })
+    }
+
+    /// The descriptor the loop watches.
+    fn fileno(&self) -> i32 {
+        self.ready.as_raw_fd()
+    }
+
+    /// The loop's reader callback: completes every future whose result arrived.
+    fn drain(&self, py: Python<'_>) -> PyResult<()> {
+        let mut bytes = [0u8; 256];
+        while matches!((&self.ready).read(&mut bytes), Ok(n) if n > 0) {}
+        let done = std::mem::take(
+            &mut *self
+                .inbox
+                .done
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (id, finish) in done {
+            let future = self
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .1
+                .remove(&id);
+            let Some(future) = future else { continue };
+            let future = future.bind(py);
+            // A cancelled future takes no result (a lease in it is dropped: abandoned).
+            if future.call_method0(intern!(py, "cancelled"))?.is_truthy()? {
+                continue;
+            }
+            match finish(py) {
+                Ok(value) => future.call_method1(intern!(py, "set_result"), (value,))?,
+                Err(e) => future.call_method1(intern!(py, "set_exception"), (e.into_value(py),))?,
+            };
+        }
+        Ok(())
+    }
+}
+
+/// An awaitable for `work`, on the running loop.
+pub(crate) fn spawn<'py, F>(py: Python<'py>, work: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = Finish> + Send + 'static,
+{
+    static GET_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    static BRIDGE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let event_loop = GET_LOOP
+        .import(py, "asyncio", "get_running_loop")?
+        .call0()?;
+    // The loop keeps its bridge as an attribute where it can (asyncio's loops): one lookup.
+    let bridge = match event_loop.getattr(intern!(py, "_proxypool_bridge")) {
+        Ok(bridge) => bridge,
+        Err(_) => BRIDGE
+            .import(py, "proxypool._aio", "bridge")?
+            .call1((&event_loop,))?,
+    };
+    let bridge = bridge.cast_into::<Completions>()?;
+    let future = event_loop.call_method0(intern!(py, "create_future"))?;
+    let id = {
+        let mut pending = bridge
+            .get()
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        pending.0 += 1;
+        let id = pending.0;
+        pending.1.insert(id, future.clone().unbind());
+        id
+    };
+    let inbox = Arc::clone(&bridge.get().inbox);
+    runtime::runtime(py)?.spawn(async move {
+        let finish = work.await;
+        inbox.push(id, finish);
+    });
+    Ok(future)
+}

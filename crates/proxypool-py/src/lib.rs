@@ -1,0 +1,42 @@
+//! Python bindings of `proxypool`: the `proxypool._native` extension module behind the
+//! `proxypool` package (see `python/proxypool/`). The same engine as the Rust crate, in
+//! process, in memory or sharing state with every other process through Redis.
+//!
+//! Blocking calls release the GIL around their Redis round trips; the `*_async` methods return
+//! asyncio futures whose Rust side runs on a tokio runtime of this process (see `aio`). A fork bumps a
+//! generation (see `runtime`): the child connects anew instead of waiting on the parent's
+//! threads.
+
+mod aio;
+mod config;
+mod errors;
+mod lease;
+mod outcome;
+mod pool;
+mod runtime;
+mod tunables;
+
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use pyo3::prelude::*;
+
+/// Completes a future that never waits (the in-memory store's calls) by polling it once.
+fn ready<F: Future>(f: F) -> PyResult<F::Output> {
+    match pin!(f).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => Ok(v),
+        Poll::Pending => Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "an in-memory pool call waited: this is a bug of proxypool, please report it",
+        )),
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<pool::Pool>()?;
+    m.add_class::<lease::Lease>()?;
+    m.add_class::<aio::Completions>()?;
+    m.add_function(wrap_pyfunction!(runtime::after_fork_in_child, m)?)?;
+    errors::register(m)?;
+    Ok(())
+}

@@ -1,0 +1,206 @@
+"""One pool shared through a throwaway Redis: asyncio tasks, and multiprocessing workers under
+both the spawn and the fork start methods, with the lease cap never exceeded."""
+
+import asyncio
+import multiprocessing
+import time
+
+import pytest
+import redis as redis_client
+
+import proxypool
+
+# More workers than slots (2 addresses x 2 leases): the cap is what holds them back.
+ADDRESSES = [f"http://10.0.2.{i}:3128" for i in range(1, 3)]
+CAP = 2
+WORKERS = 6
+LEASES_PER_WORKER = 40
+HANG = 60  # seconds: a child that hangs fails the test instead of blocking the suite
+
+
+def shared_pool(url, name):
+    return proxypool.Pool(
+        ADDRESSES, redis=url, name=name, max_leases_per_address=CAP, redis_timeout=5
+    )
+
+
+def acquire_retrying(pool):
+    # All addresses at their cap: wait for a release (the pool has no queue of its own).
+    while True:
+        try:
+            return pool.acquire()
+        except proxypool.NoAddressAvailable:
+            time.sleep(0.001)
+
+
+def work(pool, url, name):
+    """Leases in a loop; while holding one, counts it in Redis beside the pool: a count above
+    the cap means the pool handed out more leases than it may."""
+    counter = redis_client.Redis.from_url(url)
+    # Start together (spawned workers take a while to import): a barrier in Redis.
+    counter.incr(f"{name}:ready")
+    while int(counter.get(f"{name}:ready")) < WORKERS:
+        time.sleep(0.001)
+    highest = 0
+    for _ in range(LEASES_PER_WORKER):
+        lease = acquire_retrying(pool)
+        key = f"{name}:holding:{lease.address}"
+        highest = max(highest, counter.incr(key))
+        time.sleep(0.001)
+        counter.decr(key)
+        lease.release("success", latency=0.05)
+    return highest
+
+
+def spawn_worker(args):
+    url, name = args
+    return work(shared_pool(url, name), url, name)
+
+
+# Set by the fork test before the workers fork: they inherit it.
+FORKED_POOL = None
+
+
+def fork_worker(args):
+    url, name = args
+    return work(FORKED_POOL, url, name)
+
+
+def successes(pool):
+    return sum(a["totals"]["successes"] for a in pool.snapshot()["addresses"])
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_workers_share_one_pool_and_never_exceed_the_cap(redis_url, pool_name, method):
+    global FORKED_POOL
+    parent = shared_pool(redis_url, pool_name)
+    # The parent uses its pool first: its runtime threads and Redis connection are live when
+    # the workers fork.
+    parent.acquire().release()
+    FORKED_POOL = parent
+    worker = fork_worker if method == "fork" else spawn_worker
+    with multiprocessing.get_context(method).Pool(WORKERS) as workers:
+        result = workers.map_async(worker, [(redis_url, pool_name)] * WORKERS)
+        highest = result.get(timeout=HANG)
+    assert max(highest) <= CAP
+    # Contention was real: some worker saw an address at its cap.
+    assert max(highest) == CAP
+    assert successes(parent) == 1 + WORKERS * LEASES_PER_WORKER
+    assert all(a["active_leases"] == 0 for a in parent.snapshot()["addresses"])
+
+
+def fork_checks(url, name, memory, lease, queue):
+    """In a forked child: what works and what is refused."""
+    report = {}
+    try:
+        memory.acquire()
+    except proxypool.PoolForked as e:
+        report["memory"] = str(e)
+    try:
+        lease.release()
+    except proxypool.PoolForked as e:
+        report["lease"] = str(e)
+    report["redis"] = FORKED_POOL.acquire().address
+    queue.put(report)
+
+
+def test_a_forked_child_reconnects_and_refuses_what_it_cannot_use(redis_url, pool_name):
+    global FORKED_POOL
+    FORKED_POOL = shared_pool(redis_url, pool_name)
+    held = FORKED_POOL.acquire()
+    memory = proxypool.Pool(ADDRESSES)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=fork_checks, args=(redis_url, pool_name, memory, held, queue))
+    child.start()
+    report = queue.get(timeout=HANG)
+    child.join(HANG)
+    assert child.exitcode == 0
+    assert "in-memory pool" in report["memory"]
+    assert "before a fork" in report["lease"]
+    assert report["redis"] in ADDRESSES
+    # The parent's lease is still the parent's to release; the child's ended with it.
+    held.release()
+    deadline = time.monotonic() + HANG
+    while any(a["active_leases"] for a in FORKED_POOL.snapshot()["addresses"]):
+        # The child's lease was dropped unreleased at its exit: freed by its abandonment.
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_fifty_asyncio_tasks_through_redis_keep_the_cap(redis_url, pool_name):
+    pool = shared_pool(redis_url, pool_name)
+    holding = {a: 0 for a in ADDRESSES}
+    highest = 0
+
+    async def task():
+        nonlocal highest
+        for _ in range(6):
+            while True:
+                try:
+                    lease = await pool.acquire_async(site="shop.example")
+                    break
+                except proxypool.NoAddressAvailable:
+                    await asyncio.sleep(0.001)
+            holding[lease.address] += 1
+            highest = max(highest, holding[lease.address])
+            await asyncio.sleep(0.001)
+            holding[lease.address] -= 1
+            await lease.release_async("success", latency=0.02)
+
+    async def main():
+        await asyncio.wait_for(asyncio.gather(*(task() for _ in range(50))), HANG)
+
+    asyncio.run(main())
+    assert highest == CAP
+    assert successes(pool) == 300
+
+
+def test_sticky_sessions_are_shared_between_pools_on_one_redis(redis_url, pool_name):
+    a = shared_pool(redis_url, pool_name)
+    b = shared_pool(redis_url, pool_name)
+    first = a.acquire(key="account-1")
+    first.release()
+    again = b.acquire(key="account-1")
+    assert (again.address, again.choice) == (first.address, "bound")
+    again.release()
+    assert b.end_session("account-1")
+    assert a.acquire(key="account-1").choice == "hashed"
+
+
+def test_a_blocking_call_releases_the_gil_while_redis_does_not_answer(workdir, pool_name):
+    from conftest import _start, _stop
+    import os
+    import signal
+    import threading
+
+    port, server = _start(
+        lambda p: ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "",
+                   "--appendonly", "no"],
+        "redis-server",
+        workdir,
+    )
+    try:
+        pool = proxypool.Pool(ADDRESSES, redis=f"redis://127.0.0.1:{port}", name=pool_name,
+                              redis_timeout=0.5)
+        # A server that accepts and never answers: the call waits its whole timeout.
+        os.kill(server.pid, signal.SIGSTOP)
+        done = threading.Event()
+        errors = []
+
+        def blocked():
+            try:
+                pool.acquire()
+            except proxypool.StoreUnavailable as e:
+                errors.append(e)
+            done.set()
+
+        threading.Thread(target=blocked).start()
+        spins = 0
+        while not done.is_set():
+            spins += 1
+        # The main thread ran Python all along: the waiting call did not hold the GIL.
+        assert errors and spins > 500_000
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        _stop(server)
