@@ -7,6 +7,7 @@ mod changes;
 mod error;
 mod json;
 mod links;
+mod listing;
 mod openapi;
 mod ops;
 pub(crate) mod redirect;
@@ -74,10 +75,12 @@ pub(crate) fn router(app: AppState) -> Router {
     // Only the API reads bodies; the redirect route skips the body-limit layer's per-request
     // bookkeeping.
     let api = Router::new()
-        .route("/api/v1/links", post(links::create))
+        .route("/api/v1/links", post(links::create).get(listing::list))
         .route(
             "/api/v1/links/{code}",
-            get(links::info).delete(changes::delete),
+            get(links::info)
+                .delete(changes::delete)
+                .patch(changes::edit),
         )
         .route("/api/v1/links/{code}/disable", post(changes::disable))
         .route("/api/v1/links/{code}/enable", post(changes::enable))

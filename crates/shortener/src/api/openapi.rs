@@ -10,6 +10,8 @@ use utoipa::{Modify, OpenApi};
         super::links::create,
         super::links::info,
         super::links::analytics,
+        super::listing::list,
+        super::changes::edit,
         super::changes::delete,
         super::changes::disable,
         super::changes::enable,
