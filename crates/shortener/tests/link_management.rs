@@ -188,6 +188,8 @@ async fn listing(a: &Shortener, b: &Shortener, store: &[&str]) {
         "?status=deleted",
         "?created_after=yesterday",
         "?sort=oldest",
+        "?q=a%00b",
+        "?owner=%00",
     ] {
         assert_eq!(
             bad_list(&c, a, query, &alice).await,

@@ -74,6 +74,14 @@ fn invalid(message: impl Into<String>) -> ApiError {
 impl ListParams {
     /// The store query these parameters ask for on behalf of `user` (`admin` or not).
     fn query(self, user: &str, admin: bool) -> Result<LinkQuery, ApiError> {
+        // PostgreSQL refuses NUL in text; no code, destination or user name holds one.
+        if [&self.owner, &self.q]
+            .into_iter()
+            .flatten()
+            .any(|text| text.contains('\0'))
+        {
+            return Err(invalid("owner and q must not contain NUL characters"));
+        }
         let owner = match self.owner {
             Some(owner) if admin || owner == user => Some(owner),
             Some(_) => {
@@ -133,7 +141,7 @@ impl ListParams {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "A page of links", body = LinkPage),
-        (status = 400, description = "Unknown parameter, a status other than active/disabled/expired, a time that is not RFC 3339, limit outside 1-100, another user's owner without an admin token (`invalid_query`); a bad cursor (`invalid_cursor`)", body = ErrorBody),
+        (status = 400, description = "Unknown parameter, a status other than active/disabled/expired, a time that is not RFC 3339, limit outside 1-100, another user's owner without an admin token, NUL in q or owner (`invalid_query`); a bad cursor (`invalid_cursor`)", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),
     )
