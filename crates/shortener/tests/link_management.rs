@@ -443,3 +443,71 @@ async fn in_scale_out_an_edit_reaches_every_instance_and_layer() {
     let b = Shortener::start(dir.path(), &flags);
     editing(&a, &b, &["--database", db.url.as_str()]).await;
 }
+
+/// Reads the QR code of a greyscale PNG; its size and text.
+fn read_png_qr(bytes: &[u8]) -> (u32, String) {
+    let mut decoder = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .unwrap();
+    let mut pixels = vec![0; decoder.output_buffer_size().unwrap()];
+    let info = decoder.next_frame(&mut pixels).unwrap();
+    assert_eq!(info.color_type, png::ColorType::Grayscale);
+    assert_eq!(info.width, info.height);
+    let width = info.width as usize;
+    let mut image =
+        rqrr::PreparedImage::prepare_from_greyscale(width, width, |x, y| pixels[y * width + x]);
+    let grids = image.detect_grids();
+    assert_eq!(grids.len(), 1);
+    let (_, text) = grids[0].decode().unwrap();
+    (info.width, text)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_link_has_a_qr_code_of_its_short_url() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().to_str().unwrap().to_owned();
+    let a = Shortener::start(dir.path(), &[]);
+    let c = client();
+    let alice = token_in(&["--data-dir", &data], "alice", false);
+    let bob = token_in(&["--data-dir", &data], "bob", false);
+    new_link(&c, &a, "qr-code", &alice).await;
+    let get = |query: &str, token: &str| {
+        c.get(a.url(&format!("/api/v1/links/qr-code/qr{query}")))
+            .bearer_auth(token)
+            .send()
+    };
+
+    let resp = get("?format=png&size=300", &alice).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["content-type"], "image/png");
+    assert_eq!(resp.headers()["cache-control"], "private, max-age=86400");
+    let (side, text) = read_png_qr(&resp.bytes().await.unwrap());
+    assert!((300..400).contains(&side), "{side}");
+    assert_eq!(text, a.url("/qr-code"));
+
+    let resp = get("", &alice).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_eq!(resp.headers()["content-type"], "image/svg+xml");
+    let svg = resp.text().await.unwrap();
+    assert!(svg.contains("<svg") && svg.contains("<path"), "{svg}");
+
+    for query in [
+        "?format=gif",
+        "?size=63",
+        "?size=1025",
+        "?size=big",
+        "?colour=red",
+    ] {
+        let resp = get(query, &alice).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{query}");
+        assert_eq!(error_code(resp).await, "invalid_query", "{query}");
+    }
+    let resp = get("", &bob).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    let resp = c
+        .get(a.url("/api/v1/links/qr-code/qr"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+}

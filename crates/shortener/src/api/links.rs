@@ -322,7 +322,7 @@ pub(super) fn link_info(app: &App, link: Link) -> LinkInfo {
 
 /// The link if it exists and `who` may see it; 404 otherwise, so that a token cannot probe
 /// for other users' links.
-async fn visible_link(app: &App, code: &str, who: &Principal) -> Result<Link, ApiError> {
+pub(super) async fn visible_link(app: &App, code: &str, who: &Principal) -> Result<Link, ApiError> {
     if !could_be_code(code) {
         return Err(ApiError::not_found());
     }

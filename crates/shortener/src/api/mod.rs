@@ -10,6 +10,7 @@ mod links;
 mod listing;
 mod openapi;
 mod ops;
+mod qr;
 pub(crate) mod redirect;
 mod reports;
 
@@ -85,6 +86,7 @@ pub(crate) fn router(app: AppState) -> Router {
         .route("/api/v1/links/{code}/disable", post(changes::disable))
         .route("/api/v1/links/{code}/enable", post(changes::enable))
         .route("/api/v1/links/{code}/analytics", get(links::analytics))
+        .route("/api/v1/links/{code}/qr", get(qr::image))
         .route("/api/v1/audit", get(audit::list))
         .route("/api/v1/challenge", get(challenge::issue))
         .route("/api/v1/links/{code}/reports", post(reports::file))

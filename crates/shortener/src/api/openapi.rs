@@ -10,6 +10,7 @@ use utoipa::{Modify, OpenApi};
         super::links::create,
         super::links::info,
         super::links::analytics,
+        super::qr::image,
         super::listing::list,
         super::changes::edit,
         super::changes::delete,
