@@ -133,14 +133,7 @@ pub(super) async fn image(
     let (format, size) = params.parse()?;
     let link = visible_link(&app, &code, &who).await?;
     let short_url = format!("{}/{}", app.base_url, link.code);
-    let qr = QrCode::new(short_url.as_bytes()).map_err(|e| {
-        tracing::error!(error = %e, "QR encoding failed");
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "internal error",
-        )
-    })?;
+    let qr = QrCode::new(short_url.as_bytes()).map_err(|e| internal("QR", &e))?;
     let (content_type, body) = match format {
         Format::Svg => (
             "image/svg+xml",
@@ -151,14 +144,7 @@ pub(super) async fn image(
         ),
         Format::Png => (
             "image/png",
-            png(&qr, size).map_err(|e| {
-                tracing::error!(error = %e, "PNG encoding failed");
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    "internal error",
-                )
-            })?,
+            png(&qr, size).map_err(|e| internal("PNG", &e))?,
         ),
     };
     let mut response = body.into_response();
