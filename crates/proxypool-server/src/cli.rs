@@ -47,6 +47,9 @@ pub struct ServeArgs {
     /// The pool's name in Redis [default: proxypool].
     #[arg(long, env = "PROXYPOOL_REDIS_POOL", value_name = "NAME")]
     pub redis_pool: Option<String>,
+    /// Limits on gateway clients.
+    #[command(flatten)]
+    pub http: service_edge::HttpLimitArgs,
 }
 
 /// Parses the command line, or explains the mistake in one line and exits 2.

@@ -41,6 +41,8 @@ pub struct GatewaySettings {
     pub captcha_scan_bytes: usize,
     /// Used for a 429 without a usable `Retry-After`.
     pub default_retry_after: Duration,
+    /// What one gateway client may hold or send.
+    pub client_limits: service_edge::HttpLimits,
 }
 
 /// The TOML file.
@@ -59,6 +61,9 @@ struct FileConfig {
     gateway: GatewayFile,
     #[serde(default)]
     pool: PoolFile,
+    /// What one gateway client may hold or send (`[http]`).
+    #[serde(default)]
+    http: service_edge::HttpLimitsFile,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -264,6 +269,7 @@ impl ServeConfig {
                 default_retry_after: Duration::from_millis(
                     g.default_retry_after_ms.unwrap_or(60_000),
                 ),
+                client_limits: service_edge::HttpLimits::resolve(&args.http, &file.http)?,
             },
             pool: file.pool.apply(),
             probe_urls: file

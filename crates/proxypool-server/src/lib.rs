@@ -12,6 +12,8 @@ pub mod cli;
 pub mod config;
 mod dashboard;
 mod gateway;
+#[cfg(test)]
+mod outside_input;
 mod server;
 mod sessions;
 mod site;

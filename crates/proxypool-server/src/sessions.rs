@@ -23,6 +23,10 @@ pub(crate) struct SessionName<'a> {
     pub(crate) ttl: Option<Duration>,
 }
 
+/// The longest TTL a username may ask for (about 23 months); a `-ttl-` suffix outside
+/// 1..=this is part of the session ID instead (it used to overflow the minutes' conversion).
+pub(crate) const MAX_TTL_MINUTES: u64 = 1_000_000;
+
 /// Splits a username; a username without `-session-` is a plain account name.
 pub(crate) fn parse_username(username: &str) -> Identity<'_> {
     let Some(at) = username.find("-session-") else {
@@ -35,7 +39,9 @@ pub(crate) fn parse_username(username: &str) -> Identity<'_> {
     let rest = &username[at + "-session-".len()..];
     let (id_len, ttl) = match rest.rfind("-ttl-") {
         Some(t) => match rest[t + 5..].parse::<u64>() {
-            Ok(minutes) if minutes > 0 => (t, Some(Duration::from_secs(minutes * 60))),
+            Ok(minutes) if (1..=MAX_TTL_MINUTES).contains(&minutes) => {
+                (t, Some(Duration::from_secs(minutes * 60)))
+            }
             _ => (rest.len(), None),
         },
         None => (rest.len(), None),

@@ -2,7 +2,10 @@
 //! reading say only what is theirs: logging to stderr under an `EnvFilter` from one variable,
 //! a multi-threaded tokio runtime, every error as one `error: …` line with a failure exit
 //! code; command-line mistakes in one line with exit code 2; a TOML config file whose errors
-//! name the file and the line; SIGTERM or SIGINT as the signal to stop gracefully.
+//! name the file and the line; SIGTERM or SIGINT as the signal to stop gracefully; JSON
+//! request bodies read one way ([`read_json_object`]) and integers as JSON Schema counts them
+//! ([`Integer`], [`WholeNumber`]); answers every operation shares added to OpenAPI documents
+//! ([`openapi`]); limits on what one HTTP client may hold or send ([`HttpLimits`]).
 //!
 //! ```
 //! #[derive(Debug, Default, serde::Deserialize)]
@@ -12,6 +15,17 @@
 //! let file: File = service_edge::read_toml(None).unwrap();
 //! assert_eq!(file.port, None);
 //! ```
+
+mod http_limits;
+mod json_body;
+pub mod openapi;
+mod whole_number;
+
+pub use http_limits::{
+    ConnectionGate, HttpLimitArgs, HttpLimits, HttpLimitsFile, RequestBudget, close_after,
+};
+pub use json_body::{BodyRefusal, read_json_object};
+pub use whole_number::{Integer, WholeNumber};
 
 use std::future::Future;
 use std::path::Path;

@@ -209,6 +209,8 @@ pub struct ServeArgs {
     /// Audit rows older than this many days are deleted (in small batches) [default: 400].
     #[arg(long, env = "SHORTENER_AUDIT_RETENTION_DAYS", value_name = "DAYS")]
     pub audit_retention_days: Option<u32>,
+    #[command(flatten)]
+    pub http: service_edge::HttpLimitArgs,
 }
 
 #[derive(Debug, Args)]

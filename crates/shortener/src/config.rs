@@ -52,6 +52,7 @@ pub struct ServeConfig {
     pub(crate) redis: Option<RedisTarget>,
     /// With `redis`: whether this process applies the click stream.
     pub aggregator: bool,
+    pub http: service_edge::HttpLimits,
 }
 
 /// Everything `aggregate` needs, validated.
@@ -210,6 +211,9 @@ struct FileConfig {
     captcha: Option<String>,
     captcha_after: Option<f64>,
     captcha_max_number: Option<u64>,
+    /// What one client may hold or send (`[http]`).
+    #[serde(default)]
+    http: service_edge::HttpLimitsFile,
 }
 
 fn positive(name: &str, value: u32) -> anyhow::Result<NonZeroU32> {
@@ -305,6 +309,7 @@ impl ServeConfig {
                 .captcha_max_number
                 .or(file.captcha_max_number)
                 .unwrap_or(100_000),
+            http: service_edge::HttpLimits::resolve(&args.http, &file.http)?,
         };
         config.validate()?;
         Ok(config)

@@ -13,10 +13,10 @@ use axum::http::{Method, Request, Response};
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
+use service_edge::{HttpLimits, RequestBudget, close_after};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,8 +25,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-/// A client that has not sent its request head by then is dropped (slowloris).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long in-flight requests may take to finish once shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -55,28 +53,54 @@ async fn handle(
     router: Option<Router>,
     peer: SocketAddr,
     request: Request<Incoming>,
+    budget: Arc<RequestBudget>,
+    request_timeout: Duration,
 ) -> Result<Response<Body>, Infallible> {
+    let last = budget.take_is_last();
     let (mut head, body) = request.into_parts();
-    let Some(router) = router else {
-        return Ok(redirect::answer(&app, &head).await.map(Either::Left));
+    let mut response = match router {
+        None => redirect::answer(&app, &head).await.map(Either::Left),
+        Some(router) => {
+            head.extensions.insert(ConnectInfo(peer));
+            let request = Request::from_parts(head, body);
+            // A body that trickles in (or anything else that holds one request open) ends here.
+            match tokio::time::timeout(request_timeout, router.oneshot(request)).await {
+                Ok(response) => response?.map(Either::Right),
+                Err(_) => return Ok(request_timed_out()),
+            }
+        }
     };
-    head.extensions.insert(ConnectInfo(peer));
-    let response = router.oneshot(Request::from_parts(head, body)).await?;
-    Ok(response.map(Either::Right))
+    if last {
+        close_after(&mut response);
+    }
+    Ok(response)
+}
+
+fn request_timed_out() -> Response<Body> {
+    let mut response = Response::new(Either::Left(Full::from(
+        r#"{"error":{"code":"request_timeout","message":"the request took too long to arrive"}}"#,
+    )));
+    *response.status_mut() = axum::http::StatusCode::REQUEST_TIMEOUT;
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    close_after(&mut response);
+    response
 }
 
 /// Serves until `shutdown` resolves, then stops accepting and waits (up to
 /// [`DRAIN_TIMEOUT`]) for in-flight requests; idle keep-alive connections are closed.
 pub(crate) async fn serve(
     listener: TcpListener,
+    limits: HttpLimits,
     app: Arc<App>,
     router: Router,
     shutdown: impl Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
-    let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let http = limits.http1();
+    let gate = limits.gate();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -91,19 +115,34 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
+        let Some(permit) = gate.admit() else {
+            tracing::debug!(%peer, "at --max-connections: connection closed");
+            drop(stream);
+            continue;
+        };
         // Small responses: send them at once rather than waiting to coalesce.
         let _ = stream.set_nodelay(true);
         let (app, router) = (app.clone(), router.clone());
+        let budget = limits.requests();
+        let request_timeout = limits.request_timeout;
         let service = service_fn(move |request: Request<Incoming>| {
             let redirect = is_redirect(request.method(), request.uri().path());
             let router = (!redirect).then(|| router.clone());
-            handle(app.clone(), router, peer, request)
+            handle(
+                app.clone(),
+                router,
+                peer,
+                request,
+                budget.clone(),
+                request_timeout,
+            )
         });
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
+            drop(permit);
         });
     }
     drop(listener);

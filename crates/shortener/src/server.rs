@@ -199,6 +199,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
 
     crate::http::serve(
         listener,
+        config.http,
         app.clone(),
         router(app.clone()),
         service_edge::shutdown_signal(),

@@ -17,7 +17,10 @@
 //! ```
 
 mod process;
+pub mod raw_http;
 mod redis;
+pub mod schemathesis;
 
 pub use process::Process;
 pub use redis::{RedisCluster, RedisServer};
+pub use schemathesis::ApiFuzz;

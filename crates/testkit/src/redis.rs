@@ -128,6 +128,24 @@ impl RedisServer {
         }
     }
 
+    /// Freezes the server (SIGSTOP): connections stay open and nothing answers, as with a
+    /// hung host. [`RedisServer::resume`] thaws it with its data.
+    pub fn pause(&self) -> std::io::Result<()> {
+        self.send(nix::sys::signal::Signal::SIGSTOP)
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) -> std::io::Result<()> {
+        self.send(nix::sys::signal::Signal::SIGCONT)
+    }
+
+    fn send(&self, signal: nix::sys::signal::Signal) -> std::io::Result<()> {
+        match &self.process {
+            Some(process) => process.signal(signal),
+            None => Err(std::io::Error::other("redis-server is not running")),
+        }
+    }
+
     /// Starts it again on the same port, empty.
     pub fn restart(&mut self) -> std::io::Result<()> {
         self.stop();

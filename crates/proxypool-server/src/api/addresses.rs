@@ -91,7 +91,14 @@ pub(super) async fn list(State(api): State<ApiState>) -> axum::Json<Vec<AddressV
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct AddRequest {
-    /// `http://[user:password@]host:port` or `socks5[h]://…`.
+    /// `http://[user:password@]host[:port]` or `socks5[h]://…` (no path, query or fragment).
+    /// The pattern is the plain form: an IPv4 address or a DNS name, optional unreserved
+    /// credentials and port. Other spellings the URL parser takes (IPv6, percent-encoded
+    /// credentials) are accepted too.
+    #[schema(
+        pattern = r"^(http|socks5|socks5h)://([A-Za-z0-9._~-]+(:[A-Za-z0-9._~-]*)?@)?(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])|([A-Za-z0-9]+(-[A-Za-z0-9]+)*\.)*[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9]+)*)(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?$",
+        example = "http://user:secret@10.0.0.1:3128"
+    )]
     address: String,
 }
 
@@ -106,8 +113,9 @@ pub(super) struct Added {
 #[utoipa::path(post, path = "/v1/addresses", request_body = AddRequest,
     responses(
         (status = 201, body = Added),
-        (status = 400, body = ErrorBody),
+        (status = 400, description = "`invalid_body`: not JSON of this shape; `invalid_address`: not a proxy URL; `unsupported_address`: a scheme the gateway cannot dial (`https`)", body = ErrorBody),
         (status = 409, description = "already in the pool", body = ErrorBody),
+        (status = 503, description = "the store is unreachable", body = ErrorBody),
     ))]
 pub(super) async fn add(
     State(api): State<ApiState>,
@@ -129,7 +137,11 @@ pub(super) async fn add(
 /// Remove an upstream; sessions bound to it are told they are broken.
 #[utoipa::path(delete, path = "/v1/addresses/{id}",
     params(("id" = String, Path, description = "id from GET /v1/addresses")),
-    responses((status = 204, description = "removed"), (status = 404, body = ErrorBody)))]
+    responses(
+        (status = 204, description = "removed"),
+        (status = 404, description = "no address with that id", body = ErrorBody),
+        (status = 503, description = "the store is unreachable", body = ErrorBody),
+    ))]
 pub(super) async fn remove(
     State(api): State<ApiState>,
     Path(id): Path<String>,

@@ -79,6 +79,14 @@ impl From<AcquireError> for ApiError {
                 ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "session_cooling", message)
             },
             AcquireError::UnknownSubPool(_) => Self::bad_request("unknown_sub_pool", message),
+            AcquireError::StoreUnavailable(_) => Self {
+                retry_after: Some(1),
+                ..Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    message,
+                )
+            },
             _ => Self::new(StatusCode::SERVICE_UNAVAILABLE, "no_address", message),
         }
     }

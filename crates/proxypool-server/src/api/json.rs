@@ -1,12 +1,11 @@
 //! A JSON body extractor whose every rejection has the API's error shape.
 
 use super::error::ApiError;
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
-/// Like `axum::Json`, with 400 / 413 / 415 errors in the API's shape.
+/// Like `axum::Json`, for a JSON object only, with 400 / 413 / 415 errors in the API's shape
+/// (the one reading is `service_edge::read_json_object`).
 #[derive(Debug)]
 pub(super) struct ApiJson<T>(pub(super) T);
 
@@ -18,26 +17,9 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(value)) => Ok(Self(value)),
-            Err(rejection) => Err(reject(&rejection)),
-        }
-    }
-}
-
-fn reject(rejection: &JsonRejection) -> ApiError {
-    match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            "request body is too large",
-        ),
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
-            "request body must be JSON (Content-Type: application/json)",
-        ),
-        // Syntax errors (400) and well-formed JSON of the wrong shape (axum's 422) alike.
-        _ => ApiError::bad_request("invalid_body", rejection.body_text()),
+        service_edge::read_json_object(req, state)
+            .await
+            .map(Self)
+            .map_err(|r| ApiError::new(r.status, r.code, r.message))
     }
 }

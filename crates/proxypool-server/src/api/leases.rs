@@ -12,6 +12,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use proxypool::{Choice, Lease, Outcome, Ticket};
 use serde::{Deserialize, Serialize};
+use service_edge::WholeNumber;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -63,7 +64,9 @@ pub(super) struct AcquireRequest {
     key: Option<String>,
     /// The target site (a host name is reduced to its registrable domain).
     site: Option<String>,
-    /// A sub-pool declared in the configuration.
+    /// A sub-pool of the pool. This server declares none, so the document leaves the field
+    /// out: naming one answers 400 `unknown_sub_pool`.
+    #[schema(ignore)]
     sub_pool: Option<String>,
 }
 
@@ -95,26 +98,37 @@ pub(super) enum OutcomeName {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ReleaseRequest {
-    lease_id: u64,
+    #[schema(value_type = u64)]
+    lease_id: WholeNumber,
     outcome: OutcomeName,
     /// Latency of a success; the time since the acquire when absent.
-    latency_ms: Option<u64>,
+    #[schema(value_type = Option<u64>)]
+    latency_ms: Option<WholeNumber>,
     /// How long a rate-limiting site asked to wait [default: 60].
-    retry_after_s: Option<u64>,
+    #[schema(value_type = Option<u64>)]
+    retry_after_s: Option<WholeNumber>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct FeedbackRequest {
-    /// The session as named in the proxy username (`NAME-session-ID`, a `-ttl-M` suffix allowed).
+    /// The session as named in the proxy username: `NAME-session-ID`, a `-ttl-M` suffix
+    /// allowed. The pattern is the form the gateway's usernames take; a session the gateway
+    /// has not seen answers 404.
+    #[schema(
+        pattern = r"^[^\s-]\S*-session-[^\s-]+(-ttl-[1-9][0-9]{0,5})?$",
+        example = "alice-session-cart42"
+    )]
     session: String,
     /// The site the outcome was seen on (a host name is reduced to its registrable domain).
     site: String,
     outcome: OutcomeName,
     /// Latency of a success (required for `success`).
-    latency_ms: Option<u64>,
+    #[schema(value_type = Option<u64>)]
+    latency_ms: Option<WholeNumber>,
     /// How long a rate-limiting site asked to wait [default: 60].
-    retry_after_s: Option<u64>,
+    #[schema(value_type = Option<u64>)]
+    retry_after_s: Option<WholeNumber>,
 }
 
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -122,7 +136,7 @@ const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(60);
 fn outcome(
     name: OutcomeName,
     latency: Option<Duration>,
-    retry_after_s: Option<u64>,
+    retry_after_s: Option<WholeNumber>,
 ) -> Option<Outcome> {
     Some(match name {
         OutcomeName::Success => Outcome::Success { latency: latency? },
@@ -131,7 +145,7 @@ fn outcome(
         OutcomeName::Blocked => Outcome::Blocked,
         OutcomeName::Captcha => Outcome::Captcha,
         OutcomeName::RateLimited => Outcome::RateLimited {
-            retry_after: retry_after_s.map_or(DEFAULT_RETRY_AFTER, Duration::from_secs),
+            retry_after: retry_after_s.map_or(DEFAULT_RETRY_AFTER, |s| Duration::from_secs(s.0)),
         },
     })
 }
@@ -145,8 +159,9 @@ fn unix_ms(at: SystemTime) -> u64 {
 #[utoipa::path(post, path = "/v1/acquire", request_body = AcquireRequest,
     responses(
         (status = 200, body = AcquireResponse),
+        (status = 400, description = "`invalid_body`: not JSON of this shape; `unknown_sub_pool`", body = ErrorBody),
         (status = 409, description = "the key's session is broken: end it", body = ErrorBody),
-        (status = 503, description = "no address can take the request now", body = ErrorBody),
+        (status = 503, description = "`no_address`: no address can take the request now (none left, all busy or cooling; `Retry-After` for a bound key); `store_unavailable`: the store (Redis) does not answer, with `Retry-After`", body = ErrorBody),
     ))]
 pub(super) async fn acquire(
     State(api): State<ApiState>,
@@ -185,24 +200,26 @@ pub(super) async fn acquire(
 #[utoipa::path(post, path = "/v1/release", request_body = ReleaseRequest,
     responses(
         (status = 204, description = "released"),
+        (status = 400, description = "`invalid_body`: not JSON of this shape", body = ErrorBody),
         (status = 404, description = "no such open lease (released, or past its TTL)", body = ErrorBody),
+        (status = 503, description = "`pool_unavailable`: the store is unreachable", body = ErrorBody),
     ))]
 pub(super) async fn release(
     State(api): State<ApiState>,
     ApiJson(req): ApiJson<ReleaseRequest>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let held = api.leases.lock().remove(&req.lease_id).ok_or_else(|| {
+    let held = api.leases.lock().remove(&req.lease_id.0).ok_or_else(|| {
         ApiError::not_found(
             "unknown_lease",
             format!(
                 "lease {} is not open (released, or past its TTL)",
-                req.lease_id
+                req.lease_id.0
             ),
         )
     })?;
     let latency = req
         .latency_ms
-        .map_or_else(|| held.acquired.elapsed(), Duration::from_millis);
+        .map_or_else(|| held.acquired.elapsed(), |ms| Duration::from_millis(ms.0));
     let outcome = outcome(req.outcome, Some(latency), req.retry_after_s)
         .ok_or_else(|| ApiError::bad_request("invalid_body", "no outcome"))?;
     held.lease.release(outcome).await.map_err(|e| {
@@ -220,9 +237,10 @@ pub(super) async fn release(
 #[utoipa::path(post, path = "/v1/feedback", request_body = FeedbackRequest,
     responses(
         (status = 204, description = "recorded"),
-        (status = 400, description = "no session in the name, or success without latency", body = ErrorBody),
+        (status = 400, description = "`invalid_body`: not JSON of this shape, or `success` without `latency_ms`; `invalid_session`: no session in the name", body = ErrorBody),
         (status = 404, description = "no live gateway session of that name", body = ErrorBody),
         (status = 409, description = "the session is broken or has expired", body = ErrorBody),
+        (status = 503, description = "no address can take the session's report, or the store is unreachable", body = ErrorBody),
     ))]
 pub(super) async fn feedback(
     State(api): State<ApiState>,
@@ -236,7 +254,7 @@ pub(super) async fn feedback(
     };
     let outcome = outcome(
         req.outcome,
-        req.latency_ms.map(Duration::from_millis),
+        req.latency_ms.map(|ms| Duration::from_millis(ms.0)),
         req.retry_after_s,
     )
     .ok_or_else(|| ApiError::bad_request("invalid_body", "latency_ms is required for success"))?;

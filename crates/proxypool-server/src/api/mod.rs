@@ -25,7 +25,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 pub(crate) use leases::LeaseBook;
 
 /// Largest accepted request body; API requests are a few hundred bytes.
-const BODY_LIMIT: usize = 16 * 1024;
+pub(super) const BODY_LIMIT: usize = 16 * 1024;
 
 /// Everything the handlers share.
 #[derive(Debug)]

@@ -22,10 +22,9 @@ use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::header;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use memchr::memmem::Finder;
 use proxypool::dial::{DialError, Upstream};
 use proxypool::{Pool, ProxyAddress, Ticket};
@@ -41,8 +40,6 @@ pub(crate) use report::Reported;
 /// Every gateway answer: our own plain-text replies, or an upstream's body passed through.
 pub(crate) type GatewayBody = Either<Full<Bytes>, Reported>;
 
-/// A client that has not sent its request head by then is dropped (slowloris).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long open requests and tunnels may run once shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -195,6 +192,37 @@ fn target_of(request: &Request<Incoming>, connect: bool) -> Result<Target, &'sta
     })
 }
 
+/// [`handle`] within the request timeout (a plain request's body must have reached the
+/// upstream and its answer's head come back; a tunnel's setup done), marking the
+/// connection's last plain request.
+async fn limited(
+    gw: Arc<Gateway>,
+    request: Request<Incoming>,
+    budget: &service_edge::RequestBudget,
+) -> Response<GatewayBody> {
+    let connect = request.method() == Method::CONNECT;
+    let last = budget.take_is_last();
+    let timeout = gw.settings.client_limits.request_timeout;
+    let mut response = match tokio::time::timeout(timeout, handle(gw, request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            count(if connect { "connect" } else { "http" }, "request_timeout");
+            let mut response = reply::error(
+                StatusCode::REQUEST_TIMEOUT,
+                "request-timeout",
+                "the request took longer than --request-timeout",
+            );
+            service_edge::close_after(&mut response);
+            response
+        }
+    };
+    // A CONNECT's connection becomes the tunnel: it carries no further requests.
+    if last && !connect {
+        service_edge::close_after(&mut response);
+    }
+    response
+}
+
 /// Serves until `stop` turns true, then stops accepting, asks open connections to finish
 /// their current request, and gives them (and open tunnels) up to [`DRAIN_TIMEOUT`].
 pub(crate) async fn serve(
@@ -202,9 +230,9 @@ pub(crate) async fn serve(
     gateway: Arc<Gateway>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let limits = gateway.settings.client_limits;
+    let http = limits.http1();
+    let gate = limits.gate();
     // Every connection task holds a clone; `recv` returns `None` once all have ended.
     let (open, mut all_closed) = mpsc::channel::<()>(1);
     loop {
@@ -220,11 +248,16 @@ pub(crate) async fn serve(
             },
             () = async { let _ = stop.wait_for(|s| *s).await; } => break,
         };
+        let Some(permit) = gate.admit() else {
+            tracing::debug!(%peer, "at --max-connections: gateway connection closed");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let gw = gateway.clone();
+        let budget = limits.requests();
         let service = service_fn(move |request: Request<Incoming>| {
-            let gw = gw.clone();
-            async move { Ok::<_, Infallible>(handle(gw, request).await) }
+            let (gw, budget) = (gw.clone(), budget.clone());
+            async move { Ok::<_, Infallible>(limited(gw, request, &budget).await) }
         });
         let connection = http
             .serve_connection(TokioIo::new(stream), service)
@@ -242,7 +275,7 @@ pub(crate) async fn serve(
             if let Err(e) = ended {
                 tracing::debug!(error = %e, %peer, "gateway connection ended with an error");
             }
-            drop(open);
+            drop((open, permit));
         });
     }
     drop(listener);

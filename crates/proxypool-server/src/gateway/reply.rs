@@ -86,6 +86,17 @@ pub(super) fn no_lease(e: &AcquireError) -> (Response<GatewayBody>, &'static str
             ),
             "session_cooling",
         ),
+        AcquireError::StoreUnavailable(reason) => (
+            with_retry_after(
+                error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store-unavailable",
+                    &format!("the pool's store (Redis) is unavailable: {reason}; retry shortly"),
+                ),
+                Duration::from_secs(1),
+            ),
+            "store_unavailable",
+        ),
         _ => (
             error(
                 StatusCode::SERVICE_UNAVAILABLE,

@@ -290,6 +290,23 @@ pub const FAST_POOL: &str = "[pool.health]\nmin_dwell_ms = 300\nrise_successes =
 
 impl Server {
     pub fn start(dir: &Path, upstreams: &[String], config: &str, extra: &[&str]) -> Self {
+        Self::start_logging(
+            dir,
+            upstreams,
+            config,
+            extra,
+            "warn,proxypool::decision=info",
+        )
+    }
+
+    /// As [`Server::start`], with `PROXYPOOL_LOG` set to `log`.
+    pub fn start_logging(
+        dir: &Path,
+        upstreams: &[String],
+        config: &str,
+        extra: &[&str],
+        log: &str,
+    ) -> Self {
         let path = dir.join("upstreams.txt");
         std::fs::write(&path, upstreams.join("\n") + "\n").unwrap();
         let conf = dir.join("proxypool.toml");
@@ -306,7 +323,7 @@ impl Server {
                 "127.0.0.1:0",
             ])
             .args(extra)
-            .env("PROXYPOOL_LOG", "warn,proxypool::decision=info");
+            .env("PROXYPOOL_LOG", log);
         let mut process = Process::spawn("proxypool", cmd).unwrap();
         let line = process
             .wait_for_line("gateway listening on ", Duration::from_secs(20))

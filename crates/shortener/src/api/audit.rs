@@ -142,12 +142,18 @@ pub(super) struct AuditParams {
     actor: Option<String>,
     /// Only this action: `created`, `edited`, `disabled`, `enabled`, `deleted`, `reported`,
     /// `token_issued`, `token_revoked`.
+    #[param(
+        pattern = "^(created|edited|disabled|enabled|deleted|reported|token_issued|token_revoked)$"
+    )]
     action: Option<String>,
     /// From this instant on (inclusive), RFC 3339.
+    #[param(format = DateTime)]
     since: Option<String>,
     /// Before this instant (exclusive), RFC 3339.
+    #[param(format = DateTime)]
     until: Option<String>,
     /// `next_cursor` of the previous page.
+    #[param(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
     cursor: Option<String>,
     /// Rows per page (default 100).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]

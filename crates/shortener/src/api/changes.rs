@@ -10,6 +10,7 @@ use super::{App, AppState};
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
+use service_edge::Integer;
 use shortener_core::alias::could_be_code;
 use shortener_core::audit::Origin;
 use shortener_core::day::{UnixSeconds, parse_rfc3339};
@@ -23,7 +24,11 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub(super) struct DisableRequest {
     /// 1 to 500 characters; shown in the link's metadata and the audit trail.
-    #[schema(example = "phishing page reported by abuse@example.net")]
+    #[schema(
+        example = "phishing page reported by abuse@example.net",
+        max_length = 500,
+        pattern = "\\S"
+    )]
     pub reason: String,
 }
 
@@ -163,15 +168,20 @@ pub(super) async fn enable(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct EditRequest {
-    /// The new destination, validated like a create's (threat feeds included).
-    #[schema(example = "https://example.com/new/path")]
+    /// The new destination, validated like a create's (threat feeds included; see
+    /// `long_url` of a create for what the pattern leaves out).
+    #[schema(
+        example = "https://example.com/new/path",
+        max_length = 2048,
+        pattern = r"^https?://([A-Za-z0-9]+(-[A-Za-z0-9]+)*\.)*[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9]+)*(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?/[A-Za-z0-9._~!$&'()*+,;=:@/-]*(\?[A-Za-z0-9._~!$&()*+,;=:@/?-]*)?$"
+    )]
     pub long_url: Option<String>,
     /// The new expiry, RFC 3339, in the future and at most 3650 days away.
-    #[schema(example = "2027-06-01T00:00:00Z")]
+    #[schema(example = "2027-06-01T00:00:00Z", format = DateTime)]
     pub expires_at: Option<String>,
     /// The new lifetime, 1 to 3650 days counted from now.
-    #[schema(minimum = 1, maximum = 3650)]
-    pub expires_in_days: Option<i64>,
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 3650, example = 30)]
+    pub expires_in_days: Option<Integer>,
 }
 
 impl EditRequest {
@@ -199,7 +209,7 @@ impl EditRequest {
                     }
                 }
             }
-            (None, Some(days)) => Some(expiry_in_days(now, days)?),
+            (None, Some(days)) => Some(expiry_in_days(now, days.0)?),
             (None, None) => None,
         };
         let long_url = self

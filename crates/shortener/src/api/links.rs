@@ -9,6 +9,7 @@ use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use service_edge::Integer;
 use shortener_core::alias::{could_be_code, validate_alias};
 use shortener_core::day::{ANALYTICS_DAYS, Day, UnixSeconds, rfc3339, zero_filled_window};
 use shortener_core::link::{DEFAULT_EXPIRES_IN_DAYS, EXPIRES_IN_DAYS, Link};
@@ -23,14 +24,23 @@ use utoipa::ToSchema;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct CreateLink {
-    /// The destination: http or https, at most 2048 characters.
-    #[schema(example = "https://example.com/some/long/path")]
+    /// The destination: an absolute http or https URL without credentials, at most 2048
+    /// characters (also once normalised). A URL to this service itself or to a blocked domain
+    /// answers 400 `invalid_url`. The pattern is the plain spelling (a DNS name, a path);
+    /// IP hosts, IDN, percent-encoding and fragments are accepted too.
+    #[schema(
+        example = "https://example.com/some/long/path",
+        max_length = 2048,
+        pattern = r"^https?://([A-Za-z0-9]+(-[A-Za-z0-9]+)*\.)*[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9]+)*(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?/[A-Za-z0-9._~!$&'()*+,;=:@/-]*(\?[A-Za-z0-9._~!$&()*+,;=:@/?-]*)?$"
+    )]
     pub long_url: String,
-    /// A code of your choice: 4 to 30 characters of A-Z, a-z, 0-9 and '-'.
-    #[schema(example = "spring-sale")]
+    /// A code of your choice: 4 to 30 characters of A-Z, a-z, 0-9 and '-'. Reserved words
+    /// (`api`, `healthz`, … in any case) and offensive words answer 400 `invalid_alias`.
+    #[schema(example = "spring-sale", pattern = "^[A-Za-z0-9-]{4,30}$")]
     pub custom_alias: Option<String>,
     /// Lifetime in days, 1 to 3650 (default 1825).
-    pub expires_in_days: Option<i64>,
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 3650, example = 30)]
+    pub expires_in_days: Option<Integer>,
     /// A solved CAPTCHA (base64 JSON), instead of the `X-Altcha` header.
     pub altcha: Option<String>,
 }
@@ -201,7 +211,7 @@ async fn create_inner(
     let expires_at = expiry_in_days(
         now,
         req.expires_in_days
-            .unwrap_or(i64::from(DEFAULT_EXPIRES_IN_DAYS)),
+            .map_or(i64::from(DEFAULT_EXPIRES_IN_DAYS), |d| d.0),
     )?;
     let origin = origin(app, peer, headers, who.as_ref());
     let mut link = Link {
@@ -338,7 +348,7 @@ pub(super) async fn visible_link(app: &App, code: &str, who: &Principal) -> Resu
     params(("code" = String, Path, description = "Short code or alias")),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "The link", body = LinkInfo),
+        (status = 200, description = "The link, in every state: also after DELETE (`status: deleted`, `deleted_at` set) and while disabled", body = LinkInfo),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
     )

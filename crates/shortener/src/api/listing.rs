@@ -8,8 +8,6 @@ use super::links::{LinkInfo, link_info};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
 use shortener_core::alias::could_be_code;
 use shortener_core::day::parse_rfc3339;
@@ -35,36 +33,44 @@ pub(super) struct LinkPage {
 #[into_params(parameter_in = Query)]
 pub(super) struct ListParams {
     /// Only this user's links (admins only; others may name only themselves).
+    #[param(pattern = "^[^\\x00]*$")]
     owner: Option<String>,
     /// Only links whose code or destination contains this text (case-sensitive).
+    #[param(pattern = "^[^\\x00]*$")]
     q: Option<String>,
     /// Only links in this state.
     #[param(value_type = Option<String>, pattern = "^(active|disabled|expired)$")]
     status: Option<String>,
     /// Created at or after this instant, RFC 3339.
+    #[param(format = DateTime)]
     created_after: Option<String>,
     /// Created before this instant, RFC 3339.
+    #[param(format = DateTime)]
     created_before: Option<String>,
     /// `next_cursor` of the previous page.
+    #[param(pattern = "^[0-9a-f]{16}[A-Za-z0-9-]{4,30}$")]
     cursor: Option<String>,
     /// Links per page (default 20).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
     limit: Option<String>,
 }
 
-/// The cursor after `cursor`'s link: its creation instant and code, base64url.
+/// The cursor after a link: its creation instant (16 hex digits) and its code. Every string
+/// of that form is a cursor, so the document's pattern says exactly which are accepted.
 fn encode_cursor(cursor: &LinkCursor) -> String {
-    let mut bytes = cursor.created_at.to_be_bytes().to_vec();
-    bytes.extend_from_slice(cursor.code.as_bytes());
-    URL_SAFE_NO_PAD.encode(bytes)
+    // The bits of the i64, as u64: negative instants round-trip too.
+    format!("{:016x}{}", cursor.created_at as u64, cursor.code)
 }
 
 fn decode_cursor(text: &str) -> Option<LinkCursor> {
-    let bytes = URL_SAFE_NO_PAD.decode(text).ok()?;
-    let (at, code) = bytes.split_at_checked(8)?;
-    let code = String::from_utf8(code.to_vec()).ok()?;
-    let created_at = i64::from_be_bytes(at.try_into().ok()?);
-    could_be_code(&code).then_some(LinkCursor { created_at, code })
+    let (at, code) = text.split_at_checked(16)?;
+    if !at.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) || !could_be_code(code) {
+        return None;
+    }
+    Some(LinkCursor {
+        created_at: u64::from_str_radix(at, 16).ok()? as i64,
+        code: code.to_owned(),
+    })
 }
 
 fn invalid(message: impl Into<String>) -> ApiError {
@@ -184,7 +190,15 @@ mod tests {
             };
             assert_eq!(decode_cursor(&encode_cursor(&cursor)), Some(cursor));
         }
-        for bad in ["", "abc", "!!!!", "AAAAAAAAAAA", "AAAAAAAAAAAA_w"] {
+        for bad in [
+            "",
+            "abc",
+            "0000000000000000",
+            "000000000000000Gabcd",
+            "+000000000000000abcd",
+            "0000000000000000ab/c",
+            "0000000000000000abc",
+        ] {
             assert_eq!(decode_cursor(bad), None, "{bad:?}");
         }
     }

@@ -24,7 +24,7 @@ use utoipa::{Modify, OpenApi};
         super::redirect::follow,
     ),
     components(schemas(super::error::ErrorBody, super::error::ErrorDetail)),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &StoreUnavailable),
 )]
 struct ApiDoc;
 
@@ -37,6 +37,22 @@ impl Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
         );
+    }
+}
+
+/// Every operation reads the store, and a store that is away answers 503 `store_unavailable`
+/// wherever it is read (`ApiError: From<StoreError>`): listed here once, so new operations get it.
+struct StoreUnavailable;
+
+impl Modify for StoreUnavailable {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for (_, operation) in service_edge::openapi::operations_mut(openapi) {
+            service_edge::openapi::add_error_answer(
+                operation,
+                "503",
+                "`store_unavailable`: the store is away; try again shortly",
+            );
+        }
     }
 }
 

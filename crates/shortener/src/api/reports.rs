@@ -27,9 +27,10 @@ use utoipa::{IntoParams, ToSchema};
 #[serde(deny_unknown_fields)]
 pub(super) struct ReportRequest {
     /// `phishing`, `malware`, `spam` or `other`.
-    #[schema(example = "phishing")]
+    #[schema(example = "phishing", pattern = "^(phishing|malware|spam|other)$")]
     pub category: String,
     /// Up to 1000 characters.
+    #[schema(max_length = 1000)]
     pub comment: Option<String>,
 }
 
@@ -112,8 +113,10 @@ pub(super) struct ReportPage {
 #[into_params(parameter_in = Query)]
 pub(super) struct ReportParams {
     /// `open` (default) or `resolved`.
+    #[param(pattern = "^(open|resolved)$")]
     status: Option<String>,
     /// `next_cursor` of the previous page.
+    #[param(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
     cursor: Option<String>,
     /// Reports per page (default 100).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
@@ -125,7 +128,11 @@ pub(super) struct ReportParams {
 #[serde(deny_unknown_fields)]
 pub(super) struct ResolveRequest {
     /// 1 to 500 characters: what was decided.
-    #[schema(example = "confirmed phishing; link stays disabled")]
+    #[schema(
+        example = "confirmed phishing; link stays disabled",
+        max_length = 500,
+        pattern = "\\S"
+    )]
     pub resolution: String,
 }
 

@@ -16,11 +16,17 @@ use std::sync::Arc;
 use std::time::Duration;
 use testkit::{RedisCluster, RedisServer};
 
+/// A handle with the background bound: these tests check ordering and counting, and a
+/// freshly started server on a machine busy with builds may take longer than the request
+/// path's 250 ms to accept (`an_unreachable_redis_fails_fast_then_is_retried` checks that one).
 async fn connect(url: &str) -> Arc<Redis> {
     Arc::new(
-        Redis::connect(&RedisTarget::parse(url).unwrap(), super::redis::TIMEOUT)
-            .await
-            .unwrap(),
+        Redis::connect(
+            &RedisTarget::parse(url).unwrap(),
+            super::redis::BACKGROUND_TIMEOUT,
+        )
+        .await
+        .unwrap(),
     )
 }
 

@@ -1,0 +1,230 @@
+//! What one HTTP client may hold or send, for the servers that speak HTTP/1.1 straight from
+//! hyper (the shortener, the proxypool gateway): a cap on open connections, on requests per
+//! connection, on the request head's size, the time a request head may take to arrive (which
+//! is also how long an idle keep-alive connection stays open: hyper starts that one timer
+//! whenever it waits for a head), and the time a whole request may take (slow bodies).
+//!
+//! ```
+//! let limits = service_edge::HttpLimits::resolve(&Default::default(), &Default::default()).unwrap();
+//! assert_eq!(limits.max_connections, 10_000);
+//! let gate = limits.gate();
+//! let permit = gate.admit().expect("room for one more");
+//! drop(permit);
+//! ```
+
+use anyhow::bail;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioTimer;
+use serde::Deserialize;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// hyper's smallest read buffer; a head must fit the buffer.
+const MIN_HEADER_BYTES: usize = 8192;
+
+/// The limits, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// Open connections at most; one more is closed at once.
+    pub max_connections: usize,
+    /// Requests one connection may carry; the last answer says `Connection: close`.
+    pub max_requests_per_connection: u64,
+    /// Size of a request head (request line and headers); larger answers 431.
+    pub max_header_bytes: usize,
+    /// Time for a request head to arrive, counted from when the server waits for it: slow
+    /// heads (slowloris) and idle keep-alive connections are closed after it.
+    pub header_timeout: Duration,
+    /// Time for one request, its body included; slower answers 408 and closes.
+    pub request_timeout: Duration,
+}
+
+/// The flags (`--max-connections` …), flattened into each server's `serve`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct HttpLimitArgs {
+    /// Open client connections at most; more are closed at once [default: 10000].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Requests per client connection; the last answer closes it [default: 1000].
+    #[arg(long, value_name = "N")]
+    pub max_requests_per_connection: Option<u64>,
+    /// Largest request head (request line and headers) in bytes, at least 8192; larger
+    /// answers 431 [default: 16384].
+    #[arg(long, value_name = "BYTES")]
+    pub max_header_bytes: Option<usize>,
+    /// Seconds for a request head to arrive once the server waits for one: slow heads
+    /// (slowloris) and idle keep-alive connections are closed after it [default: 30].
+    #[arg(long, value_name = "SECONDS")]
+    pub header_timeout: Option<u64>,
+    /// Seconds for one request, its body included (slow bodies); slower answers 408 and
+    /// closes the connection [default: 60].
+    #[arg(long, value_name = "SECONDS")]
+    pub request_timeout: Option<u64>,
+}
+
+/// The `[http]` table of a config file: the same settings, same names.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpLimitsFile {
+    pub max_connections: Option<usize>,
+    pub max_requests_per_connection: Option<u64>,
+    pub max_header_bytes: Option<usize>,
+    pub header_timeout: Option<u64>,
+    pub request_timeout: Option<u64>,
+}
+
+impl HttpLimits {
+    /// Flags over the file over the defaults, checked.
+    pub fn resolve(args: &HttpLimitArgs, file: &HttpLimitsFile) -> anyhow::Result<Self> {
+        let limits = Self {
+            max_connections: args
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or(10_000),
+            max_requests_per_connection: args
+                .max_requests_per_connection
+                .or(file.max_requests_per_connection)
+                .unwrap_or(1000),
+            max_header_bytes: args
+                .max_header_bytes
+                .or(file.max_header_bytes)
+                .unwrap_or(16 * 1024),
+            header_timeout: Duration::from_secs(
+                args.header_timeout.or(file.header_timeout).unwrap_or(30),
+            ),
+            request_timeout: Duration::from_secs(
+                args.request_timeout.or(file.request_timeout).unwrap_or(60),
+            ),
+        };
+        if limits.max_connections == 0 || limits.max_requests_per_connection == 0 {
+            bail!("--max-connections and --max-requests-per-connection must be at least 1");
+        }
+        if limits.max_header_bytes < MIN_HEADER_BYTES {
+            bail!("--max-header-bytes must be at least {MIN_HEADER_BYTES}");
+        }
+        if limits.header_timeout.is_zero() || limits.request_timeout.is_zero() {
+            bail!("--header-timeout and --request-timeout must be at least 1 second");
+        }
+        Ok(limits)
+    }
+
+    /// An HTTP/1.1 connection builder with the head limits and the head timer.
+    pub fn http1(&self) -> http1::Builder {
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_timeout)
+            .max_buf_size(self.max_header_bytes);
+        builder
+    }
+
+    /// The cap on open connections, shared by every accept.
+    pub fn gate(&self) -> ConnectionGate {
+        ConnectionGate(Arc::new(Semaphore::new(self.max_connections)))
+    }
+
+    /// A counter for one new connection.
+    pub fn requests(&self) -> Arc<RequestBudget> {
+        Arc::new(RequestBudget {
+            left: AtomicU64::new(self.max_requests_per_connection),
+        })
+    }
+}
+
+/// Room for open connections; each admitted one holds a permit until it closes.
+#[derive(Debug, Clone)]
+pub struct ConnectionGate(Arc<Semaphore>);
+
+impl ConnectionGate {
+    /// A permit for one more connection, or `None` at the cap (close it).
+    pub fn admit(&self) -> Option<OwnedSemaphorePermit> {
+        self.0.clone().try_acquire_owned().ok()
+    }
+}
+
+/// Requests one connection may still carry.
+#[derive(Debug)]
+pub struct RequestBudget {
+    left: AtomicU64,
+}
+
+impl RequestBudget {
+    /// Counts a request; `true` when it is the connection's last (answer it with
+    /// `Connection: close`, which makes hyper close after the answer).
+    pub fn take_is_last(&self) -> bool {
+        let before = self
+            .left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .unwrap_or(0);
+        before <= 1
+    }
+}
+
+/// Marks an answer as the connection's last.
+pub fn close_after<B>(response: &mut hyper::Response<B>) {
+    response.headers_mut().insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file_and_bad_values_are_refused() {
+        let file = HttpLimitsFile {
+            max_connections: Some(5),
+            header_timeout: Some(7),
+            ..Default::default()
+        };
+        let args = HttpLimitArgs {
+            max_connections: Some(3),
+            ..Default::default()
+        };
+        let limits = HttpLimits::resolve(&args, &file).unwrap();
+        assert_eq!(limits.max_connections, 3);
+        assert_eq!(limits.header_timeout, Duration::from_secs(7));
+        for bad in [
+            HttpLimitArgs {
+                max_connections: Some(0),
+                ..Default::default()
+            },
+            HttpLimitArgs {
+                max_header_bytes: Some(100),
+                ..Default::default()
+            },
+            HttpLimitArgs {
+                request_timeout: Some(0),
+                ..Default::default()
+            },
+        ] {
+            assert!(HttpLimits::resolve(&bad, &HttpLimitsFile::default()).is_err());
+        }
+    }
+
+    #[test]
+    fn the_budget_marks_the_last_request_and_the_gate_its_cap() {
+        let limits = HttpLimits::resolve(
+            &HttpLimitArgs {
+                max_requests_per_connection: Some(2),
+                max_connections: Some(1),
+                ..Default::default()
+            },
+            &HttpLimitsFile::default(),
+        )
+        .unwrap();
+        let budget = limits.requests();
+        assert!(!budget.take_is_last());
+        assert!(budget.take_is_last());
+        assert!(budget.take_is_last());
+        let gate = limits.gate();
+        let first = gate.admit().unwrap();
+        assert!(gate.admit().is_none());
+        drop(first);
+        assert!(gate.admit().is_some());
+    }
+}

@@ -1,0 +1,148 @@
+//! Property-based tests of an HTTP API from its own OpenAPI document: the document is checked
+//! by a maintained validator (`openapi-spec-validator`) and its examples against their
+//! schemas, then schemathesis drives every operation it lists (examples, coverage, random and
+//! stateful sequences) against the running server. New operations are covered as soon as the
+//! document lists them.
+//!
+//! The tools come from PyPI into a virtual environment under `target/` (pinned in
+//! `crates/testkit/python/requirements.txt`), created on first use. The run is bounded by
+//! `OPENAPI_FUZZ_SECONDS` (default 40 per service); set it higher for a long run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const REQUIREMENTS: &str = include_str!("../python/requirements.txt");
+const CHECK_EXAMPLES: &str = include_str!("../python/check_examples.py");
+const DEFAULT_SECONDS: u64 = 40;
+/// The console script's body: scripts name the environment's path, which the rename below
+/// changes, while `python -c` works from anywhere.
+const SCHEMATHESIS_MAIN: &str =
+    "import sys; from schemathesis.cli import schemathesis; sys.exit(schemathesis())";
+
+/// One API to fuzz.
+#[derive(Debug, Clone)]
+pub struct ApiFuzz {
+    /// `http://127.0.0.1:PORT/…/openapi.json`
+    pub document_url: String,
+    /// `http://127.0.0.1:PORT`
+    pub base_url: String,
+    /// The service's `schemathesis.toml`: which documented answers a check may accept.
+    pub config: PathBuf,
+    /// Extra arguments for `schemathesis run`: credentials (`-H`, `-a`) and the like.
+    pub args: Vec<String>,
+    /// Scratch directory (the fetched document, schemathesis' state).
+    pub work_dir: PathBuf,
+}
+
+impl ApiFuzz {
+    /// Validates the document, then fuzzes every operation; `Err` holds the tools' report.
+    pub fn run(&self) -> Result<String, String> {
+        let venv = venv()?;
+        let doc_path = self.work_dir.join("openapi.json");
+        let auth = self.fetch_args();
+        let fetched = Command::new("curl")
+            .args(["-sf", "-o"])
+            .arg(&doc_path)
+            .args(&auth)
+            .arg(&self.document_url)
+            .status()
+            .map_err(|e| format!("curl: {e}"))?;
+        if !fetched.success() {
+            return Err(format!("cannot fetch {}", self.document_url));
+        }
+        let python = venv.join("bin/python");
+        output(
+            Command::new(&python)
+                .args(["-m", "openapi_spec_validator"])
+                .arg(&doc_path),
+        )?;
+        let script = self.work_dir.join("check_examples.py");
+        std::fs::write(&script, CHECK_EXAMPLES).map_err(|e| e.to_string())?;
+        output(Command::new(&python).arg(&script).arg(&doc_path))?;
+
+        let seconds = std::env::var("OPENAPI_FUZZ_SECONDS")
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(DEFAULT_SECONDS);
+        let mut cmd = Command::new(&python);
+        cmd.current_dir(&self.work_dir)
+            .args(["-c", SCHEMATHESIS_MAIN])
+            .arg("--config-file")
+            .arg(&self.config)
+            .args(["run", &self.document_url, "--url", &self.base_url])
+            .args(["--max-time", &seconds.to_string(), "--workers", "2"])
+            .args(["--no-color", "--wait-for-schema", "10"])
+            .args(&self.args)
+            .env("SCHEMATHESIS_TELEMETRY", "false");
+        output(&mut cmd)
+    }
+
+    /// curl's flags for the credentials given to schemathesis (`-a` or `-H`).
+    fn fetch_args(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut args = self.args.iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "-a" => out.extend(["-u".to_owned(), args.next().cloned().unwrap_or_default()]),
+                "-H" => out.extend(["-H".to_owned(), args.next().cloned().unwrap_or_default()]),
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
+/// Runs a command; its combined output, as `Err` when it fails.
+fn output(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(format!("{cmd:?} failed ({}):\n{text}", out.status))
+    }
+}
+
+/// The virtual environment with the pinned tools, created (or refreshed when the pins
+/// changed) on first use. Built beside its final place and renamed, so that two test
+/// processes starting together never see half an environment.
+fn venv() -> Result<PathBuf, String> {
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    let venv = target.join("openapi-venv");
+    let stamp = venv.join("requirements.txt");
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == REQUIREMENTS) {
+        return Ok(venv);
+    }
+    let building = target.join(format!("openapi-venv.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&building);
+    output(Command::new("python3").args(["-m", "venv"]).arg(&building))?;
+    let requirements = building.join("requirements.txt");
+    std::fs::write(&requirements, REQUIREMENTS).map_err(|e| e.to_string())?;
+    output(
+        Command::new(building.join("bin/python"))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "-r",
+            ])
+            .arg(&requirements),
+    )?;
+    // Only `python -m`/`-c` are used, which work after the rename. The stale environment
+    // goes first; a concurrent builder that lost the race uses the winner's (same pins).
+    let stale = target.join(format!("openapi-venv.old.{}", std::process::id()));
+    let _ = std::fs::rename(&venv, &stale);
+    let _ = std::fs::remove_dir_all(&stale);
+    if std::fs::rename(&building, &venv).is_err() {
+        let _ = std::fs::remove_dir_all(&building);
+    }
+    Ok(venv)
+}
