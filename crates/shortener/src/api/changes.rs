@@ -167,6 +167,7 @@ pub(super) async fn enable(
 /// each other.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(min_properties = 1)]
 pub(super) struct EditRequest {
     /// The new destination, validated like a create's (threat feeds included; see
     /// `long_url` of a create for what the pattern leaves out).
@@ -233,7 +234,7 @@ impl EditRequest {
 /// Edit a link's destination or expiry (its owner or an admin): every instance redirects to
 /// the new destination within about a second.
 #[utoipa::path(
-    patch, path = "/api/v1/links/{code}", tag = "links",
+    patch, path = "/api/v1/links/{code}", tag = "links", operation_id = "edit_link",
     params(("code" = String, Path, description = "Short code or alias")),
     request_body = EditRequest,
     security(("bearer" = [])),

@@ -142,7 +142,7 @@ impl ListParams {
 
 /// The caller's links (an admin's: everyone's, or one `owner`'s), newest first.
 #[utoipa::path(
-    get, path = "/api/v1/links", tag = "links",
+    get, path = "/api/v1/links", tag = "links", operation_id = "list_links",
     params(ListParams),
     security(("bearer" = [])),
     responses(

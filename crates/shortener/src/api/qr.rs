@@ -110,7 +110,7 @@ fn png(code: &QrCode, size: u32) -> Result<Vec<u8>, png::EncodingError> {
 
 /// A QR code of the link's short URL (its owner or an admin).
 #[utoipa::path(
-    get, path = "/api/v1/links/{code}/qr", tag = "links",
+    get, path = "/api/v1/links/{code}/qr", tag = "links", operation_id = "link_qr",
     params(("code" = String, Path, description = "Short code or alias"), QrParams),
     security(("bearer" = [])),
     responses(
