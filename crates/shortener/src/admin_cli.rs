@@ -25,7 +25,7 @@ pub(crate) async fn link(command: LinkCommand) -> anyhow::Result<()> {
         LinkCommand::Enable(args) => (args.store, args.code, LinkChange::Enable),
     };
     let config = StoreConfig::resolve(&store_args)?;
-    let store = crate::store::open(&config).await?;
+    let store = crate::store::open(&config, None).await?;
     match store
         .change_link(&code, &change, &cli_origin(), crate::now())
         .await?
@@ -59,7 +59,7 @@ pub(crate) async fn audit(args: AuditArgs) -> anyhow::Result<()> {
     };
     let mut query = filter.query().map_err(anyhow::Error::msg)?;
     let config = StoreConfig::resolve(&args.store)?;
-    let store = crate::store::open(&config).await?;
+    let store = crate::store::open(&config, None).await?;
     let mut left = args.limit;
     while left > 0 {
         query.limit = left.min(MAX_PAGE);

@@ -13,6 +13,14 @@
 //! the write, finished after the invalidation — can never pin a stale entry, negative or not.
 //! Entries also carry the link's version: news of a change (another instance's
 //! announcement, the store's change sequence) drops an entry only if it is older.
+//!
+//! Stale if error: a link whose entry (L1, else L2) is past its TTL but within
+//! `--stale-max-age` of it (and before the link's expiry) is still served when the store is
+//! unavailable. An L1 entry found past its TTL moves to a shelf (an eighth of the memory)
+//! while the store is asked again, so that every request that finds the store unavailable
+//! meanwhile — not only the one that took the entry out — can still serve it. An invalidation
+//! empties the shelf's entry and moves the generation, and rewrites the L2 entry, so nothing
+//! is served stale after a change was announced.
 
 use crate::metrics::Metrics;
 use crate::scaleout::invalidation::Invalidations;
@@ -56,6 +64,8 @@ struct Slot {
     generation: u32,
     /// Served while `now < fresh_until` (Unix seconds).
     fresh_until: UnixSeconds,
+    /// Past `fresh_until`, served while `now < stale_until` if the store is unavailable.
+    stale_until: UnixSeconds,
 }
 
 /// Sizes and lifetimes of the cache.
@@ -64,6 +74,7 @@ pub(crate) struct CacheSettings {
     pub(crate) max_bytes: u64,
     pub(crate) ttl: Duration,
     pub(crate) negative_ttl: Duration,
+    pub(crate) stale_max_age: Duration,
 }
 
 impl CacheSettings {
@@ -83,6 +94,30 @@ impl CacheSettings {
             return negative;
         }
         now.saturating_add(seconds(self.ttl)).min(link.expires_at)
+    }
+
+    /// Until when an entry fresh until `fresh_until` may be served while the store is
+    /// unavailable: links only (an unknown code may have been created since), never past
+    /// their expiry.
+    fn stale_until(&self, link: Option<&CachedLink>, fresh_until: UnixSeconds) -> UnixSeconds {
+        let stale_age = i64::try_from(self.stale_max_age.as_secs()).unwrap_or(i64::MAX);
+        match link {
+            Some(link) if link.gone.is_some() => fresh_until.saturating_add(stale_age),
+            Some(link) if fresh_until < link.expires_at => {
+                fresh_until.saturating_add(stale_age).min(link.expires_at)
+            }
+            _ => fresh_until,
+        }
+    }
+
+    fn slot(&self, link: Option<CachedLink>, generation: u32, now: UnixSeconds) -> Slot {
+        let fresh_until = self.fresh_until(link.as_ref(), now);
+        Slot {
+            stale_until: self.stale_until(link.as_ref(), fresh_until),
+            fresh_until,
+            link,
+            generation,
+        }
     }
 }
 
@@ -110,6 +145,8 @@ pub(crate) struct SharedLayer {
 /// The L1 cache.
 pub(crate) struct LinkCache {
     slots: Cache<Arc<str>, Slot, SlotWeigher>,
+    /// Entries past their TTL that may still stand in for an unavailable store.
+    shelf: Cache<Arc<str>, Slot, SlotWeigher>,
     generations: Box<[AtomicU32]>,
     hasher: std::collections::hash_map::RandomState,
     settings: CacheSettings,
@@ -151,9 +188,16 @@ impl LinkCache {
         metrics: Arc<Metrics>,
         settings: CacheSettings,
     ) -> Self {
-        let items = usize::try_from(settings.max_bytes / TYPICAL_ENTRY).unwrap_or(usize::MAX);
+        let shelf_bytes = settings.max_bytes / 8;
+        let fresh_bytes = settings.max_bytes - shelf_bytes;
+        let items = |bytes: u64| {
+            usize::try_from(bytes / TYPICAL_ENTRY)
+                .unwrap_or(usize::MAX)
+                .max(1)
+        };
         Self {
-            slots: Cache::with_weighter(items.max(1), settings.max_bytes.max(1), SlotWeigher),
+            slots: Cache::with_weighter(items(fresh_bytes), fresh_bytes.max(1), SlotWeigher),
+            shelf: Cache::with_weighter(items(shelf_bytes), shelf_bytes.max(1), SlotWeigher),
             generations: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             settings,
@@ -174,6 +218,11 @@ impl LinkCache {
         now < slot.fresh_until && slot.generation == generation.load(Ordering::Acquire)
     }
 
+    /// A slot past its TTL that may stand in for the store while it is unavailable.
+    fn stale_stand_in(&self, slot: &Slot, generation: &AtomicU32, now: UnixSeconds) -> bool {
+        now < slot.stale_until && slot.generation == generation.load(Ordering::Acquire)
+    }
+
     /// The link with this code (`None`: no such link) as of `now`, from cache when possible.
     pub(crate) async fn get(
         &self,
@@ -189,7 +238,7 @@ impl LinkCache {
                 };
                 return Ok(slot.link);
             }
-            self.forget(code, &slot);
+            self.forget(code, &slot, now);
         }
         self.metrics.cache_miss.inc();
         let key: Arc<str> = Arc::from(code);
@@ -199,7 +248,7 @@ impl LinkCache {
                 Ok(slot) => {
                     // We joined a read that started before a write to this code, or found
                     // an entry past its time: read again.
-                    self.forget(code, &slot);
+                    self.forget(code, &slot, now);
                     continue;
                 }
                 Err(guard) => guard,
@@ -207,32 +256,59 @@ impl LinkCache {
             // Read the generation before the store: a write that lands after this load
             // bumps it, and the slot we are about to fill is then recognised as stale.
             let seen = generation.load(Ordering::Acquire);
-            // On an error the guard drops unfilled and a waiter, if any, reads in its turn.
-            let link = to_cached(self.load(code, now).await?, key.clone());
-            let slot = Slot {
-                fresh_until: self.settings.fresh_until(link.as_ref(), now),
-                link,
-                generation: seen,
+            let (entry, stale) = match self.load(code, now).await {
+                Ok(loaded) => loaded,
+                Err(e @ StoreError::Unavailable(_)) => {
+                    let shelved = self.shelf.get(code);
+                    return match shelved.filter(|s| self.stale_stand_in(s, generation, now)) {
+                        Some(slot) => {
+                            self.metrics.stale_l1.inc();
+                            Ok(slot.link)
+                        }
+                        None => Err(e),
+                    };
+                }
+                // The guard drops unfilled and a waiter, if any, reads in its turn.
+                Err(e) => return Err(e),
             };
+            let link = to_cached(entry, key.clone());
+            if stale {
+                // A stale L2 entry stood in for the store: never cached as fresh here.
+                return Ok(link);
+            }
+            let slot = self.settings.slot(link, seen, now);
             // Err only if an invalidation removed the placeholder meanwhile; the answer we
             // return is still what the store said when asked.
             let _ = guard.insert(slot.clone());
+            self.shelf.remove(code);
             if slot.generation == generation.load(Ordering::Acquire) {
                 return Ok(slot.link);
             }
         }
     }
 
-    /// What L2 (in the scale-out mode) or else the store says of `code`.
-    async fn load(&self, code: &str, now: UnixSeconds) -> Result<l2::Entry, StoreError> {
+    /// What L2 (in the scale-out mode) or else the store says of `code`; `true` with a stale
+    /// L2 link that stood in for an unavailable store.
+    async fn load(&self, code: &str, now: UnixSeconds) -> Result<(l2::Entry, bool), StoreError> {
+        let mut stand_in = None;
         if let Some(shared) = &self.shared
-            && let Some(entry) = shared.l2.get(code).await
+            && let Some(found) = shared.l2.get(code, now).await
         {
-            self.metrics.l2_hit.inc();
-            return Ok(entry);
+            if !found.stale {
+                self.metrics.l2_hit.inc();
+                return Ok((found.entry, false));
+            }
+            stand_in = Some(found.entry);
         }
         self.metrics.store_link_reads.inc();
-        let entry = l2::Entry::of(self.store.get_link(code).await?.as_ref());
+        let entry = match (self.store.get_link(code).await, stand_in) {
+            (Ok(link), _) => l2::Entry::of(link.as_ref()),
+            (Err(StoreError::Unavailable(_)), Some(stale)) => {
+                self.metrics.stale_l2.inc();
+                return Ok((stale, true));
+            }
+            (Err(e), _) => return Err(e),
+        };
         if let Some(shared) = &self.shared {
             // Off the redirect's path, best effort: the script never lets this (possibly
             // older) read replace a later write, whichever reaches Redis first.
@@ -243,14 +319,20 @@ impl LinkCache {
                 }
             });
         }
-        Ok(entry)
+        Ok((entry, false))
     }
 
-    /// Drops the entry of `code` if it is still `stale` (not one filled since).
-    fn forget(&self, code: &str, stale: &Slot) {
-        self.slots.remove_if(code, |slot| {
+    /// Drops the entry of `code` if it is still `stale` (not one filled since), shelving it
+    /// if it may stand in for an unavailable store.
+    fn forget(&self, code: &str, stale: &Slot, now: UnixSeconds) {
+        let removed = self.slots.remove_if(code, |slot| {
             slot.generation == stale.generation && slot.fresh_until == stale.fresh_until
         });
+        if let Some((key, slot)) = removed
+            && now < slot.stale_until
+        {
+            self.shelf.insert(key, slot);
+        }
     }
 
     /// Called after every write to a link has committed, with its new state: no lookup in
@@ -313,6 +395,7 @@ impl LinkCache {
     pub(crate) fn invalidate(&self, code: &str) {
         self.generation(code).fetch_add(1, Ordering::AcqRel);
         self.slots.remove(code);
+        self.shelf.remove(code);
     }
 
     /// Forgets everything in this instance (after missing announcements of others' writes).
@@ -321,11 +404,15 @@ impl LinkCache {
             generation.fetch_add(1, Ordering::AcqRel);
         }
         self.slots.clear();
+        self.shelf.clear();
     }
 
     /// Entries and their weight, for the metrics.
     pub(crate) fn size(&self) -> (u64, u64) {
-        (self.slots.len() as u64, self.slots.weight())
+        (
+            (self.slots.len() + self.shelf.len()) as u64,
+            self.slots.weight() + self.shelf.weight(),
+        )
     }
 }
 
@@ -337,6 +424,7 @@ mod tests {
         max_bytes: 1 << 20,
         ttl: Duration::from_secs(300),
         negative_ttl: Duration::from_secs(60),
+        stale_max_age: Duration::from_secs(86_400),
     };
     const NOW: UnixSeconds = 1_700_000_000;
 
@@ -369,11 +457,27 @@ mod tests {
     }
 
     #[test]
+    fn links_stay_servable_stale_for_the_stale_age_but_never_past_expiry_unknowns_never() {
+        let far = SETTINGS.slot(Some(link(NOW + 10 * 86_400, false)), 0, NOW);
+        assert_eq!(far.stale_until, NOW + 300 + 86_400);
+        let soon = SETTINGS.slot(Some(link(NOW + 1000, false)), 0, NOW);
+        assert_eq!(soon.stale_until, NOW + 1000);
+        let capped = SETTINGS.slot(Some(link(NOW + 10, false)), 0, NOW);
+        assert_eq!(capped.stale_until, NOW + 10);
+        let disabled = SETTINGS.slot(Some(link(NOW - 5, true)), 0, NOW);
+        assert_eq!(disabled.stale_until, NOW + 300 + 86_400);
+        assert_eq!(SETTINGS.slot(None, 0, NOW).stale_until, NOW + 60);
+        let expired = SETTINGS.slot(Some(link(NOW, false)), 0, NOW);
+        assert_eq!(expired.stale_until, expired.fresh_until);
+    }
+
+    #[test]
     fn entries_weigh_their_strings_plus_the_overhead() {
         let slot = Slot {
             link: Some(link(NOW + 1, false)),
             generation: 0,
             fresh_until: NOW + 1,
+            stale_until: NOW + 1,
         };
         let code: Arc<str> = Arc::from("abcdefg");
         let url = "https://example.com/".len();

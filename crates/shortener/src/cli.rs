@@ -170,6 +170,31 @@ pub struct ServeArgs {
     /// the CDN are not counted).
     #[arg(long, env = "SHORTENER_EDGE_CACHE_TTL", value_name = "SECONDS")]
     pub edge_cache_ttl: Option<u32>,
+    /// A read replica of --database (repeatable; the environment takes a comma-separated
+    /// list): redirect misses, link reads, analytics and token lookups go to a healthy one.
+    #[arg(
+        long,
+        env = "SHORTENER_DATABASE_REPLICA",
+        value_name = "URL",
+        value_delimiter = ','
+    )]
+    pub database_replica: Vec<String>,
+    /// A replica further behind the primary than this is skipped until it catches up, in
+    /// milliseconds [default: 5000].
+    #[arg(long, env = "SHORTENER_REPLICA_MAX_LAG_MS", value_name = "MS")]
+    pub replica_max_lag_ms: Option<u64>,
+    /// Status of redirects: 302 (default) or 301. 301 needs --edge-cache-ttl, so that
+    /// browsers and CDNs keep it only that long.
+    #[arg(long, env = "SHORTENER_EDGE_STATUS", value_name = "301|302")]
+    pub edge_status: Option<u16>,
+    /// On PostgreSQL, the deadline of every store call of a request, waiting for a pooled
+    /// connection included, and the statement_timeout [default: 250].
+    #[arg(long, env = "SHORTENER_STORE_TIMEOUT_MS", value_name = "MS")]
+    pub store_timeout_ms: Option<u64>,
+    /// While the store is unavailable, links whose cache entry is past its TTL are still
+    /// served for this long past it (never past their expiry), in seconds [default: 86400].
+    #[arg(long, env = "SHORTENER_STALE_MAX_AGE", value_name = "SECONDS")]
+    pub stale_max_age: Option<u64>,
     /// Memory for the in-process link cache, in MiB [default: 64].
     #[arg(long, env = "SHORTENER_CACHE_MB", value_name = "MIB")]
     pub cache_mb: Option<u64>,

@@ -3,6 +3,7 @@
 
 use crate::cli::{AggregateArgs, ServeArgs, StoreArgs};
 use crate::scaleout::redis::RedisTarget;
+use crate::store::guarded::DEFAULT_STORE_TIMEOUT;
 use crate::store::postgres::{DEFAULT_POOL_SIZE, DatabaseUrl};
 use anyhow::{Context, bail};
 use serde::Deserialize;
@@ -34,6 +35,16 @@ pub struct ServeConfig {
     pub id_block_size: u64,
     pub redirect_max_age: u32,
     pub edge_cache_ttl: Option<u32>,
+    /// Read replicas of the PostgreSQL store.
+    pub replicas: Vec<DatabaseUrl>,
+    /// Replicas further behind are skipped.
+    pub replica_max_lag: Duration,
+    /// 302 or 301 (301 only with `edge_cache_ttl`).
+    pub edge_status: u16,
+    /// Deadline of each store call of the request path.
+    pub store_timeout: Duration,
+    /// How long past its TTL a cached link may be served while the store is unavailable.
+    pub stale_max_age: Duration,
     pub cache_mb: u64,
     pub cache_ttl: Duration,
     pub negative_cache_ttl: Duration,
@@ -200,6 +211,11 @@ struct FileConfig {
     id_block_size: Option<u64>,
     redirect_max_age: Option<u32>,
     edge_cache_ttl: Option<u32>,
+    edge_status: Option<u16>,
+    database_replica: Option<Vec<String>>,
+    replica_max_lag_ms: Option<u64>,
+    store_timeout_ms: Option<u64>,
+    stale_max_age: Option<u64>,
     cache_mb: Option<u64>,
     cache_ttl: Option<u64>,
     negative_cache_ttl: Option<u64>,
@@ -229,6 +245,7 @@ impl ServeConfig {
         if redis.is_some() {
             needs_database(&store)?;
         }
+        let replicas = replicas(args.database_replica, file.database_replica.clone(), &store)?;
         let config = Self {
             listen: args
                 .listen
@@ -276,6 +293,20 @@ impl ServeConfig {
                 .or(file.redirect_max_age)
                 .unwrap_or(60),
             edge_cache_ttl: args.edge_cache_ttl.or(file.edge_cache_ttl),
+            replicas,
+            replica_max_lag: Duration::from_millis(
+                args.replica_max_lag_ms
+                    .or(file.replica_max_lag_ms)
+                    .unwrap_or(5000),
+            ),
+            edge_status: args.edge_status.or(file.edge_status).unwrap_or(302),
+            store_timeout: args
+                .store_timeout_ms
+                .or(file.store_timeout_ms)
+                .map_or(DEFAULT_STORE_TIMEOUT, Duration::from_millis),
+            stale_max_age: Duration::from_secs(
+                args.stale_max_age.or(file.stale_max_age).unwrap_or(86_400),
+            ),
             cache_mb: args.cache_mb.or(file.cache_mb).unwrap_or(64),
             cache_ttl: Duration::from_secs(args.cache_ttl.or(file.cache_ttl).unwrap_or(300)),
             negative_cache_ttl: Duration::from_secs(
@@ -325,6 +356,23 @@ impl ServeConfig {
         if self.cache_ttl.is_zero() || self.negative_cache_ttl.is_zero() {
             bail!("cache-ttl and negative-cache-ttl must be at least 1 second");
         }
+        if !(Duration::from_millis(100)..=Duration::from_secs(600)).contains(&self.replica_max_lag)
+        {
+            bail!("replica-max-lag-ms must be between 100 and 600000");
+        }
+        match (self.edge_status, self.edge_cache_ttl) {
+            (302, _) | (301, Some(_)) => {}
+            (301, None) => bail!(
+                "edge-status 301 needs --edge-cache-ttl: without it browsers keep a 301 forever"
+            ),
+            (other, _) => bail!("edge-status must be 301 or 302, not {other}"),
+        }
+        if !(Duration::from_millis(10)..=Duration::from_secs(60)).contains(&self.store_timeout) {
+            bail!("store-timeout-ms must be between 10 and 60000");
+        }
+        if self.stale_max_age > Duration::from_secs(30 * 86_400) {
+            bail!("stale-max-age must be at most 2592000 seconds (30 days)");
+        }
         if !(1..=10_000).contains(&self.auto_disable_reports) {
             bail!("auto-disable-reports must be between 1 and 10000");
         }
@@ -348,6 +396,28 @@ impl ServeConfig {
         }
         Ok(())
     }
+}
+
+/// `--database-replica` (flags and environment) over the file; empty values are unset.
+fn replicas(
+    args: Vec<String>,
+    file: Option<Vec<String>>,
+    store: &StoreConfig,
+) -> anyhow::Result<Vec<DatabaseUrl>> {
+    let urls: Vec<String> = if args.is_empty() {
+        file.unwrap_or_default()
+    } else {
+        args
+    };
+    let urls: Vec<DatabaseUrl> = urls
+        .iter()
+        .filter(|url| !url.trim().is_empty())
+        .map(|url| url.trim().parse().context("database-replica"))
+        .collect::<anyhow::Result<_>>()?;
+    if !urls.is_empty() && !matches!(store, StoreConfig::Postgres { .. }) {
+        bail!("--database-replica needs --database: replicas are of a PostgreSQL primary");
+    }
+    Ok(urls)
 }
 
 /// The base URL must be an absolute http(s) URL without query or fragment.

@@ -6,6 +6,7 @@ mod admin_cli;
 mod allocator;
 mod api;
 mod bots;
+mod breaker;
 mod cache;
 mod captcha;
 mod change_poll;

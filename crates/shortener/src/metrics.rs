@@ -12,6 +12,16 @@ struct Outcome {
     outcome: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Replica {
+    replica: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Layer {
+    layer: &'static str,
+}
+
 /// Every metric the service exports. Hot-path counters are resolved once, up front, so that
 /// counting a redirect is one atomic add.
 #[derive(Debug)]
@@ -47,6 +57,16 @@ pub(crate) struct Metrics {
     pub clicks_shipped: Counter,
     pub redis_up: Gauge,
     pub unannounced_changes: Gauge,
+    pub store_timeouts: Counter,
+    pub store_refused: Counter,
+    pub store_breaker_opens: Counter,
+    pub store_breaker_state: Gauge,
+    pub stale_l1: Counter,
+    pub stale_l2: Counter,
+    replica_healthy: Family<Replica, Gauge>,
+    replica_lag_ms: Family<Replica, Gauge>,
+    pub replica_reads: Counter,
+    pub primary_reads: Counter,
 }
 
 impl Default for Metrics {
@@ -72,6 +92,14 @@ impl Metrics {
             lookups.clone(),
         );
         let lookup = |o| lookups.get_or_create(&Outcome { outcome: o }).clone();
+        let stale = Family::<Layer, Counter>::default();
+        registry.register(
+            "stale_served",
+            "Links served past their cache TTL because the store was unavailable, by the layer that still held them (l1, l2)",
+            stale.clone(),
+        );
+        // Owned clones: a family's read guard must not outlive its statement.
+        let layer = |l| stale.get_or_create(&Layer { layer: l }).clone();
         let creates = Family::<Outcome, Counter>::default();
         registry.register(
             "link_creates",
@@ -109,6 +137,16 @@ impl Metrics {
             clicks_shipped: Counter::default(),
             redis_up: Gauge::default(),
             unannounced_changes: Gauge::default(),
+            store_timeouts: Counter::default(),
+            store_refused: Counter::default(),
+            store_breaker_opens: Counter::default(),
+            store_breaker_state: Gauge::default(),
+            stale_l1: layer("l1"),
+            stale_l2: layer("l2"),
+            replica_healthy: Family::default(),
+            replica_lag_ms: Family::default(),
+            replica_reads: Counter::default(),
+            primary_reads: Counter::default(),
             registry,
         };
         metrics.register_rest()
@@ -182,6 +220,46 @@ impl Metrics {
             self.unannounced_changes.clone(),
         );
         r.register(
+            "store_timeouts",
+            "Store calls of the request path that got no answer within --store-timeout-ms",
+            self.store_timeouts.clone(),
+        );
+        r.register(
+            "store_breaker_refusals",
+            "Store calls refused at once because the store's circuit breaker was open",
+            self.store_refused.clone(),
+        );
+        r.register(
+            "store_breaker_opens",
+            "Times the store's circuit breaker opened after repeated failures or timeouts",
+            self.store_breaker_opens.clone(),
+        );
+        r.register(
+            "store_breaker_state",
+            "The store's circuit breaker: 0 closed, 1 open, 2 half-open (one probe out)",
+            self.store_breaker_state.clone(),
+        );
+        r.register(
+            "replica_healthy",
+            "1 while a read replica answers and is within --replica-max-lag-ms, 0 while it is skipped",
+            self.replica_healthy.clone(),
+        );
+        r.register(
+            "replica_lag_milliseconds",
+            "How far a read replica's replay is behind the primary's log, as last measured",
+            self.replica_lag_ms.clone(),
+        );
+        r.register(
+            "replica_reads",
+            "Reads (links, analytics, tokens) answered by a read replica",
+            self.replica_reads.clone(),
+        );
+        r.register(
+            "primary_reads",
+            "Reads sent to the primary although replicas are configured: codes this instance just wrote, replica misses of tokens, no healthy replica",
+            self.primary_reads.clone(),
+        );
+        r.register(
             "generated_code_skips",
             "Generated codes skipped because a custom alias already held them",
             self.generated_code_skips.clone(),
@@ -222,6 +300,21 @@ impl Metrics {
             self.click_queue_depth.clone(),
         );
         self
+    }
+
+    /// Sets what the replica monitor last measured of one replica.
+    pub(crate) fn set_replica(&self, replica: &str, healthy: bool, lag_ms: Option<u64>) {
+        let label = Replica {
+            replica: replica.to_owned(),
+        };
+        self.replica_healthy
+            .get_or_create(&label)
+            .set(i64::from(healthy));
+        if let Some(lag) = lag_ms {
+            self.replica_lag_ms
+                .get_or_create(&label)
+                .set(i64::try_from(lag).unwrap_or(i64::MAX));
+        }
     }
 
     /// Counts one link creation request by its outcome (`created`, `invalid`, `conflict`, …).

@@ -6,7 +6,7 @@ use crate::bots::BotDetector;
 use crate::cache::{CacheSettings, LinkCache, SharedLayer};
 use crate::captcha::{Captcha, CaptchaSettings};
 use crate::clicks;
-use crate::config::{self, AggregateConfig, ServeConfig};
+use crate::config::{self, AggregateConfig, ServeConfig, StoreConfig};
 use crate::feeds::{self, FeedCell};
 use crate::metrics::Metrics;
 use crate::ratelimit::CreateLimits;
@@ -14,8 +14,10 @@ use crate::scaleout::Scaleout;
 use crate::scaleout::clickstream;
 use crate::scaleout::ratelimit::SharedLimits;
 use crate::scaleout::redis::{self, Redis};
+use crate::store::guarded::GuardedStore;
+use crate::store::replicas::Replicated;
 use anyhow::Context;
-use axum::http::HeaderValue;
+use axum::http::{HeaderValue, StatusCode};
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
 use shortener_core::report::AutoDisable;
 use std::io::Write;
@@ -35,9 +37,41 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .with_context(|| format!("cannot read trusted domains {}", path.display()))?,
         None => Blocklist::default(),
     };
-    let store = crate::store::open(&config.store).await?;
+    let metrics = Arc::new(Metrics::new());
+    let mut store = crate::store::open(&config.store, Some(config.store_timeout)).await?;
+    if let StoreConfig::Postgres { .. } = config.store {
+        // The embedded store has no server that could stop answering: its writer thread
+        // and SQLite's busy timeout bound it, and a deadline would only fail slow fsyncs.
+        store = Arc::new(GuardedStore::new(
+            store,
+            config.store_timeout,
+            metrics.clone(),
+        ));
+    }
+    let (mut replica_monitor, mut replicated) = (None, None);
+    if let StoreConfig::Postgres { url, pool_size } = &config.store
+        && !config.replicas.is_empty()
+    {
+        let router = Arc::new(
+            Replicated::open(
+                store,
+                url,
+                &config.replicas,
+                *pool_size,
+                config.store_timeout,
+                config.replica_max_lag,
+                metrics.clone(),
+            )
+            .await?,
+        );
+        replica_monitor = Some(tokio::spawn(router.clone().monitor_forever()));
+        store = router.clone();
+        replicated = Some(router);
+    }
     let scaleout = match &config.redis {
-        Some(target) => Some(Scaleout::connect(target, config.negative_cache_ttl).await?),
+        Some(target) => {
+            Some(Scaleout::connect(target, config.negative_cache_ttl, config.stale_max_age).await?)
+        }
         None => None,
     };
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -59,7 +93,6 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     }
     let policy = UrlPolicy { own_hosts };
 
-    let metrics = Arc::new(Metrics::new());
     let (stop_clicks, stop_rx) = watch::channel(false);
     let (recorder, click_writer) = clicks::start(
         store.clone(),
@@ -80,6 +113,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             max_bytes: config.cache_mb * 1024 * 1024,
             ttl: config.cache_ttl,
             negative_ttl: config.negative_cache_ttl,
+            stale_max_age: config.stale_max_age,
         },
     );
     let cache_control = match config.edge_cache_ttl {
@@ -128,6 +162,8 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         base_url,
         no_anonymous: config.no_anonymous,
         trust_forwarded_for: config.trust_forwarded_for,
+        redirect_status: StatusCode::from_u16(config.edge_status)
+            .context("invalid redirect status")?,
         cache_control: HeaderValue::from_str(&cache_control).context("invalid Cache-Control")?,
         scaleout: scaleout.clone(),
     });
@@ -138,7 +174,13 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         let listener = scaleout.invalidations.clone().listen_forever(
             {
                 let app = app.clone();
-                move |code: &str, version| app.cache.invalidate_below(code, version)
+                move |code: &str, version| {
+                    app.cache.invalidate_below(code, version);
+                    // Another instance's change: replicas may not have it yet.
+                    if let Some(replicated) = &replicated {
+                        replicated.changed(code);
+                    }
+                }
             },
             {
                 let app = app.clone();
@@ -215,7 +257,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     if let Some(aggregator) = stream_aggregator {
         aggregator.await.context("the click aggregator panicked")?;
     }
-    for task in background {
+    for task in background.into_iter().chain(replica_monitor) {
         task.abort();
     }
     if let Some(scaleout) = &app.scaleout {
@@ -240,7 +282,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
 
 /// `shortener aggregate`: applies the click stream until a signal.
 pub(crate) async fn aggregate(config: AggregateConfig) -> anyhow::Result<()> {
-    let store = crate::store::open(&config.store).await?;
+    let store = crate::store::open(&config.store, None).await?;
     let connection = Redis::connect(&config.redis, redis::BACKGROUND_TIMEOUT)
         .await
         .with_context(|| format!("cannot reach Redis at {}", config.redis))?;

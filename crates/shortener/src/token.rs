@@ -10,7 +10,7 @@ use shortener_core::token::{Principal, TokenHash, format_token, validate_user_na
 pub(crate) async fn create(args: TokenCreateArgs) -> anyhow::Result<()> {
     validate_user_name(&args.user)?;
     let config = StoreConfig::resolve(&args.store)?;
-    let store = crate::store::open(&config).await?;
+    let store = crate::store::open(&config, None).await?;
     let token = format_token(rand::random());
     store
         .insert_token(

@@ -162,6 +162,10 @@ async fn in_scale_out_one_sweep_disables_each_match_once() {
         &redis.url(),
         "--threat-feed",
         feed.to_str().unwrap(),
+        // 32 creates in flight on a shared 2-core machine: the default 250 ms store deadline
+        // would turn commit queues into 503s, which this test of the sweep is not about.
+        "--store-timeout-ms",
+        "10000",
     ];
     let a = Shortener::start(dir.path(), &flags);
     let b = Shortener::start(dir.path(), &flags);

@@ -347,12 +347,23 @@ async fn postgres_down_cached_links_redirect_misses_fail_fast_and_recovery_is_au
     )
     .await;
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // Still 200, so that a load balancer keeps an instance that serves cached links.
     let resp = c.get(server.url("/readyz")).send().await.unwrap();
-    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body, json!({"status": "degraded", "store": "unavailable"}));
 
     relay.restore().await;
     eventually("the store is ready again", || async {
-        c.get(server.url("/readyz")).send().await.unwrap().status() == StatusCode::OK
+        let body: Value = c
+            .get(server.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        body["status"] == "ready"
     })
     .await;
     let resp = c.get(server.url("/cold0")).send().await.unwrap();

@@ -16,11 +16,13 @@
 //! p.kill();
 //! ```
 
+mod postgres;
 mod process;
 pub mod raw_http;
 mod redis;
 pub mod schemathesis;
 
+pub use postgres::Postgres;
 pub use process::Process;
 pub use redis::{RedisCluster, RedisServer};
 pub use schemathesis::ApiFuzz;

@@ -138,6 +138,7 @@ fn budget_headers(response: &mut Response, budget: Budget) {
         (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 428, description = "Anonymous create near its hourly limit (or --captcha always): `captcha_required`, with `challenge`", body = ErrorBody),
         (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
+        (status = 503, description = "Store unavailable or silent past --store-timeout-ms. A create that timed out may have committed: retrying a custom alias then gives 409, retrying a generated code may make a second link", body = ErrorBody),
     ),
     params(("X-Altcha" = Option<String>, Header, description = "A solved challenge of GET /api/v1/challenge: base64 of {algorithm, challenge, number, salt, signature}")),
 )]
@@ -351,6 +352,7 @@ pub(super) async fn visible_link(app: &App, code: &str, who: &Principal) -> Resu
         (status = 200, description = "The link, in every state: also after DELETE (`status: deleted`, `deleted_at` set) and while disabled", body = LinkInfo),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+        (status = 503, description = "Store unavailable or silent past --store-timeout-ms", body = ErrorBody),
     )
 )]
 pub(super) async fn info(
@@ -372,6 +374,7 @@ pub(super) async fn info(
         (status = 200, description = "Totals and the last 30 days", body = Analytics),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+        (status = 503, description = "Store unavailable or silent past --store-timeout-ms", body = ErrorBody),
     )
 )]
 pub(super) async fn analytics(

@@ -57,6 +57,8 @@ pub(crate) struct App {
     pub base_url: String,
     pub no_anonymous: bool,
     pub trust_forwarded_for: bool,
+    /// 302, or 301 with an edge cache TTL (`--edge-status`).
+    pub redirect_status: axum::http::StatusCode,
     /// `Cache-Control` of redirects.
     pub cache_control: HeaderValue,
     /// The shared parts, in the scale-out mode.

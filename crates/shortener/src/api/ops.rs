@@ -1,9 +1,8 @@
 //! Operations endpoints: liveness, readiness, metrics, the OpenAPI document.
 
 use super::AppState;
-use super::error::ApiError;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::IntoResponse;
 use serde_json::json;
 
@@ -12,41 +11,37 @@ pub(super) async fn healthz() -> impl IntoResponse {
     axum::Json(json!({"status": "ok"}))
 }
 
-/// Ready: the store answers. In the scale-out mode, `degraded` (still 200: redirects and
-/// creates work on local fallbacks) while Redis does not answer or this instance does not
-/// hear other instances' invalidations.
-pub(super) async fn readyz(State(app): State<AppState>) -> Result<impl IntoResponse, ApiError> {
-    match app.store.ping().await {
-        Ok(()) => Ok(axum::Json(match &app.scaleout {
-            None => json!({"status": "ready"}),
-            Some(scaleout) => {
-                let redis = if scaleout.redis.ping().await {
-                    "ok"
-                } else {
-                    "unreachable"
-                };
-                let invalidations = if scaleout.invalidations.is_subscribed() {
-                    "subscribed"
-                } else {
-                    "not subscribed"
-                };
-                let ready = redis == "ok" && scaleout.invalidations.is_subscribed();
-                json!({
-                    "status": if ready { "ready" } else { "degraded" },
-                    "redis": redis,
-                    "invalidations": invalidations,
-                })
-            }
-        })),
+/// Ready: 200 whenever the instance can serve. `degraded` (still 200, so that a load
+/// balancer keeps an instance that serves cached and stale links) while the store does not
+/// answer within the store timeout, and in the scale-out mode while Redis does not answer or
+/// this instance does not hear other instances' invalidations.
+pub(super) async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
+    let store = match app.store.ping().await {
+        Ok(()) => "ok",
         Err(e) => {
-            tracing::warn!(error = %e, "readiness check failed");
-            Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not_ready",
-                "the link store does not answer",
-            ))
+            tracing::warn!(error = %e, "readiness: the store does not answer");
+            "unavailable"
         }
+    };
+    let mut ready = store == "ok";
+    let mut body = json!({"store": store});
+    if let Some(scaleout) = &app.scaleout {
+        let redis = if scaleout.redis.ping().await {
+            "ok"
+        } else {
+            "unreachable"
+        };
+        let subscribed = scaleout.invalidations.is_subscribed();
+        ready &= redis == "ok" && subscribed;
+        body["redis"] = json!(redis);
+        body["invalidations"] = json!(if subscribed {
+            "subscribed"
+        } else {
+            "not subscribed"
+        });
     }
+    body["status"] = json!(if ready { "ready" } else { "degraded" });
+    axum::Json(body)
 }
 
 /// Prometheus text exposition.

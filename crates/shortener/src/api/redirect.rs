@@ -27,9 +27,10 @@ use std::time::Instant;
     params(("code" = String, Path, description = "Short code or alias")),
     responses(
         (status = 302, description = "Redirect; the destination is in Location"),
+        (status = 301, description = "Redirect with --edge-status 301 (always with Cache-Control: public, max-age)"),
         (status = 404, description = "Unknown or expired", body = super::error::ErrorBody),
         (status = 410, description = "Disabled (`gone`, until enabled) or deleted (also `gone`)", body = super::error::ErrorBody),
-        (status = 503, description = "Store unavailable", body = super::error::ErrorBody),
+        (status = 503, description = "Store unavailable or silent past --store-timeout-ms, and no cached entry (fresh, or stale within --stale-max-age) to serve", body = super::error::ErrorBody),
     )
 )]
 pub(super) async fn follow(
@@ -121,7 +122,7 @@ async fn lookup(app: &App, request: &Parts) -> Response<Full<Bytes>> {
         });
     }
     let mut response = Response::new(Full::new(Bytes::new()));
-    *response.status_mut() = StatusCode::FOUND;
+    *response.status_mut() = app.redirect_status;
     let headers = response.headers_mut();
     headers.insert(header::LOCATION, location);
     headers.insert(header::CACHE_CONTROL, app.cache_control.clone());

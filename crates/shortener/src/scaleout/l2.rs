@@ -6,6 +6,10 @@
 //! lower version. So a reader that fills the cache with what it read before a change can
 //! never overwrite what the writer (or a process that noticed the change) put there after
 //! the commit, whichever reaches Redis first — also when a link is enabled again.
+//!
+//! A link's key lives its TTL plus the stale age (`--stale-max-age`), never past the link's
+//! expiry; the value carries its soft expiry (the TTL's end), after which it is only served
+//! while the store is unavailable (stale if error).
 
 use super::redis::{Redis, Unreachable};
 use shortener_core::day::UnixSeconds;
@@ -79,7 +83,8 @@ impl Entry {
         }
     }
 
-    fn encode(&self) -> String {
+    /// The value: version, then for a link its state, expiry, soft expiry and destination.
+    fn encode(&self, fresh_until: UnixSeconds) -> String {
         match self {
             Self::Unknown => "v0|u".to_owned(),
             Self::Link {
@@ -93,17 +98,19 @@ impl Entry {
                     Some(Gone::Disabled) => 'd',
                     Some(Gone::Deleted) => 'x',
                 };
-                format!("v{version}|{state}|{expires_at}|{long_url}")
+                format!("v{version}|{state}|{expires_at}|{fresh_until}|{long_url}")
             }
         }
     }
 
-    fn decode(value: &str) -> Option<Self> {
+    /// The entry and, for a link, its soft expiry.
+    fn decode(value: &str) -> Option<(Self, UnixSeconds)> {
         let rest = value.strip_prefix('v')?;
         let (version, rest) = rest.split_once('|')?;
         let version: u64 = version.parse().ok()?;
         if rest == "u" {
-            return (version == 0).then_some(Self::Unknown);
+            // Unknown codes are never served stale: their key lives the negative TTL only.
+            return (version == 0).then_some((Self::Unknown, UnixSeconds::MAX));
         }
         let (state, rest) = rest.split_once('|')?;
         let gone = match state {
@@ -112,13 +119,15 @@ impl Entry {
             "x" => Some(Gone::Deleted),
             _ => return None,
         };
-        let (expires_at, long_url) = rest.split_once('|')?;
-        Some(Self::Link {
+        let (expires_at, rest) = rest.split_once('|')?;
+        let (fresh_until, long_url) = rest.split_once('|')?;
+        let link = Self::Link {
             long_url: long_url.to_owned(),
             expires_at: expires_at.parse().ok()?,
             gone,
             version,
-        })
+        };
+        Some((link, fresh_until.parse().ok()?))
     }
 }
 
@@ -128,6 +137,15 @@ pub(crate) struct L2 {
     redis: Arc<Redis>,
     ttl: Duration,
     negative_ttl: Duration,
+    stale_max_age: Duration,
+}
+
+/// An L2 entry as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub(crate) entry: Entry,
+    /// Past its soft expiry: to be served only while the store is unavailable.
+    pub(crate) stale: bool,
 }
 
 fn key(code: &str) -> String {
@@ -140,12 +158,21 @@ impl L2 {
             redis,
             ttl,
             negative_ttl,
+            stale_max_age: Duration::ZERO,
         }
     }
 
-    /// The entry of `code`; `None` when Redis does not have it or does not answer (then the
-    /// store is asked).
-    pub(crate) async fn get(&self, code: &str) -> Option<Entry> {
+    /// Keeps links this long past their TTL, for stale serving.
+    pub(crate) fn serving_stale_for(self, stale_max_age: Duration) -> Self {
+        Self {
+            stale_max_age,
+            ..self
+        }
+    }
+
+    /// The entry of `code` as of `now`; `None` when Redis does not have it or does not answer
+    /// (then the store is asked).
+    pub(crate) async fn get(&self, code: &str, now: UnixSeconds) -> Option<Found> {
         let value: Option<String> = match self.redis.query(redis::cmd("GET").arg(key(code))).await {
             Ok(value) => value,
             Err(e) => {
@@ -153,11 +180,14 @@ impl L2 {
                 return None;
             }
         };
-        let entry = Entry::decode(&value?);
-        if entry.is_none() {
+        let Some((entry, fresh_until)) = Entry::decode(&value?) else {
             tracing::warn!(code, "unreadable L2 entry; asking the store");
-        }
-        entry
+            return None;
+        };
+        Some(Found {
+            entry,
+            stale: now >= fresh_until,
+        })
     }
 
     /// Drops the entry of `code`.
@@ -175,20 +205,28 @@ impl L2 {
         entry: &Entry,
         now: UnixSeconds,
     ) -> Result<(), Unreachable> {
-        let ttl = match entry {
-            Entry::Unknown => self.negative_ttl,
-            Entry::Link { gone: Some(_), .. } => self.ttl,
+        // The soft TTL, and how long the key lives (the stale age on top, never past expiry).
+        let (ttl, keep) = match entry {
+            Entry::Unknown => (self.negative_ttl, self.negative_ttl),
+            Entry::Link { gone: Some(_), .. } => (self.ttl, self.ttl + self.stale_max_age),
             Entry::Link { expires_at, .. } => match u64::try_from(expires_at - now) {
-                Ok(left) if left > 0 => self.ttl.min(Duration::from_secs(left)),
-                _ => self.negative_ttl,
+                Ok(left) if left > 0 => {
+                    let left = Duration::from_secs(left);
+                    (
+                        self.ttl.min(left),
+                        (self.ttl + self.stale_max_age).min(left),
+                    )
+                }
+                _ => (self.negative_ttl, self.negative_ttl),
             },
         };
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let fresh_until = now.saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX));
+        let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX).max(1);
         self.redis
             .script::<i64>(
                 FILL.key(key(code))
-                    .arg(entry.encode())
-                    .arg(ttl_ms)
+                    .arg(entry.encode(fresh_until))
+                    .arg(keep_ms)
                     .arg(entry.version()),
             )
             .await
@@ -223,12 +261,21 @@ mod tests {
                 version: 8,
             },
         ] {
-            assert_eq!(Entry::decode(&entry.encode()), Some(entry));
+            let fresh_until = match entry {
+                Entry::Unknown => UnixSeconds::MAX,
+                Entry::Link { .. } => 1_800_000_000,
+            };
+            assert_eq!(
+                Entry::decode(&entry.encode(fresh_until)),
+                Some((entry, fresh_until))
+            );
         }
         for bad in [
             "",
             "9x",
-            "v1|l|notanumber|https://x",
+            "v1|l|notanumber|1|https://x",
+            // The format before soft expiries: refused, so the store is asked.
+            "v1|l|5|https://x",
             "v3|u",
             "1|https://x",
             "v1|q|1|x",

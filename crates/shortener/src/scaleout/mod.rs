@@ -37,13 +37,15 @@ impl Scaleout {
     pub(crate) async fn connect(
         target: &RedisTarget,
         negative_ttl: Duration,
+        stale_max_age: Duration,
     ) -> anyhow::Result<Self> {
         let redis = Arc::new(
             Redis::connect(target, redis::TIMEOUT)
                 .await
                 .with_context(|| format!("cannot reach Redis at {target}"))?,
         );
-        let l2 = Arc::new(L2::new(redis.clone(), L2_TTL, negative_ttl));
+        let l2 =
+            Arc::new(L2::new(redis.clone(), L2_TTL, negative_ttl).serving_stale_for(stale_max_age));
         Ok(Self {
             target: target.clone(),
             invalidations: Arc::new(Invalidations::new(redis.clone(), l2.clone())),

@@ -2,14 +2,14 @@
 //!
 //! Redis is a helper in the scale-out mode, never a dependency of a redirect: every call is
 //! bounded by [`TIMEOUT`] (reconnects included), and when Redis stops answering the first
-//! failure opens the breaker: for [`BREAKER_OPEN`] every caller gets [`Unreachable`] at once,
-//! then a single caller probes (half-open) while the others keep getting it; the probe's
-//! success closes the breaker.
+//! failure opens the breaker (the same [`Breaker`] as the store's): for [`BREAKER_OPEN`] every
+//! caller gets [`Unreachable`] at once, then a single caller probes (half-open) while the
+//! others keep getting it; the probe's success closes the breaker.
 
+use crate::breaker::{Breaker, Change, Pass, Phase};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a request may wait for Redis (connect or answer) on the request path.
@@ -156,10 +156,8 @@ pub(crate) struct Redis {
     /// Plain clients for subscriber connections, one per node: pub/sub is cluster-wide, so
     /// any node that answers will do.
     subscribers: Vec<redis::Client>,
-    epoch: Instant,
-    /// 0 while the breaker is closed; else milliseconds since `epoch` until which it stays
-    /// open (past that, the next caller is the probe).
-    open_until: AtomicU64,
+    /// Opens on the first connection-level failure.
+    breaker: Breaker,
 }
 
 impl std::fmt::Debug for Redis {
@@ -205,8 +203,7 @@ impl Redis {
             connection,
             timeout,
             subscribers,
-            epoch: Instant::now(),
-            open_until: AtomicU64::new(0),
+            breaker: Breaker::new(1, BREAKER_OPEN),
         };
         redis
             .query::<String>(&redis::cmd("PING"))
@@ -218,76 +215,60 @@ impl Redis {
         Ok(redis)
     }
 
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// Whether the breaker is closed (the last attempt reached Redis).
     pub(crate) fn is_up(&self) -> bool {
-        self.open_until.load(Ordering::Relaxed) == 0
-    }
-
-    fn open_breaker(&self, error: &dyn std::fmt::Display) {
-        let until = self
-            .now_ms()
-            .saturating_add(BREAKER_OPEN.as_millis() as u64)
-            .max(1);
-        if self.open_until.swap(until, Ordering::Relaxed) == 0 {
-            tracing::warn!(%error, "redis unreachable; using local fallbacks for a while");
-        }
+        self.breaker.phase() == Phase::Closed
     }
 
     /// The connection, if the breaker lets this caller through.
-    fn connection(&self) -> Result<Connection, Unreachable> {
-        let until = self.open_until.load(Ordering::Relaxed);
-        if until == 0 {
-            return Ok(self.connection.clone());
-        }
-        let now = self.now_ms();
-        // Half-open: the one caller that moves the deadline on is the probe.
-        let next = now.saturating_add(BREAKER_OPEN.as_millis() as u64);
-        if now >= until
-            && self
-                .open_until
-                .compare_exchange(until, next, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            return Ok(self.connection.clone());
-        }
-        Err(Unreachable::BreakerOpen)
+    fn connection(&self) -> Result<(Connection, Pass), Unreachable> {
+        let pass = self
+            .breaker
+            .admit(Instant::now())
+            .map_err(|_| Unreachable::BreakerOpen)?;
+        Ok((self.connection.clone(), pass))
     }
 
-    /// Bounds `call` by the timeout and feeds the breaker with its outcome.
-    async fn run<T>(
+    /// Bounds `call` by the timeout.
+    async fn bounded<T>(
         &self,
         call: impl Future<Output = Result<T, RedisError>>,
-    ) -> Result<T, Unreachable> {
-        let result = match tokio::time::timeout(self.timeout, call).await {
+    ) -> Result<T, RedisError> {
+        match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => result,
             Err(_) => Err(RedisError::from((
                 redis::ErrorKind::Io,
                 "no answer within the timeout",
             ))),
-        };
-        match result {
-            Ok(value) => {
-                if self.open_until.load(Ordering::Relaxed) != 0 {
-                    self.open_until.store(0, Ordering::Relaxed);
-                    tracing::info!("redis answers again");
-                }
-                Ok(value)
-            }
+        }
+    }
+
+    /// Bounds `call` by the timeout and feeds the breaker with its outcome.
+    async fn run<T>(
+        &self,
+        pass: Pass,
+        call: impl Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, Unreachable> {
+        let result = self.bounded(call).await;
+        let healthy = match &result {
+            Ok(_) => true,
             Err(e) => {
-                if e.is_io_error()
+                !(e.is_io_error()
                     || e.is_timeout()
                     || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                {
-                    self.open_breaker(&e);
-                }
-                Err(Unreachable::Failed(e))
+                    || e.is_connection_refusal())
             }
+        };
+        match self.breaker.record(pass, healthy, Instant::now()) {
+            Change::Opened => {
+                if let Err(e) = &result {
+                    tracing::warn!(error = %e, "redis unreachable; using local fallbacks for a while");
+                }
+            }
+            Change::Closed => tracing::info!("redis answers again"),
+            Change::None => {}
         }
+        result.map_err(Unreachable::Failed)
     }
 
     /// Runs one command.
@@ -295,8 +276,8 @@ impl Redis {
         &self,
         cmd: &Cmd,
     ) -> Result<T, Unreachable> {
-        let mut connection = self.connection()?;
-        self.run(cmd.query_async(&mut connection)).await
+        let (mut connection, pass) = self.connection()?;
+        self.run(pass, cmd.query_async(&mut connection)).await
     }
 
     /// Runs a pipeline (commands on keys of one hash slot when on a Cluster).
@@ -304,8 +285,8 @@ impl Redis {
         &self,
         pipeline: &Pipeline,
     ) -> Result<T, Unreachable> {
-        let mut connection = self.connection()?;
-        self.run(pipeline.query_async(&mut connection)).await
+        let (mut connection, pass) = self.connection()?;
+        self.run(pass, pipeline.query_async(&mut connection)).await
     }
 
     /// Runs a Lua script by its digest, loading it first if the server does not know it.
@@ -313,14 +294,15 @@ impl Redis {
         &self,
         invocation: &redis::ScriptInvocation<'_>,
     ) -> Result<T, Unreachable> {
-        let mut connection = self.connection()?;
-        self.run(invocation.invoke_async(&mut connection)).await
+        let (mut connection, pass) = self.connection()?;
+        self.run(pass, invocation.invoke_async(&mut connection))
+            .await
     }
 
     /// Whether Redis answers a `PING` now, breaker or not (for `/readyz`).
     pub(crate) async fn ping(&self) -> bool {
         let mut connection = self.connection.clone();
-        self.run(redis::cmd("PING").query_async::<String>(&mut connection))
+        self.bounded(redis::cmd("PING").query_async::<String>(&mut connection))
             .await
             .is_ok()
     }
@@ -328,12 +310,6 @@ impl Redis {
     /// A fresh subscriber connection, from the `attempt`-th node on (round robin).
     pub(crate) async fn pubsub(&self, attempt: usize) -> Result<redis::aio::PubSub, RedisError> {
         let client = &self.subscribers[attempt % self.subscribers.len()];
-        match tokio::time::timeout(self.timeout, client.get_async_pubsub()).await {
-            Ok(result) => result,
-            Err(_) => Err(RedisError::from((
-                redis::ErrorKind::Io,
-                "no answer within the timeout",
-            ))),
-        }
+        self.bounded(client.get_async_pubsub()).await
     }
 }

@@ -76,25 +76,57 @@ async fn l2_never_lets_an_older_read_replace_a_later_write(redis: Arc<Redis>) {
         .await
         .unwrap();
     l2.fill("abc", &Entry::Unknown, now).await.unwrap();
-    assert_eq!(l2.get("abc").await, Some(live("https://example.com/")));
+    assert_eq!(
+        l2.get("abc", now).await.map(|f| f.entry),
+        Some(live("https://example.com/"))
+    );
     // The disable lands; a reader's stale live fill afterwards changes nothing.
     l2.fill("abc", &disabled, now).await.unwrap();
     l2.fill("abc", &live("https://example.com/"), now)
         .await
         .unwrap();
-    assert_eq!(l2.get("abc").await, Some(disabled.clone()));
+    assert_eq!(
+        l2.get("abc", now).await.map(|f| f.entry),
+        Some(disabled.clone())
+    );
     // The enable lands (live again, a higher version); the stale disabled fill loses.
     l2.fill("abc", &enabled, now).await.unwrap();
     l2.fill("abc", &disabled, now).await.unwrap();
-    assert_eq!(l2.get("abc").await, Some(enabled));
+    assert_eq!(l2.get("abc", now).await.map(|f| f.entry), Some(enabled));
     // Unknown codes are remembered as such; a later create replaces that.
     l2.fill("new", &Entry::Unknown, now).await.unwrap();
-    assert_eq!(l2.get("new").await, Some(Entry::Unknown));
+    assert_eq!(
+        l2.get("new", now).await.map(|f| f.entry),
+        Some(Entry::Unknown)
+    );
     l2.fill("new", &live("https://example.org/"), now)
         .await
         .unwrap();
-    assert_eq!(l2.get("new").await, Some(live("https://example.org/")));
-    assert_eq!(l2.get("never").await, None);
+    assert_eq!(
+        l2.get("new", now).await.map(|f| f.entry),
+        Some(live("https://example.org/"))
+    );
+    assert_eq!(l2.get("never", now).await.map(|f| f.entry), None);
+}
+
+async fn l2_keeps_links_past_their_ttl_marked_stale(redis: Arc<Redis>) {
+    let hour = Duration::from_secs(3600);
+    let l2 = L2::new(redis, hour, Duration::from_secs(60)).serving_stale_for(24 * hour);
+    let now = crate::now();
+    // Filled two hours ago: past its one-hour TTL, within its day of stale age.
+    l2.fill("old", &live("https://example.com/old"), now - 7200)
+        .await
+        .unwrap();
+    let found = l2.get("old", now).await.unwrap();
+    assert_eq!(found.entry, live("https://example.com/old"));
+    assert!(found.stale);
+    l2.fill("old", &live("https://example.com/old"), now)
+        .await
+        .unwrap();
+    assert!(!l2.get("old", now).await.unwrap().stale);
+    // Unknown codes are never kept past their negative TTL, so never stale.
+    l2.fill("gone", &Entry::Unknown, now - 7200).await.unwrap();
+    assert!(l2.get("gone", now).await.is_none_or(|f| !f.stale));
 }
 
 async fn instances_share_one_create_budget(a: Arc<Redis>, b: Arc<Redis>) {
@@ -287,6 +319,7 @@ async fn standalone_redis() {
     let server = RedisServer::start(dir.path()).unwrap();
     let (a, b) = (connect(&server.url()).await, connect(&server.url()).await);
     l2_never_lets_an_older_read_replace_a_later_write(a.clone()).await;
+    l2_keeps_links_past_their_ttl_marked_stale(a.clone()).await;
     instances_share_one_create_budget(a.clone(), b.clone()).await;
     every_shipped_click_counts_once(a.clone(), b).await;
     a_dead_aggregators_batches_are_taken_over(a).await;
@@ -298,6 +331,7 @@ async fn redis_cluster() {
     let cluster = RedisCluster::start(dir.path()).unwrap();
     let (a, b) = (connect(&cluster.url()).await, connect(&cluster.url()).await);
     l2_never_lets_an_older_read_replace_a_later_write(a.clone()).await;
+    l2_keeps_links_past_their_ttl_marked_stale(a.clone()).await;
     instances_share_one_create_budget(a.clone(), b.clone()).await;
     every_shipped_click_counts_once(a, b).await;
 }

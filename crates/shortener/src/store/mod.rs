@@ -1,7 +1,9 @@
 //! Stores of links and clicks. The embedded SQLite store is the default; `--database` picks
 //! PostgreSQL.
 
+pub(crate) mod guarded;
 pub mod postgres;
+pub(crate) mod replicas;
 pub mod sqlite;
 
 use crate::config::StoreConfig;
@@ -12,6 +14,7 @@ use shortener_core::listing::LinkQuery;
 use shortener_core::report::{Category, NewReport, Report, Resolution};
 use shortener_core::store::{ClickSink, LinkStore, StoreError};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The `links` columns in the order both stores' row readers expect.
 const LINK_COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, expires_at, \
@@ -296,12 +299,16 @@ pub enum OpenError {
 }
 
 /// Opens the configured store, ready to serve: the embedded one brings its schema up to date,
-/// PostgreSQL's must already be current (`shortener migrate`).
-pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, OpenError> {
+/// PostgreSQL's must already be current (`shortener migrate`). `statement_timeout` bounds
+/// PostgreSQL's statements on the server (the request path's deadline).
+pub async fn open(
+    config: &StoreConfig,
+    statement_timeout: Option<Duration>,
+) -> Result<Arc<dyn Store>, OpenError> {
     Ok(match config {
         StoreConfig::Embedded { data_dir } => Arc::new(sqlite::SqliteStore::open(data_dir)?),
         StoreConfig::Postgres { url, pool_size } => {
-            Arc::new(postgres::PgStore::open(url, *pool_size).await?)
+            Arc::new(postgres::PgStore::open_bounded(url, *pool_size, statement_timeout).await?)
         }
     })
 }

@@ -61,6 +61,9 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Attempts of a click batch that lost a serialization race or a deadlock (CockroachDB
 /// retries, PostgreSQL's deadlock detector); the aggregator retries later beyond these.
 const CLICK_ATTEMPTS: u32 = 3;
+/// Statement timeout of click batches and pruning on a pool whose statements are bounded for
+/// the request path: background work, larger, with retries of its own.
+const BACKGROUND_STATEMENT_TIMEOUT: &str = "60s";
 
 /// A parsed `postgres://` URL. Shown without its password.
 #[derive(Clone)]
@@ -171,6 +174,9 @@ pub struct MigrateReport {
 pub struct PgStore {
     pool: Pool,
     target: String,
+    /// Whether the connections carry a request-path `statement_timeout`, which background
+    /// transactions then lift for themselves.
+    bounded: bool,
 }
 
 impl fmt::Debug for PgStore {
@@ -185,7 +191,18 @@ impl PgStore {
     /// Connects and checks that the schema is exactly the one this binary uses. It never
     /// changes the schema: that is `shortener migrate`'s job.
     pub async fn open(url: &DatabaseUrl, pool_size: usize) -> Result<Self, OpenError> {
-        let store = Self::pool(url, pool_size)?;
+        Self::open_bounded(url, pool_size, None).await
+    }
+
+    /// [`Self::open`], every statement of the pool's connections bounded by
+    /// `statement_timeout` on the server (unless the URL's `options` set one), so that the
+    /// server gives up on work nobody waits for any more.
+    pub async fn open_bounded(
+        url: &DatabaseUrl,
+        pool_size: usize,
+        statement_timeout: Option<Duration>,
+    ) -> Result<Self, OpenError> {
+        let store = Self::pool(url, pool_size, statement_timeout)?;
         let client = store.connection_for_start().await?;
         let found = schema::version(&client)
             .await
@@ -205,7 +222,7 @@ impl PgStore {
 
     /// Brings the schema up to date (idempotent; safe from several processes at once).
     pub async fn migrate(url: &DatabaseUrl) -> Result<MigrateReport, OpenError> {
-        let store = Self::pool(url, 1)?;
+        let store = Self::pool(url, 1, None)?;
         let mut client = store.connection_for_start().await?;
         match schema::migrate(&mut client)
             .await
@@ -222,9 +239,21 @@ impl PgStore {
         }
     }
 
-    fn pool(url: &DatabaseUrl, pool_size: usize) -> Result<Self, OpenError> {
+    fn pool(
+        url: &DatabaseUrl,
+        pool_size: usize,
+        statement_timeout: Option<Duration>,
+    ) -> Result<Self, OpenError> {
         let target = url.to_string();
         let mut config = (*url.config).clone();
+        let options = config.get_options().unwrap_or("").to_owned();
+        let bounded = statement_timeout.is_some() && !options.contains("statement_timeout");
+        if let Some(timeout) = statement_timeout.filter(|_| bounded) {
+            config.options(format!(
+                "{options} -c statement_timeout={}",
+                timeout.as_millis().max(1)
+            ));
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -259,7 +288,28 @@ impl PgStore {
                 target: target.clone(),
                 reason: e.to_string(),
             })?;
-        Ok(Self { pool, target })
+        Ok(Self {
+            pool,
+            target,
+            bounded,
+        })
+    }
+
+    /// How far this server's log goes, in bytes: on a primary where it writes
+    /// (`pg_current_wal_lsn`), on a standby what it has replayed (`pg_last_wal_replay_lsn`).
+    /// A standby's lag is measured by comparing the two, never by replay timestamps, which
+    /// grow on an idle primary.
+    pub async fn wal_position(&self) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() \
+                 ELSE pg_current_wal_lsn() END - '0/0'::pg_lsn)::BIGINT",
+                &[],
+            )
+            .await
+            .map_err(classify)?;
+        Ok(to_u64(row.try_get(0).map_err(classify)?))
     }
 
     async fn connection_for_start(&self) -> Result<Object, OpenError> {
@@ -355,11 +405,27 @@ async fn add_clicks(
     Ok(())
 }
 
+/// A transaction for background work, free of the request path's statement timeout.
+async fn background_transaction(
+    client: &mut Object,
+    bounded: bool,
+) -> Result<Transaction<'_>, tokio_postgres::Error> {
+    let tx = client.transaction().await?;
+    if bounded {
+        tx.batch_execute(&format!(
+            "SET LOCAL statement_timeout = '{BACKGROUND_STATEMENT_TIMEOUT}'"
+        ))
+        .await?;
+    }
+    Ok(tx)
+}
+
 async fn apply_clicks_once(
     client: &mut Object,
     clicks: &ClickColumns,
+    bounded: bool,
 ) -> Result<(), tokio_postgres::Error> {
-    let tx = client.transaction().await?;
+    let tx = background_transaction(client, bounded).await?;
     add_clicks(&tx, clicks).await?;
     tx.commit().await
 }
@@ -371,8 +437,9 @@ async fn apply_batches_once(
     client: &mut Object,
     batches: &[&ClickBatch],
     today: i32,
+    bounded: bool,
 ) -> Result<usize, tokio_postgres::Error> {
-    let tx = client.transaction().await?;
+    let tx = background_transaction(client, bounded).await?;
     let ids: Vec<&str> = batches.iter().map(|b| b.id.as_str()).collect();
     // A batch id claimed by a concurrent transaction makes this one wait for its outcome:
     // committed → not new here; rolled back → ours to apply.
@@ -486,6 +553,8 @@ fn is_unavailable(e: &tokio_postgres::Error) -> bool {
         return code.starts_with("08")
             || code.starts_with("57P0")
             || code == SqlState::TOO_MANY_CONNECTIONS.code()
+            // 57014: our statement timeout (or an operator) cancelled it; the store is slow.
+            || code == SqlState::QUERY_CANCELED.code()
             || is_retryable(e);
     }
     // No server error: unavailable only if the socket itself failed.
@@ -1125,7 +1194,7 @@ impl ClickSink for PgStore {
         let mut client = self.client().await?;
         let mut attempt = 1;
         loop {
-            match apply_clicks_once(&mut client, &clicks).await {
+            match apply_clicks_once(&mut client, &clicks, self.bounded).await {
                 Ok(()) => return Ok(()),
                 // The transaction rolled back whole, so trying again cannot count twice.
                 Err(e) if is_retryable(&e) && attempt < CLICK_ATTEMPTS => attempt += 1,
@@ -1148,7 +1217,7 @@ impl ClickSink for PgStore {
         let mut client = self.client().await?;
         let mut attempt = 1;
         loop {
-            match apply_batches_once(&mut client, &batches, today).await {
+            match apply_batches_once(&mut client, &batches, today, self.bounded).await {
                 Ok(fresh) => return Ok(fresh),
                 Err(e) if is_retryable(&e) && attempt < CLICK_ATTEMPTS => attempt += 1,
                 Err(e) => return Err(classify(e)),
@@ -1157,17 +1226,21 @@ impl ClickSink for PgStore {
     }
 
     async fn prune_clicks_before(&self, day: Day) -> Result<u64, StoreError> {
-        let client = self.client().await?;
-        client
-            .execute(
-                "DELETE FROM applied_click_batches WHERE day < $1",
-                &[&day.number()],
-            )
+        let mut client = self.client().await?;
+        let tx = background_transaction(&mut client, self.bounded)
             .await
             .map_err(classify)?;
-        client
+        tx.execute(
+            "DELETE FROM applied_click_batches WHERE day < $1",
+            &[&day.number()],
+        )
+        .await
+        .map_err(classify)?;
+        let pruned = tx
             .execute("DELETE FROM daily_clicks WHERE day < $1", &[&day.number()])
             .await
-            .map_err(classify)
+            .map_err(classify)?;
+        tx.commit().await.map_err(classify)?;
+        Ok(pruned)
     }
 }

@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 use testkit::Process;
 
+pub mod load;
 pub mod pg;
 
 /// Guard against a server that never comes up; not a performance bound.

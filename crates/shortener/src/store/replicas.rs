@@ -1,0 +1,456 @@
+//! Read replicas (`--database-replica`): redirect misses, link reads, analytics and token
+//! lookups go to a healthy replica, every write to the primary.
+//!
+//! - *Regions*: the change sequence is read from the replica, where each note arrives with
+//!   the change it describes, so a region's caches follow its own replica.
+//! - *Read your writes*: a code this instance created or changed, or that another instance
+//!   announced as changed, is read from the primary for as long as a replica may not have it
+//!   yet (the lag bound plus two probes); a token a replica does not know is looked up on the
+//!   primary too (`token create` writes there).
+//! - *Health*: a monitor samples the primary's log position and each replica's replayed
+//!   position every [`PROBE_EVERY`]; a replica's lag is how long ago the primary passed the
+//!   position the replica has replayed (so an idle primary means no lag, unlike replay
+//!   timestamps). A replica past `--replica-max-lag-ms`, or that fails or does not answer,
+//!   is skipped until a probe finds it back. While the primary itself does not answer, lag
+//!   cannot be measured and replicas that answer stay in use: they are all there is.
+//! - A replica read that fails moves on to the next replica, then to the primary; a read of a
+//!   recently written code that the primary cannot answer takes a replica's link if it has it.
+
+use super::Store;
+use super::guarded::GuardedStore;
+use super::postgres::{DatabaseUrl, OpenError, PgStore};
+use crate::metrics::Metrics;
+use async_trait::async_trait;
+use futures_util::future::BoxFuture;
+use shortener_core::audit::{AuditQuery, AuditRow, Origin};
+use shortener_core::day::{Day, UnixSeconds};
+use shortener_core::link::{Link, LinkChange};
+use shortener_core::report::{
+    AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
+};
+use shortener_core::store::{
+    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome,
+    LinkStore, StoreError, TokenRecord,
+};
+use shortener_core::token::{Principal, TokenHash};
+use std::collections::{HashMap, VecDeque};
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How often the monitor measures the replicas.
+pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// Codes remembered as written here at most; past this, the oldest expired ones go first
+/// and then the newest write wins over nothing (reads then may miss on a lagging replica).
+const MAX_RECENT: usize = 100_000;
+
+/// One replica: a bounded store for reads, a pool of its own for the monitor's probes.
+#[derive(Debug)]
+struct Replica {
+    name: String,
+    reads: GuardedStore,
+    probe: PgStore,
+    healthy: AtomicBool,
+}
+
+/// The primary's log positions over the last few probes, oldest first.
+#[derive(Debug, Default)]
+struct Samples(VecDeque<(Instant, u64)>);
+
+impl Samples {
+    fn push(&mut self, at: Instant, position: u64, keep: Duration) {
+        self.0.push_back((at, position));
+        // Keep one sample older than `keep`, so that a lag of `keep` is still measurable.
+        while self.0.len() > 2 && self.0[1].0 + keep < at {
+            self.0.pop_front();
+        }
+    }
+
+    /// How far behind a replica that replayed up to `replayed` is at `now`: since when the
+    /// primary has been past that point (`None`: no recent sample of the primary).
+    fn lag(&self, replayed: u64, now: Instant, fresh: Duration) -> Option<Duration> {
+        let &(newest_at, _) = self.0.back()?;
+        if newest_at + fresh < now {
+            return None;
+        }
+        let ahead_since = self
+            .0
+            .iter()
+            .find(|&&(_, position)| position > replayed)
+            .map(|&(at, _)| at);
+        Some(ahead_since.map_or(Duration::ZERO, |at| now.saturating_duration_since(at)))
+    }
+}
+
+/// The store as `serve` sees it with replicas: the primary for writes, replicas for reads.
+#[derive(Debug)]
+pub(crate) struct Replicated {
+    primary: Arc<dyn Store>,
+    /// A pool of one on the primary for the monitor's log positions.
+    primary_probe: PgStore,
+    replicas: Vec<Replica>,
+    max_lag: Duration,
+    samples: Mutex<Samples>,
+    /// Codes written by this instance, until when they are read from the primary.
+    recent: Mutex<HashMap<String, Instant>>,
+    next: AtomicUsize,
+    metrics: Arc<Metrics>,
+}
+
+type Read<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
+
+impl Replicated {
+    /// Opens every replica (each must answer and carry this binary's schema, like the
+    /// primary) behind `primary`, and measures them once.
+    pub(crate) async fn open(
+        primary: Arc<dyn Store>,
+        primary_url: &DatabaseUrl,
+        replica_urls: &[DatabaseUrl],
+        pool_size: usize,
+        timeout: Duration,
+        max_lag: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, OpenError> {
+        let primary_probe = PgStore::open_bounded(primary_url, 1, Some(timeout)).await?;
+        let mut replicas = Vec::with_capacity(replica_urls.len());
+        for url in replica_urls {
+            let reads = PgStore::open_bounded(url, pool_size, Some(timeout)).await?;
+            let probe = PgStore::open_bounded(url, 1, Some(timeout)).await?;
+            replicas.push(Replica {
+                name: url.to_string(),
+                reads: GuardedStore::replica(Arc::new(reads), timeout, metrics.clone()),
+                probe,
+                // Until the first probe says otherwise.
+                healthy: AtomicBool::new(true),
+            });
+        }
+        let replicated = Self {
+            primary,
+            primary_probe,
+            replicas,
+            max_lag,
+            samples: Mutex::default(),
+            recent: Mutex::default(),
+            next: AtomicUsize::new(0),
+            metrics,
+        };
+        replicated.probe().await;
+        Ok(replicated)
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers that `code` just changed (written here, or announced by another instance):
+    /// it is read from the primary until every replica in use must have the change.
+    pub(crate) fn changed(&self, code: &str) {
+        let now = Instant::now();
+        let until = now + self.max_lag + 2 * PROBE_EVERY;
+        let mut recent = self.recent();
+        if recent.len() >= MAX_RECENT {
+            recent.retain(|_, until| *until > now);
+        }
+        if recent.len() < MAX_RECENT || recent.contains_key(code) {
+            recent.insert(code.to_owned(), until);
+        }
+    }
+
+    fn written_recently(&self, code: &str) -> bool {
+        let mut recent = self.recent();
+        match recent.get(code) {
+            Some(until) if *until > Instant::now() => true,
+            Some(_) => {
+                recent.remove(code);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// `read` on the healthy replicas in turn (from a rotating start), then on the primary;
+    /// `use_answer` says whether a replica's answer stands (else the primary is asked).
+    async fn read<'c, T>(
+        &'c self,
+        read: impl Fn(&'c dyn Store) -> Read<'c, T>,
+        use_answer: impl Fn(&T) -> bool,
+    ) -> Result<T, StoreError> {
+        self.read_tagged(read, use_answer)
+            .await
+            .map(|(answer, _)| answer)
+    }
+
+    /// [`Self::read`], saying whether a replica answered (`false`: the primary).
+    async fn read_tagged<'c, T>(
+        &'c self,
+        read: impl Fn(&'c dyn Store) -> Read<'c, T>,
+        use_answer: impl Fn(&T) -> bool,
+    ) -> Result<(T, bool), StoreError> {
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let count = self.replicas.len();
+        for i in 0..count {
+            let replica = &self.replicas[(start + i) % count];
+            if !replica.healthy.load(Ordering::Relaxed) {
+                continue;
+            }
+            match read(&replica.reads).await {
+                Ok(answer) if use_answer(&answer) => {
+                    self.metrics.replica_reads.inc();
+                    return Ok((answer, true));
+                }
+                Ok(_) => break,
+                Err(StoreError::Unavailable(e)) => {
+                    tracing::debug!(replica = %replica.name, error = %e, "replica read failed; trying the next");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.metrics.primary_reads.inc();
+        read(&*self.primary).await.map(|answer| (answer, false))
+    }
+
+    /// Measures every replica once.
+    pub(crate) async fn probe(&self) {
+        let timeout = PROBE_EVERY * 2;
+        let primary = tokio::time::timeout(timeout, self.primary_probe.wal_position()).await;
+        // Taken out for the probes (the monitor is their only user): no lock across awaits.
+        let samples = {
+            let mut samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
+            if let Ok(Ok(position)) = primary {
+                samples.push(Instant::now(), position, self.max_lag + timeout);
+            }
+            std::mem::take(&mut *samples)
+        };
+        for replica in &self.replicas {
+            let replayed = tokio::time::timeout(timeout, replica.probe.wal_position()).await;
+            let (healthy, lag) = match replayed {
+                Ok(Ok(replayed)) => {
+                    match samples.lag(replayed, Instant::now(), timeout + PROBE_EVERY) {
+                        Some(lag) => (lag <= self.max_lag, Some(lag)),
+                        None => (true, None),
+                    }
+                }
+                _ => (false, None),
+            };
+            let was = replica.healthy.swap(healthy, Ordering::Relaxed);
+            if was != healthy {
+                tracing::warn!(replica = %replica.name, healthy, ?lag, "replica health changed");
+            }
+            let lag_ms = lag.map(|l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX));
+            self.metrics.set_replica(&replica.name, healthy, lag_ms);
+        }
+        *self.samples.lock().unwrap_or_else(|p| p.into_inner()) = samples;
+    }
+
+    /// Probes forever.
+    pub(crate) async fn monitor_forever(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(PROBE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.probe().await;
+        }
+    }
+}
+
+#[async_trait]
+impl LinkStore for Replicated {
+    async fn lease_ids(&self, count: u64) -> Result<Range<u64>, StoreError> {
+        self.primary.lease_ids(count).await
+    }
+
+    async fn secret(&self, name: &'static str, candidate: Vec<u8>) -> Result<Vec<u8>, StoreError> {
+        self.primary.secret(name, candidate).await
+    }
+
+    async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
+        // Before the write: a read between its commit and its answer must find it too. A
+        // timed-out insert may have committed, so it is remembered whatever the outcome.
+        self.changed(&link.code);
+        self.primary.insert_link(link, origin).await
+    }
+
+    async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
+        if self.written_recently(code) {
+            self.metrics.primary_reads.inc();
+            return match self.primary.get_link(code).await {
+                // The primary is away: a replica that already has the link beats a 503; one
+                // that does not may only be behind, so its "unknown" is not an answer.
+                Err(e @ StoreError::Unavailable(_)) => {
+                    match self
+                        .read(|store| store.get_link(code), Option::is_some)
+                        .await
+                    {
+                        Ok(Some(link)) => Ok(Some(link)),
+                        _ => Err(e),
+                    }
+                }
+                answer => answer,
+            };
+        }
+        self.read(|store| store.get_link(code), |_| true).await
+    }
+
+    async fn change_link(
+        &self,
+        code: &str,
+        change: &LinkChange,
+        origin: &Origin,
+        now: UnixSeconds,
+    ) -> Result<ChangeOutcome, StoreError> {
+        self.changed(code);
+        self.primary.change_link(code, change, origin, now).await
+    }
+
+    /// The region's replica: its notes arrive with the data they describe.
+    async fn last_change(&self) -> Result<u64, StoreError> {
+        self.read(|store| store.last_change(), |_| true).await
+    }
+
+    async fn changes_after(&self, seq: u64, limit: usize) -> Result<Vec<ChangeNote>, StoreError> {
+        let (notes, from_replica) = self
+            .read_tagged(|store| store.changes_after(seq, limit), |_| true)
+            .await?;
+        if !from_replica {
+            // Notes from the primary may be ahead of every replica: read those codes there.
+            for note in &notes {
+                self.changed(&note.code);
+            }
+        }
+        Ok(notes)
+    }
+
+    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
+        self.primary.prune_changes_before(at).await
+    }
+
+    async fn live_destinations_after(
+        &self,
+        after: &str,
+        limit: usize,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.read(
+            |store| store.live_destinations_after(after, limit),
+            |_| true,
+        )
+        .await
+    }
+
+    /// The primary, as every moderation read: what an admin just did shows at once.
+    async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
+        self.primary.audit(query).await
+    }
+
+    async fn prune_audit_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
+        self.primary.prune_audit_before(at, batch).await
+    }
+
+    async fn daily_clicks(&self, code: &str, since: Day) -> Result<Vec<DailyCount>, StoreError> {
+        self.read(|store| store.daily_clicks(code, since), |_| true)
+            .await
+    }
+
+    async fn insert_report(
+        &self,
+        report: &NewReport,
+        origin: &Origin,
+        auto: Option<AutoDisable>,
+    ) -> Result<ReportOutcome, StoreError> {
+        // It may disable the link.
+        self.changed(&report.code);
+        self.primary.insert_report(report, origin, auto).await
+    }
+
+    async fn reports(&self, query: &ReportQuery) -> Result<Vec<Report>, StoreError> {
+        self.primary.reports(query).await
+    }
+
+    async fn resolve_report(
+        &self,
+        id: i64,
+        resolution: &Resolution,
+    ) -> Result<ResolveOutcome, StoreError> {
+        self.primary.resolve_report(id, resolution).await
+    }
+
+    async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError> {
+        self.primary.insert_token(token, origin).await
+    }
+
+    async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError> {
+        self.read(|store| store.find_token(hash), Option::is_some)
+            .await
+    }
+
+    /// The primary: readiness reports whether writes work.
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.primary.ping().await
+    }
+}
+
+#[async_trait]
+impl ClickSink for Replicated {
+    async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError> {
+        self.primary.apply_clicks(deltas).await
+    }
+
+    async fn apply_click_batches(&self, batches: &[ClickBatch]) -> Result<usize, StoreError> {
+        self.primary.apply_click_batches(batches).await
+    }
+
+    async fn prune_clicks_before(&self, day: Day) -> Result<u64, StoreError> {
+        self.primary.prune_clicks_before(day).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEEP: Duration = Duration::from_secs(5);
+    const FRESH: Duration = Duration::from_millis(750);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn an_idle_primary_means_no_lag_however_long_ago_it_wrote() {
+        let t0 = Instant::now();
+        let mut s = Samples::default();
+        for i in 0..100 {
+            s.push(t0 + ms(250 * i), 1000, KEEP);
+        }
+        let now = t0 + ms(250 * 99);
+        assert_eq!(s.lag(1000, now, FRESH), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn lag_is_the_time_since_the_primary_passed_the_replayed_position() {
+        let t0 = Instant::now();
+        let mut s = Samples::default();
+        for i in 0..40u64 {
+            s.push(t0 + ms(250 * i), 1000 + 10 * i, KEEP);
+        }
+        let now = t0 + ms(250 * 39);
+        // Replayed up to the 30th sample's position: behind since the 31st.
+        assert_eq!(s.lag(1000 + 10 * 30, now, FRESH), Some(ms(250 * 8)));
+        // Caught up, or ahead of the last sample.
+        assert_eq!(s.lag(1000 + 10 * 39, now, FRESH), Some(Duration::ZERO));
+        assert_eq!(s.lag(5000, now, FRESH), Some(Duration::ZERO));
+        // Behind every kept sample: at least as old as the oldest, past the bound.
+        let lag = s.lag(0, now, FRESH).unwrap();
+        assert!(lag > KEEP, "{lag:?}");
+    }
+
+    #[test]
+    fn without_a_recent_primary_sample_lag_is_unknown() {
+        let t0 = Instant::now();
+        let mut s = Samples::default();
+        assert_eq!(s.lag(0, t0, FRESH), None);
+        s.push(t0, 10, KEEP);
+        assert_eq!(s.lag(0, t0 + ms(2000), FRESH), None);
+    }
+}
