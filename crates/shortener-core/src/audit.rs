@@ -152,6 +152,16 @@ impl AuditRecord {
             LinkChange::Disable { reason } => (AuditAction::Disabled, Some(reason.clone())),
             LinkChange::Enable => (AuditAction::Enabled, None),
             LinkChange::Delete => (AuditAction::Deleted, None),
+            LinkChange::Edit { .. } => (
+                AuditAction::Edited,
+                (before.expires_at != after.expires_at).then(|| {
+                    format!(
+                        "expires_at {} -> {}",
+                        crate::day::rfc3339(before.expires_at),
+                        crate::day::rfc3339(after.expires_at)
+                    )
+                }),
+            ),
         };
         Self {
             code: Some(after.code.clone()),

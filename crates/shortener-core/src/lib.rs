@@ -19,6 +19,7 @@ pub mod audit;
 pub mod code;
 pub mod day;
 pub mod link;
+pub mod listing;
 pub mod long_url;
 pub mod report;
 pub mod store;

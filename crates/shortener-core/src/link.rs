@@ -171,6 +171,13 @@ pub enum LinkChange {
     Enable,
     /// For good: 410, never enabled again, the code never reused.
     Delete,
+    /// A new destination and/or expiry (already validated); a disabled link stays disabled.
+    Edit {
+        /// The new destination.
+        long_url: Option<String>,
+        /// The new expiry instant.
+        expires_at: Option<UnixSeconds>,
+    },
 }
 
 /// Why a change was refused; nothing was written.
@@ -292,6 +299,20 @@ impl Link {
                 Some(_) => next.disabled = None,
             },
             LinkChange::Delete => next.deleted_at = Some(now),
+            LinkChange::Edit {
+                long_url,
+                expires_at,
+            } => {
+                if let Some(url) = long_url {
+                    next.long_url.clone_from(url);
+                }
+                if let Some(at) = expires_at {
+                    next.expires_at = *at;
+                }
+                if next == *self {
+                    return Ok(None);
+                }
+            }
         }
         next.version = self.version + 1;
         Ok(Some(next))
@@ -374,5 +395,44 @@ mod tests {
             Err(Refusal::Deleted)
         );
         assert_eq!(deleted.apply(&disable(), &admin, 2), Err(Refusal::Deleted));
+    }
+
+    #[test]
+    fn an_edit_raises_the_version_unless_it_changes_nothing() {
+        let edit = |url: &str| LinkChange::Edit {
+            long_url: Some(url.into()),
+            expires_at: None,
+        };
+        let alice = user("alice");
+        assert_eq!(
+            owned().apply(&edit("https://example.com/"), &alice, 1),
+            Ok(None)
+        );
+        let edited = owned()
+            .apply(&edit("https://example.org/"), &alice, 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (edited.version, edited.long_url.as_str()),
+            (2, "https://example.org/")
+        );
+        assert_eq!(
+            owned().apply(&edit("https://example.org/"), &user("bob"), 1),
+            Err(Refusal::NotFound)
+        );
+        let disabled = owned().apply(&disable(), &alice, 1).unwrap().unwrap();
+        let still = disabled
+            .apply(&edit("https://example.org/"), &alice, 2)
+            .unwrap()
+            .unwrap();
+        assert!(still.disabled.is_some());
+        let deleted = owned()
+            .apply(&LinkChange::Delete, &alice, 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            deleted.apply(&edit("https://example.org/"), &alice, 2),
+            Err(Refusal::Deleted)
+        );
     }
 }

@@ -3,6 +3,7 @@
 use crate::audit::{AuditQuery, AuditRow, Origin};
 use crate::day::{Day, UnixSeconds};
 use crate::link::{Link, LinkChange, Refusal};
+use crate::listing::LinkQuery;
 use crate::report::{AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, ResolveOutcome};
 use crate::token::{Principal, TokenHash};
 use async_trait::async_trait;
@@ -135,6 +136,10 @@ pub trait LinkStore: Send + Sync + 'static {
 
     /// The link with this code, whatever its status.
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError>;
+
+    /// A page of links matching `query`, newest first (`created_at`, then `code`, both
+    /// descending); never a deleted one.
+    async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError>;
 
     /// Applies `change` by `origin` at `now` under the one rule ([`Link::apply`]) in one
     /// transaction that also appends its audit row and its note to the change sequence.

@@ -244,7 +244,7 @@ async fn framework_errors_have_the_error_shape() {
     let resp = c.put(server.url("/healthz")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(error_code(resp).await, "method_not_allowed");
-    let resp = c.get(server.url("/api/v1/links")).send().await.unwrap();
+    let resp = c.put(server.url("/api/v1/links")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(error_code(resp).await, "method_not_allowed");
     let resp = c.post(server.url("/abcdefg")).send().await.unwrap();

@@ -9,7 +9,8 @@ use shortener::store::Store;
 use shortener::store::sqlite::SqliteStore;
 use shortener_core::audit::{AuditAction, AuditQuery, Origin};
 use shortener_core::day::Day;
-use shortener_core::link::{Actor, ActorKind, Link, LinkChange, Refusal};
+use shortener_core::link::{Actor, ActorKind, Link, LinkChange, LinkStatus, Refusal};
+use shortener_core::listing::{LinkCursor, LinkQuery};
 use shortener_core::store::{
     ChangeOutcome, ClickBatch, ClickDelta, DailyCount, InsertOutcome, StoreError, TokenRecord,
 };
@@ -378,6 +379,120 @@ async fn contract(store: &dyn Store) {
         issued[0].record.detail.as_deref(),
         Some("admin token for bob")
     );
+}
+
+/// The link list on a store of its own: order, keyset cursor, every filter, literal
+/// substrings (no LIKE wildcards), status judged at the query's instant.
+async fn list_contract(store: &dyn Store) {
+    let owned = |code: &str, url: &str, owner: &str, created_at: i64| Link {
+        owner: Some(owner.to_owned()),
+        created_at,
+        expires_at: created_at + 100,
+        ..Link::new(code, url, created_at, created_at + 100)
+    };
+    for l in [
+        owned("aaaa", "https://example.com/100%_off", "alice", 10),
+        owned("bbbb", "https://example.com/b", "alice", 20),
+        owned("cccc", "https://example.com/c", "alice", 20),
+        owned("dddd", "https://example.com/d", "bob", 30),
+        owned("eeee", "https://example.com/e", "alice", 40),
+    ] {
+        assert_eq!(
+            store.insert_link(&l, &origin()).await.unwrap(),
+            InsertOutcome::Inserted
+        );
+    }
+    let admin = Actor {
+        name: "root".into(),
+        kind: ActorKind::Admin,
+    };
+    let admin_origin = Origin {
+        actor: admin,
+        ip: None,
+        user_agent: None,
+    };
+    let disable = LinkChange::Disable { reason: "x".into() };
+    store
+        .change_link("bbbb", &disable, &admin_origin, 50)
+        .await
+        .unwrap();
+    store
+        .change_link("eeee", &LinkChange::Delete, &admin_origin, 50)
+        .await
+        .unwrap();
+    let codes = |links: Vec<Link>| links.into_iter().map(|l| l.code).collect::<Vec<_>>();
+    let alice = |limit| LinkQuery::new(Some("alice".into()), 115, limit);
+
+    assert_eq!(
+        codes(store.list_links(&alice(10)).await.unwrap()),
+        ["cccc", "bbbb", "aaaa"]
+    );
+    assert_eq!(
+        codes(
+            store
+                .list_links(&LinkQuery::new(None, 115, 10))
+                .await
+                .unwrap()
+        ),
+        ["dddd", "cccc", "bbbb", "aaaa"]
+    );
+    // Pages of one continue after (created_at, code), ties included.
+    let mut page = alice(1);
+    let mut seen = Vec::new();
+    loop {
+        let links = store.list_links(&page).await.unwrap();
+        let Some(last) = links.last() else { break };
+        page.after = Some(LinkCursor {
+            created_at: last.created_at,
+            code: last.code.clone(),
+        });
+        seen.extend(codes(links));
+    }
+    assert_eq!(seen, ["cccc", "bbbb", "aaaa"]);
+    let filtered = |edit: &dyn Fn(&mut LinkQuery)| {
+        let mut q = alice(10);
+        edit(&mut q);
+        q
+    };
+    for (query, expected) in [
+        (filtered(&|q| q.contains = Some("%_".into())), vec!["aaaa"]),
+        (filtered(&|q| q.contains = Some("_".into())), vec!["aaaa"]),
+        (filtered(&|q| q.contains = Some("cc".into())), vec!["cccc"]),
+        (filtered(&|q| q.contains = Some("CC".into())), vec![]),
+        (
+            filtered(&|q| q.status = Some(LinkStatus::Disabled)),
+            vec!["bbbb"],
+        ),
+        // At 115 aaaa (expires at 110) is expired, cccc (120) active.
+        (
+            filtered(&|q| q.status = Some(LinkStatus::Expired)),
+            vec!["aaaa"],
+        ),
+        (
+            filtered(&|q| q.status = Some(LinkStatus::Active)),
+            vec!["cccc"],
+        ),
+        (filtered(&|q| q.status = Some(LinkStatus::Deleted)), vec![]),
+        (
+            filtered(&|q| q.created_after = Some(20)),
+            vec!["cccc", "bbbb"],
+        ),
+        (filtered(&|q| q.created_before = Some(20)), vec!["aaaa"]),
+    ] {
+        assert_eq!(
+            codes(store.list_links(&query).await.unwrap()),
+            expected,
+            "{query:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn both_stores_list_links_alike() {
+    let dir = tempfile::TempDir::new().unwrap();
+    list_contract(&SqliteStore::open(dir.path()).unwrap()).await;
+    let db = TestDb::migrated().await;
+    list_contract(&db.store(2).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

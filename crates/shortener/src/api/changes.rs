@@ -1,18 +1,20 @@
-//! Changes of a link's state: disable, enable, delete. Each is one store transaction with
+//! Changes of a link's state: disable, enable, delete, edit. Each is one store transaction with
 //! its audit row and change note; then this instance's caches and, in the scale-out mode,
 //! every other instance hear of it.
 
 use super::auth::{origin, required_principal};
 use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
-use super::links::{LinkInfo, link_info};
+use super::links::{LinkInfo, checked_destination, expiry_in_days, link_info};
 use super::{App, AppState};
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
+use service_edge::Integer;
 use shortener_core::alias::could_be_code;
 use shortener_core::audit::Origin;
-use shortener_core::link::{Link, LinkChange, MAX_REASON_CHARS, Refusal};
+use shortener_core::day::{UnixSeconds, parse_rfc3339};
+use shortener_core::link::{EXPIRES_IN_DAYS, Link, LinkChange, MAX_REASON_CHARS, Refusal};
 use shortener_core::store::ChangeOutcome;
 use std::net::SocketAddr;
 use utoipa::ToSchema;
@@ -158,5 +160,106 @@ pub(super) async fn enable(
     let who = required_principal(&app, &headers).await?;
     let origin = origin(&app, peer, &headers, Some(&who));
     let link = apply(&app, &code, &LinkChange::Enable, &origin).await?;
+    Ok(axum::Json(link_info(&app, link)))
+}
+
+/// What to change of a link: at least one field; `expires_at` and `expires_in_days` exclude
+/// each other.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(min_properties = 1)]
+pub(super) struct EditRequest {
+    /// The new destination, validated like a create's (threat feeds included; see
+    /// `long_url` of a create for what the pattern leaves out).
+    #[schema(
+        example = "https://example.com/new/path",
+        max_length = 2048,
+        pattern = r"^https?://([A-Za-z0-9]+(-[A-Za-z0-9]+)*\.)*[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9]+)*(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?/[A-Za-z0-9._~!$&'()*+,;=:@/-]*(\?[A-Za-z0-9._~!$&()*+,;=:@/?-]*)?$"
+    )]
+    pub long_url: Option<String>,
+    /// The new expiry, RFC 3339, in the future and at most 3650 days away.
+    #[schema(example = "2027-06-01T00:00:00Z", format = DateTime)]
+    pub expires_at: Option<String>,
+    /// The new lifetime, 1 to 3650 days counted from now.
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 3650, example = 30)]
+    pub expires_in_days: Option<Integer>,
+}
+
+impl EditRequest {
+    /// The change this request asks for at `now`, or why it is refused.
+    fn change(&self, app: &App, now: UnixSeconds) -> Result<LinkChange, ApiError> {
+        let expires_at = match (&self.expires_at, self.expires_in_days) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::bad_request(
+                    "invalid_expiry",
+                    "send expires_at or expires_in_days, not both",
+                ));
+            }
+            (Some(at), None) => {
+                let latest = expiry_in_days(now, i64::from(*EXPIRES_IN_DAYS.end()))?;
+                match parse_rfc3339(at) {
+                    Some(at) if at > now && at <= latest => Some(at),
+                    _ => {
+                        return Err(ApiError::bad_request(
+                            "invalid_expiry",
+                            format!(
+                                "expires_at must be an RFC 3339 instant in the future, at most {} days away",
+                                EXPIRES_IN_DAYS.end()
+                            ),
+                        ));
+                    }
+                }
+            }
+            (None, Some(days)) => Some(expiry_in_days(now, days.0)?),
+            (None, None) => None,
+        };
+        let long_url = self
+            .long_url
+            .as_deref()
+            .map(|raw| checked_destination(app, raw))
+            .transpose()?;
+        if long_url.is_none() && expires_at.is_none() {
+            return Err(ApiError::bad_request(
+                "invalid_body",
+                "nothing to change: send long_url, expires_at or expires_in_days",
+            ));
+        }
+        Ok(LinkChange::Edit {
+            long_url,
+            expires_at,
+        })
+    }
+}
+
+/// Edit a link's destination or expiry (its owner or an admin): every instance redirects to
+/// the new destination within about a second.
+#[utoipa::path(
+    patch, path = "/api/v1/links/{code}", tag = "links", operation_id = "edit_link",
+    params(("code" = String, Path, description = "Short code or alias")),
+    request_body = EditRequest,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Edited (also when it changed nothing)", body = LinkInfo),
+        (status = 400, description = "An empty body or unknown field (`invalid_body`), an invalid destination (`invalid_url`) or one on a threat feed (`url_blocked`), a bad expiry or both expiry fields (`invalid_expiry`)", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+        (status = 409, description = "The link is deleted (`link_deleted`)", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body is not JSON", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    )
+)]
+pub(super) async fn edit(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+    body: Result<ApiJson<EditRequest>, ApiError>,
+) -> Result<axum::Json<LinkInfo>, ApiError> {
+    let who = required_principal(&app, &headers).await?;
+    let ApiJson(req) = body?;
+    let change = req.change(&app, crate::now())?;
+    let origin = origin(&app, peer, &headers, Some(&who));
+    let link = apply(&app, &code, &change, &origin).await?;
     Ok(axum::Json(link_info(&app, link)))
 }

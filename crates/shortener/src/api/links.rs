@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use service_edge::Integer;
 use shortener_core::alias::{could_be_code, validate_alias};
-use shortener_core::day::{ANALYTICS_DAYS, Day, rfc3339, zero_filled_window};
+use shortener_core::day::{ANALYTICS_DAYS, Day, UnixSeconds, rfc3339, zero_filled_window};
 use shortener_core::link::{DEFAULT_EXPIRES_IN_DAYS, EXPIRES_IN_DAYS, Link};
 use shortener_core::long_url::validate_long_url;
 use shortener_core::store::InsertOutcome;
@@ -204,37 +204,23 @@ async fn create_inner(
             .await
             .map_err(|m| ApiError::bad_request("captcha_invalid", m))?;
     }
-    let long_url = validate_long_url(&req.long_url, &app.policy)
-        .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
-    check_feeds(app, &long_url)?;
+    let long_url = checked_destination(app, &req.long_url)?;
     if let Some(alias) = &req.custom_alias {
         validate_alias(alias).map_err(|e| ApiError::bad_request("invalid_alias", e.to_string()))?;
     }
-    let days = req
-        .expires_in_days
-        .map_or(i64::from(DEFAULT_EXPIRES_IN_DAYS), |d| d.0);
-    let Some(days) = u32::try_from(days)
-        .ok()
-        .filter(|d| EXPIRES_IN_DAYS.contains(d))
-    else {
-        return Err(ApiError::bad_request(
-            "invalid_expiry",
-            format!(
-                "expires_in_days must be between {} and {}",
-                EXPIRES_IN_DAYS.start(),
-                EXPIRES_IN_DAYS.end()
-            ),
-        ));
-    };
-
     let now = crate::now();
+    let expires_at = expiry_in_days(
+        now,
+        req.expires_in_days
+            .map_or(i64::from(DEFAULT_EXPIRES_IN_DAYS), |d| d.0),
+    )?;
     let origin = origin(app, peer, headers, who.as_ref());
     let mut link = Link {
         owner_admin: who.as_ref().is_some_and(|p| p.admin),
         owner: who.map(|p| p.user),
         custom_alias: req.custom_alias.is_some(),
         created_ip: Some(ip.to_string()),
-        ..Link::new("", &long_url, now, now + i64::from(days) * 86_400)
+        ..Link::new("", &long_url, now, expires_at)
     };
     let link = match req.custom_alias {
         Some(alias) => {
@@ -282,9 +268,33 @@ async fn create_inner(
     Ok(response)
 }
 
+/// A destination as a create or an edit accepts it (normalised), or 400 `invalid_url` /
+/// `url_blocked`.
+pub(super) fn checked_destination(app: &App, raw: &str) -> Result<String, ApiError> {
+    let long_url = validate_long_url(raw, &app.policy)
+        .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
+    check_feeds(app, &long_url)?;
+    Ok(long_url)
+}
+
+/// The expiry `days` days after `now`, or 400 `invalid_expiry` outside the accepted range.
+pub(super) fn expiry_in_days(now: UnixSeconds, days: i64) -> Result<UnixSeconds, ApiError> {
+    if !(i64::from(*EXPIRES_IN_DAYS.start())..=i64::from(*EXPIRES_IN_DAYS.end())).contains(&days) {
+        return Err(ApiError::bad_request(
+            "invalid_expiry",
+            format!(
+                "expires_in_days must be between {} and {}",
+                EXPIRES_IN_DAYS.start(),
+                EXPIRES_IN_DAYS.end()
+            ),
+        ));
+    }
+    Ok(now + days * 86_400)
+}
+
 /// 400 `url_blocked` when a threat feed holds the destination (create, and edits later);
 /// the refusal names the feed, not the entry.
-pub(super) fn check_feeds(app: &App, long_url: &str) -> Result<(), ApiError> {
+fn check_feeds(app: &App, long_url: &str) -> Result<(), ApiError> {
     let Ok(url) = url::Url::parse(long_url) else {
         return Ok(());
     };
@@ -323,7 +333,7 @@ pub(super) fn link_info(app: &App, link: Link) -> LinkInfo {
 
 /// The link if it exists and `who` may see it; 404 otherwise, so that a token cannot probe
 /// for other users' links.
-async fn visible_link(app: &App, code: &str, who: &Principal) -> Result<Link, ApiError> {
+pub(super) async fn visible_link(app: &App, code: &str, who: &Principal) -> Result<Link, ApiError> {
     if !could_be_code(code) {
         return Err(ApiError::not_found());
     }

@@ -7,8 +7,10 @@ mod changes;
 mod error;
 mod json;
 mod links;
+mod listing;
 mod openapi;
 mod ops;
+mod qr;
 pub(crate) mod redirect;
 mod reports;
 
@@ -76,14 +78,17 @@ pub(crate) fn router(app: AppState) -> Router {
     // Only the API reads bodies; the redirect route skips the body-limit layer's per-request
     // bookkeeping.
     let api = Router::new()
-        .route("/api/v1/links", post(links::create))
+        .route("/api/v1/links", post(links::create).get(listing::list))
         .route(
             "/api/v1/links/{code}",
-            get(links::info).delete(changes::delete),
+            get(links::info)
+                .delete(changes::delete)
+                .patch(changes::edit),
         )
         .route("/api/v1/links/{code}/disable", post(changes::disable))
         .route("/api/v1/links/{code}/enable", post(changes::enable))
         .route("/api/v1/links/{code}/analytics", get(links::analytics))
+        .route("/api/v1/links/{code}/qr", get(qr::image))
         .route("/api/v1/audit", get(audit::list))
         .route("/api/v1/challenge", get(challenge::issue))
         .route("/api/v1/links/{code}/reports", post(reports::file))

@@ -9,7 +9,8 @@ pub mod sqlite;
 use crate::config::StoreConfig;
 use shortener_core::audit::{AuditAction, AuditQuery, AuditRecord, AuditRow};
 use shortener_core::day::UnixSeconds;
-use shortener_core::link::{ActorKind, Disable};
+use shortener_core::link::{ActorKind, Disable, LinkStatus};
+use shortener_core::listing::LinkQuery;
 use shortener_core::report::{Category, NewReport, Report, Resolution};
 use shortener_core::store::{ClickSink, LinkStore, StoreError};
 use std::sync::Arc;
@@ -181,6 +182,66 @@ fn audit_query_sql(
     let sql = format!(
         "SELECT id, {AUDIT_COLUMNS} FROM audit {condition} ORDER BY id DESC LIMIT {}",
         placeholder(values.len())
+    );
+    (sql, values)
+}
+
+/// The link page query with only the set filters, newest first, with the store's
+/// placeholders and substring function (`instr` / `strpos`, both haystack first), and its
+/// values in placeholder order.
+fn link_page_sql(
+    query: &LinkQuery,
+    placeholder: fn(usize) -> String,
+    substring_fn: &str,
+) -> (String, Vec<SqlValue>) {
+    let mut values = Vec::new();
+    let mut filters = vec!["deleted_at IS NULL".to_owned()];
+    let mut bind = |value: SqlValue| {
+        values.push(value);
+        placeholder(values.len())
+    };
+    if let Some(owner) = &query.owner {
+        filters.push(format!("owner = {}", bind(SqlValue::Text(owner.clone()))));
+    }
+    if let Some(text) = &query.contains {
+        let p = bind(SqlValue::Text(text.clone()));
+        filters.push(format!(
+            "({substring_fn}(code, {p}) > 0 OR {substring_fn}(long_url, {p}) > 0)"
+        ));
+    }
+    // The same precedence as `Link::status`: disabled wins over expired.
+    match query.status {
+        Some(LinkStatus::Active) => filters.push(format!(
+            "disabled_at IS NULL AND expires_at > {}",
+            bind(SqlValue::Int(query.now))
+        )),
+        Some(LinkStatus::Expired) => filters.push(format!(
+            "disabled_at IS NULL AND expires_at <= {}",
+            bind(SqlValue::Int(query.now))
+        )),
+        Some(LinkStatus::Disabled) => filters.push("disabled_at IS NOT NULL".to_owned()),
+        Some(LinkStatus::Deleted) => filters.push("FALSE".to_owned()),
+        None => {}
+    }
+    if let Some(after) = query.created_after {
+        filters.push(format!("created_at >= {}", bind(SqlValue::Int(after))));
+    }
+    if let Some(before) = query.created_before {
+        filters.push(format!("created_at < {}", bind(SqlValue::Int(before))));
+    }
+    if let Some(cursor) = &query.after {
+        let at = bind(SqlValue::Int(cursor.created_at));
+        let code = bind(SqlValue::Text(cursor.code.clone()));
+        filters.push(format!(
+            "(created_at < {at} OR (created_at = {at} AND code < {code}))"
+        ));
+    }
+    let limit = bind(SqlValue::Int(
+        i64::try_from(query.limit).unwrap_or(i64::MAX),
+    ));
+    let sql = format!(
+        "SELECT {LINK_COLUMNS} FROM links WHERE {} ORDER BY created_at DESC, code DESC LIMIT {limit}",
+        filters.join(" AND ")
     );
     (sql, values)
 }

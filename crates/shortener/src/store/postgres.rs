@@ -10,7 +10,7 @@ mod schema;
 
 use super::{
     AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, audit_query_sql,
-    disable_from, report_page_sql, update_state_sql,
+    disable_from, link_page_sql, report_page_sql, update_state_sql,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{
@@ -20,6 +20,7 @@ use deadpool_postgres::{
 use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
 use shortener_core::link::{Actor, Link, LinkChange, Refusal};
+use shortener_core::listing::LinkQuery;
 use shortener_core::report::{
     AUTO_DISABLE_WINDOW_SECONDS, AUTO_REPORTS_ACTOR, AutoDisable, NewReport, Report, ReportOutcome,
     ReportQuery, Resolution, ResolveOutcome,
@@ -323,6 +324,20 @@ impl PgStore {
             target: self.target.clone(),
             reason: describe(e),
         }
+    }
+
+    /// Runs a query built by one of the shared builders (`audit_query_sql`, …).
+    async fn query_built(&self, sql: &str, values: &[SqlValue]) -> Result<Vec<Row>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(sql).await.map_err(classify)?;
+        let params: Vec<&(dyn ToSql + Sync)> = values
+            .iter()
+            .map(|v| match v {
+                SqlValue::Text(t) => t as &(dyn ToSql + Sync),
+                SqlValue::Int(i) => i as &(dyn ToSql + Sync),
+            })
+            .collect();
+        client.query(&stmt, &params).await.map_err(classify)
     }
 
     async fn client(&self) -> Result<Object, StoreError> {
@@ -890,6 +905,15 @@ impl LinkStore for PgStore {
             .map_err(classify)
     }
 
+    async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
+        let (sql, values) = link_page_sql(query, placeholder, "strpos");
+        let rows = self.query_built(&sql, &values).await?;
+        rows.iter()
+            .map(link_from_row)
+            .collect::<Result<_, _>>()
+            .map_err(classify)
+    }
+
     async fn change_link(
         &self,
         code: &str,
@@ -974,16 +998,7 @@ impl LinkStore for PgStore {
 
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
         let (sql, values) = audit_query_sql(query, placeholder);
-        let client = self.client().await?;
-        let stmt = client.prepare_cached(&sql).await.map_err(classify)?;
-        let params: Vec<&(dyn ToSql + Sync)> = values
-            .iter()
-            .map(|v| match v {
-                SqlValue::Text(t) => t as &(dyn ToSql + Sync),
-                SqlValue::Int(i) => i as &(dyn ToSql + Sync),
-            })
-            .collect();
-        let rows = client.query(&stmt, &params).await.map_err(classify)?;
+        let rows = self.query_built(&sql, &values).await?;
         rows.iter()
             .map(|r| {
                 Ok(RawAudit {

@@ -25,6 +25,7 @@ use futures_util::future::BoxFuture;
 use shortener_core::audit::{AuditQuery, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
 use shortener_core::link::{Link, LinkChange};
+use shortener_core::listing::LinkQuery;
 use shortener_core::report::{
     AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
 };
@@ -341,6 +342,11 @@ impl LinkStore for Replicated {
     /// The primary, as every moderation read: what an admin just did shows at once.
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
         self.primary.audit(query).await
+    }
+
+    // The primary: a link just created or edited shows in its owner's list at once.
+    async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
+        self.primary.list_links(query).await
     }
 
     async fn prune_audit_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {

@@ -11,13 +11,14 @@ pub(crate) use schema::CURRENT_VERSION;
 
 use super::{
     AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, audit_query_sql,
-    disable_from, report_page_sql, update_state_sql,
+    disable_from, link_page_sql, report_page_sql, update_state_sql,
 };
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
 use shortener_core::link::{Actor, Link, LinkChange, Refusal};
+use shortener_core::listing::LinkQuery;
 use shortener_core::report::{
     AUTO_DISABLE_WINDOW_SECONDS, AUTO_REPORTS_ACTOR, AutoDisable, NewReport, Report, ReportOutcome,
     ReportQuery, Resolution, ResolveOutcome,
@@ -308,6 +309,19 @@ fn placeholder(i: usize) -> String {
     format!("?{i}")
 }
 
+/// A shared query's values as SQLite parameters.
+fn bound(values: Vec<SqlValue>) -> rusqlite::ParamsFromIter<Vec<rusqlite::types::Value>> {
+    rusqlite::params_from_iter(
+        values
+            .into_iter()
+            .map(|v| match v {
+                SqlValue::Text(t) => rusqlite::types::Value::Text(t),
+                SqlValue::Int(i) => rusqlite::types::Value::Integer(i),
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
 fn read_link(c: &Connection, code: &str) -> rusqlite::Result<Option<Link>> {
     c.prepare_cached(&format!("SELECT {LINK_COLUMNS} FROM links WHERE code = ?1"))?
         .query_row([code], link_from_row)
@@ -493,6 +507,16 @@ impl LinkStore for SqliteStore {
         self.read(move |c| read_link(c, &code)).await
     }
 
+    async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
+        let (sql, values) = link_page_sql(query, placeholder, "instr");
+        self.read(move |c| {
+            c.prepare_cached(&sql)?
+                .query_map(bound(values), link_from_row)?
+                .collect()
+        })
+        .await
+    }
+
     async fn change_link(
         &self,
         code: &str,
@@ -572,15 +596,8 @@ impl LinkStore for SqliteStore {
         let (sql, values) = audit_query_sql(query, placeholder);
         let raw: Vec<RawAudit> = self
             .read(move |c| {
-                let values: Vec<rusqlite::types::Value> = values
-                    .into_iter()
-                    .map(|v| match v {
-                        SqlValue::Text(t) => rusqlite::types::Value::Text(t),
-                        SqlValue::Int(i) => rusqlite::types::Value::Integer(i),
-                    })
-                    .collect();
                 c.prepare_cached(&sql)?
-                    .query_map(rusqlite::params_from_iter(values), |r| {
+                    .query_map(bound(values), |r| {
                         Ok(RawAudit {
                             id: r.get(0)?,
                             at: r.get(1)?,

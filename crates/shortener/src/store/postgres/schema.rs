@@ -121,6 +121,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX reports_code ON reports (code, at);
     CREATE INDEX reports_queue ON reports (resolved_at, id);
     ",
+    // v4: the link list's order (newest first, ties by code), per owner and for admins; the
+    // owner index it extends goes.
+    "
+    CREATE INDEX links_owner_created ON links (owner, created_at, code);
+    CREATE INDEX links_created ON links (created_at, code);
+    DROP INDEX links_owner;
+    ",
 ];
 
 /// Schema version this binary reads and writes.

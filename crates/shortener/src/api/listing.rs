@@ -1,0 +1,205 @@
+//! `GET /api/v1/links`: the caller's links (an admin's: everyone's), newest first, a page at
+//! a time behind an opaque cursor.
+
+use super::AppState;
+use super::auth::required_principal;
+use super::error::{ApiError, ErrorBody};
+use super::links::{LinkInfo, link_info};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
+use shortener_core::alias::could_be_code;
+use shortener_core::day::parse_rfc3339;
+use shortener_core::link::LinkStatus;
+use shortener_core::listing::{LinkCursor, LinkQuery, MAX_PAGE};
+use utoipa::{IntoParams, ToSchema};
+
+/// Links per page unless `limit` says otherwise.
+const DEFAULT_PAGE: usize = 20;
+
+/// A page of links.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct LinkPage {
+    /// Newest first; never a deleted link.
+    pub links: Vec<LinkInfo>,
+    /// Pass as `cursor` for the next (older) page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// The query string of `GET /api/v1/links`; unknown parameters are refused.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct ListParams {
+    /// Only this user's links (admins only; others may name only themselves).
+    #[param(pattern = "^[^\\x00]*$")]
+    owner: Option<String>,
+    /// Only links whose code or destination contains this text (case-sensitive).
+    #[param(pattern = "^[^\\x00]*$")]
+    q: Option<String>,
+    /// Only links in this state.
+    #[param(value_type = Option<String>, pattern = "^(active|disabled|expired)$")]
+    status: Option<String>,
+    /// Created at or after this instant, RFC 3339.
+    #[param(format = DateTime)]
+    created_after: Option<String>,
+    /// Created before this instant, RFC 3339.
+    #[param(format = DateTime)]
+    created_before: Option<String>,
+    /// `next_cursor` of the previous page.
+    #[param(pattern = "^[0-9a-f]{16}[A-Za-z0-9-]{4,30}$")]
+    cursor: Option<String>,
+    /// Links per page (default 20).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
+    limit: Option<String>,
+}
+
+/// The cursor after a link: its creation instant (16 hex digits) and its code. Every string
+/// of that form is a cursor, so the document's pattern says exactly which are accepted.
+fn encode_cursor(cursor: &LinkCursor) -> String {
+    // The bits of the i64, as u64: negative instants round-trip too.
+    format!("{:016x}{}", cursor.created_at as u64, cursor.code)
+}
+
+fn decode_cursor(text: &str) -> Option<LinkCursor> {
+    let (at, code) = text.split_at_checked(16)?;
+    if !at.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) || !could_be_code(code) {
+        return None;
+    }
+    Some(LinkCursor {
+        created_at: u64::from_str_radix(at, 16).ok()? as i64,
+        code: code.to_owned(),
+    })
+}
+
+fn invalid(message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_query", message)
+}
+
+impl ListParams {
+    /// The store query these parameters ask for on behalf of `user` (`admin` or not).
+    fn query(self, user: &str, admin: bool) -> Result<LinkQuery, ApiError> {
+        // PostgreSQL refuses NUL in text; no code, destination or user name holds one.
+        if [&self.owner, &self.q]
+            .into_iter()
+            .flatten()
+            .any(|text| text.contains('\0'))
+        {
+            return Err(invalid("owner and q must not contain NUL characters"));
+        }
+        let owner = match self.owner {
+            Some(owner) if admin || owner == user => Some(owner),
+            Some(_) => {
+                return Err(invalid(
+                    "owner may only name another user with an admin token",
+                ));
+            }
+            None if admin => None,
+            None => Some(user.to_owned()),
+        };
+        let instant = |name: &str, value: Option<String>| {
+            value
+                .map(|v| {
+                    parse_rfc3339(&v).ok_or_else(|| {
+                        invalid(format!(
+                            "{name} must be an RFC 3339 instant such as 2026-12-01T00:00:00Z"
+                        ))
+                    })
+                })
+                .transpose()
+        };
+        let status = match self.status.as_deref() {
+            None => None,
+            Some("active") => Some(LinkStatus::Active),
+            Some("disabled") => Some(LinkStatus::Disabled),
+            Some("expired") => Some(LinkStatus::Expired),
+            Some(_) => return Err(invalid("status must be active, disabled or expired")),
+        };
+        let limit = match self.limit.as_deref().map(str::parse::<usize>) {
+            None => DEFAULT_PAGE,
+            Some(Ok(n)) if (1..=MAX_PAGE).contains(&n) => n,
+            Some(_) => return Err(invalid(format!("limit must be between 1 and {MAX_PAGE}"))),
+        };
+        let after = self
+            .cursor
+            .map(|c| {
+                decode_cursor(&c).ok_or_else(|| {
+                    ApiError::bad_request("invalid_cursor", "cursor is not one this API gave out")
+                })
+            })
+            .transpose()?;
+        Ok(LinkQuery {
+            contains: self.q.filter(|q| !q.is_empty()),
+            status,
+            created_after: instant("created_after", self.created_after)?,
+            created_before: instant("created_before", self.created_before)?,
+            after,
+            ..LinkQuery::new(owner, crate::now(), limit)
+        })
+    }
+}
+
+/// The caller's links (an admin's: everyone's, or one `owner`'s), newest first.
+#[utoipa::path(
+    get, path = "/api/v1/links", tag = "links", operation_id = "list_links",
+    params(ListParams),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A page of links", body = LinkPage),
+        (status = 400, description = "Unknown parameter, a status other than active/disabled/expired, a time that is not RFC 3339, limit outside 1-100, another user's owner without an admin token, NUL in q or owner (`invalid_query`); a bad cursor (`invalid_cursor`)", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 503, description = "Store unavailable", body = ErrorBody),
+    )
+)]
+pub(super) async fn list(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Result<axum::Json<LinkPage>, ApiError> {
+    let who = required_principal(&app, &headers).await?;
+    let Query(params) = params.map_err(|e| invalid(e.body_text()))?;
+    let query = params.query(&who.user, who.admin)?;
+    let links = app.store.list_links(&query).await?;
+    let next_cursor = (links.len() == query.limit)
+        .then(|| {
+            links.last().map(|l| {
+                encode_cursor(&LinkCursor {
+                    created_at: l.created_at,
+                    code: l.code.clone(),
+                })
+            })
+        })
+        .flatten();
+    Ok(axum::Json(LinkPage {
+        links: links.into_iter().map(|l| link_info(&app, l)).collect(),
+        next_cursor,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        for (created_at, code) in [(0, "abcdefg"), (1_780_000_000, "spring-sale"), (-1, "a-b-")] {
+            let cursor = LinkCursor {
+                created_at,
+                code: code.into(),
+            };
+            assert_eq!(decode_cursor(&encode_cursor(&cursor)), Some(cursor));
+        }
+        for bad in [
+            "",
+            "abc",
+            "0000000000000000",
+            "000000000000000Gabcd",
+            "+000000000000000abcd",
+            "0000000000000000ab/c",
+            "0000000000000000abc",
+        ] {
+            assert_eq!(decode_cursor(bad), None, "{bad:?}");
+        }
+    }
+}
