@@ -182,14 +182,30 @@ impl AuditRecord {
         }
     }
 
-    /// The row of a token issued to `user`.
-    pub fn token_issued(user: &str, admin: bool, origin: &Origin, at: UnixSeconds) -> Self {
+    /// The row of a token issued.
+    pub fn token_issued(token: &crate::store::TokenRecord, origin: &Origin) -> Self {
+        let info = crate::store::TokenInfo {
+            id: token.hash.public_id(),
+            principal: token.principal.clone(),
+            name: token.name.clone(),
+            created_at: token.created_at,
+            last_used_at: None,
+        };
         Self {
-            detail: Some(format!(
-                "{} token for {user}",
-                if admin { "admin" } else { "user" }
-            )),
-            ..Self::new(origin, at, AuditAction::TokenIssued)
+            detail: Some(info.describe()),
+            ..Self::new(origin, token.created_at, AuditAction::TokenIssued)
+        }
+    }
+
+    /// The row of a token revoked.
+    pub fn token_revoked(
+        token: &crate::store::TokenInfo,
+        origin: &Origin,
+        at: UnixSeconds,
+    ) -> Self {
+        Self {
+            detail: Some(token.describe()),
+            ..Self::new(origin, at, AuditAction::TokenRevoked)
         }
     }
 }

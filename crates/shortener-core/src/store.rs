@@ -5,7 +5,7 @@ use crate::day::{Day, UnixSeconds};
 use crate::link::{Link, LinkChange, Refusal};
 use crate::listing::LinkQuery;
 use crate::report::{AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, ResolveOutcome};
-use crate::token::{Principal, TokenHash};
+use crate::token::{Principal, TokenHash, TokenId};
 use async_trait::async_trait;
 use std::ops::Range;
 
@@ -73,6 +73,48 @@ pub struct TokenRecord {
     pub principal: Principal,
     /// When it was issued.
     pub created_at: UnixSeconds,
+    /// The operator's label for it, if any.
+    pub name: Option<String>,
+}
+
+/// A stored token as `token list` shows it: never its hash or secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    /// Its public id.
+    pub id: TokenId,
+    /// Who it belongs to.
+    pub principal: Principal,
+    /// The operator's label for it, if any.
+    pub name: Option<String>,
+    /// When it was issued.
+    pub created_at: UnixSeconds,
+    /// Roughly when it was last presented (see [`crate::token::LAST_USED_GRANULARITY`]).
+    pub last_used_at: Option<UnixSeconds>,
+}
+
+impl TokenInfo {
+    /// One line naming the token for people: kind, user, id and name.
+    pub fn describe(&self) -> String {
+        let kind = if self.principal.admin {
+            "admin"
+        } else {
+            "user"
+        };
+        let mut line = format!("{kind} token {} for {}", self.id, self.principal.user);
+        if let Some(name) = &self.name {
+            line.push_str(&format!(" ({name})"));
+        }
+        line
+    }
+}
+
+/// A presented token that the store knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundToken {
+    /// Who it belongs to.
+    pub principal: Principal,
+    /// Roughly when it was last presented.
+    pub last_used_at: Option<UnixSeconds>,
 }
 
 /// Clicks on one code on one UTC day, already summed.
@@ -203,8 +245,25 @@ pub trait LinkStore: Send + Sync + 'static {
     /// Stores a new token, with its audit row in the same transaction.
     async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError>;
 
-    /// Who owns the token with this hash, if anyone.
-    async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError>;
+    /// Who owns the token with this hash, if anyone. This is the only way a request's token
+    /// is checked (nothing caches it), so a revoked token fails on every instance at once.
+    async fn find_token(&self, hash: &TokenHash) -> Result<Option<FoundToken>, StoreError>;
+
+    /// Records a use of the token at `at` (callers write only when
+    /// [`crate::token::last_use_is_stale`]).
+    async fn touch_token(&self, hash: &TokenHash, at: UnixSeconds) -> Result<(), StoreError>;
+
+    /// Every token, oldest first.
+    async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError>;
+
+    /// Deletes the token with this id, with its `token_revoked` audit row in the same
+    /// transaction; `None` when no token has the id.
+    async fn revoke_token(
+        &self,
+        id: TokenId,
+        origin: &Origin,
+        at: UnixSeconds,
+    ) -> Result<Option<TokenInfo>, StoreError>;
 
     /// Checks that the store answers.
     async fn ping(&self) -> Result<(), StoreError>;

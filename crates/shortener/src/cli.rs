@@ -91,6 +91,12 @@ pub struct AuditArgs {
 pub enum TokenCommand {
     /// Issue a new bearer token; it is printed alone on the last line of stdout.
     Create(TokenCreateArgs),
+    /// List every token: id, user, name, admin, created, last used (to the minute). Never
+    /// the secret.
+    List(TokenListArgs),
+    /// Revoke a token by the id `token create` and `token list` print; every serving
+    /// process refuses it from its next request.
+    Revoke(TokenRevokeArgs),
 }
 
 /// Where the links live; every subcommand takes these. Unset flags fall back to the
@@ -264,6 +270,24 @@ pub struct TokenCreateArgs {
     /// Admin tokens read and delete every link.
     #[arg(long)]
     pub admin: bool,
+    /// A label for the operator ("ci", "alice's laptop"), shown by `token list`.
+    #[arg(long, value_name = "LABEL")]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TokenListArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct TokenRevokeArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The token's id (12 hex digits).
+    #[arg(value_name = "ID")]
+    pub id: String,
 }
 
 /// Parses the command line, or explains the mistake in one line and exits 2.

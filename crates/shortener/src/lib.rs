@@ -35,6 +35,8 @@ pub async fn run(cli: cli::Cli) -> anyhow::Result<()> {
         }
         cli::Command::Migrate(args) => migrate::run(args).await,
         cli::Command::Token(cli::TokenCommand::Create(args)) => token::create(args).await,
+        cli::Command::Token(cli::TokenCommand::List(args)) => token::list(args).await,
+        cli::Command::Token(cli::TokenCommand::Revoke(args)) => token::revoke(args).await,
         cli::Command::Link(command) => admin_cli::link(command).await,
         cli::Command::Audit(args) => admin_cli::audit(args).await,
     }

@@ -12,7 +12,8 @@ use shortener_core::day::Day;
 use shortener_core::link::{Actor, ActorKind, Link, LinkChange, LinkStatus, Refusal};
 use shortener_core::listing::{LinkCursor, LinkQuery};
 use shortener_core::store::{
-    ChangeOutcome, ClickBatch, ClickDelta, DailyCount, InsertOutcome, StoreError, TokenRecord,
+    ChangeOutcome, ClickBatch, ClickDelta, DailyCount, InsertOutcome, StoreError, TokenInfo,
+    TokenRecord,
 };
 use shortener_core::token::{Principal, TokenHash};
 
@@ -351,11 +352,27 @@ async fn contract(store: &dyn Store) {
             admin: true,
         },
         created_at: 1_700_000_000,
+        name: Some("ci".into()),
     };
     store.insert_token(&token, &origin()).await.unwrap();
+    let found = store.find_token(&token.hash).await.unwrap().unwrap();
     assert_eq!(
-        store.find_token(&token.hash).await.unwrap(),
-        Some(token.principal.clone())
+        (found.principal, found.last_used_at),
+        (token.principal.clone(), None)
+    );
+    store.touch_token(&token.hash, 1_700_000_100).await.unwrap();
+    // A late writer never moves "last used" backwards.
+    store.touch_token(&token.hash, 1_700_000_050).await.unwrap();
+    let listed = store.list_tokens().await.unwrap();
+    assert_eq!(
+        listed,
+        [TokenInfo {
+            id: token.hash.public_id(),
+            principal: token.principal.clone(),
+            name: Some("ci".into()),
+            created_at: 1_700_000_000,
+            last_used_at: Some(1_700_000_100),
+        }]
     );
     assert_eq!(
         store.find_token(&TokenHash::of("shk_other")).await.unwrap(),
@@ -377,8 +394,33 @@ async fn contract(store: &dyn Store) {
     assert_eq!(issued.len(), 1);
     assert_eq!(
         issued[0].record.detail.as_deref(),
-        Some("admin token for bob")
+        Some(format!("admin token {} for bob (ci)", token.hash.public_id()).as_str())
     );
+    // Revoking: gone from lookups and the list, with its audit row; a second time, unknown.
+    let revoked = store
+        .revoke_token(token.hash.public_id(), &origin(), 1_700_000_200)
+        .await
+        .unwrap();
+    assert_eq!(revoked, listed.into_iter().next());
+    assert_eq!(store.find_token(&token.hash).await.unwrap(), None);
+    assert!(store.list_tokens().await.unwrap().is_empty());
+    assert_eq!(
+        store
+            .revoke_token(token.hash.public_id(), &origin(), 1_700_000_300)
+            .await
+            .unwrap(),
+        None
+    );
+    let trail = store
+        .audit(&AuditQuery {
+            action: Some(AuditAction::TokenRevoked),
+            limit: 10,
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(trail.len(), 1);
+    assert_eq!(trail[0].record.at, 1_700_000_200);
 }
 
 /// The link list on a store of its own: order, keyset cursor, every filter, literal

@@ -4,9 +4,12 @@ use super::App;
 use super::error::ApiError;
 use axum::http::{HeaderMap, header};
 use shortener_core::audit::Origin;
+use shortener_core::day::UnixSeconds;
 use shortener_core::link::Actor;
-use shortener_core::token::{Principal, TokenHash};
+use shortener_core::token::{Principal, TokenHash, last_use_is_stale};
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Mutex, PoisonError};
 
 /// The principal behind the request's bearer token; `None` when there is no
 /// `Authorization` header at all. A header that is present but wrong is a 401, never
@@ -28,12 +31,46 @@ pub(super) async fn principal(
         .ok_or_else(|| {
             ApiError::unauthorized("invalid_token", "Authorization must be 'Bearer <token>'")
         })?;
-    match app.store.find_token(&TokenHash::of(token)).await? {
-        Some(p) => Ok(Some(p)),
+    let hash = TokenHash::of(token);
+    match app.store.find_token(&hash).await? {
+        Some(found) => {
+            let now = crate::now();
+            if app.token_uses.claim(hash, found.last_used_at, now) {
+                // "Last used" is approximate: a failed write must not fail the request.
+                let store = app.store.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = store.touch_token(&hash, now).await {
+                        tracing::warn!(error = %e, "cannot record a token's last use");
+                    }
+                });
+            }
+            Ok(Some(found.principal))
+        }
         None => Err(ApiError::unauthorized(
             "invalid_token",
             "the bearer token is not valid",
         )),
+    }
+}
+
+/// Which tokens this process has recorded a use of, and when: requests that arrive while a
+/// first write is in flight (all seeing the old stored value) do not write again.
+#[derive(Debug, Default)]
+pub(crate) struct TokenUses(Mutex<HashMap<TokenHash, UnixSeconds>>);
+
+impl TokenUses {
+    /// Whether a request at `now` should write the token's last use, given the stored value.
+    fn claim(&self, hash: TokenHash, stored: Option<UnixSeconds>, now: UnixSeconds) -> bool {
+        if !last_use_is_stale(stored, now) {
+            return false;
+        }
+        let mut written = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mine = written.get(&hash).copied();
+        if !last_use_is_stale(mine.max(stored), now) {
+            return false;
+        }
+        written.insert(hash, now);
+        true
     }
 }
 
@@ -82,5 +119,23 @@ pub(super) fn origin(
             .get(header::USER_AGENT)
             .and_then(|v| v.to_str().ok())
             .map(|ua| ua.chars().take(MAX_USER_AGENT).collect()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_use_is_written_once_a_minute_per_process() {
+        let uses = TokenUses::default();
+        let hash = TokenHash::of("shk_a");
+        assert!(uses.claim(hash, None, 1_000));
+        // Concurrent requests still see the old stored value; this process wrote already.
+        assert!(!uses.claim(hash, None, 1_001));
+        assert!(!uses.claim(hash, Some(1_000), 1_059));
+        assert!(uses.claim(hash, Some(1_000), 1_060));
+        // Another token is its own.
+        assert!(uses.claim(TokenHash::of("shk_b"), None, 1_001));
     }
 }

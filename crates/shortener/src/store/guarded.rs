@@ -21,10 +21,10 @@ use shortener_core::report::{
     AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
 };
 use shortener_core::store::{
-    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome,
-    LinkStore, StoreError, TokenRecord,
+    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, FoundToken,
+    InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
 };
-use shortener_core::token::{Principal, TokenHash};
+use shortener_core::token::{TokenHash, TokenId};
 use std::future::Future;
 use std::ops::Range;
 use std::sync::Arc;
@@ -201,8 +201,25 @@ impl LinkStore for GuardedStore {
         self.bounded(self.inner.insert_token(token, origin)).await
     }
 
-    async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError> {
+    async fn find_token(&self, hash: &TokenHash) -> Result<Option<FoundToken>, StoreError> {
         self.bounded(self.inner.find_token(hash)).await
+    }
+
+    async fn touch_token(&self, hash: &TokenHash, at: UnixSeconds) -> Result<(), StoreError> {
+        self.bounded(self.inner.touch_token(hash, at)).await
+    }
+
+    async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
+        self.bounded(self.inner.list_tokens()).await
+    }
+
+    async fn revoke_token(
+        &self,
+        id: TokenId,
+        origin: &Origin,
+        at: UnixSeconds,
+    ) -> Result<Option<TokenInfo>, StoreError> {
+        self.bounded(self.inner.revoke_token(id, origin, at)).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -13,6 +13,7 @@ use shortener_core::link::{ActorKind, Disable, LinkStatus};
 use shortener_core::listing::LinkQuery;
 use shortener_core::report::{Category, NewReport, Report, Resolution};
 use shortener_core::store::{ClickSink, LinkStore, StoreError};
+use shortener_core::token::{TokenHash, TokenId};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +35,16 @@ const STATE_COLUMNS: [&str; 8] = [
 ];
 /// The `audit` columns in the order both stores write and read them (after `id`).
 const AUDIT_COLUMNS: &str = "at, actor, ip, user_agent, action, code, old_url, new_url, detail";
+
+/// The `tokens` columns both stores read into a `TokenInfo`, in order.
+const TOKEN_COLUMNS: &str = "hash, user_name, admin, name, created_at, last_used_at";
+
+/// The public id of a stored token hash.
+fn stored_token_id(hash: &[u8]) -> Result<TokenId, StoreError> {
+    <[u8; 32]>::try_from(hash)
+        .map(|hash| TokenHash(hash).public_id())
+        .map_err(|_| StoreError::Backend("a stored token hash is not 32 bytes".into()))
+}
 
 /// `UPDATE links SET … WHERE code = <1>` for a change, with the store's placeholders.
 fn update_state_sql(placeholder: fn(usize) -> String) -> String {

@@ -9,8 +9,9 @@
 mod schema;
 
 use super::{
-    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, audit_query_sql,
-    disable_from, link_page_sql, report_page_sql, update_state_sql,
+    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, TOKEN_COLUMNS,
+    audit_query_sql, disable_from, link_page_sql, report_page_sql, stored_token_id,
+    update_state_sql,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{
@@ -26,10 +27,10 @@ use shortener_core::report::{
     ReportQuery, Resolution, ResolveOutcome,
 };
 use shortener_core::store::{
-    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome,
-    LinkStore, StoreError, TokenRecord,
+    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, FoundToken,
+    InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
 };
-use shortener_core::token::{Principal, TokenHash};
+use shortener_core::token::{Principal, TOKEN_ID_BYTES, TokenHash, TokenId};
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::ops::Range;
@@ -566,6 +567,20 @@ fn is_retryable(e: &tokio_postgres::Error) -> bool {
         e.code(),
         Some(&SqlState::T_R_SERIALIZATION_FAILURE | &SqlState::T_R_DEADLOCK_DETECTED)
     )
+}
+
+fn token_info(r: &Row) -> Result<TokenInfo, StoreError> {
+    let id = stored_token_id(r.try_get(0).map_err(classify)?)?;
+    Ok(TokenInfo {
+        id,
+        principal: Principal {
+            user: r.try_get(1).map_err(classify)?,
+            admin: r.try_get(2).map_err(classify)?,
+        },
+        name: r.try_get(3).map_err(classify)?,
+        created_at: r.try_get(4).map_err(classify)?,
+        last_used_at: r.try_get(5).map_err(classify)?,
+    })
 }
 
 fn classify(e: tokio_postgres::Error) -> StoreError {
@@ -1131,20 +1146,17 @@ impl LinkStore for PgStore {
 
     async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError> {
         let mut client = self.client().await?;
-        let audit = AuditRecord::token_issued(
-            &token.principal.user,
-            token.principal.admin,
-            origin,
-            token.created_at,
-        );
+        let audit = AuditRecord::token_issued(token, origin);
         let tx = client.transaction().await.map_err(classify)?;
         tx.execute(
-            "INSERT INTO tokens (hash, user_name, admin, created_at) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO tokens (hash, user_name, admin, created_at, name)
+             VALUES ($1, $2, $3, $4, $5)",
             &[
                 &&token.hash.0[..],
                 &token.principal.user,
                 &token.principal.admin,
                 &token.created_at,
+                &token.name,
             ],
         )
         .await
@@ -1153,10 +1165,10 @@ impl LinkStore for PgStore {
         tx.commit().await.map_err(classify)
     }
 
-    async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError> {
+    async fn find_token(&self, hash: &TokenHash) -> Result<Option<FoundToken>, StoreError> {
         let client = self.client().await?;
         let stmt = client
-            .prepare_cached("SELECT user_name, admin FROM tokens WHERE hash = $1")
+            .prepare_cached("SELECT user_name, admin, last_used_at FROM tokens WHERE hash = $1")
             .await
             .map_err(classify)?;
         client
@@ -1164,14 +1176,81 @@ impl LinkStore for PgStore {
             .await
             .and_then(|row| {
                 row.map(|r| {
-                    Ok(Principal {
-                        user: r.try_get(0)?,
-                        admin: r.try_get(1)?,
+                    Ok(FoundToken {
+                        principal: Principal {
+                            user: r.try_get(0)?,
+                            admin: r.try_get(1)?,
+                        },
+                        last_used_at: r.try_get(2)?,
                     })
                 })
                 .transpose()
             })
             .map_err(classify)
+    }
+
+    async fn touch_token(&self, hash: &TokenHash, at: UnixSeconds) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE tokens SET last_used_at = $2
+                 WHERE hash = $1 AND (last_used_at IS NULL OR last_used_at < $2)",
+                &[&&hash.0[..], &at],
+            )
+            .await
+            .map_err(classify)?;
+        Ok(())
+    }
+
+    async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, hash"),
+                &[],
+            )
+            .await
+            .map_err(classify)?;
+        rows.iter().map(token_info).collect()
+    }
+
+    async fn revoke_token(
+        &self,
+        id: TokenId,
+        origin: &Origin,
+        at: UnixSeconds,
+    ) -> Result<Option<TokenInfo>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(classify)?;
+        let found = tx
+            .query(
+                &format!(
+                    "DELETE FROM tokens WHERE substring(hash from 1 for {TOKEN_ID_BYTES}) = $1
+                     RETURNING {}",
+                    TOKEN_COLUMNS
+                        .trim_start_matches("SELECT ")
+                        .trim_end_matches(" FROM tokens")
+                ),
+                &[&&id.0[..]],
+            )
+            .await
+            .map_err(classify)?;
+        let token = match found.as_slice() {
+            [] => return Ok(None),
+            [row] => token_info(row)?,
+            // Two tokens sharing 48 bits of hash: an id that does not say which revokes
+            // neither (the transaction is dropped, so rolled back).
+            _ => {
+                return Err(StoreError::Backend(
+                    format!("two tokens have the id {id}").into(),
+                ));
+            }
+        };
+        insert_audit(&tx, &AuditRecord::token_revoked(&token, origin, at))
+            .await
+            .map_err(classify)?;
+        tx.commit().await.map_err(classify)?;
+        Ok(Some(token))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

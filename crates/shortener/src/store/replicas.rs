@@ -30,10 +30,10 @@ use shortener_core::report::{
     AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
 };
 use shortener_core::store::{
-    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome,
-    LinkStore, StoreError, TokenRecord,
+    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, FoundToken,
+    InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
 };
-use shortener_core::token::{Principal, TokenHash};
+use shortener_core::token::{TokenHash, TokenId};
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
@@ -385,7 +385,24 @@ impl LinkStore for Replicated {
         self.primary.insert_token(token, origin).await
     }
 
-    async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError> {
+    async fn touch_token(&self, hash: &TokenHash, at: UnixSeconds) -> Result<(), StoreError> {
+        self.primary.touch_token(hash, at).await
+    }
+
+    async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
+        self.primary.list_tokens().await
+    }
+
+    async fn revoke_token(
+        &self,
+        id: TokenId,
+        origin: &Origin,
+        at: UnixSeconds,
+    ) -> Result<Option<TokenInfo>, StoreError> {
+        self.primary.revoke_token(id, origin, at).await
+    }
+
+    async fn find_token(&self, hash: &TokenHash) -> Result<Option<FoundToken>, StoreError> {
         self.read(|store| store.find_token(hash), Option::is_some)
             .await
     }

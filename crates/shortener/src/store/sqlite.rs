@@ -10,8 +10,9 @@ mod schema;
 pub(crate) use schema::CURRENT_VERSION;
 
 use super::{
-    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, audit_query_sql,
-    disable_from, link_page_sql, report_page_sql, update_state_sql,
+    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, TOKEN_COLUMNS,
+    audit_query_sql, disable_from, link_page_sql, report_page_sql, stored_token_id,
+    update_state_sql,
 };
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -24,10 +25,10 @@ use shortener_core::report::{
     ReportQuery, Resolution, ResolveOutcome,
 };
 use shortener_core::store::{
-    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, InsertOutcome,
-    LinkStore, StoreError, TokenRecord,
+    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, FoundToken,
+    InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
 };
-use shortener_core::token::{Principal, TokenHash};
+use shortener_core::token::{Principal, TOKEN_ID_BYTES, TokenHash, TokenId};
 use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
@@ -235,6 +236,23 @@ fn run_group(conn: &Connection, group: &mut [Box<dyn WriteOp>]) -> rusqlite::Res
         }
     }
     conn.execute_batch("COMMIT")
+}
+
+fn token_info(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenInfo> {
+    let hash: Vec<u8> = r.get(0)?;
+    let id = stored_token_id(&hash).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Blob, e.into())
+    })?;
+    Ok(TokenInfo {
+        id,
+        principal: Principal {
+            user: r.get(1)?,
+            admin: r.get(2)?,
+        },
+        name: r.get(3)?,
+        created_at: r.get(4)?,
+        last_used_at: r.get(5)?,
+    })
 }
 
 fn classify(e: rusqlite::Error) -> StoreError {
@@ -698,20 +716,17 @@ impl LinkStore for SqliteStore {
 
     async fn insert_token(&self, token: &TokenRecord, origin: &Origin) -> Result<(), StoreError> {
         let token = token.clone();
-        let audit = AuditRecord::token_issued(
-            &token.principal.user,
-            token.principal.admin,
-            origin,
-            token.created_at,
-        );
+        let audit = AuditRecord::token_issued(&token, origin);
         self.write(move |c| {
             c.execute(
-                "INSERT INTO tokens (hash, user_name, admin, created_at) VALUES (?1, ?2, ?3, ?4)",
+                "INSERT INTO tokens (hash, user_name, admin, created_at, name)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![
                     &token.hash.0[..],
                     token.principal.user,
                     token.principal.admin,
-                    token.created_at
+                    token.created_at,
+                    token.name
                 ],
             )?;
             insert_audit(c, &audit)
@@ -719,17 +734,75 @@ impl LinkStore for SqliteStore {
         .await
     }
 
-    async fn find_token(&self, hash: &TokenHash) -> Result<Option<Principal>, StoreError> {
+    async fn find_token(&self, hash: &TokenHash) -> Result<Option<FoundToken>, StoreError> {
         let hash = *hash;
         self.read(move |c| {
-            c.prepare_cached("SELECT user_name, admin FROM tokens WHERE hash = ?1")?
+            c.prepare_cached("SELECT user_name, admin, last_used_at FROM tokens WHERE hash = ?1")?
                 .query_row([&hash.0[..]], |r| {
-                    Ok(Principal {
-                        user: r.get(0)?,
-                        admin: r.get(1)?,
+                    Ok(FoundToken {
+                        principal: Principal {
+                            user: r.get(0)?,
+                            admin: r.get(1)?,
+                        },
+                        last_used_at: r.get(2)?,
                     })
                 })
                 .optional()
+        })
+        .await
+    }
+
+    async fn touch_token(&self, hash: &TokenHash, at: UnixSeconds) -> Result<(), StoreError> {
+        let hash = *hash;
+        self.write(move |c| {
+            c.execute(
+                "UPDATE tokens SET last_used_at = ?2
+                 WHERE hash = ?1 AND (last_used_at IS NULL OR last_used_at < ?2)",
+                params![&hash.0[..], at],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
+        self.read(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, hash"
+            ))?
+            .query_map([], token_info)?
+            .collect()
+        })
+        .await
+    }
+
+    async fn revoke_token(
+        &self,
+        id: TokenId,
+        origin: &Origin,
+        at: UnixSeconds,
+    ) -> Result<Option<TokenInfo>, StoreError> {
+        let origin = origin.clone();
+        self.write(move |c| {
+            let found = c
+                .prepare_cached(&format!(
+                    "SELECT {TOKEN_COLUMNS} FROM tokens WHERE substr(hash, 1, {TOKEN_ID_BYTES}) = ?1"
+                ))?
+                .query_map([&id.0[..]], token_info)?
+                .collect::<Result<Vec<_>, _>>()?;
+            let token = match <[TokenInfo; 1]>::try_from(found) {
+                Ok([token]) => token,
+                Err(found) if found.is_empty() => return Ok(None),
+                // Two tokens sharing 48 bits of hash: an id that does not say which revokes
+                // neither.
+                Err(_) => return Err(rusqlite::Error::QueryReturnedMoreThanOneRow),
+            };
+            c.execute(
+                &format!("DELETE FROM tokens WHERE substr(hash, 1, {TOKEN_ID_BYTES}) = ?1"),
+                [&id.0[..]],
+            )?;
+            insert_audit(c, &AuditRecord::token_revoked(&token, &origin, at))?;
+            Ok(Some(token))
         })
         .await
     }

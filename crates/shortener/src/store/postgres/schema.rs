@@ -128,6 +128,12 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX links_created ON links (created_at, code);
     DROP INDEX links_owner;
     ",
+    // v5: tokens get an operator's label and an approximate last use; their public id is
+    // derived from the hash, so existing tokens have one already.
+    "
+    ALTER TABLE tokens ADD COLUMN name TEXT;
+    ALTER TABLE tokens ADD COLUMN last_used_at INT8;
+    ",
 ];
 
 /// Schema version this binary reads and writes.
