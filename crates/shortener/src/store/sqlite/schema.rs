@@ -162,3 +162,32 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), MigrationError> {
         tracing::info!(version = version + 1, "applied schema migration");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn tokens_issued_before_v5_keep_working_and_are_listed() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..4] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 4).unwrap();
+        conn.execute(
+            "INSERT INTO tokens (hash, user_name, admin, created_at) VALUES (?1, 'old', 0, 5)",
+            [&[7u8; 32][..]],
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let row: (String, Option<String>, Option<i64>) = conn
+            .query_row(
+                "SELECT user_name, name, last_used_at FROM tokens WHERE substr(hash, 1, 6) = ?1",
+                [&[7u8; 6][..]],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(row, ("old".to_owned(), None, None));
+    }
+}
