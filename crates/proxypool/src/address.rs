@@ -23,6 +23,28 @@ pub enum AddressError {
     /// No host, or a path, query or fragment that would make two spellings of one proxy differ.
     #[error("a proxy URL is scheme://[user[:password]@]host[:port] and nothing more: {0}")]
     Shape(String),
+    /// A host that is neither an IP address nor a DNS name (letters, digits, `-`, `_`, dots).
+    #[error("not an IP address or a DNS name: {0:?}")]
+    Host(String),
+}
+
+/// Whether a host the URL parser accepted can name a machine: an IP literal, or a DNS name of
+/// non-empty labels. The parser keeps characters such as `*` that no resolver would take, and
+/// hosts of the non-special `socks5` schemes are opaque to it.
+fn is_machine_name(host: &url::Host<&str>) -> bool {
+    match host {
+        url::Host::Ipv4(_) | url::Host::Ipv6(_) => true,
+        url::Host::Domain(name) => {
+            let name = name.strip_suffix('.').unwrap_or(name);
+            !name.is_empty()
+                && name.split('.').all(|label| {
+                    !label.is_empty()
+                        && label
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                })
+        }
+    }
 }
 
 /// One outbound proxy, identified by its full URL (`http://user:pass@host:port`,
@@ -59,6 +81,9 @@ impl ProxyAddress {
             .host_str()
             .filter(|h| !h.is_empty())
             .ok_or_else(|| AddressError::Shape(input.into()))?;
+        if !url.host().is_some_and(|h| is_machine_name(&h)) {
+            return Err(AddressError::Host(host.into()));
+        }
         let bare_path = matches!(url.path(), "" | "/");
         if !bare_path || url.query().is_some() || url.fragment().is_some() {
             return Err(AddressError::Shape(input.into()));
@@ -155,6 +180,28 @@ mod tests {
             ProxyAddress::parse("socks5h://h:1080").unwrap().as_str(),
             "socks5h://h:1080"
         );
+    }
+
+    #[test]
+    fn rejects_hosts_no_resolver_takes() {
+        for bad in [
+            "http://1.2.3.4*:80",
+            "socks5://a*b:1080",
+            "http://a..b:1",
+            "socks5h://%41:1",
+        ] {
+            assert!(
+                matches!(ProxyAddress::parse(bad), Err(AddressError::Host(_))),
+                "{bad}"
+            );
+        }
+        for good in [
+            "http://[::1]:8080",
+            "socks5://proxy_1.example:1080",
+            "http://127.0.0.1:3128",
+        ] {
+            assert!(ProxyAddress::parse(good).is_ok(), "{good}");
+        }
     }
 
     #[test]
