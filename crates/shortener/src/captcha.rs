@@ -97,6 +97,12 @@ impl Captcha {
         }
     }
 
+    /// Whether anonymous creates may ever be asked for a solution (the web app then runs the
+    /// solver on its form).
+    pub(crate) fn may_ask(&self) -> bool {
+        self.settings.mode != CaptchaMode::Off
+    }
+
     /// A fresh challenge, valid for [`CHALLENGE_SECONDS`] from `now`.
     pub(crate) fn challenge(&self, now: UnixSeconds) -> Challenge {
         let number = rand::random_range(0..=self.settings.max_number);

@@ -19,7 +19,13 @@ pub(crate) enum Creator<'a> {
     Anonymous(IpAddr),
     User(&'a str),
     Reporter(IpAddr),
+    /// An address trying a token on the web app's sign-in form.
+    SignIn(IpAddr),
 }
+
+/// Sign-in attempts per address and hour: plenty for people, nothing for guessing (tokens
+/// carry 192 random bits; the limit keeps the store from being hammered).
+pub(crate) const SIGN_INS_PER_HOUR: u32 = 30;
 
 /// The state of a client's budget, for the `RateLimit-*` headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +50,7 @@ pub(crate) struct CreateLimits {
     user_per_hour: u32,
     reports: Limiter<IpAddr>,
     reports_per_hour: u32,
+    sign_ins: Limiter<IpAddr>,
     shared: Option<SharedLimits>,
 }
 
@@ -57,6 +64,10 @@ impl CreateLimits {
             reports: DefaultKeyedRateLimiter::keyed(Quota::per_hour(reports_per_hour))
                 .with_middleware(),
             reports_per_hour: reports_per_hour.get(),
+            sign_ins: DefaultKeyedRateLimiter::keyed(Quota::per_hour(
+                NonZeroU32::new(SIGN_INS_PER_HOUR).unwrap_or(NonZeroU32::MIN),
+            ))
+            .with_middleware(),
             anon: DefaultKeyedRateLimiter::keyed(Quota::per_hour(anon_per_hour)).with_middleware(),
             anon_per_hour: anon_per_hour.get(),
             user: DefaultKeyedRateLimiter::keyed(Quota::per_hour(user_per_hour)).with_middleware(),
@@ -81,6 +92,7 @@ impl CreateLimits {
                 Creator::Anonymous(ip) => (format!("anon:{ip}"), self.anon_per_hour),
                 Creator::User(user) => (format!("user:{user}"), self.user_per_hour),
                 Creator::Reporter(ip) => (format!("report:{ip}"), self.reports_per_hour),
+                Creator::SignIn(ip) => (format!("signin:{ip}"), SIGN_INS_PER_HOUR),
             };
             match shared.check(&bucket, per_hour).await {
                 Ok(verdict) => return verdict,
@@ -97,6 +109,7 @@ impl CreateLimits {
             Creator::Anonymous(ip) => check(&self.anon, &ip, self.anon_per_hour),
             Creator::User(user) => check(&self.user, &user.to_owned(), self.user_per_hour),
             Creator::Reporter(ip) => check(&self.reports, &ip, self.reports_per_hour),
+            Creator::SignIn(ip) => check(&self.sign_ins, &ip, SIGN_INS_PER_HOUR),
         }
     }
 
@@ -108,6 +121,8 @@ impl CreateLimits {
         self.user.shrink_to_fit();
         self.reports.retain_recent();
         self.reports.shrink_to_fit();
+        self.sign_ins.retain_recent();
+        self.sign_ins.shrink_to_fit();
     }
 }
 

@@ -143,7 +143,14 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         },
         scaleout.as_ref().map(|s| s.redis.clone()),
     );
+    let web_key = store
+        .secret(
+            crate::api::WEB_KEY_NAME,
+            rand::random::<[u8; 32]>().to_vec(),
+        )
+        .await?;
     let app = Arc::new(App {
+        web_key,
         captcha,
         allocator: CodeAllocator::new(store.clone(), config.id_block_size).await?,
         store,

@@ -1,9 +1,9 @@
 //! `GET /api/v1/audit`: the audit trail for admins, newest first, a page at a time. The
 //! rows' JSON and the filters' parsing are shared with `shortener audit`.
 
-use super::AppState;
 use super::auth::required_principal;
 use super::error::{ApiError, ErrorBody};
+use super::{App, AppState};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -137,27 +137,27 @@ impl AuditFilter {
 #[into_params(parameter_in = Query)]
 pub(super) struct AuditParams {
     /// Only this link.
-    code: Option<String>,
+    pub(super) code: Option<String>,
     /// Only this actor (a user, `anonymous`, `cli`, `auto-reports`, `threat-feed`).
-    actor: Option<String>,
+    pub(super) actor: Option<String>,
     /// Only this action: `created`, `edited`, `disabled`, `enabled`, `deleted`, `reported`,
     /// `token_issued`, `token_revoked`.
     #[param(
         pattern = "^(created|edited|disabled|enabled|deleted|reported|token_issued|token_revoked)$"
     )]
-    action: Option<String>,
+    pub(super) action: Option<String>,
     /// From this instant on (inclusive), RFC 3339.
     #[param(format = DateTime)]
-    since: Option<String>,
+    pub(super) since: Option<String>,
     /// Before this instant (exclusive), RFC 3339.
     #[param(format = DateTime)]
-    until: Option<String>,
+    pub(super) until: Option<String>,
     /// `next_cursor` of the previous page.
     #[param(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
-    cursor: Option<String>,
+    pub(super) cursor: Option<String>,
     /// Rows per page (default 100).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
-    limit: Option<String>,
+    pub(super) limit: Option<String>,
 }
 
 pub(super) fn encode_cursor(id: i64) -> String {
@@ -196,6 +196,11 @@ pub(super) async fn list(
         ));
     }
     let Query(p) = params.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    Ok(axum::Json(page(&app, p).await?))
+}
+
+/// The page of the trail `p` asks for (the API's and the web app's).
+pub(super) async fn page(app: &App, p: AuditParams) -> Result<AuditPage, ApiError> {
     let filter = AuditFilter {
         code: p.code,
         actor: p.actor,
@@ -229,10 +234,10 @@ pub(super) async fn list(
     let next_cursor = (rows.len() == query.limit)
         .then(|| rows.last().map(|r| encode_cursor(r.id)))
         .flatten();
-    Ok(axum::Json(AuditPage {
+    Ok(AuditPage {
         entries: rows.into_iter().map(AuditEntry::of).collect(),
         next_cursor,
-    }))
+    })
 }
 
 #[cfg(test)]

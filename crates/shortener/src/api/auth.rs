@@ -31,7 +31,22 @@ pub(super) async fn principal(
         .ok_or_else(|| {
             ApiError::unauthorized("invalid_token", "Authorization must be 'Bearer <token>'")
         })?;
-    let hash = TokenHash::of(token);
+    match principal_of(app, TokenHash::of(token)).await? {
+        Some(found) => Ok(Some(found)),
+        None => Err(ApiError::unauthorized(
+            "invalid_token",
+            "the bearer token is not valid",
+        )),
+    }
+}
+
+/// Whose token hashes to `hash` (`None`: unknown or revoked), asked of the store every time
+/// so that a revoke counts at once; records the use now and then. Bearer tokens and the web
+/// app's sessions both end here.
+pub(super) async fn principal_of(
+    app: &App,
+    hash: TokenHash,
+) -> Result<Option<Principal>, ApiError> {
     match app.store.find_token(&hash).await? {
         Some(found) => {
             let now = crate::now();
@@ -46,10 +61,7 @@ pub(super) async fn principal(
             }
             Ok(Some(found.principal))
         }
-        None => Err(ApiError::unauthorized(
-            "invalid_token",
-            "the bearer token is not valid",
-        )),
+        None => Ok(None),
     }
 }
 

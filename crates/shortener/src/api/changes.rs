@@ -41,6 +41,14 @@ pub(crate) fn check_reason(reason: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The disable a reason asks for, or 400 `invalid_reason`.
+pub(super) fn disable_change(reason: &str) -> Result<LinkChange, ApiError> {
+    check_reason(reason).map_err(|m| ApiError::bad_request("invalid_reason", m))?;
+    Ok(LinkChange::Disable {
+        reason: reason.trim().to_owned(),
+    })
+}
+
 /// Applies `change` for `origin` and tells the caches; the link as it now is.
 pub(super) async fn apply(
     app: &App,
@@ -128,11 +136,8 @@ pub(super) async fn disable(
 ) -> Result<axum::Json<LinkInfo>, ApiError> {
     let who = required_principal(&app, &headers).await?;
     let ApiJson(req) = body?;
-    check_reason(&req.reason).map_err(|m| ApiError::bad_request("invalid_reason", m))?;
+    let change = disable_change(&req.reason)?;
     let origin = origin(&app, peer, &headers, Some(&who));
-    let change = LinkChange::Disable {
-        reason: req.reason.trim().to_owned(),
-    };
     let link = apply(&app, &code, &change, &origin).await?;
     Ok(axum::Json(link_info(&app, link)))
 }
@@ -187,7 +192,7 @@ pub(super) struct EditRequest {
 
 impl EditRequest {
     /// The change this request asks for at `now`, or why it is refused.
-    fn change(&self, app: &App, now: UnixSeconds) -> Result<LinkChange, ApiError> {
+    pub(super) fn change(&self, app: &App, now: UnixSeconds) -> Result<LinkChange, ApiError> {
         let expires_at = match (&self.expires_at, self.expires_in_days) {
             (Some(_), Some(_)) => {
                 return Err(ApiError::bad_request(

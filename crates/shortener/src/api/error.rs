@@ -90,6 +90,16 @@ impl ApiError {
     pub(super) fn status(&self) -> StatusCode {
         self.status
     }
+
+    /// The machine-readable code, e.g. `alias_taken`.
+    pub(super) fn code(&self) -> &'static str {
+        self.code
+    }
+
+    /// The explanation for people.
+    pub(super) fn message(&self) -> &str {
+        &self.message
+    }
 }
 
 impl From<StoreError> for ApiError {

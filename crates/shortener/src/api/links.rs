@@ -99,7 +99,10 @@ pub(super) struct DisabledInfo {
 pub(super) struct DailyClicks {
     /// `YYYY-MM-DD`.
     pub date: String,
+    /// Clicks by people.
     pub clicks: u64,
+    /// Clicks by known bots and link previews.
+    pub bot_clicks: u64,
 }
 
 /// Click analytics of a link.
@@ -110,11 +113,11 @@ pub(super) struct Analytics {
     pub total_clicks: u64,
     /// Clicks by known bots and link previews, counted apart.
     pub bot_clicks: u64,
-    /// The last 30 UTC days, oldest first, zero-filled; people only.
+    /// The last 30 UTC days, oldest first, zero-filled.
     pub daily_clicks: Vec<DailyClicks>,
 }
 
-fn short_url(app: &App, code: &str) -> String {
+pub(super) fn short_url(app: &App, code: &str) -> String {
     format!("{}/{code}", app.base_url)
 }
 
@@ -149,9 +152,15 @@ pub(super) async fn create(
     body: Result<ApiJson<CreateLink>, ApiError>,
 ) -> Result<Response, ApiError> {
     let result = create_inner(&app, peer, &headers, body).await;
-    app.metrics.count_create(match &result {
-        Ok(_) => "created",
-        Err(e) => match e.status() {
+    count_create(&app, result.as_ref().err());
+    result
+}
+
+/// Counts a create's outcome (`None`: created) in the metrics, for the API and the web app.
+pub(super) fn count_create(app: &App, error: Option<&ApiError>) {
+    app.metrics.count_create(match error {
+        None => "created",
+        Some(e) => match e.status() {
             StatusCode::CONFLICT => "conflict",
             StatusCode::TOO_MANY_REQUESTS => "rate_limited",
             StatusCode::PRECONDITION_REQUIRED => "captcha_required",
@@ -160,7 +169,6 @@ pub(super) async fn create(
             _ => "invalid",
         },
     });
-    result
 }
 
 async fn create_inner(
@@ -170,22 +178,61 @@ async fn create_inner(
     body: Result<ApiJson<CreateLink>, ApiError>,
 ) -> Result<Response, ApiError> {
     let who = principal(app, headers).await?;
+    let budget = admit(app, who.as_ref(), client_ip(app, peer, headers)).await?;
+    let ApiJson(req) = body?;
+    let link = create_link(app, peer, headers, who, budget, req).await?;
+    let location = format!("/api/v1/links/{}", link.code);
+    let created = CreatedLink {
+        short_url: short_url(app, &link.code),
+        short_code: link.code,
+        long_url: link.long_url,
+        created_at: rfc3339(link.created_at),
+        expires_at: rfc3339(link.expires_at),
+    };
+    let mut response = (StatusCode::CREATED, axum::Json(created)).into_response();
+    if let Ok(location) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    if let Some(budget) = budget {
+        budget_headers(&mut response, budget);
+    }
+    Ok(response)
+}
+
+/// Whether `who` (`None`: anonymous, from `ip`) may create now: takes one create from their
+/// hourly budget (admins have none) and says what is left.
+pub(super) async fn admit(
+    app: &App,
+    who: Option<&Principal>,
+    ip: std::net::IpAddr,
+) -> Result<Option<Budget>, ApiError> {
     if who.is_none() && app.no_anonymous {
         return Err(ApiError::unauthorized(
             "authentication_required",
             "anonymous link creation is disabled; send a bearer token",
         ));
     }
-    let ip = client_ip(app, peer, headers);
-    let budget = match &who {
+    match who {
         Some(Principal { admin: true, .. }) => None,
         Some(p) => Some(app.limits.check(Creator::User(&p.user)).await),
         None => Some(app.limits.check(Creator::Anonymous(ip)).await),
     }
     .transpose()
-    .map_err(|refused| ApiError::rate_limited(refused.retry_after.as_secs().max(1)))?;
+    .map_err(|refused| ApiError::rate_limited(refused.retry_after.as_secs().max(1)))
+}
 
-    let ApiJson(req) = body?;
+/// Creates the link `req` asks for on behalf of `who`, admitted with `budget` left: the
+/// CAPTCHA when it is due, validation, the store, the caches. The API and the web app both
+/// create through here.
+pub(super) async fn create_link(
+    app: &App,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    who: Option<Principal>,
+    budget: Option<Budget>,
+    req: CreateLink,
+) -> Result<Link, ApiError> {
+    let ip = client_ip(app, peer, headers);
     if who.is_none() && app.captcha.required(budget) {
         let payload = headers
             .get("x-altcha")
@@ -249,23 +296,7 @@ async fn create_inner(
         code = %link.code, owner = link.owner.as_deref().unwrap_or("-"), ip = %ip,
         "link created"
     );
-
-    let location = format!("/api/v1/links/{}", link.code);
-    let created = CreatedLink {
-        short_url: short_url(app, &link.code),
-        short_code: link.code,
-        long_url: link.long_url,
-        created_at: rfc3339(link.created_at),
-        expires_at: rfc3339(link.expires_at),
-    };
-    let mut response = (StatusCode::CREATED, axum::Json(created)).into_response();
-    if let Ok(location) = HeaderValue::from_str(&location) {
-        response.headers_mut().insert(header::LOCATION, location);
-    }
-    if let Some(budget) = budget {
-        budget_headers(&mut response, budget);
-    }
-    Ok(response)
+    Ok(link)
 }
 
 /// A destination as a create or an edit accepts it (normalised), or 400 `invalid_url` /
@@ -384,22 +415,39 @@ pub(super) async fn analytics(
 ) -> Result<axum::Json<Analytics>, ApiError> {
     let who = required_principal(&app, &headers).await?;
     let link = visible_link(&app, &code, &who).await?;
+    Ok(axum::Json(analytics_of(app.as_ref(), link).await?))
+}
+
+/// The analytics of `link`, as the API and the web app show them.
+pub(super) async fn analytics_of(app: &App, link: Link) -> Result<Analytics, ApiError> {
     let today = Day::from_unix(crate::now());
     let rows = app
         .store
         .daily_clicks(&link.code, today.minus(ANALYTICS_DAYS - 1))
         .await?;
-    let counts: Vec<(Day, u64)> = rows.iter().map(|r| (r.day, r.human)).collect();
-    Ok(axum::Json(Analytics {
-        daily_clicks: zero_filled_window(today, &counts)
+    let people: Vec<(Day, u64)> = rows.iter().map(|r| (r.day, r.human)).collect();
+    let bots: Vec<(Day, u64)> = rows.iter().map(|r| (r.day, r.bot)).collect();
+    Ok(Analytics {
+        daily_clicks: zero_filled_window(today, &people)
             .into_iter()
-            .map(|(day, clicks)| DailyClicks {
+            .zip(zero_filled_window(today, &bots))
+            .map(|((day, clicks), (_, bot_clicks))| DailyClicks {
                 date: day.to_string(),
                 clicks,
+                bot_clicks,
             })
             .collect(),
         short_code: link.code,
         total_clicks: link.clicks,
         bot_clicks: link.bot_clicks,
-    }))
+    })
+}
+
+/// The analytics as CSV, one row per day: what the web app's download serves.
+pub(super) fn analytics_csv(analytics: &Analytics) -> String {
+    let mut csv = String::from("date,clicks,bot_clicks\n");
+    for day in &analytics.daily_clicks {
+        csv.push_str(&format!("{},{},{}\n", day.date, day.clicks, day.bot_clicks));
+    }
+    csv
 }

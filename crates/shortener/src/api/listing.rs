@@ -1,10 +1,10 @@
 //! `GET /api/v1/links`: the caller's links (an admin's: everyone's), newest first, a page at
 //! a time behind an opaque cursor.
 
-use super::AppState;
 use super::auth::required_principal;
 use super::error::{ApiError, ErrorBody};
 use super::links::{LinkInfo, link_info};
+use super::{App, AppState};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
@@ -13,6 +13,7 @@ use shortener_core::alias::could_be_code;
 use shortener_core::day::parse_rfc3339;
 use shortener_core::link::LinkStatus;
 use shortener_core::listing::{LinkCursor, LinkQuery, MAX_PAGE};
+use shortener_core::token::Principal;
 use utoipa::{IntoParams, ToSchema};
 
 /// Links per page unless `limit` says otherwise.
@@ -78,6 +79,24 @@ fn invalid(message: impl Into<String>) -> ApiError {
 }
 
 impl ListParams {
+    /// The parameters of the web app's search form, where an empty field means "any".
+    pub(super) fn from_form(
+        q: Option<String>,
+        status: Option<String>,
+        cursor: Option<String>,
+    ) -> Self {
+        let given = |v: Option<String>| v.filter(|v| !v.is_empty());
+        Self {
+            owner: None,
+            q: given(q),
+            status: given(status),
+            created_after: None,
+            created_before: None,
+            cursor: given(cursor),
+            limit: None,
+        }
+    }
+
     /// The store query these parameters ask for on behalf of `user` (`admin` or not).
     fn query(self, user: &str, admin: bool) -> Result<LinkQuery, ApiError> {
         // PostgreSQL refuses NUL in text; no code, destination or user name holds one.
@@ -159,6 +178,16 @@ pub(super) async fn list(
 ) -> Result<axum::Json<LinkPage>, ApiError> {
     let who = required_principal(&app, &headers).await?;
     let Query(params) = params.map_err(|e| invalid(e.body_text()))?;
+    Ok(axum::Json(page(&app, &who, params).await?))
+}
+
+/// The page of links `params` ask for on behalf of `who`: the API's listing and the web
+/// app's "My links".
+pub(super) async fn page(
+    app: &App,
+    who: &Principal,
+    params: ListParams,
+) -> Result<LinkPage, ApiError> {
     let query = params.query(&who.user, who.admin)?;
     let links = app.store.list_links(&query).await?;
     let next_cursor = (links.len() == query.limit)
@@ -171,10 +200,10 @@ pub(super) async fn list(
             })
         })
         .flatten();
-    Ok(axum::Json(LinkPage {
-        links: links.into_iter().map(|l| link_info(&app, l)).collect(),
+    Ok(LinkPage {
+        links: links.into_iter().map(|l| link_info(app, l)).collect(),
         next_cursor,
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod ops;
 mod qr;
 pub(crate) mod redirect;
 mod reports;
+mod web;
 
 use crate::allocator::CodeAllocator;
 use crate::bots::BotDetector;
@@ -65,16 +66,22 @@ pub(crate) struct App {
     pub scaleout: Option<crate::scaleout::Scaleout>,
     /// Tokens whose last use this process recorded lately.
     pub token_uses: auth::TokenUses,
+    /// Signs the web app's session and CSRF cookies; kept in the store, so every instance
+    /// accepts the sessions of every other.
+    pub web_key: Vec<u8>,
 }
 
 pub(crate) type AppState = Arc<App>;
+
+/// The store's name of [`App::web_key`].
+pub(crate) const WEB_KEY_NAME: &str = "web_session_key";
 
 pub(crate) use changes::check_reason;
 
 /// The whole router.
 /// Single-segment paths the router serves itself; every other `GET`/`HEAD /{segment}` is a
 /// redirect, answered before the router (see `server.rs`).
-pub(crate) const OWN_SINGLE_SEGMENT_PATHS: [&str; 3] = ["healthz", "readyz", "metrics"];
+pub(crate) const OWN_SINGLE_SEGMENT_PATHS: [&str; 4] = ["healthz", "readyz", "metrics", "_"];
 
 pub(crate) fn router(app: AppState) -> Router {
     // Only the API reads bodies; the redirect route skips the body-limit layer's per-request
@@ -100,6 +107,7 @@ pub(crate) fn router(app: AppState) -> Router {
         .layer(DefaultBodyLimit::max(BODY_LIMIT));
     Router::new()
         .merge(api)
+        .merge(web::routes())
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

@@ -1,10 +1,10 @@
 //! `GET /api/v1/links/{code}/qr`: a QR code of a link's short URL, as SVG or PNG. The short
 //! URL of a code never changes, so the image is cacheable for long.
 
-use super::AppState;
 use super::auth::required_principal;
 use super::error::{ApiError, ErrorBody};
 use super::links::visible_link;
+use super::{App, AppState};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use qrcode::render::svg;
 use qrcode::{Color, QrCode};
 use serde::Deserialize;
+use shortener_core::link::Link;
 use std::ops::RangeInclusive;
 use utoipa::IntoParams;
 
@@ -132,6 +133,16 @@ pub(super) async fn image(
     let Query(params) = params.map_err(|e| invalid(e.body_text()))?;
     let (format, size) = params.parse()?;
     let link = visible_link(&app, &code, &who).await?;
+    render(&app, &link, format, size)
+}
+
+/// The web app's QR code of a link: an SVG.
+pub(super) fn svg(app: &App, link: &Link) -> Result<Response, ApiError> {
+    render(app, link, Format::Svg, 192)
+}
+
+/// The QR code of `link`'s short URL as a cacheable response.
+fn render(app: &App, link: &Link, format: Format, size: u32) -> Result<Response, ApiError> {
     let short_url = format!("{}/{}", app.base_url, link.code);
     let qr = QrCode::new(short_url.as_bytes()).map_err(|e| internal("QR", &e))?;
     let (content_type, body) = match format {

@@ -114,13 +114,13 @@ pub(super) struct ReportPage {
 pub(super) struct ReportParams {
     /// `open` (default) or `resolved`.
     #[param(pattern = "^(open|resolved)$")]
-    status: Option<String>,
+    pub(super) status: Option<String>,
     /// `next_cursor` of the previous page.
     #[param(pattern = "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$")]
-    cursor: Option<String>,
+    pub(super) cursor: Option<String>,
     /// Reports per page (default 100).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
-    limit: Option<String>,
+    pub(super) limit: Option<String>,
 }
 
 /// How an admin closes a report.
@@ -256,6 +256,11 @@ pub(super) async fn queue(
 ) -> Result<axum::Json<ReportPage>, ApiError> {
     admin(&app, &headers).await?;
     let Query(p) = params.map_err(|e| bad("invalid_query", e.body_text()))?;
+    Ok(axum::Json(queue_page(&app, p).await?))
+}
+
+/// The page of the queue `p` asks for (the API's and the web app's).
+pub(super) async fn queue_page(app: &App, p: ReportParams) -> Result<ReportPage, ApiError> {
     let open = match p.status.as_deref() {
         None | Some("open") => true,
         Some("resolved") => false,
@@ -290,10 +295,10 @@ pub(super) async fn queue(
     let next_cursor = (reports.len() == limit)
         .then(|| reports.last().map(|r| encode_cursor(r.id)))
         .flatten();
-    Ok(axum::Json(ReportPage {
+    Ok(ReportPage {
         reports: reports.into_iter().map(ReportInfo::of).collect(),
         next_cursor,
-    }))
+    })
 }
 
 /// Resolve a report (admins). Enabling or keeping the link disabled is a separate call.
@@ -322,8 +327,20 @@ pub(super) async fn resolve(
 ) -> Result<axum::Json<ReportInfo>, ApiError> {
     let by = admin(&app, &headers).await?;
     let ApiJson(req) = body?;
-    let text = req.resolution.trim();
-    if text.is_empty() || req.resolution.chars().count() > MAX_RESOLUTION_CHARS {
+    Ok(axum::Json(
+        resolve_as(&app, by, &id, &req.resolution).await?,
+    ))
+}
+
+/// Resolves report `id` as admin `by` (the API's and the web app's).
+pub(super) async fn resolve_as(
+    app: &App,
+    by: String,
+    id: &str,
+    resolution: &str,
+) -> Result<ReportInfo, ApiError> {
+    let text = resolution.trim();
+    if text.is_empty() || resolution.chars().count() > MAX_RESOLUTION_CHARS {
         return Err(bad(
             "invalid_resolution",
             format!("resolution must be 1 to {MAX_RESOLUTION_CHARS} characters"),
@@ -342,7 +359,7 @@ pub(super) async fn resolve(
         text: text.to_owned(),
     };
     match app.store.resolve_report(id, &resolution).await? {
-        ResolveOutcome::Resolved(report) => Ok(axum::Json(ReportInfo::of(report))),
+        ResolveOutcome::Resolved(report) => Ok(ReportInfo::of(report)),
         ResolveOutcome::NotFound => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
