@@ -6,97 +6,10 @@
 
 mod common;
 
-use common::{Server, Target, Tinyproxy, get, require};
-use serde_json::{Value, json};
-use std::process::Command;
+use common::{Server, Target, Tinyproxy, get};
+use serde_json::json;
 use std::time::{Duration, Instant};
-use testkit::Process;
-
-/// A WebDriver session on a chromedriver of our own.
-struct Browser {
-    base: String,
-    http: reqwest::Client,
-    _driver: Process,
-}
-
-impl Browser {
-    async fn start() -> Self {
-        require("chromedriver", "chromium-driver");
-        require("chromium", "chromium");
-        let port = common::free_port("127.0.0.1");
-        let mut cmd = Command::new("chromedriver");
-        cmd.arg(format!("--port={port}"));
-        let mut driver = Process::spawn("chromedriver", cmd).unwrap();
-        driver
-            .wait_for_line("ChromeDriver was started", Duration::from_secs(30))
-            .unwrap();
-        let http = reqwest::Client::new();
-        let created: Value = http
-            .post(format!("http://127.0.0.1:{port}/session"))
-            .json(&json!({"capabilities": {"alwaysMatch": {
-                "browserName": "chrome",
-                "goog:chromeOptions": {
-                    "binary": "/usr/bin/chromium",
-                    "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                             "--disable-dev-shm-usage", "--window-size=1500,1100"]
-                }
-            }}}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let id = created["value"]["sessionId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no WebDriver session: {created}"));
-        Self {
-            base: format!("http://127.0.0.1:{port}/session/{id}"),
-            http,
-            _driver: driver,
-        }
-    }
-
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let v: Value = request.send().await.unwrap().json().await.unwrap();
-        v["value"].clone()
-    }
-
-    async fn script(&self, script: &str) -> Value {
-        self.call(
-            reqwest::Method::POST,
-            "/execute/sync",
-            Some(json!({"script": script, "args": []})),
-        )
-        .await
-    }
-}
-
-impl Drop for Browser {
-    /// Ends the WebDriver session, which closes Chromium (killing chromedriver alone could
-    /// leave the browser behind). Plain blocking HTTP: `Drop` cannot await.
-    fn drop(&mut self) {
-        use std::io::{Read, Write};
-        let Some(rest) = self.base.strip_prefix("http://") else {
-            return;
-        };
-        let Some((host, path)) = rest.split_once('/') else {
-            return;
-        };
-        if let Ok(mut stream) = std::net::TcpStream::connect(host) {
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-            let _ = write!(
-                stream,
-                "DELETE /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-            );
-            let _ = stream.read_to_end(&mut Vec::new());
-        }
-    }
-}
+use testkit::Browser;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_renders_real_data_in_chromium() {
@@ -139,7 +52,7 @@ async fn the_dashboard_renders_real_data_in_chromium() {
         .await;
     }
 
-    let browser = Browser::start().await;
+    let browser = Browser::start(1500, 1100).await;
     browser
         .call(
             reqwest::Method::POST,

@@ -16,12 +16,14 @@
 //! p.kill();
 //! ```
 
+pub mod browser;
 mod postgres;
 mod process;
 pub mod raw_http;
 mod redis;
 pub mod schemathesis;
 
+pub use browser::Browser;
 pub use postgres::Postgres;
 pub use process::Process;
 pub use redis::{RedisCluster, RedisServer};

@@ -8,6 +8,7 @@ use testkit::Process;
 
 pub mod load;
 pub mod pg;
+pub mod web;
 
 /// Guard against a server that never comes up; not a performance bound.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
