@@ -129,6 +129,25 @@ async fn people_manage_their_links_in_a_browser() {
         false
     );
     browser.screenshot(&screenshot_path("3-created")).await;
+    // The same alias again: the error on the page, what was typed still there.
+    open(&browser, &server.url("/_/")).await;
+    browser.fill("#long_url", "https://example.com/again").await;
+    browser.fill("#custom_alias", "web-demo").await;
+    submit(&browser, "form.card button[type=submit]").await;
+    assert!(
+        text(&browser, "[role=alert]")
+            .await
+            .contains("already taken")
+    );
+    assert_eq!(
+        browser
+            .script("return document.querySelector('#long_url').value")
+            .await,
+        "https://example.com/again"
+    );
+    browser
+        .screenshot(&screenshot_path("3b-create-refused"))
+        .await;
 
     // Listed, and found by search.
     for i in 0..3 {

@@ -180,10 +180,42 @@ impl Browser {
             .to_owned()
     }
 
-    /// Writes a PNG of the window to `path` (creating its directory).
+    /// Writes a PNG of the whole page to `path` (creating its directory): the window grows
+    /// to the page's height for the shot, then gets its size back.
     pub async fn screenshot(&self, path: &Path) {
         use base64::Engine;
+        let window = self.call(reqwest::Method::GET, "/window/rect", None).await;
+        let page_height = self
+            .script("return document.documentElement.scrollHeight")
+            .await
+            .as_u64()
+            .unwrap_or(0);
+        let inner_height = self
+            .script("return window.innerHeight")
+            .await
+            .as_u64()
+            .unwrap_or(0);
+        let chrome = window["height"]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(inner_height);
+        if page_height > inner_height {
+            self.call(
+                reqwest::Method::POST,
+                "/window/rect",
+                Some(json!({"width": window["width"], "height": page_height + chrome})),
+            )
+            .await;
+        }
         let png = self.call(reqwest::Method::GET, "/screenshot", None).await;
+        if page_height > inner_height {
+            self.call(
+                reqwest::Method::POST,
+                "/window/rect",
+                Some(json!({"width": window["width"], "height": window["height"]})),
+            )
+            .await;
+        }
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(png.as_str().expect("no screenshot"))
             .expect("the screenshot is not base64");

@@ -5,6 +5,7 @@ use super::super::audit::{AuditParams, page as audit_page};
 use super::super::reports::{ReportParams, queue_page, resolve_as};
 use super::super::{App, AppState};
 use super::layout::{error_box, notice, page, see_other, send};
+use super::link::when;
 use super::session::Visitor;
 use super::{Fail, Page};
 use axum::Form;
@@ -134,9 +135,9 @@ async fn render(
                         tbody {
                             @for r in &reports.reports {
                                 tr data-report=(r.id) {
-                                    td { a href={ "/_/links/" (r.code) } { (r.code) } }
+                                    td.code { a href={ "/_/links/" (r.code) } { (r.code) } }
                                     td {
-                                        strong { (r.category) } " · " (r.at) " · from " (r.ip)
+                                        strong { (r.category) } " · " (when(&r.at)) " · from " (r.ip)
                                         @if let Some(c) = &r.comment { p.comment { (c) } }
                                         @if let Some(res) = &r.resolution {
                                             p.resolution { "Resolved by " (r.resolved_by.as_deref().unwrap_or("?")) ": " (res) }
@@ -205,13 +206,17 @@ async fn render(
                     tbody {
                         @for e in &trail.entries {
                             tr {
-                                td { (e.at) }
+                                td { (when(&e.at)) }
                                 td { (e.actor) @if let Some(ip) = &e.ip { br; span.hint { (ip) } } }
                                 td { (e.action) }
-                                td { @if let Some(code) = &e.code { a href={ "/_/links/" (code) } { (code) } } }
+                                td.code { @if let Some(code) = &e.code { a href={ "/_/links/" (code) } { (code) } } }
                                 td.dest {
-                                    @if let Some(old) = &e.old_url { span.hint { "from " } (old) br; }
-                                    @if let Some(new) = &e.new_url { span.hint { "to " } (new) br; }
+                                    @match (&e.old_url, &e.new_url) {
+                                        (Some(old), Some(new)) => { span.hint { "from " } (old) br; span.hint { "to " } (new) br; }
+                                        (Some(at), None) => { span.hint { "destination " } (at) br; }
+                                        (None, Some(new)) => { span.hint { "to " } (new) br; }
+                                        (None, None) => {}
+                                    }
                                     @if let Some(detail) = &e.detail { (detail) }
                                 }
                             }

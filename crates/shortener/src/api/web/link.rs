@@ -30,6 +30,14 @@ pub(super) fn copy_button(text: &str) -> Markup {
     }
 }
 
+/// An RFC 3339 instant of the API as people read it: `2026-12-01 17:22 UTC`.
+pub(super) fn when(rfc3339: &str) -> String {
+    match (rfc3339.get(..10), rfc3339.get(11..16)) {
+        (Some(day), Some(time)) if rfc3339.ends_with('Z') => format!("{day} {time} UTC"),
+        _ => rfc3339.to_owned(),
+    }
+}
+
 /// The signed-in principal, or the response that sends the visitor to sign in.
 fn signed_in(visitor: &Visitor) -> Result<Principal, Fail> {
     visitor
@@ -86,8 +94,8 @@ async fn render(
                 }
                 dt { "Destination" }
                 dd.dest #destination { (info.long_url) }
-                dt { "Created" } dd { (info.created_at) }
-                dt { "Expires" } dd { (info.expires_at) }
+                dt { "Created" } dd { (when(&info.created_at)) }
+                dt { "Expires" } dd { (when(&info.expires_at)) }
                 @if let Some(owner) = &info.owner { dt { "Owner" } dd { (owner) } }
             }
             figure.qr {
@@ -95,6 +103,7 @@ async fn render(
                 figcaption { a href={ "/_/links/" (code) "/qr.svg" } download={ (code) ".svg" } { "Download QR code" } }
             }
         }
+        (analytics::section(code, &analytics))
         @if info.status != "deleted" {
             section.card aria-labelledby="edit-h" {
                 h2 #edit-h { "Change the destination" }
@@ -130,7 +139,6 @@ async fn render(
                 }
             }
         }
-        (analytics::section(code, &analytics))
     };
     let title = format!("Link {code}");
     Ok(send(visitor, status, page(&title, visitor, body)))

@@ -43,7 +43,13 @@ fn given(value: &Option<String>) -> Option<&str> {
     value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
-fn create_form(app: &App, visitor: &Visitor, form: &CreateForm, error: Option<&str>) -> Markup {
+fn create_form(
+    app: &App,
+    visitor: &Visitor,
+    form: &CreateForm,
+    error: Option<&str>,
+    focus: bool,
+) -> Markup {
     let anonymous = visitor.who.is_none();
     html! {
         (error_box(error))
@@ -56,7 +62,7 @@ fn create_form(app: &App, visitor: &Visitor, form: &CreateForm, error: Option<&s
                     label for="long_url" { "Destination URL" }
                     input #long_url type="url" name="long_url" required maxlength="2048"
                         placeholder="https://example.com/a/long/path" value=[form.long_url.as_deref()]
-                        autofocus;
+                        autofocus[focus];
                 }
                 div.row {
                     div.field {
@@ -102,7 +108,7 @@ pub(super) async fn home(
         .map(|(code, _)| code);
     let body = html! {
         @if let Some(code) = &created {
-            section.card.created aria-labelledby="created-h" {
+            section.card.created role="status" aria-labelledby="created-h" {
                 h2 #created-h { "Your short link" }
                 p.short {
                     a href=(short_url(&app, code)) { (short_url(&app, code)) }
@@ -113,7 +119,7 @@ pub(super) async fn home(
                 }
             }
         }
-        (create_form(&app, &visitor, &CreateForm::default(), None))
+        (create_form(&app, &visitor, &CreateForm::default(), None, created.is_none()))
     };
     Ok(send(
         &visitor,
@@ -129,7 +135,7 @@ fn refused_form(
     status: StatusCode,
     message: &str,
 ) -> Page {
-    let body = create_form(app, visitor, form, Some(message));
+    let body = create_form(app, visitor, form, Some(message), true);
     Ok(send(visitor, status, page("Shorten a link", visitor, body)))
 }
 
@@ -267,7 +273,7 @@ pub(super) async fn mine(
                     tbody {
                         @for l in &links.links {
                             tr data-code=(l.short_code) {
-                                td { a href={ "/_/links/" (l.short_code) } { (l.short_code) } }
+                                td.code { a href={ "/_/links/" (l.short_code) } { (l.short_code) } }
                                 td.dest title=(l.long_url) { (l.long_url) }
                                 td { span class={ "status status-" (l.status) } { (l.status) } }
                                 td.num { (l.total_clicks) }
