@@ -226,8 +226,11 @@ async fn framework_errors_have_the_error_shape() {
     let dir = TempDir::new().unwrap();
     let server = Shortener::start(dir.path(), &[]);
     let c = client();
+    // `/` is the web app's door.
+    let root = c.get(server.url("/")).send().await.unwrap();
+    assert_eq!(root.status(), StatusCode::SEE_OTHER);
+    assert_eq!(root.headers()["location"], "/_/");
     for path in [
-        "/",
         "/nope/deeper",
         "/api/v1",
         "/api/v1/links/abcd/other",
