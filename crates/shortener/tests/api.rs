@@ -230,12 +230,7 @@ async fn framework_errors_have_the_error_shape() {
     let root = c.get(server.url("/")).send().await.unwrap();
     assert_eq!(root.status(), StatusCode::SEE_OTHER);
     assert_eq!(root.headers()["location"], "/_/");
-    for path in [
-        "/nope/deeper",
-        "/api/v1",
-        "/api/v1/links/abcd/other",
-        "/x",
-    ] {
+    for path in ["/nope/deeper", "/api/v1", "/api/v1/links/abcd/other", "/x"] {
         let resp = c.get(server.url(path)).send().await.unwrap();
         assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
         assert_eq!(error_code(resp).await, "not_found", "{path}");

@@ -6,18 +6,16 @@
 
 mod common;
 
+use common::pg::TestDb;
 use common::web::WebVisitor;
 use common::{Shortener, client, create, get_json, run, token};
 use reqwest::StatusCode;
 use serde_json::json;
 use tempfile::TempDir;
 
-/// `shortener token create` that also returns the token's public id.
-fn token_with_id(data: &str, user: &str) -> (String, String) {
-    let out = run(
-        &["token", "create", "--user", user, "--data-dir", data],
-        &[],
-    );
+/// `shortener token create` on the store `store` names; the token and its public id.
+fn token_with_id(store: &[&str], user: &str) -> (String, String) {
+    let out = run(&[&["token", "create", "--user", user], store].concat(), &[]);
     assert!(out.status.success(), "{out:?}");
     let out = String::from_utf8(out.stdout).unwrap();
     let id = out
@@ -243,23 +241,37 @@ async fn attacker_controlled_text_is_escaped_everywhere_it_is_shown() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_session_works_on_every_process_and_ends_when_its_token_is_revoked() {
+async fn on_the_embedded_store_a_session_works_on_every_process_until_its_token_is_revoked() {
     let dir = TempDir::new().unwrap();
     let data = dir.path().to_str().unwrap().to_owned();
     let a = Shortener::start(dir.path(), &[]);
     let b = Shortener::start(dir.path(), &[]);
-    let (alice, id) = token_with_id(&data, "alice");
-    let mut on_a = WebVisitor::new(&a);
+    session_across(&a, &b, &["--data-dir", &data]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgres_a_session_works_on_every_instance_until_its_token_is_revoked() {
+    let db = TestDb::migrated().await;
+    let dir = TempDir::new().unwrap();
+    let a = Shortener::start(dir.path(), &["--database", &db.url]);
+    let b = Shortener::start(dir.path(), &["--database", &db.url]);
+    session_across(&a, &b, &["--database", &db.url]).await;
+}
+
+/// A session made on `a` works on `b` (one store, one key); a revoke ends it on both at once.
+async fn session_across(a: &Shortener, b: &Shortener, store: &[&str]) {
+    let (alice, id) = token_with_id(store, "alice");
+    let mut on_a = WebVisitor::new(a);
     on_a.sign_in(&alice).await;
     assert_eq!(on_a.get("/_/links").await.0, StatusCode::OK);
     // The same cookies on another process over the same store.
-    let mut on_b = WebVisitor::new(&b);
+    let mut on_b = WebVisitor::new(b);
     on_b.cookies = on_a.cookies.clone();
     let (status, body) = on_b.get("/_/links").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("Signed in as"), "{body}");
 
-    let out = run(&["token", "revoke", &id, "--data-dir", &data], &[]);
+    let out = run(&[&["token", "revoke", id.as_str()], store].concat(), &[]);
     assert!(out.status.success(), "{out:?}");
     // Tokens are never cached: the very next request is refused, on both.
     for web in [&mut on_a, &mut on_b] {
@@ -268,7 +280,7 @@ async fn a_session_works_on_every_process_and_ends_when_its_token_is_revoked() {
         assert!(!web.cookies.contains_key("shortener_session"), "cleared");
     }
     // A forged session cookie is no session either.
-    let mut forged = WebVisitor::new(&a);
+    let mut forged = WebVisitor::new(a);
     forged.cookies.insert(
         "shortener_session".into(),
         format!("{}.9999999999.{}", "ab".repeat(32), "cd".repeat(32)),
