@@ -7,7 +7,7 @@ use super::super::{App, AppState};
 use super::layout::{error_box, notice, page, see_other, send};
 use super::link::when;
 use super::session::Visitor;
-use super::{Fail, Page};
+use super::{Fail, Page, given};
 use axum::Form;
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -32,14 +32,6 @@ pub(super) struct AdminQuery {
     action: Option<String>,
     audit_cursor: Option<String>,
     done: Option<String>,
-}
-
-fn given(value: &Option<String>) -> Option<String> {
-    value
-        .as_deref()
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .map(str::to_owned)
 }
 
 fn admin(visitor: &Visitor) -> Result<Principal, Fail> {
@@ -70,7 +62,7 @@ async fn render(
         app,
         ReportParams {
             status: Some(if open { "open" } else { "resolved" }.to_owned()),
-            cursor: given(&q.cursor),
+            cursor: given(&q.cursor).map(str::to_owned),
             limit: None,
         },
     )
@@ -78,12 +70,12 @@ async fn render(
     let trail = audit_page(
         app,
         AuditParams {
-            code: given(&q.code),
-            actor: given(&q.actor),
-            action: given(&q.action),
+            code: given(&q.code).map(str::to_owned),
+            actor: given(&q.actor).map(str::to_owned),
+            action: given(&q.action).map(str::to_owned),
             since: None,
             until: None,
-            cursor: given(&q.audit_cursor),
+            cursor: given(&q.audit_cursor).map(str::to_owned),
             limit: Some(AUDIT_ROWS.to_owned()),
         },
     )

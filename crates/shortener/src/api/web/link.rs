@@ -230,7 +230,8 @@ async fn change(
             done = match change {
                 LinkChange::Edit { .. } => "edited",
                 LinkChange::Disable { .. } => "disabled",
-                LinkChange::Enable | LinkChange::Delete => "enabled",
+                LinkChange::Enable => "enabled",
+                LinkChange::Delete => "deleted",
             };
             let origin = origin(app, peer, headers, Some(&who));
             apply(app, &link.code, &change, &origin).await

@@ -8,7 +8,7 @@ use super::super::links::{CreateLink, admit, count_create, create_link, short_ur
 use super::super::listing::{ListParams, page as list_page};
 use super::layout::{error_box, page, see_other, send};
 use super::session::{Visitor, admit_sign_in, sign, verify};
-use super::{Page, link::copy_button};
+use super::{Page, given, link::copy_button};
 use axum::Form;
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{ConnectInfo, Query, State};
@@ -37,10 +37,6 @@ pub(super) struct CreateForm {
 pub(super) struct Created {
     created: Option<String>,
     sig: Option<String>,
-}
-
-fn given(value: &Option<String>) -> Option<&str> {
-    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
 }
 
 fn create_form(

@@ -48,6 +48,12 @@ impl IntoResponse for Fail {
     }
 }
 
+/// A form or query field as given: trimmed, and `None` when empty (an empty field means
+/// "not given").
+pub(super) fn given(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
 /// What a page handler answers.
 pub(super) type Page = Result<Response, Fail>;
 
