@@ -166,6 +166,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .context("invalid redirect status")?,
         cache_control: HeaderValue::from_str(&cache_control).context("invalid Cache-Control")?,
         scaleout: scaleout.clone(),
+        replicas: replicated.clone(),
         token_uses: Default::default(),
     });
     let (stop_stream, stream_stopped) = watch::channel(false);

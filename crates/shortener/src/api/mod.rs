@@ -63,6 +63,8 @@ pub(crate) struct App {
     pub cache_control: HeaderValue,
     /// The shared parts, in the scale-out mode.
     pub scaleout: Option<crate::scaleout::Scaleout>,
+    /// The read replicas, when there are any (`/readyz` names those in use).
+    pub replicas: Option<Arc<crate::store::replicas::Replicated>>,
     /// Tokens whose last use this process recorded lately.
     pub token_uses: auth::TokenUses,
 }
