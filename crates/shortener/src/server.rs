@@ -167,6 +167,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         cache_control: HeaderValue::from_str(&cache_control).context("invalid Cache-Control")?,
         scaleout: scaleout.clone(),
         replicas: replicated.clone(),
+        max_body_bytes: config.http.max_body_bytes,
         token_uses: Default::default(),
     });
     let (stop_stream, stream_stopped) = watch::channel(false);
