@@ -249,7 +249,14 @@ async fn a_region_aggregator_killed_mid_stream_loses_and_doubles_no_click() {
     let replica_url = regions.standby.url("shortener");
     let admin = token_in(&["--database", &url], "ops", true);
     // Each region ships to its own stream; aggregation runs apart, one process per region.
-    let apart = ["--no-aggregator", "--click-flush-ms", "200"];
+    // A link B looks up before its replica has it must not stay unknown for a minute.
+    let apart = [
+        "--no-aggregator",
+        "--click-flush-ms",
+        "200",
+        "--negative-cache-ttl",
+        "1",
+    ];
     let a = Shortener::start(
         &dir.path().join("a"),
         &[
