@@ -47,10 +47,20 @@ pub struct ServeArgs {
     /// The pool's name in Redis [default: proxypool].
     #[arg(long, env = "PROXYPOOL_REDIS_POOL", value_name = "NAME")]
     pub redis_pool: Option<String>,
-    /// Limits on gateway clients.
+    /// Largest API request body in bytes; larger answers 413 [default: 16384].
+    #[arg(long, env = "PROXYPOOL_API_MAX_BODY_BYTES", value_name = "BYTES")]
+    pub api_max_body_bytes: Option<usize>,
+    /// Limits on clients of the gateway and of the API port (each port its own count).
     #[command(flatten)]
-    pub http: service_edge::HttpLimitArgs,
+    pub http: HttpArgs,
 }
+
+service_edge::http_limit_args!(
+    HttpArgs,
+    "PROXYPOOL_",
+    16777216,
+    "Largest request body the gateway forwards, in bytes"
+);
 
 /// Parses the command line, or explains the mistake in one line and exits 2.
 pub fn parse() -> Cli {

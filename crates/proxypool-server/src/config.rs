@@ -26,7 +26,13 @@ pub struct ServeConfig {
     pub probe_urls: Vec<url::Url>,
     /// Shared state: the pool lives in Redis, one pool for every server naming it.
     pub redis: Option<RedisOptions>,
+    /// What one API client may hold or send: the gateway's limits (a count of its own)
+    /// with the API's body size (`--api-max-body-bytes`).
+    pub api_limits: service_edge::HttpLimits,
 }
+
+/// Largest API request body by default; API requests are a few hundred bytes.
+pub const DEFAULT_API_MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// How the gateway talks to upstreams and judges answers.
 #[derive(Debug, Clone)]
@@ -57,6 +63,7 @@ struct FileConfig {
     probe_urls: Option<Vec<String>>,
     redis: Option<String>,
     redis_pool: Option<String>,
+    api_max_body_bytes: Option<usize>,
     #[serde(default)]
     gateway: GatewayFile,
     #[serde(default)]
@@ -244,6 +251,14 @@ impl ServeConfig {
             None => None,
         };
         let g = file.gateway;
+        let client_limits = args.http.resolve(&file.http)?;
+        let api_max_body_bytes = args
+            .api_max_body_bytes
+            .or(file.api_max_body_bytes)
+            .unwrap_or(DEFAULT_API_MAX_BODY_BYTES);
+        if api_max_body_bytes == 0 {
+            bail!("--api-max-body-bytes must be at least 1");
+        }
         let config = Self {
             upstreams: args
                 .upstreams
@@ -269,7 +284,11 @@ impl ServeConfig {
                 default_retry_after: Duration::from_millis(
                     g.default_retry_after_ms.unwrap_or(60_000),
                 ),
-                client_limits: service_edge::HttpLimits::resolve(&args.http, &file.http)?,
+                client_limits,
+            },
+            api_limits: service_edge::HttpLimits {
+                max_body_bytes: api_max_body_bytes,
+                ..client_limits
             },
             pool: file.pool.apply(),
             probe_urls: file

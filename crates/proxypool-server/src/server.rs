@@ -80,6 +80,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         credentials,
         prometheus: prometheus.clone(),
         lease_ttl: config.pool.lease_ttl,
+        max_body_bytes: config.api_limits.max_body_bytes,
     });
 
     let proxy_listener = tokio::net::TcpListener::bind(config.proxy_listen)
@@ -115,19 +116,17 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         let _ = rx.wait_for(|stop| *stop).await;
     };
     let gateway_task = tokio::spawn(gateway::serve(proxy_listener, gateway, stopped.clone()));
-    let api_task = tokio::spawn(async move {
-        axum::serve(api_listener, api::router(api))
-            .with_graceful_shutdown(wait(stopped))
-            .await
-    });
+    let api_task = tokio::spawn(api::serve(
+        api_listener,
+        config.api_limits,
+        api::router(api),
+        wait(stopped),
+    ));
     service_edge::shutdown_signal().await;
     prober.abort();
     let _ = stop.send(true);
     gateway_task.await.context("the gateway panicked")?;
-    api_task
-        .await
-        .context("the API server panicked")?
-        .context("the API server failed")?;
+    api_task.await.context("the API server panicked")?;
     housekeeping.abort();
     tracing::info!("shut down cleanly");
     Ok(())

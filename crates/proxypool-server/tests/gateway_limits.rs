@@ -1,6 +1,7 @@
 //! Gateway clients that misbehave are cut off by `--max-connections`,
-//! `--max-requests-per-connection`, `--max-header-bytes`, `--header-timeout` and
-//! `--request-timeout`, while a well-behaved client keeps being served alongside.
+//! `--max-requests-per-connection`, `--max-header-bytes`, `--header-timeout`,
+//! `--request-timeout` and `--max-body-bytes`, while a well-behaved client keeps being served
+//! alongside; the API port is served under the same limits with `--api-max-body-bytes`.
 
 #![allow(clippy::unwrap_used)]
 
@@ -123,5 +124,133 @@ fn oversized_heads_long_connections_and_too_many_connections_are_refused() {
     while !lab.healthy() {
         assert!(Instant::now() < deadline, "never served again");
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn bodies_past_max_body_bytes_answer_413_and_close() {
+    let lab = start(&["--max-body-bytes", "1024"]);
+    let url = lab.target.url(SITE, "/body");
+    let junk = vec![b'x'; 4096];
+
+    // Declared too large: refused before an upstream is leased.
+    let mut big = lab.connect();
+    let mut request =
+        format!("POST {url} HTTP/1.1\r\nHost: {SITE}\r\nContent-Length: 10000000\r\n\r\n")
+            .into_bytes();
+    request.extend_from_slice(&junk);
+    big.write_all(&request).unwrap();
+    assert!(lab.healthy());
+    let got = read_to_close(&mut big);
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    assert!(
+        got.to_ascii_lowercase()
+            .contains("x-proxypool-error: body-too-large"),
+        "{got}"
+    );
+
+    // Chunked: cut off on the way to the upstream once past the limit.
+    let mut chunked = lab.connect();
+    let mut request = format!(
+        "POST {url} HTTP/1.1\r\nHost: {SITE}\r\nTransfer-Encoding: chunked\r\n\r\n1000\r\n"
+    )
+    .into_bytes();
+    request.extend_from_slice(&junk);
+    chunked.write_all(&request).unwrap();
+    let got = read_to_close(&mut chunked);
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    assert!(lab.healthy());
+
+    // A body under the limit reaches the target in full.
+    let mut small = lab.connect();
+    let body = "y".repeat(1000);
+    write!(
+        small,
+        "POST {url} HTTP/1.1\r\nHost: {SITE}\r\nContent-Length: 1000\r\nConnection: close\r\n\r\n{body}"
+    )
+    .unwrap();
+    let got = read_to_close(&mut small);
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(got.ends_with("\n1000\n"), "{got}");
+}
+
+#[test]
+fn the_api_port_cuts_off_slow_heads_slow_bodies_and_big_bodies() {
+    let lab = start(&[
+        "--header-timeout",
+        "1",
+        "--request-timeout",
+        "2",
+        "--api-max-body-bytes",
+        "1024",
+    ]);
+    let api = lab.server.api.trim_start_matches("http://").to_owned();
+    let healthy = || {
+        let mut stream = raw_http::connect(&api);
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        read_to_close(&mut stream).starts_with("HTTP/1.1 200")
+    };
+
+    let mut slow = raw_http::connect(&api);
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n")
+        .unwrap();
+    assert!(healthy());
+    let got = read_to_close(&mut slow);
+    assert!(!got.contains(" 200 "), "{got}");
+
+    let mut trickle = raw_http::connect(&api);
+    trickle
+        .write_all(
+            b"POST /v1/acquire HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+        )
+        .unwrap();
+    assert!(healthy());
+    let got = read_to_close(&mut trickle);
+    assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    assert!(got.contains("request_timeout"), "{got}");
+
+    let mut big = raw_http::connect(&api);
+    let mut request = b"POST /v1/acquire HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\n\r\n".to_vec();
+    request.extend_from_slice(&[b' '; 4096]);
+    big.write_all(&request).unwrap();
+    let got = read_to_close(&mut big);
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    assert!(got.contains("payload_too_large"), "{got}");
+    assert!(healthy());
+}
+
+#[test]
+fn every_limit_is_named_in_help_with_its_environment_variable() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxypool"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for (flag, env, default) in [
+        ("--max-connections", "PROXYPOOL_MAX_CONNECTIONS", "10000"),
+        (
+            "--max-requests-per-connection",
+            "PROXYPOOL_MAX_REQUESTS_PER_CONNECTION",
+            "1000",
+        ),
+        ("--max-header-bytes", "PROXYPOOL_MAX_HEADER_BYTES", "16384"),
+        ("--header-timeout", "PROXYPOOL_HEADER_TIMEOUT", "30"),
+        ("--request-timeout", "PROXYPOOL_REQUEST_TIMEOUT", "60"),
+        ("--max-body-bytes", "PROXYPOOL_MAX_BODY_BYTES", "16777216"),
+        (
+            "--api-max-body-bytes",
+            "PROXYPOOL_API_MAX_BODY_BYTES",
+            "16384",
+        ),
+    ] {
+        let at = help
+            .find(&format!(" {flag} "))
+            .unwrap_or_else(|| panic!("{flag} in:\n{help}"));
+        let entry = &help[at..];
+        let entry = &entry[..entry[2..].find("\n      --").map_or(entry.len(), |i| i + 2)];
+        assert!(entry.contains(env), "{entry}");
+        assert!(entry.contains(&format!("[default: {default}]")), "{entry}");
     }
 }

@@ -2,11 +2,13 @@
 //! hyper (the shortener, the proxypool gateway): a cap on open connections, on requests per
 //! connection, on the request head's size, the time a request head may take to arrive (which
 //! is also how long an idle keep-alive connection stays open: hyper starts that one timer
-//! whenever it waits for a head), and the time a whole request may take (slow bodies).
+//! whenever it waits for a head), the time a whole request may take (slow bodies), and the
+//! size of a body.
 //!
 //! ```
-//! let limits = service_edge::HttpLimits::resolve(&Default::default(), &Default::default()).unwrap();
+//! let limits = service_edge::HttpLimits::resolve(&Default::default(), &Default::default(), 1024).unwrap();
 //! assert_eq!(limits.max_connections, 10_000);
+//! assert_eq!(limits.max_body_bytes, 1024);
 //! let gate = limits.gate();
 //! let permit = gate.admit().expect("room for one more");
 //! drop(permit);
@@ -38,32 +40,75 @@ pub struct HttpLimits {
     pub header_timeout: Duration,
     /// Time for one request, its body included; slower answers 408 and closes.
     pub request_timeout: Duration,
+    /// Size of a request body; larger answers 413 (what a body is depends on the server: an
+    /// API request's, or a request the gateway forwards).
+    pub max_body_bytes: usize,
 }
 
-/// The flags (`--max-connections` …), flattened into each server's `serve`.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct HttpLimitArgs {
-    /// Open client connections at most; more are closed at once [default: 10000].
-    #[arg(long, value_name = "N")]
-    pub max_connections: Option<usize>,
-    /// Requests per client connection; the last answer closes it [default: 1000].
-    #[arg(long, value_name = "N")]
-    pub max_requests_per_connection: Option<u64>,
-    /// Largest request head (request line and headers) in bytes, at least 8192; larger
-    /// answers 431 [default: 16384].
-    #[arg(long, value_name = "BYTES")]
-    pub max_header_bytes: Option<usize>,
-    /// Seconds for a request head to arrive once the server waits for one: slow heads
-    /// (slowloris) and idle keep-alive connections are closed after it [default: 30].
-    #[arg(long, value_name = "SECONDS")]
-    pub header_timeout: Option<u64>,
-    /// Seconds for one request, its body included (slow bodies); slower answers 408 and
-    /// closes the connection [default: 60].
-    #[arg(long, value_name = "SECONDS")]
-    pub request_timeout: Option<u64>,
+/// Declares a service's HTTP limit flags (`--max-connections` …, flattened into its
+/// `serve`), each also read from `PREFIX` + its name in capitals (`SHORTENER_MAX_CONNECTIONS`),
+/// with the service's default and meaning of `--max-body-bytes`.
+///
+/// ```
+/// service_edge::http_limit_args!(Flags, "DEMO_", 4096, "Largest request body in bytes");
+/// let limits = Flags::default().resolve(&Default::default()).unwrap();
+/// assert_eq!(limits.max_body_bytes, 4096);
+/// ```
+#[macro_export]
+macro_rules! http_limit_args {
+    ($name:ident, $prefix:literal, $body:literal, $body_help:literal) => {
+        /// What one client may hold or send (each flag also an environment variable).
+        #[derive(Debug, Clone, Default, clap::Args)]
+        pub struct $name {
+            /// Open client connections at most; more are closed at once [default: 10000].
+            #[arg(long, env = concat!($prefix, "MAX_CONNECTIONS"), value_name = "N")]
+            pub max_connections: Option<usize>,
+            /// Requests per client connection; the last answer closes it [default: 1000].
+            #[arg(long, env = concat!($prefix, "MAX_REQUESTS_PER_CONNECTION"), value_name = "N")]
+            pub max_requests_per_connection: Option<u64>,
+            /// Largest request head (request line and headers) in bytes, at least 8192; larger
+            /// answers 431 [default: 16384].
+            #[arg(long, env = concat!($prefix, "MAX_HEADER_BYTES"), value_name = "BYTES")]
+            pub max_header_bytes: Option<usize>,
+            /// Seconds for a request head to arrive once the server waits for one: slow heads
+            /// (slowloris) and idle keep-alive connections are closed after it [default: 30].
+            #[arg(long, env = concat!($prefix, "HEADER_TIMEOUT"), value_name = "SECONDS")]
+            pub header_timeout: Option<u64>,
+            /// Seconds for one request, its body included (slow bodies); slower answers 408 and
+            /// closes the connection [default: 60].
+            #[arg(long, env = concat!($prefix, "REQUEST_TIMEOUT"), value_name = "SECONDS")]
+            pub request_timeout: Option<u64>,
+            #[arg(
+                long,
+                env = concat!($prefix, "MAX_BODY_BYTES"),
+                value_name = "BYTES",
+                help = concat!($body_help, "; larger answers 413 and closes the connection [default: ", stringify!($body), "].")
+            )]
+            pub max_body_bytes: Option<usize>,
+        }
+
+        impl $name {
+            /// These flags over the `[http]` table of the config file over the defaults.
+            pub fn resolve(
+                &self,
+                file: &$crate::HttpLimitsFile,
+            ) -> anyhow::Result<$crate::HttpLimits> {
+                let flags = $crate::HttpLimitsFile {
+                    max_connections: self.max_connections,
+                    max_requests_per_connection: self.max_requests_per_connection,
+                    max_header_bytes: self.max_header_bytes,
+                    header_timeout: self.header_timeout,
+                    request_timeout: self.request_timeout,
+                    max_body_bytes: self.max_body_bytes,
+                };
+                $crate::HttpLimits::resolve(&flags, file, $body)
+            }
+        }
+    };
 }
 
-/// The `[http]` table of a config file: the same settings, same names.
+/// The `[http]` table of a config file: the same settings, same names (also what the flags
+/// resolve through).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpLimitsFile {
@@ -72,11 +117,16 @@ pub struct HttpLimitsFile {
     pub max_header_bytes: Option<usize>,
     pub header_timeout: Option<u64>,
     pub request_timeout: Option<u64>,
+    pub max_body_bytes: Option<usize>,
 }
 
 impl HttpLimits {
-    /// Flags over the file over the defaults, checked.
-    pub fn resolve(args: &HttpLimitArgs, file: &HttpLimitsFile) -> anyhow::Result<Self> {
+    /// Flags over the file over the defaults (the body's default is the server's), checked.
+    pub fn resolve(
+        args: &HttpLimitsFile,
+        file: &HttpLimitsFile,
+        default_max_body_bytes: usize,
+    ) -> anyhow::Result<Self> {
         let limits = Self {
             max_connections: args
                 .max_connections
@@ -96,6 +146,10 @@ impl HttpLimits {
             request_timeout: Duration::from_secs(
                 args.request_timeout.or(file.request_timeout).unwrap_or(60),
             ),
+            max_body_bytes: args
+                .max_body_bytes
+                .or(file.max_body_bytes)
+                .unwrap_or(default_max_body_bytes),
         };
         if limits.max_connections == 0 || limits.max_requests_per_connection == 0 {
             bail!("--max-connections and --max-requests-per-connection must be at least 1");
@@ -105,6 +159,9 @@ impl HttpLimits {
         }
         if limits.header_timeout.is_zero() || limits.request_timeout.is_zero() {
             bail!("--header-timeout and --request-timeout must be at least 1 second");
+        }
+        if limits.max_body_bytes == 0 {
+            bail!("--max-body-bytes must be at least 1");
         }
         Ok(limits)
     }
@@ -181,40 +238,46 @@ mod tests {
             header_timeout: Some(7),
             ..Default::default()
         };
-        let args = HttpLimitArgs {
+        let args = HttpLimitsFile {
             max_connections: Some(3),
             ..Default::default()
         };
-        let limits = HttpLimits::resolve(&args, &file).unwrap();
+        let limits = HttpLimits::resolve(&args, &file, 99).unwrap();
         assert_eq!(limits.max_connections, 3);
         assert_eq!(limits.header_timeout, Duration::from_secs(7));
+        assert_eq!(limits.max_body_bytes, 99);
         for bad in [
-            HttpLimitArgs {
+            HttpLimitsFile {
                 max_connections: Some(0),
                 ..Default::default()
             },
-            HttpLimitArgs {
+            HttpLimitsFile {
                 max_header_bytes: Some(100),
                 ..Default::default()
             },
-            HttpLimitArgs {
+            HttpLimitsFile {
                 request_timeout: Some(0),
                 ..Default::default()
             },
+            HttpLimitsFile {
+                max_body_bytes: Some(0),
+                ..Default::default()
+            },
         ] {
-            assert!(HttpLimits::resolve(&bad, &HttpLimitsFile::default()).is_err());
+            assert!(HttpLimits::resolve(&bad, &HttpLimitsFile::default(), 99).is_err());
         }
     }
 
     #[test]
     fn the_budget_marks_the_last_request_and_the_gate_its_cap() {
         let limits = HttpLimits::resolve(
-            &HttpLimitArgs {
+            &HttpLimitsFile {
                 max_requests_per_connection: Some(2),
                 max_connections: Some(1),
                 ..Default::default()
             },
             &HttpLimitsFile::default(),
+            1,
         )
         .unwrap();
         let budget = limits.requests();

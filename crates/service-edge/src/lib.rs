@@ -5,7 +5,8 @@
 //! name the file and the line; SIGTERM or SIGINT as the signal to stop gracefully; JSON
 //! request bodies read one way ([`read_json_object`]) and integers as JSON Schema counts them
 //! ([`Integer`], [`WholeNumber`]); answers every operation shares added to OpenAPI documents
-//! ([`openapi`]); limits on what one HTTP client may hold or send ([`HttpLimits`]).
+//! ([`openapi`]); limits on what one HTTP client may hold or send ([`HttpLimits`]) and the accept loop that
+//! applies them ([`serve_connections`], [`route`]).
 //!
 //! ```
 //! #[derive(Debug, Default, serde::Deserialize)]
@@ -19,12 +20,12 @@
 mod http_limits;
 mod json_body;
 pub mod openapi;
+mod serve;
 mod whole_number;
 
-pub use http_limits::{
-    ConnectionGate, HttpLimitArgs, HttpLimits, HttpLimitsFile, RequestBudget, close_after,
-};
+pub use http_limits::{ConnectionGate, HttpLimits, HttpLimitsFile, RequestBudget, close_after};
 pub use json_body::{BodyRefusal, read_json_object};
+pub use serve::{route, serve_connections};
 pub use whole_number::{Integer, WholeNumber};
 
 use std::future::Future;

@@ -241,8 +241,16 @@ pub struct ServeArgs {
     #[arg(long, env = "SHORTENER_AUDIT_RETENTION_DAYS", value_name = "DAYS")]
     pub audit_retention_days: Option<u32>,
     #[command(flatten)]
-    pub http: service_edge::HttpLimitArgs,
+    pub http: HttpArgs,
 }
+
+// A maximal create request is about 2.2 KiB.
+service_edge::http_limit_args!(
+    HttpArgs,
+    "SHORTENER_",
+    16384,
+    "Largest API request body in bytes"
+);
 
 #[derive(Debug, Args)]
 pub struct AggregateArgs {

@@ -340,7 +340,7 @@ impl ServeConfig {
                 .captcha_max_number
                 .or(file.captcha_max_number)
                 .unwrap_or(100_000),
-            http: service_edge::HttpLimits::resolve(&args.http, &file.http)?,
+            http: args.http.resolve(&file.http)?,
         };
         config.validate()?;
         Ok(config)

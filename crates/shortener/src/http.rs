@@ -8,14 +8,11 @@
 
 use crate::api::{App, OWN_SINGLE_SEGMENT_PATHS, redirect};
 use axum::Router;
-use axum::extract::ConnectInfo;
 use axum::http::{Method, Request, Response};
 use bytes::Bytes;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
 use service_edge::{HttpLimits, RequestBudget, close_after};
 use std::convert::Infallible;
 use std::future::Future;
@@ -23,10 +20,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tower::ServiceExt;
-
-/// How long in-flight requests may take to finish once shutdown begins.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 type Body = Either<Full<Bytes>, axum::body::Body>;
 
@@ -56,41 +49,40 @@ async fn handle(
     budget: Arc<RequestBudget>,
     request_timeout: Duration,
 ) -> Result<Response<Body>, Infallible> {
-    let last = budget.take_is_last();
-    let (mut head, body) = request.into_parts();
-    let mut response = match router {
-        None => redirect::answer(&app, &head).await.map(Either::Left),
-        Some(router) => {
-            head.extensions.insert(ConnectInfo(peer));
-            let request = Request::from_parts(head, body);
-            // A body that trickles in (or anything else that holds one request open) ends here.
-            match tokio::time::timeout(request_timeout, router.oneshot(request)).await {
-                Ok(response) => response?.map(Either::Right),
-                Err(_) => return Ok(request_timed_out()),
-            }
+    let Some(router) = router else {
+        let last = budget.take_is_last();
+        let (head, _body) = request.into_parts();
+        let mut response = redirect::answer(&app, &head).await;
+        if last {
+            close_after(&mut response);
         }
+        return Ok(response.map(Either::Left));
     };
-    if last {
-        close_after(&mut response);
-    }
-    Ok(response)
+    let response = service_edge::route(
+        router,
+        request,
+        peer,
+        &budget,
+        request_timeout,
+        request_timed_out,
+    )
+    .await;
+    Ok(response.map(Either::Right))
 }
 
-fn request_timed_out() -> Response<Body> {
-    let mut response = Response::new(Either::Left(Full::from(
+fn request_timed_out() -> Response<axum::body::Body> {
+    let mut response = Response::new(axum::body::Body::from(
         r#"{"error":{"code":"request_timeout","message":"the request took too long to arrive"}}"#,
-    )));
+    ));
     *response.status_mut() = axum::http::StatusCode::REQUEST_TIMEOUT;
     response.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
         axum::http::HeaderValue::from_static("application/json"),
     );
-    close_after(&mut response);
     response
 }
 
-/// Serves until `shutdown` resolves, then stops accepting and waits (up to
-/// [`DRAIN_TIMEOUT`]) for in-flight requests; idle keep-alive connections are closed.
+/// Serves until `shutdown` resolves (see [`service_edge::serve_connections`]).
 pub(crate) async fn serve(
     listener: TcpListener,
     limits: HttpLimits,
@@ -98,34 +90,10 @@ pub(crate) async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()>,
 ) {
-    let graceful = GracefulShutdown::new();
-    let http = limits.http1();
-    let gate = limits.gate();
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let Some(permit) = gate.admit() else {
-            tracing::debug!(%peer, "at --max-connections: connection closed");
-            drop(stream);
-            continue;
-        };
-        // Small responses: send them at once rather than waiting to coalesce.
-        let _ = stream.set_nodelay(true);
+    let request_timeout = limits.request_timeout;
+    let service = move |peer: SocketAddr, budget: Arc<RequestBudget>| {
         let (app, router) = (app.clone(), router.clone());
-        let budget = limits.requests();
-        let request_timeout = limits.request_timeout;
-        let service = service_fn(move |request: Request<Incoming>| {
+        service_fn(move |request: Request<Incoming>| {
             let redirect = is_redirect(request.method(), request.uri().path());
             let router = (!redirect).then(|| router.clone());
             handle(
@@ -136,22 +104,9 @@ pub(crate) async fn serve(
                 budget.clone(),
                 request_timeout,
             )
-        });
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, %peer, "connection ended with an error");
-            }
-            drop(permit);
-        });
-    }
-    drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("some requests were still running after {DRAIN_TIMEOUT:?}; closing them");
-    }
+        })
+    };
+    service_edge::serve_connections(listener, &limits, service, shutdown).await;
 }
 
 #[cfg(test)]

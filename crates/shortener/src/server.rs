@@ -173,6 +173,8 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .context("invalid redirect status")?,
         cache_control: HeaderValue::from_str(&cache_control).context("invalid Cache-Control")?,
         scaleout: scaleout.clone(),
+        replicas: replicated.clone(),
+        max_body_bytes: config.http.max_body_bytes,
         token_uses: Default::default(),
     });
     let (stop_stream, stream_stopped) = watch::channel(false);

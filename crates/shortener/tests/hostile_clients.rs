@@ -1,12 +1,13 @@
 //! Clients that misbehave are cut off by the limits of `--max-connections`,
-//! `--max-requests-per-connection`, `--max-header-bytes`, `--header-timeout` and
-//! `--request-timeout`, while a well-behaved client keeps being served alongside.
+//! `--max-requests-per-connection`, `--max-header-bytes`, `--header-timeout`,
+//! `--request-timeout` and `--max-body-bytes`, while a well-behaved client keeps being served
+//! alongside; each limit also reads its environment variable.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use common::Shortener;
+use common::{Shortener, one_line_failure, run};
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -118,4 +119,81 @@ fn connections_past_the_cap_are_closed_until_one_ends() {
         assert!(Instant::now() < deadline, "never served again");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A create with a small body on its own connection: its status line.
+fn small_create(server: &Shortener) -> String {
+    let body = r#"{"long_url": "https://example.com/small"}"#;
+    let mut stream = connect(server);
+    write!(
+        stream,
+        "POST /api/v1/links HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let got = read_to_close(&mut stream);
+    got.lines().next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn bodies_past_max_body_bytes_answer_413_and_close() {
+    let dir = TempDir::new().unwrap();
+    let server = start(&dir, &["--max-body-bytes", "1024"]);
+    let junk = vec![b'x'; 4096];
+
+    // Declared at 10 MB and streaming: cut off at the limit, the rest never read.
+    let mut big = connect(&server);
+    let mut request = b"POST /api/v1/links HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\n\r\n".to_vec();
+    request.extend_from_slice(&junk);
+    big.write_all(&request).unwrap();
+    assert!(healthy(&server));
+    let got = read_to_close(&mut big);
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    assert!(got.contains("payload_too_large"), "{got}");
+
+    // Chunked, no length stated: the same once the chunks pass the limit.
+    let mut chunked = connect(&server);
+    let mut request = b"POST /api/v1/links HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n1000\r\n".to_vec();
+    request.extend_from_slice(&junk);
+    chunked.write_all(&request).unwrap();
+    let got = read_to_close(&mut chunked);
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+
+    // Bodies under the limit are served as before.
+    assert_eq!(small_create(&server), "HTTP/1.1 201 Created");
+    assert!(healthy(&server));
+}
+
+#[test]
+fn every_limit_is_named_in_help_with_its_environment_variable() {
+    let out = run(&["serve", "--help"], &[]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    for (flag, env, default) in [
+        ("--max-connections", "SHORTENER_MAX_CONNECTIONS", "10000"),
+        (
+            "--max-requests-per-connection",
+            "SHORTENER_MAX_REQUESTS_PER_CONNECTION",
+            "1000",
+        ),
+        ("--max-header-bytes", "SHORTENER_MAX_HEADER_BYTES", "16384"),
+        ("--header-timeout", "SHORTENER_HEADER_TIMEOUT", "30"),
+        ("--request-timeout", "SHORTENER_REQUEST_TIMEOUT", "60"),
+        ("--max-body-bytes", "SHORTENER_MAX_BODY_BYTES", "16384"),
+    ] {
+        let at = help
+            .find(&format!(" {flag} "))
+            .unwrap_or_else(|| panic!("{flag} in:\n{help}"));
+        let entry = &help[at..];
+        let entry = &entry[..entry[2..].find("\n      --").map_or(entry.len(), |i| i + 2)];
+        assert!(entry.contains(env), "{entry}");
+        assert!(entry.contains(&format!("[default: {default}]")), "{entry}");
+    }
+    // The environment is read: a bad value there is refused like a bad flag.
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let line = one_line_failure(&run(
+        &["serve", "--data-dir", data, "--listen", "127.0.0.1:0"],
+        &[("SHORTENER_MAX_BODY_BYTES", "0")],
+    ));
+    assert!(line.contains("--max-body-bytes"), "{line}");
 }

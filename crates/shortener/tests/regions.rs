@@ -2,19 +2,21 @@
 //! streaming standby of the primary, its own Redis, an instance reading from the standby and
 //! writing to the primary). B serves A's links; a delete in A reaches B through B's replica;
 //! B's Redis down and the primary down leave redirects working; clicks from both regions count
-//! exactly once.
+//! exactly once, also while a region's aggregator is killed -9 mid-stream.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::load::{Load, since};
-use common::pg::migrated_on;
-use common::{Shortener, client, create, error_code, eventually, token_in};
+use common::pg::schema_on;
+use common::{BIN, Shortener, client, create, error_code, eventually, token_in};
+use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::json;
-use std::time::Duration;
+use std::process::Command;
+use std::time::{Duration, Instant};
 use tempfile::TempDir;
-use testkit::{Postgres, RedisServer};
+use testkit::{Postgres, Process, RedisServer, Regions};
 
 const LINKS: usize = 6;
 const OUTAGE: Duration = Duration::from_secs(3);
@@ -29,29 +31,73 @@ async fn click(c: &reqwest::Client, server: &Shortener, path: &str) -> StatusCod
     c.get(server.url(path)).send().await.unwrap().status()
 }
 
-/// Clicks by people on the primary, over every link.
-async fn stored_clicks(primary: &Postgres) -> i64 {
+/// Clicks by people on the primary, over the links whose code starts with `prefix`.
+async fn stored_clicks_of(primary: &Postgres, prefix: &str) -> i64 {
     let (client, connection) =
         tokio_postgres::connect(&primary.url("shortener"), tokio_postgres::NoTls)
             .await
             .unwrap();
     tokio::spawn(connection);
     client
-        .query_one("SELECT COALESCE(SUM(clicks), 0)::BIGINT FROM links", &[])
+        .query_one(
+            "SELECT COALESCE(SUM(clicks), 0)::BIGINT FROM links WHERE starts_with(code, $1)",
+            &[&prefix],
+        )
         .await
         .unwrap()
         .get(0)
 }
 
+/// Clicks by people on the primary, over every link.
+async fn stored_clicks(primary: &Postgres) -> i64 {
+    stored_clicks_of(primary, "").await
+}
+
+/// `shortener aggregate` of one region: folds that region's click stream into the primary.
+fn aggregator(database: &str, redis: &RedisServer, name: &str) -> Process {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["aggregate", "--database", database, "--redis", &redis.url()])
+        .args(["--consumer", name])
+        .env_remove("SHORTENER_DATABASE")
+        .env("SHORTENER_LOG", "warn");
+    let mut process = Process::spawn(name, cmd).unwrap();
+    process
+        .wait_for_line("aggregating as", Duration::from_secs(60))
+        .unwrap();
+    process
+}
+
+/// Entries in a region's click stream: acknowledged ones are deleted, so 0 means every
+/// shipped batch was applied.
+fn stream_length(redis: &RedisServer) -> u64 {
+    let out = Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string(), "XLEN", "shortener:clicks"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// `n` clicks by people on `server`, spread over `codes`, 16 at a time.
+async fn clicks(c: &reqwest::Client, server: &Shortener, codes: &[String], n: usize) {
+    futures_util::stream::iter(0..n)
+        .for_each_concurrent(16, |i| {
+            let path = format!("/{}", codes[i % codes.len()]);
+            async move { assert_eq!(click(c, server, &path).await, StatusCode::FOUND) }
+        })
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn two_regions_share_links_survive_outages_and_count_clicks_once() {
     let dir = TempDir::new().unwrap();
-    let mut primary = Postgres::primary(&dir.path().join("primary")).unwrap();
-    let url = migrated_on(&primary).await;
-    let standby = primary.standby(&dir.path().join("standby")).unwrap();
+    let Regions {
+        mut primary,
+        standby,
+        redis_a,
+        mut redis_b,
+    } = Regions::start(dir.path(), "shortener").unwrap();
+    let url = schema_on(&primary).await;
     let replica_url = standby.url("shortener");
-    let redis_a = RedisServer::start(&dir.path().join("redis-a")).unwrap();
-    let mut redis_b = RedisServer::start(&dir.path().join("redis-b")).unwrap();
     let admin = token_in(&["--database", &url], "ops", true);
     let a = Shortener::start(
         &dir.path().join("a"),
@@ -143,10 +189,24 @@ async fn two_regions_share_links_survive_outages_and_count_clicks_once() {
     redis_b.stop();
     tokio::time::sleep(OUTAGE).await;
     let without_redis = since(start, load.tally());
+    let restarted = Instant::now();
     redis_b.restart().unwrap();
+    eventually("B ready again", || async {
+        let body: serde_json::Value = c
+            .get(b.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        body["status"] == "ready"
+    })
+    .await;
+    let ready_after = restarted.elapsed();
     let total = load.stop().await;
     eprintln!(
-        "region B, its Redis stopped {OUTAGE:?}: {} redirected, {} failed",
+        "region B, its Redis stopped {OUTAGE:?}: {} redirected, {} failed; B ready (Redis answering, invalidations subscribed) {ready_after:?} after the restart began",
         without_redis.redirected, without_redis.failed
     );
     assert_eq!(total.failed, 0);
@@ -164,16 +224,119 @@ async fn two_regions_share_links_survive_outages_and_count_clicks_once() {
     }
     tokio::time::sleep(OUTAGE).await;
     let without_primary = since(start, load.tally());
+    let restarted = Instant::now();
     primary.start().unwrap();
-    let total = load.stop().await;
-    eprintln!(
-        "both regions, the primary stopped {OUTAGE:?}: {} redirected, {} failed",
-        without_primary.redirected, without_primary.failed
-    );
-    assert_eq!(total.failed, 0);
     eventually("creates work again in B", || async {
         let body = json!({"long_url": "https://example.com/after"});
         create(&c, &b, body, Some(&admin)).await.status() == StatusCode::CREATED
     })
     .await;
+    let creates_after = restarted.elapsed();
+    let total = load.stop().await;
+    eprintln!(
+        "both regions, the primary stopped {OUTAGE:?}: {} redirected, {} failed; creates in B work {creates_after:?} after pg_ctl start began",
+        without_primary.redirected, without_primary.failed
+    );
+    assert_eq!(total.failed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_region_aggregator_killed_mid_stream_loses_and_doubles_no_click() {
+    const PER_REGION: usize = 3000;
+    let dir = TempDir::new().unwrap();
+    let regions = Regions::start(dir.path(), "shortener").unwrap();
+    let url = schema_on(&regions.primary).await;
+    let replica_url = regions.standby.url("shortener");
+    let admin = token_in(&["--database", &url], "ops", true);
+    // Each region ships to its own stream; aggregation runs apart, one process per region.
+    // A link B looks up before its replica has it must not stay unknown for a minute.
+    let apart = [
+        "--no-aggregator",
+        "--click-flush-ms",
+        "200",
+        "--negative-cache-ttl",
+        "1",
+    ];
+    let a = Shortener::start(
+        &dir.path().join("a"),
+        &[
+            &["--database", &url, "--redis", &regions.redis_a.url()][..],
+            &apart,
+        ]
+        .concat(),
+    );
+    let b = Shortener::start(
+        &dir.path().join("b"),
+        &[
+            &[
+                "--database",
+                &url,
+                "--database-replica",
+                &replica_url,
+                "--redis",
+                &regions.redis_b.url(),
+            ][..],
+            &apart,
+        ]
+        .concat(),
+    );
+    let c = client();
+    let mut codes = (Vec::new(), Vec::new());
+    for i in 0..4 {
+        for (prefix, list) in [("ra-", &mut codes.0), ("rb-", &mut codes.1)] {
+            let alias = format!("{prefix}{i}");
+            let body =
+                json!({"long_url": format!("https://example.com/{alias}"), "custom_alias": alias});
+            assert_eq!(
+                create(&c, &a, body, Some(&admin)).await.status(),
+                StatusCode::CREATED
+            );
+            list.push(alias);
+        }
+    }
+    for code in codes.0.iter().chain(&codes.1) {
+        eventually("B has every link", || async {
+            status(&c, &b, &format!("/{code}")).await == StatusCode::FOUND
+        })
+        .await;
+    }
+    let _aggregate_a = aggregator(&url, &regions.redis_a, "region-a");
+    let mut aggregate_b = aggregator(&url, &regions.redis_b, "region-b");
+
+    // Both regions click; B's aggregator is killed once part of B's clicks are applied and
+    // more keep streaming in, then restarted under its name (resuming what it held).
+    let kill_mid_stream = async {
+        eventually("region B's aggregator applying", || async {
+            stored_clicks_of(&regions.primary, "rb-").await > 300
+        })
+        .await;
+        aggregate_b.kill();
+        let applied = stored_clicks_of(&regions.primary, "rb-").await;
+        eprintln!(
+            "region B's aggregator killed with {applied} of {PER_REGION} of B's clicks applied"
+        );
+        assert!(
+            applied < i64::try_from(PER_REGION).unwrap(),
+            "killed mid-stream"
+        );
+    };
+    tokio::join!(
+        clicks(&c, &a, &codes.0, PER_REGION),
+        clicks(&c, &b, &codes.1, PER_REGION),
+        kill_mid_stream
+    );
+    let _aggregate_b = aggregator(&url, &regions.redis_b, "region-b");
+    let per_region = i64::try_from(PER_REGION).unwrap();
+    eventually("every click of both regions applied", || async {
+        stored_clicks_of(&regions.primary, "ra-").await == per_region
+            && stored_clicks_of(&regions.primary, "rb-").await == per_region
+    })
+    .await;
+    eventually("both streams emptied", || async {
+        stream_length(&regions.redis_a) == 0 && stream_length(&regions.redis_b) == 0
+    })
+    .await;
+    // Nothing is left to apply (a redelivered batch would still be in a stream): final.
+    assert_eq!(stored_clicks_of(&regions.primary, "ra-").await, per_region);
+    assert_eq!(stored_clicks_of(&regions.primary, "rb-").await, per_region);
 }

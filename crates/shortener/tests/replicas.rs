@@ -1,6 +1,7 @@
 //! Read replicas: a private PostgreSQL primary and a streaming standby started by the test;
 //! redirects keep working with the replica stopped, read-your-writes while its replay is
-//! paused, analytics read from the replica agree once it caught up.
+//! paused, analytics read from the replica agree once it caught up; an instance starts with
+//! its replica down and uses it once it answers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -164,6 +165,71 @@ async fn replicas_serve_reads_and_a_stopped_or_paused_one_loses_nothing() {
     })
     .await;
     assert!(metric(&c, &b, "shortener_replica_reads_total").await > reads_before);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_starts_with_its_replica_down_and_uses_it_once_it_answers() {
+    let dir = TempDir::new().unwrap();
+    let primary = Postgres::primary(&dir.path().join("primary")).unwrap();
+    let url = migrated_on(&primary).await;
+    let mut standby = primary.standby(&dir.path().join("standby")).unwrap();
+    let name = format!("postgres@127.0.0.1:{}/shortener", standby.port());
+    let healthy = format!("shortener_replica_healthy{{replica=\"{name}\"}}");
+    standby.stop().unwrap();
+    let admin = token_in(&["--database", &url], "ops", true);
+    let server = Shortener::start(
+        &dir.path().join("app"),
+        &[
+            "--database",
+            &url,
+            "--database-replica",
+            &standby.url("shortener"),
+        ],
+    );
+    let c = client();
+    let readiness = || async {
+        let body: serde_json::Value = c
+            .get(server.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        body
+    };
+    assert_eq!(metric(&c, &server, &healthy).await, 0.0);
+    let body = readiness().await;
+    assert_eq!(body["status"], "ready", "{body}");
+    assert_eq!(body["replicas"][&name], "skipped", "{body}");
+    // The primary serves meanwhile.
+    let body = json!({"long_url": "https://example.com/away", "custom_alias": "away"});
+    assert_eq!(
+        create(&c, &server, body, Some(&admin)).await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(status(&c, &server, "/away").await, StatusCode::FOUND);
+    assert_eq!(
+        metric(&c, &server, "shortener_replica_reads_total").await,
+        0.0
+    );
+
+    let started = Instant::now();
+    standby.start().unwrap();
+    eventually("the replica is in use once it answers", || async {
+        metric(&c, &server, &healthy).await == 1.0
+    })
+    .await;
+    eprintln!(
+        "a replica down at start: in use {:?} after pg_ctl start began",
+        started.elapsed()
+    );
+    assert_eq!(readiness().await["replicas"][&name], "ok");
+    assert_eq!(
+        status(&c, &server, "/never-made").await,
+        StatusCode::NOT_FOUND
+    );
+    assert!(metric(&c, &server, "shortener_replica_reads_total").await > 0.0);
 }
 
 #[test]

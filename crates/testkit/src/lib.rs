@@ -21,10 +21,12 @@ mod postgres;
 mod process;
 pub mod raw_http;
 mod redis;
+mod regions;
 pub mod schemathesis;
 
 pub use browser::Browser;
 pub use postgres::Postgres;
 pub use process::Process;
 pub use redis::{RedisCluster, RedisServer};
+pub use regions::Regions;
 pub use schemathesis::ApiFuzz;

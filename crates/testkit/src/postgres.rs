@@ -278,6 +278,16 @@ impl Postgres {
         self.port
     }
 
+    /// `createdb NAME` on this server.
+    pub fn create_database(&self, name: &str) -> std::io::Result<()> {
+        let port = self.port.to_string();
+        run(
+            &self.bin,
+            "createdb",
+            &["-h", "127.0.0.1", "-p", &port, "-U", "postgres", name],
+        )
+    }
+
     /// `postgres://postgres@127.0.0.1:PORT/DATABASE`
     pub fn url(&self, database: &str) -> String {
         format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)

@@ -24,9 +24,6 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 pub(crate) use leases::LeaseBook;
 
-/// Largest accepted request body; API requests are a few hundred bytes.
-pub(super) const BODY_LIMIT: usize = 16 * 1024;
-
 /// Everything the handlers share.
 #[derive(Debug)]
 pub(crate) struct Api {
@@ -37,6 +34,8 @@ pub(crate) struct Api {
     pub(crate) credentials: Option<Arc<Credentials>>,
     pub(crate) prometheus: PrometheusHandle,
     pub(crate) lease_ttl: Duration,
+    /// Largest accepted request body (`--api-max-body-bytes`).
+    pub(crate) max_body_bytes: usize,
 }
 
 type ApiState = Arc<Api>;
@@ -62,7 +61,7 @@ pub(crate) fn router(api: ApiState) -> Router {
         .route("/healthz", get(ops::healthz))
         .fallback(error::no_route)
         .method_not_allowed_fallback(error::wrong_method)
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(DefaultBodyLimit::max(api.max_body_bytes))
         .layer(CatchPanicLayer::custom(error::panic_response))
         .with_state(api)
 }
@@ -87,4 +86,42 @@ async fn require_credentials(
         }
     }
     next.run(request).await
+}
+
+/// Serves the API under `limits` until `shutdown` (see [`service_edge::serve_connections`]).
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    limits: service_edge::HttpLimits,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let request_timeout = limits.request_timeout;
+    let service = move |peer, budget: Arc<service_edge::RequestBudget>| {
+        let router = router.clone();
+        hyper::service::service_fn(move |request| {
+            let (router, budget) = (router.clone(), budget.clone());
+            async move {
+                let response = service_edge::route(
+                    router,
+                    request,
+                    peer,
+                    &budget,
+                    request_timeout,
+                    request_timed_out,
+                )
+                .await;
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        })
+    };
+    service_edge::serve_connections(listener, &limits, service, shutdown).await;
+}
+
+fn request_timed_out() -> Response {
+    error::ApiError::new(
+        axum::http::StatusCode::REQUEST_TIMEOUT,
+        "request_timeout",
+        "the request took longer than --request-timeout",
+    )
+    .into_response()
 }

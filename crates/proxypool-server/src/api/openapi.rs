@@ -2,7 +2,7 @@
 //! shares — 401 from the credentials layer, 400/413/415 from the JSON extractor — are added
 //! here once, from the layers that produce them, so a new operation gets them too.
 
-use super::BODY_LIMIT;
+use crate::config::DEFAULT_API_MAX_BODY_BYTES;
 use service_edge::openapi::{add_error_answer, operations_mut};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -56,7 +56,10 @@ impl Modify for SharedAnswers {
             }
             if operation.request_body.is_some() {
                 add_error_answer(operation, "400", "`invalid_body`: not JSON of this shape");
-                let too_large = format!("body over {} KiB", BODY_LIMIT / 1024);
+                let too_large = format!(
+                    "body over --api-max-body-bytes ({} KiB by default)",
+                    DEFAULT_API_MAX_BODY_BYTES / 1024
+                );
                 add_error_answer(operation, "413", &too_large);
                 add_error_answer(operation, "415", "body is not `application/json`");
             }
@@ -77,6 +80,14 @@ pub(super) fn document() -> serde_json::Value {
         feedback["then"] = serde_json::json!({
             "properties": {"latency_ms": {"type": "integer"}},
             "required": ["latency_ms"],
+        });
+        // A whole report, so that a client (and the fuzz test, which opens this session
+        // through the gateway first) has one call that is recorded.
+        feedback["example"] = serde_json::json!({
+            "session": "alice-session-cart42",
+            "site": "example.com",
+            "outcome": "success",
+            "latency_ms": 120,
         });
     }
     doc

@@ -7,8 +7,8 @@
 use super::connect::upstream_failed;
 use super::headers::strip_hop_by_hop;
 use super::report::{CaptchaScan, Pending, Reported, release_now};
-use super::{Gateway, GatewayBody, Target};
-use http_body_util::Either;
+use super::{Gateway, GatewayBody, Target, reply};
+use http_body_util::{Either, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::http::uri::{PathAndQuery, Uri};
@@ -30,6 +30,7 @@ pub(super) async fn forward(
         Err(e) => return upstream_failed(lease, &e),
     };
     let (mut parts, body) = request.into_parts();
+    let body = Limited::new(body, gw.settings.client_limits.max_body_bytes);
     strip_hop_by_hop(&mut parts.headers);
     if !parts.headers.contains_key(header::HOST)
         && let Some(authority) = parts.uri.authority()
@@ -91,6 +92,11 @@ pub(super) async fn forward(
     .await;
     let response = match sent {
         Ok(Ok(response)) => response,
+        // The client's fault, not the upstream's: the lease goes back unjudged.
+        Ok(Err(DialError::Broken(e))) if past_limit(&e) => {
+            drop(lease);
+            return (reply::body_too_large(), "body_too_large");
+        }
         Ok(Err(e)) => return upstream_failed(lease, &e),
         Err(_) => return upstream_failed(lease, &DialError::Timeout),
     };
@@ -138,6 +144,18 @@ pub(super) async fn forward(
         ),
         label,
     )
+}
+
+/// Whether sending failed because the client's body passed `--max-body-bytes`.
+fn past_limit(e: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if cause.is::<LengthLimitError>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// `Retry-After` as seconds or an HTTP date.

@@ -144,6 +144,12 @@ async fn handle(gw: Arc<Gateway>, request: Request<Incoming>) -> Response<Gatewa
             return reply::error(StatusCode::BAD_REQUEST, "bad-request", why);
         }
     };
+    // Known too large before any upstream is bothered; a body of unknown length is cut off
+    // on the way (`forward`).
+    if declared_length(&request).is_some_and(|n| n > gw.settings.client_limits.max_body_bytes) {
+        count(kind, "body_too_large");
+        return reply::body_too_large();
+    }
     let session = identity.and_then(|id| id.session);
     let mut ticket = Ticket::new().site(site_of(&target.host));
     if let Some(s) = &session {
@@ -165,6 +171,17 @@ async fn handle(gw: Arc<Gateway>, request: Request<Incoming>) -> Response<Gatewa
     };
     count(kind, label);
     response
+}
+
+/// `Content-Length`, when the request states one that parses.
+fn declared_length(request: &Request<Incoming>) -> Option<usize> {
+    request
+        .headers()
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 fn target_of(request: &Request<Incoming>, connect: bool) -> Result<Target, &'static str> {

@@ -26,6 +26,18 @@ pub(super) fn error(
     response
 }
 
+/// 413 for a request body past `--max-body-bytes`; the rest of it is not read, so the
+/// connection closes.
+pub(super) fn body_too_large() -> Response<GatewayBody> {
+    let mut response = error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body-too-large",
+        "the request body is larger than --max-body-bytes",
+    );
+    service_edge::close_after(&mut response);
+    response
+}
+
 pub(super) fn proxy_auth_required() -> Response<GatewayBody> {
     let mut response = error(
         StatusCode::PROXY_AUTHENTICATION_REQUIRED,

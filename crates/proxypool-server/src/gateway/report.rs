@@ -95,9 +95,16 @@ pub(super) struct Pending {
     pub(super) scan: Option<CaptchaScan>,
 }
 
-/// The client side of a connection to an upstream, still to be driven.
-pub(super) type UpstreamConnection =
-    Pin<Box<hyper::client::conn::http1::Connection<TokioIo<TcpStream>, Incoming>>>;
+/// The client side of a connection to an upstream, still to be driven (it may still be
+/// sending the client's body, capped at `--max-body-bytes`).
+pub(super) type UpstreamConnection = Pin<
+    Box<
+        hyper::client::conn::http1::Connection<
+            TokioIo<TcpStream>,
+            http_body_util::Limited<Incoming>,
+        >,
+    >,
+>;
 
 /// An upstream response body on its way to the client. With a pending report it releases the
 /// lease when the body ends: captcha if a marker went by, a failure if the upstream broke off,

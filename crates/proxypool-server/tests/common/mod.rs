@@ -241,6 +241,14 @@ impl Target {
                             tokio::spawn(async move {
                                 let service =
                                     service_fn(move |req: Request<Incoming>| async move {
+                                        // `/body`: the size of the body, read in full first.
+                                        if req.uri().path() == "/body" {
+                                            let n =
+                                                http_body_util::BodyExt::collect(req.into_body())
+                                                    .await
+                                                    .map_or(0, |b| b.to_bytes().len());
+                                            return Ok(Response::new(Full::from(format!("{n}\n"))));
+                                        }
                                         Ok::<_, std::convert::Infallible>(answer(peer.ip(), &req))
                                     });
                                 let _ = http1::Builder::new()

@@ -30,9 +30,6 @@ use axum::routing::{get, post};
 use std::sync::Arc;
 use tower_http::catch_panic::CatchPanicLayer;
 
-/// Largest accepted request body; a maximal create request is about 2.2 KiB.
-const BODY_LIMIT: usize = 16 * 1024;
-
 /// Everything the handlers share.
 #[derive(Debug)]
 pub(crate) struct App {
@@ -64,6 +61,10 @@ pub(crate) struct App {
     pub cache_control: HeaderValue,
     /// The shared parts, in the scale-out mode.
     pub scaleout: Option<crate::scaleout::Scaleout>,
+    /// The read replicas, when there are any (`/readyz` names those in use).
+    pub replicas: Option<Arc<crate::store::replicas::Replicated>>,
+    /// Largest accepted API request body (`--max-body-bytes`).
+    pub max_body_bytes: usize,
     /// Tokens whose last use this process recorded lately.
     pub token_uses: auth::TokenUses,
     /// Signs the web app's session and CSRF cookies; kept in the store, so every instance
@@ -104,7 +105,7 @@ pub(crate) fn router(app: AppState) -> Router {
         .route("/api/v1/reports", get(reports::queue))
         .route("/api/v1/reports/{id}/resolve", post(reports::resolve))
         .route("/api/v1/openapi.json", get(ops::openapi))
-        .layer(DefaultBodyLimit::max(BODY_LIMIT));
+        .layer(DefaultBodyLimit::max(app.max_body_bytes));
     Router::new()
         .merge(api)
         .merge(web::routes())

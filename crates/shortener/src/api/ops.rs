@@ -14,7 +14,8 @@ pub(super) async fn healthz() -> impl IntoResponse {
 /// Ready: 200 whenever the instance can serve. `degraded` (still 200, so that a load
 /// balancer keeps an instance that serves cached and stale links) while the store does not
 /// answer within the store timeout, and in the scale-out mode while Redis does not answer or
-/// this instance does not hear other instances' invalidations.
+/// this instance does not hear other instances' invalidations. With read replicas, each is
+/// named `ok` or `skipped`.
 pub(super) async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
     let store = match app.store.ping().await {
         Ok(()) => "ok",
@@ -39,6 +40,20 @@ pub(super) async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
         } else {
             "not subscribed"
         });
+    }
+    if let Some(replicas) = &app.replicas {
+        // Skipped replicas leave the instance ready: the primary answers their reads.
+        let health: serde_json::Map<String, serde_json::Value> = replicas
+            .health()
+            .into_iter()
+            .map(|(name, in_use)| {
+                (
+                    name.to_owned(),
+                    json!(if in_use { "ok" } else { "skipped" }),
+                )
+            })
+            .collect();
+        body["replicas"] = health.into();
     }
     body["status"] = json!(if ready { "ready" } else { "degraded" });
     axum::Json(body)

@@ -12,7 +12,9 @@
 //!   position the replica has replayed (so an idle primary means no lag, unlike replay
 //!   timestamps). A replica past `--replica-max-lag-ms`, or that fails or does not answer,
 //!   is skipped until a probe finds it back. While the primary itself does not answer, lag
-//!   cannot be measured and replicas that answer stay in use: they are all there is.
+//!   cannot be measured and replicas that answer stay in use: they are all there is. A
+//!   replica that does not answer at start does not stop the start: it is skipped (a warning,
+//!   its health metric 0, `/readyz` names it) until the monitor reaches it.
 //! - A replica read that fails moves on to the next replica, then to the primary; a read of a
 //!   recently written code that the primary cannot answer takes a replica's link if it has it.
 
@@ -37,8 +39,8 @@ use shortener_core::token::{TokenHash, TokenId};
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How often the monitor measures the replicas.
@@ -47,13 +49,40 @@ pub(crate) const PROBE_EVERY: Duration = Duration::from_millis(250);
 /// and then the newest write wins over nothing (reads then may miss on a lagging replica).
 const MAX_RECENT: usize = 100_000;
 
-/// One replica: a bounded store for reads, a pool of its own for the monitor's probes.
+/// One replica, opened at start or, if it did not answer then, by the monitor later.
 #[derive(Debug)]
 struct Replica {
     name: String,
+    url: DatabaseUrl,
+    opened: OnceLock<Opened>,
+    healthy: AtomicBool,
+}
+
+/// A bounded store for reads, a pool of its own for the monitor's probes.
+#[derive(Debug)]
+struct Opened {
     reads: GuardedStore,
     probe: PgStore,
-    healthy: AtomicBool,
+}
+
+/// How a replica's pools are opened (again).
+#[derive(Debug)]
+struct Opening {
+    pool_size: usize,
+    timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+impl Opening {
+    /// Both pools, once the replica answers with this binary's schema.
+    async fn open(&self, url: &DatabaseUrl) -> Result<Opened, OpenError> {
+        let reads = PgStore::open_bounded(url, self.pool_size, Some(self.timeout)).await?;
+        let probe = PgStore::open_bounded(url, 1, Some(self.timeout)).await?;
+        Ok(Opened {
+            reads: GuardedStore::replica(Arc::new(reads), self.timeout, self.metrics.clone()),
+            probe,
+        })
+    }
 }
 
 /// The primary's log positions over the last few probes, oldest first.
@@ -92,6 +121,7 @@ pub(crate) struct Replicated {
     /// A pool of one on the primary for the monitor's log positions.
     primary_probe: PgStore,
     replicas: Vec<Replica>,
+    opening: Opening,
     max_lag: Duration,
     samples: Mutex<Samples>,
     /// Codes written by this instance, until when they are read from the primary.
@@ -103,8 +133,8 @@ pub(crate) struct Replicated {
 type Read<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
 
 impl Replicated {
-    /// Opens every replica (each must answer and carry this binary's schema, like the
-    /// primary) behind `primary`, and measures them once.
+    /// Opens every replica behind `primary` and measures them once. A replica must carry this
+    /// binary's schema, like the primary; one that does not answer is skipped until it does.
     pub(crate) async fn open(
         primary: Arc<dyn Store>,
         primary_url: &DatabaseUrl,
@@ -115,22 +145,38 @@ impl Replicated {
         metrics: Arc<Metrics>,
     ) -> Result<Self, OpenError> {
         let primary_probe = PgStore::open_bounded(primary_url, 1, Some(timeout)).await?;
+        let opening = Opening {
+            pool_size,
+            timeout,
+            metrics: metrics.clone(),
+        };
         let mut replicas = Vec::with_capacity(replica_urls.len());
         for url in replica_urls {
-            let reads = PgStore::open_bounded(url, pool_size, Some(timeout)).await?;
-            let probe = PgStore::open_bounded(url, 1, Some(timeout)).await?;
-            replicas.push(Replica {
+            let replica = Replica {
                 name: url.to_string(),
-                reads: GuardedStore::replica(Arc::new(reads), timeout, metrics.clone()),
-                probe,
+                url: url.clone(),
+                opened: OnceLock::new(),
                 // Until the first probe says otherwise.
                 healthy: AtomicBool::new(true),
-            });
+            };
+            match opening.open(url).await {
+                Ok(opened) => {
+                    let _ = replica.opened.set(opened);
+                }
+                Err(e @ OpenError::Unreachable { .. }) => {
+                    tracing::warn!(replica = %replica.name, error = %e, "read replica does not answer; skipped until it does");
+                    replica.healthy.store(false, Ordering::Relaxed);
+                    metrics.set_replica(&replica.name, false, None);
+                }
+                Err(e) => return Err(e),
+            }
+            replicas.push(replica);
         }
         let replicated = Self {
             primary,
             primary_probe,
             replicas,
+            opening,
             max_lag,
             samples: Mutex::default(),
             recent: Mutex::default(),
@@ -193,10 +239,13 @@ impl Replicated {
         let count = self.replicas.len();
         for i in 0..count {
             let replica = &self.replicas[(start + i) % count];
+            let Some(opened) = replica.opened.get() else {
+                continue;
+            };
             if !replica.healthy.load(Ordering::Relaxed) {
                 continue;
             }
-            match read(&replica.reads).await {
+            match read(&opened.reads).await {
                 Ok(answer) if use_answer(&answer) => {
                     self.metrics.replica_reads.inc();
                     return Ok((answer, true));
@@ -225,7 +274,10 @@ impl Replicated {
             std::mem::take(&mut *samples)
         };
         for replica in &self.replicas {
-            let replayed = tokio::time::timeout(timeout, replica.probe.wal_position()).await;
+            let Some(opened) = self.opened(replica, timeout).await else {
+                continue;
+            };
+            let replayed = tokio::time::timeout(timeout, opened.probe.wal_position()).await;
             let (healthy, lag) = match replayed {
                 Ok(Ok(replayed)) => {
                     match samples.lag(replayed, Instant::now(), timeout + PROBE_EVERY) {
@@ -243,6 +295,36 @@ impl Replicated {
             self.metrics.set_replica(&replica.name, healthy, lag_ms);
         }
         *self.samples.lock().unwrap_or_else(|p| p.into_inner()) = samples;
+    }
+
+    /// The replica's pools, opening them first if the replica did not answer before.
+    async fn opened<'r>(&self, replica: &'r Replica, timeout: Duration) -> Option<&'r Opened> {
+        if let Some(opened) = replica.opened.get() {
+            return Some(opened);
+        }
+        match tokio::time::timeout(timeout, self.opening.open(&replica.url)).await {
+            Ok(Ok(opened)) => {
+                tracing::info!(replica = %replica.name, "read replica answers now");
+                // The monitor is the only opener: the cell is still empty.
+                Some(replica.opened.get_or_init(|| opened))
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(replica = %replica.name, error = %e, "read replica still not open");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// Each replica's name and whether reads go to it now (for `/readyz`).
+    pub(crate) fn health(&self) -> Vec<(&str, bool)> {
+        self.replicas
+            .iter()
+            .map(|r| {
+                let in_use = r.opened.get().is_some() && r.healthy.load(Ordering::Relaxed);
+                (r.name.as_str(), in_use)
+            })
+            .collect()
     }
 
     /// Probes forever.

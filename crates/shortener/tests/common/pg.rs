@@ -189,15 +189,12 @@ async fn relay(listener: TcpListener, target: SocketAddr) {
 
 /// A database `shortener` with the current schema on a private server; its URL.
 pub async fn migrated_on(server: &testkit::Postgres) -> String {
-    let (client, connection) =
-        tokio_postgres::connect(&server.url("postgres"), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-    tokio::spawn(connection);
-    client
-        .batch_execute("CREATE DATABASE shortener")
-        .await
-        .unwrap();
+    server.create_database("shortener").unwrap();
+    schema_on(server).await
+}
+
+/// The current schema on the existing database `shortener` of a private server; its URL.
+pub async fn schema_on(server: &testkit::Postgres) -> String {
     let url = server.url("shortener");
     PgStore::migrate(&url.parse().unwrap()).await.unwrap();
     url
