@@ -5,9 +5,9 @@
 //! The operations are those where the stores judge alike today (see `suite/behaviours.rs`'s
 //! `not_on_redis!` for the others): keyed acquires (the ring and its bounded loads are one
 //! function of the URLs, so both pick the same address), releases with every outcome class
-//! except named-site ones, clock steps, probe reports. Backoff jitter is off: the stores draw
-//! it from generators of their own. Shrunk failures are kept in
-//! `differential.proptest-regressions`.
+//! except named-site ones, clock steps, probe reports. Backoff jitter is on: both stores draw
+//! it from the pool's seeded generator, in the Rust judge, on a fall only (`judge::fall`).
+//! Shrunk failures are kept in `differential.proptest-regressions`.
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
@@ -90,8 +90,7 @@ fn judged(s: &Snapshot) -> (States, Decisions) {
 async fn run(redis: &RedisServer, case: usize, ops: &[Op]) -> Result<(), TestCaseError> {
     let clock = ManualClock::new();
     clock.advance(Duration::from_secs(1_000));
-    let mut cfg = PoolConfig::default();
-    cfg.backoff.jitter = 0.0;
+    let cfg = PoolConfig::default();
     let builder = || {
         Pool::builder()
             .addresses((0..ADDRESSES).map(address))
