@@ -29,6 +29,7 @@
 --          failures since suspect (P4), lv backoff level,
 --          cy failed cycles, st success streak, qe quarantine entries, ss stable (healthy)
 --          since, rs ramp start (P10), p keyless step (its `pass` member is 'ID:p'),
+--          ver its version (moved by every transition: see `apply`),
 --          fp fingerprint (52 bits), v ring points, sp its sub-pools' names (space
 --          separated; absent: the whole pool only), qlat and ql its latency's and its
 --          quality level (see `rate_level`), sl '1' while degraded for its latency,
@@ -1537,7 +1538,8 @@ local function remove(keys, args)
   local K, now, cap, _, H = open(keys, args)
   local id = redis.call('HGET', K.byurl, args[5])
   if not id then return 0 end
-  set_state(K, id, 'removed', 'removed', now, cap, H)
+  -- Out of every pool and count first; logged as the memory store logs it.
+  set_state(K, id, 'absent', 'removed', now, cap, H)
   local a = addr(K, id)
   local f = redis.call('HMGET', a, 'v', 'sp')
   local in_pools = pools_in(K, f[2])
