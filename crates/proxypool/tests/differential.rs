@@ -5,9 +5,9 @@
 //! The operations are those where the stores judge alike today (see `suite/behaviours.rs`'s
 //! `not_on_redis!` for the others): keyed acquires (the ring and its bounded loads are one
 //! function of the URLs, so both pick the same address), releases with every outcome class
-//! except named-site ones, clock steps, probe reports. Backoff jitter is off: the stores draw
-//! it from generators of their own. Shrunk failures are kept in
-//! `differential.proptest-regressions`.
+//! except named-site ones, clock steps, probe reports, adding and removing addresses. Backoff jitter is on: both stores draw
+//! it from the pool's seeded generator, in the Rust judge, on a fall only (`judge::fall`).
+//! Shrunk failures are kept in `differential.proptest-regressions`.
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
@@ -33,15 +33,24 @@ enum Op {
         address: u8,
         passed: bool,
     },
+    /// Adds address `address` (of a few more than the pool starts with), or removes it.
+    Membership {
+        address: u8,
+        add: bool,
+    },
 }
 
-/// Operations whose clock steps are below `step_ms` each.
-fn op(step_ms: u32) -> impl Strategy<Value = Op> {
+/// Operations whose clock steps are below `step_ms` each; with adds and removes if
+/// `membership`.
+fn op(step_ms: u32, membership: bool) -> impl Strategy<Value = Op> {
+    let changes = u32::from(membership);
     prop_oneof![
         8 => (0u8..10, 0u8..8).prop_map(|(key, outcome)| Op::Pair { key, outcome }),
         3 => (0..step_ms).prop_map(|ms| Op::Advance { ms }),
         2 => (0u8..ADDRESSES as u8, any::<bool>())
             .prop_map(|(address, passed)| Op::Probe { address, passed }),
+        changes => (0u8..ADDRESSES as u8 + 2, any::<bool>())
+            .prop_map(|(address, add)| Op::Membership { address, add }),
     ]
 }
 
@@ -90,8 +99,7 @@ fn judged(s: &Snapshot) -> (States, Decisions) {
 async fn run(redis: &RedisServer, case: usize, ops: &[Op]) -> Result<(), TestCaseError> {
     let clock = ManualClock::new();
     clock.advance(Duration::from_secs(1_000));
-    let mut cfg = PoolConfig::default();
-    cfg.backoff.jitter = 0.0;
+    let cfg = PoolConfig::default();
     let builder = || {
         Pool::builder()
             .addresses((0..ADDRESSES).map(address))
@@ -129,9 +137,28 @@ async fn run(redis: &RedisServer, case: usize, ops: &[Op]) -> Result<(), TestCas
             Op::Advance { ms } => clock.advance(Duration::from_millis(u64::from(*ms))),
             Op::Probe { address: i, passed } => {
                 let a = address(usize::from(*i));
+                let mut answers = Vec::new();
                 for pool in [&memory, &shared] {
-                    pool.report_probe(&a, *passed).await.unwrap();
+                    answers.push(
+                        pool.report_probe(&a, *passed)
+                            .await
+                            .map_err(|e| e.to_string()),
+                    );
                 }
+                prop_assert_eq!(&answers[0], &answers[1], "step {}: {:?}", step, op);
+            }
+            Op::Membership { address: i, add } => {
+                let a = address(usize::from(*i));
+                let mut answers = Vec::new();
+                for pool in [&memory, &shared] {
+                    let done = if *add {
+                        pool.add(&a).await
+                    } else {
+                        pool.remove(&a).await
+                    };
+                    answers.push(done.map_err(|e| e.to_string()));
+                }
+                prop_assert_eq!(&answers[0], &answers[1], "step {}: {:?}", step, op);
             }
         }
         let (m, r) = (memory.snapshot().await, shared.snapshot().await);
@@ -140,10 +167,10 @@ async fn run(redis: &RedisServer, case: usize, ops: &[Op]) -> Result<(), TestCas
     Ok(())
 }
 
-/// Runs `cases` random sequences of up to 80 operations with clock steps below `step_ms`.
-fn differ(cases: u32, step_ms: u32) {
+/// A throwaway server (in a directory named after `what`) and a runtime to drive the pools.
+fn lab(what: &str) -> (std::path::PathBuf, RedisServer, tokio::runtime::Runtime) {
     let dir = std::env::temp_dir().join(format!(
-        "proxypool-differential-{}-{step_ms}",
+        "proxypool-differential-{}-{what}",
         std::process::id()
     ));
     std::fs::create_dir_all(&dir).unwrap();
@@ -152,6 +179,12 @@ fn differ(cases: u32, step_ms: u32) {
         .enable_all()
         .build()
         .unwrap();
+    (dir, redis, rt)
+}
+
+/// Runs `cases` random sequences of up to 80 operations with clock steps below `step_ms`.
+fn differ(cases: u32, step_ms: u32, membership: bool) {
+    let (dir, redis, rt) = lab(&format!("{step_ms}-{membership}"));
     let mut config = Config::with_cases(cases);
     config.source_file = Some(file!());
     config.failure_persistence = Some(Box::new(FileFailurePersistence::WithSource(
@@ -160,10 +193,13 @@ fn differ(cases: u32, step_ms: u32) {
     let mut runner = TestRunner::new(config);
     // Each case on a pool of its own.
     let case = std::sync::atomic::AtomicUsize::new(0);
-    let result = runner.run(&prop::collection::vec(op(step_ms), 1..80), |ops| {
-        let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        rt.block_on(run(&redis, n, &ops))
-    });
+    let result = runner.run(
+        &prop::collection::vec(op(step_ms, membership), 1..80),
+        |ops| {
+            let n = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            rt.block_on(run(&redis, n, &ops))
+        },
+    );
     let _ = std::fs::remove_dir_all(&dir);
     result.unwrap();
 }
@@ -172,7 +208,32 @@ fn differ(cases: u32, step_ms: u32) {
 /// outcome ages out, the stores agree.
 #[test]
 fn memory_and_redis_decide_alike_while_nothing_ages_out() {
-    differ(32, 7_000);
+    differ(32, 7_000, false);
+}
+
+/// Shrunk failures found with adds and removes, kept as fixed cases: a removal was logged
+/// `healthy -> removed` in Redis, `healthy -> absent` in memory (fixed: as in memory).
+#[test]
+fn memory_and_redis_decide_alike_on_kept_cases() {
+    let (dir, redis, rt) = lab("kept");
+    let cases: &[&[Op]] = &[&[Op::Membership {
+        address: 0,
+        add: false,
+    }]];
+    for (n, ops) in cases.iter().enumerate() {
+        rt.block_on(run(&redis, 1_000 + n, ops)).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With adds and removes. Ignored until the stores agree: after a removal, an unbound key's
+/// bounded-load placement differs (shrunk: keys 0, 1, 4 and 5 bound with successes, address 1
+/// removed, key 0 succeeds again, then key 3 goes to 10.7.0.3 in memory and 10.7.0.4 in Redis).
+/// `cargo test -p proxypool --test differential -- --ignored` runs it.
+#[test]
+#[ignore = "the stores disagree: an unbound key's placement after a removal"]
+fn memory_and_redis_decide_alike_with_adds_and_removes() {
+    differ(32, 7_000, true);
 }
 
 /// With clock steps up to 2 minutes. Ignored until the stores agree. What it found so far,
@@ -187,5 +248,5 @@ fn memory_and_redis_decide_alike_while_nothing_ages_out() {
 #[test]
 #[ignore = "the stores disagree: address windows age whole in Redis"]
 fn memory_and_redis_decide_alike() {
-    differ(64, 120_000);
+    differ(64, 120_000, false);
 }

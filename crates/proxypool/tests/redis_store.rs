@@ -1663,7 +1663,7 @@ async fn a_rate_limit_holds_for_acquires_in_its_own_call() {
     let mut call = vec![
         "FCALL", function, "1", meta, &now, "0", "32", health, &later, &later, "1.25", "1",
     ];
-    call.extend([lid.as_str(), &id, "r", "1", "shop", &until, ""]);
+    call.extend([lid.as_str(), &id, "r", "shop", &until, ""]);
     for _ in 0..12 {
         call.extend(["", "0", "shop", "w"]);
     }

@@ -21,7 +21,7 @@
 //!
 //! Layout: `connection` (connecting, loading the library, one bounded FCALL), `encoding` (the
 //! configuration, arguments and replies as they cross), `operations` (the pool's calls),
-//! `batch` (group commit), `latency` (this process's latency figures), `prober` (the prober
+//! `batch` (group commit), `judging` (the judge's facts and its decisions applied), `latency` (this process's latency figures), `prober` (the prober
 //! role) and `view` (the snapshot reply read).
 
 use std::collections::HashMap;
@@ -34,6 +34,7 @@ use rand::rngs::StdRng;
 mod batch;
 mod connection;
 mod encoding;
+mod judging;
 mod latency;
 mod operations;
 #[cfg(feature = "probe")]
@@ -43,6 +44,7 @@ mod view;
 use batch::Queue;
 use connection::Conn;
 use encoding::AcquireReply;
+use judging::Facts;
 use latency::Latencies;
 pub(crate) use view::SharedView;
 
@@ -110,6 +112,8 @@ const TO_52_BITS: u32 = 12;
 struct Functions {
     ops: String,
     probe: String,
+    facts: String,
+    apply: String,
     add: String,
     remove: String,
     end_session: String,
@@ -179,7 +183,8 @@ enum Op {
 /// Its answer.
 enum Answer {
     Acquired(AcquireReply),
-    Released,
+    /// With the address's facts when the outcome is news for the judge.
+    Released(Option<Box<Facts>>),
     Settled,
 }
 
@@ -204,7 +209,6 @@ struct ReleaseRequest {
     /// The outcome class the library judges: 's', 'f', 'b' (a block by a named site), 'c',
     /// 'r', or 'a' for an abandon.
     class: &'static str,
-    jitter: f64,
     /// `-` for tickets without a site.
     site: Arc<str>,
     /// For a rate limit: until when (ms) the address cools for the site.

@@ -86,6 +86,8 @@ impl RedisStore {
             functions: Functions {
                 ops: f("ops"),
                 probe: f("probe"),
+                facts: f("facts"),
+                apply: f("apply"),
                 add: f("add"),
                 remove: f("remove"),
                 end_session: f("end_session"),

@@ -11,6 +11,8 @@ use crate::config::{PoolConfig, Strategy};
 use crate::decision::{Decision, Subject};
 use crate::lease::Choice;
 
+use super::judging::Facts;
+
 /// The version of the configuration encoding: `CONFIG_VERSION` in library.lua must match.
 /// Bump both when a field is added, removed or changes meaning.
 const CONFIG_VERSION: u32 = 1;
@@ -205,11 +207,16 @@ pub(super) struct AcquireReply {
 }
 
 /// The `ops` function's reply: three elements per acquire (lease id, address id, tag), then
-/// `more` and the epoch.
-pub(super) fn parse_acquires(
-    reply: redis::Value,
-    n: usize,
-) -> Option<(Vec<AcquireReply>, bool, String)> {
+/// the facts of the releases that are news for the judge, `more` and the epoch.
+pub(super) struct OpsReply {
+    pub(super) acquires: Vec<AcquireReply>,
+    /// By the release's number in the batch (from 1).
+    pub(super) facts: Vec<(usize, Facts)>,
+    pub(super) more: bool,
+    pub(super) epoch: String,
+}
+
+pub(super) fn parse_ops(reply: redis::Value, n: usize) -> Option<OpsReply> {
     let redis::Value::Array(items) = reply else {
         return None;
     };
@@ -217,6 +224,18 @@ pub(super) fn parse_acquires(
     let epoch = text(epoch)?;
     let (redis::Value::Int(more), rest) = rest.split_last()? else {
         return None;
+    };
+    let (judged, rest) = rest.split_last()?;
+    let facts = match judged {
+        redis::Value::Array(records) => records
+            .iter()
+            .map(|r| match Facts::parse(r)? {
+                (Some(j), f) => Some((j, f)),
+                (None, _) => None,
+            })
+            .collect::<Option<Vec<_>>>()?,
+        // Lua's empty table.
+        _ => Vec::new(),
     };
     if rest.len() != 3 * n {
         return None;
@@ -247,7 +266,12 @@ pub(super) fn parse_acquires(
             refusal,
         });
     }
-    Some((out, *more == 1, epoch))
+    Some(OpsReply {
+        acquires: out,
+        facts,
+        more: *more == 1,
+        epoch,
+    })
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@
 --          failures since suspect (P4), lv backoff level,
 --          cy failed cycles, st success streak, qe quarantine entries, ss stable (healthy)
 --          since, rs ramp start (P10), p keyless step (its `pass` member is 'ID:p'),
+--          ver its version (moved by every transition: see `apply`),
 --          fp fingerprint (52 bits), v ring points, sp its sub-pools' names (space
 --          separated; absent: the whole pool only), qlat and ql its latency's and its
 --          quality level (see `rate_level`), sl '1' while degraded for its latency,
@@ -365,6 +366,8 @@ local function set_state(K, id, to, reason, now, cap, H)
   end
   redis.call('HSET', a, unpack(set))
   redis.call('HDEL', a, unpack(del))
+  -- Every transition moves the address's version: a decision taken before it is refused.
+  redis.call('HINCRBY', a, 'ver', '1')
   redis.call('HSET', K.state, id, to)
   if counted(to) and not counted(from) then
     local q = redis.call('HINCRBY', K.meta, 'q', '1')
@@ -676,135 +679,53 @@ local function successes(K, id)
   return n
 end
 
-local function dwelt(t, now, H) return now - num(t) >= H.dwell end
-
 local function percent(x) return string.format('%.0f', x * 100) end
 
--- A fall into quarantine (P6), or death after too many failed cycles (P11), unless the cap or
--- the minimum in service forbids it (P7, P8): then the address only loses weight.
-local function quarantine(K, id, from, reason, now, cap, H, jitter)
-  local a = addr(K, id)
+-- What the quarantine gate (P7, P8, P9) reads for address `id` (sub-pools `sp`), as one text:
+-- frozen, addresses, counted against the cap, then offered and members of its pool with the
+-- fewest to spare (P8 in each pool of the address). The judge decides with it (`judge::fall`
+-- via `Gate`); `apply` refuses a transition decided on a text that no longer holds.
+local function gate_facts(K, sp, H)
   local total = redis.call('HLEN', K.state)
-  local qcap = math.max(1, math.ceil(H.qcap * total))
   local m = redis.call('HMGET', K.meta, 'q', 'offered', 'frozen')
-  local q = num(m[1])
-  -- P8 in each pool of the address: the one with the fewest to spare decides.
-  local tightest, tightest_min = nil, nil
-  for i, P in ipairs(pools_in(K, redis.call('HGET', a, 'sp'))) do
-    local offered = i == 1 and num(m[2]) or num(redis.call('HGET', K.meta, P.offered))
-    local min = math.min(H.min_in_service, i == 1 and total or members_of(K, P))
-    if not tightest or offered - min < tightest then tightest, tightest_min = offered - min, min end
+  local tightest, offered, members = nil, 0, 0
+  for i, P in ipairs(pools_in(K, sp)) do
+    local o = i == 1 and num(m[2]) or num(redis.call('HGET', K.meta, P.offered))
+    local n = i == 1 and total or members_of(K, P)
+    local spare = o - math.min(H.min_in_service, n)
+    if not tightest or spare < tightest then tightest, offered, members = spare, o, n end
   end
-  local refusal = nil
-  if m[3] == '1' then
-    refusal = 'quarantining frozen: our side looks broken'
-  elseif not counted(from) and q >= qcap then
-    refusal = 'quarantine cap of ' .. qcap .. ' reached'
-  elseif tightest <= 0 then
-    refusal = 'would leave fewer than ' .. tightest_min .. ' in service'
-  end
-  if refusal then
-    if from == 'healthy' then
-      set_state(K, id, 'degraded', reason .. '; kept in service at reduced weight: ' .. refusal, now, cap, H)
-    elseif from == 'probing' then
-      redis.call('HSET', a, 'st', '0')
-    end
-    return
-  end
-  local g = redis.call('HMGET', a, 'cy', 'lv', 'ss', 'rs', 'qe')
-  local cycles, level = num(g[1]), num(g[2])
-  -- P6: a fall after a long stable stretch starts the backoff afresh.
-  if g[3] and now - num(g[3]) >= H.reset_ms then level = 0 end
-  -- P11: a fall while probing, or during the ramp back from a quarantine, is a failed cycle.
-  if from == 'probing' or (ramp_stage(H, g[4] or nil, now) and num(g[5]) > 0) then
-    cycles = cycles + 1
-    redis.call('HSET', a, 'cy', cycles)
-  end
-  if cycles >= H.dead_after then
-    set_state(K, id, 'dead', reason .. '; ' .. cycles .. ' failed quarantine cycles in a row', now, cap, H)
-    return
-  end
-  redis.call('HSET', a, 'lv', level + 1)
-  -- The jitter factor comes as text: most outcomes never need it.
-  local wait = math.floor(math.min(H.base * 2 ^ level, H.max) * (tonumber(jitter) or 1))
-  redis.call('ZADD', K.due, now + wait, 'q' .. id)
-  set_state(K, id, 'quarantined', reason .. '; quarantined for ' .. math.floor(wait / 1000) .. ' s', now, cap, H)
+  return (m[3] == '1' and '1' or '0') .. ' ' .. total .. ' ' .. num(m[1]) .. ' ' .. offered .. ' ' .. members
 end
 
--- The fall signals of an address's window (P4), newest first: a reason; whether it is
--- "failures among the last `recent`" (which a long good record meets by chance now and then);
--- and the window's success rate. Rates are judged over at least `min_samples` outcomes.
-local function fall(H, win)
-  local n = #win
-  local _, successes = string.gsub(win, 's', '')
-  local rate = successes / n
-  local _, failures = string.gsub(string.sub(win, 1, H.recent), 'f', '')
-  if H.recent_failures > 0 and failures >= H.recent_failures then
-    return failures .. ' failures in the last ' .. math.min(H.recent, n) .. ' outcomes (window success ' ..
-      percent(rate) .. '%)', true, rate
-  end
-  if n >= H.min_samples then
-    if rate < H.min_success then
-      return 'success rate ' .. percent(rate) .. '% over ' .. n .. ' outcomes', false, rate
-    end
-    local _, captchas = string.gsub(win, 'c', '')
-    if captchas / n > H.max_captcha then
-      return 'captcha rate ' .. percent(captchas / n) .. '% over ' .. n .. ' outcomes', false, rate
-    end
-  end
-  return nil
-end
-
--- One outcome of address `id` in state `s` with outcome window `win`: 's' success, 'f'
--- failure, 'c' captcha; anything else ('b' a block by a named site, 'r' a rate limit, a
--- captcha from a named site) is no health news for the address as a whole.
--- `slow`, for a success: the reason when the address's latency tail jumped against its own
--- norm (P4), false when it did not, nil when unknown (the releasing process has seen too
--- few of its successes).
-local function outcome(K, id, class, s, win, now, cap, H, jitter, slow)
-  -- The common case, a success of a healthy address with a clean record, is no news.
-  if not s or (class == 's' and s == 'healthy' and not win and not slow) then return end
-  local a = addr(K, id)
-  if s == 'probing' or s == 'dead' then
-    if class == 's' then
-      local streak = redis.call('HINCRBY', a, 'st', '1')
-      if streak >= H.rise and dwelt(redis.call('HGET', a, 't'), now, H) then
-        set_state(K, id, 'healthy', streak .. ' successes in a row; ramping up', now, cap, H)
-      end
-    elseif class == 'f' and s == 'probing' then
-      quarantine(K, id, s, 'failure while probing', now, cap, H, jitter)
-    elseif class == 'f' then
-      redis.call('HSET', a, 'st', '0')
-    end
-    return
-  end
+-- Keeps the outcome window of address `id` (state `s`, window `win`) for outcome `class`
+-- ('s', 'f' or 'c'). The window (the last `window` outcomes) is kept only while it holds a
+-- failure or a captcha: a clean record costs nothing. When a bad outcome starts a new
+-- window, the successes since the last one emptied (`ws` lifetime successes then, at `we`)
+-- are its older part — as many as fall in the maximum age if they were spread evenly since,
+-- and at least the last `recent` of them. A window whose newest outcome (each one rewrites
+-- it) is older than the maximum age is forgotten whole, with the record before it.
+local function push_window(K, id, class, s, win, now, H)
   if s ~= 'healthy' and s ~= 'degraded' then return end
-  if class ~= 's' and class ~= 'f' and class ~= 'c' then return end
-  local g = redis.call('HMGET', a, 'wt', 'su', 'rs', 'qe', 't', 'ws', 'we')
-  local suspect, bad = g[2], class ~= 's'
+  local a = addr(K, id)
+  local g = redis.call('HMGET', a, 'wt', 'ws', 'we')
+  local bad = class ~= 's'
   -- The lifetime successes, read (an HGETALL) at most once per outcome.
   local lifetime = nil
-  -- The window (the last `window` outcomes) is kept only while it holds a failure or a
-  -- captcha: a clean record costs nothing. When a bad outcome starts a new window, the
-  -- successes since the last one emptied (`ws` lifetime successes then, at `we`) are its
-  -- older part — as many as fall in the maximum age if they were spread evenly since, and at
-  -- least the last `recent` of them. A
-  -- window whose newest outcome (each one rewrites it) is older than the maximum age is
-  -- forgotten whole, with the record before it.
   if win and now - num(g[1]) > H.max_age then
     win = nil
     redis.call('HDEL', a, 'w', 'wt')
     -- This outcome, if a success, is already in the lifetime counts and is recent.
     lifetime = successes(K, id)
-    g[6] = lifetime - (class == 's' and 1 or 0)
-    g[7] = now
-    redis.call('HSET', a, 'ws', g[6], 'we', now)
+    g[2] = lifetime - (class == 's' and 1 or 0)
+    g[3] = now
+    redis.call('HSET', a, 'ws', g[2], 'we', now)
   end
   if win then
     win = string.sub(class .. win, 1, H.window)
   elseif bad then
     lifetime = lifetime or successes(K, id)
-    local since, span = lifetime - num(g[6]), now - num(g[7])
+    local since, span = lifetime - num(g[2]), now - num(g[3])
     -- Spread evenly, but the newest few are taken as recent: they came last.
     if span > H.max_age then
       since = math.max(math.floor(since * H.max_age / span), math.min(since, H.recent))
@@ -819,42 +740,19 @@ local function outcome(K, id, class, s, win, now, cap, H, jitter, slow)
       redis.call('HSET', a, 'ws', (lifetime or successes(K, id)) - #win, 'we', now)
     end
   end
-  -- P10: a failure during the ramp back from a quarantine sends the address back at once.
-  if class == 'f' and ramp_stage(H, g[3] or nil, now) and num(g[4]) > 0 then
-    return quarantine(K, id, s, 'failure during the ramp', now, cap, H, jitter)
-  end
-  local reason, recent, rate = nil, false, 1
-  if win and (bad or suspect) then reason, recent, rate = fall(H, win) end
-  if bad then
-    if not reason then return end
-    if not recent then return quarantine(K, id, s, reason, now, cap, H, jitter) end
-    -- "3 of the last 5" quarantines at once when the window agrees; against a long good
-    -- record it makes the address suspect (degraded), and as many failures again while it
-    -- holds confirm it.
-    if not suspect then
-      if rate < H.min_success then return quarantine(K, id, s, reason, now, cap, H, jitter) end
-      if s == 'healthy' then
-        set_state(K, id, 'degraded', reason .. '; suspect until as many more confirm it', now, cap, H)
-      end
-      redis.call('HSET', a, 'su', '0')
-    elseif class == 'f' then
-      local n = redis.call('HINCRBY', a, 'su', '1')
-      if n >= H.recent_failures then
-        quarantine(K, id, s, reason .. ', confirmed by ' .. n .. ' more failures', now, cap, H, jitter)
-      end
-    end
-    return
-  end
-  if suspect and not reason then
-    redis.call('HDEL', a, 'su')
-  elseif s == 'degraded' and not slow and dwelt(g[5], now, H)
-    -- Degraded for its latency (`sl`): only a report that the tail is back clears it.
-    and (slow == false or redis.call('HGET', a, 'sl') ~= '1') then
-    set_state(K, id, 'healthy', 'signals cleared', now, cap, H)
-  elseif s == 'healthy' and slow and dwelt(g[5], now, H) then
-    set_state(K, id, 'degraded', slow, now, cap, H)
-    redis.call('HSET', a, 'sl', '1')
-  end
+end
+
+-- What the judge (`judge.rs`, through `store/redis/judging.rs`) needs of address `id` after an
+-- outcome of `class`: its version and standing, its window, and for a bad outcome the gate's
+-- facts. Appended to `out` after `head` (who asks, the outcome); nothing if it is gone.
+local FACT_FIELDS = {'s', 'ver', 'w', 'su', 't', 'rs', 'qe', 'lv', 'cy', 'ss', 'st', 'sl', 'sp'}
+local function facts(K, id, gate, H, head)
+  local f = redis.call('HMGET', addr(K, id), unpack(FACT_FIELDS))
+  if not f[1] then return nil end
+  local out = head
+  for k = 1, 12 do out[#out + 1] = f[k] or '' end
+  out[#out + 1] = gate and gate_facts(K, f[13], H) or ''
+  return out
 end
 
 local function sweep(K, now, now_text, cap, H)
@@ -886,7 +784,7 @@ end
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '5'
+local LAYOUT = '6'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -1342,9 +1240,9 @@ end
 -- from before Redis lost the pool (its address id may name another address). Releases whose
 -- outcome is judged are counted (`released`, one HINCRBY per batch), a late one of an expired
 -- lease too, as in memory. `S`, the batch's sites (see `sites_from`).
-local function release_part(K, now, cap, H, got, S, args, from, to)
+local function release_part(K, now, cap, H, got, S, args, from, to, judged)
   local leases, count = {}, 0
-  for i = from, to, 7 do
+  for i = from, to, 6 do
     count = count + 1
     leases[count] = 'l' .. args[i] .. ':' .. args[i + 1]
   end
@@ -1363,17 +1261,17 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
   -- from before a loss names nothing.
   local first, last = num(got[3]), num(got[4])
   for j = 1, count do
-    local i = from + (j - 1) * 7
+    local i = from + (j - 1) * 6
     local lid = not scores[j] and tonumber(args[i])
     if scores[j] or (lid and lid > first and lid <= last) then
-      local id, class, site = args[i + 1], args[i + 2], args[i + 4]
+      local id, class, site = args[i + 1], args[i + 2], args[i + 3]
       local names = names_of(site)
-      -- The pair's window (5) only for a named site: tickets without one have none.
+      -- The pair's window (6) only for a named site: tickets without one have none.
       local f
       if site == '-' then
-        f = redis.call('HMGET', addr(K, id), 's', 'w', 'p', 'sp')
+        f = redis.call('HMGET', addr(K, id), 's', 'w', 'p', 'sp', 'su')
       else
-        f = redis.call('HMGET', addr(K, id), 's', 'w', 'p', 'sp', names[1])
+        f = redis.call('HMGET', addr(K, id), 's', 'w', 'p', 'sp', 'su', names[1])
       end
       if scores[j] then freed(K, id, f[1], f[3], f[4], cap, H) end
       if class == 'a' then
@@ -1390,31 +1288,34 @@ local function release_part(K, now, cap, H, got, S, args, from, to)
           by_class[class] = cell
         end
         redis.call('HINCRBY', counts_key(K, id), cell, '1')
-        if class == 'r' then cool(K, id, site, args[i + 5]) end
+        if class == 'r' then cool(K, id, site, args[i + 4]) end
         -- A success's latency, as its process judged it from its own successes, when that
         -- changed (see `ops`); with the quality levels it may move (`q`: latency's, whole).
-        local hint = class == 's' and tonumber(args[i + 6])
-        local q, latency, slow, moved = nil, nil, nil, class ~= 's'
+        local hint = class == 's' and tonumber(args[i + 5])
+        -- `slow`: '2' its tail jumped, '1' not, '' unknown (see `ops`).
+        local q, latency, slow, moved = nil, nil, '', class ~= 's'
         if hint then
           q = redis.call('HMGET', addr(K, id), 'qlat', 'ql')
           local flag = hint % 4
           latency = (hint - flag) / 4
           if latency ~= num(q[1]) then moved = true end
-          if flag == 2 then
-            slow = 'latency tail: over 5% of recent successes slower than ' .. H.latency_factor .. 'x the mean'
-          elseif flag == 1 then
-            slow = false
-          end
+          if flag > 0 then slow = tostring(flag) end
         end
         -- At a degraded site, outcomes say nothing about the address (P9).
         local excused = class ~= 'r' and observe(K, S, site, id, class == 'b' and 'f' or class, now, H)
-        if not excused then
-          if site ~= '-' and (f[5] or class == 'b' or class == 'c') then
-            judge_pair(K, id, site, class, f[5], now, H)
+        if not excused and site ~= '-' and (f[6] or class == 'b' or class == 'c') then
+          judge_pair(K, id, site, class, f[6], now, H)
+        end
+        -- A block or captcha from a named site is that site's judgement of the pair (above).
+        if site ~= '-' and (class == 'b' or class == 'c') then class = 'n' end
+        if class == 's' or class == 'f' or class == 'c' then
+          if not excused then push_window(K, id, class, f[1], f[2], now, H) end
+          -- The judge is asked about every outcome but a success of a healthy address with a
+          -- clean record (the common case: no news).
+          if not (class == 's' and f[1] == 'healthy' and not f[2] and not f[5] and slow ~= '2') then
+            judged[#judged + 1] = facts(K, id, not excused and class ~= 's', H,
+              {tostring(j), id, class, excused and '1' or '0', slow})
           end
-          -- A captcha from a named site is that site's judgement of the pair (above).
-          if class == 'c' and site ~= '-' then class = 'n' end
-          outcome(K, id, class, f[1], f[2], now, cap, H, args[i + 3], slow)
         end
         -- Its weight follows its quality (P1): its latency's level and, while it has a window,
         -- the success rate's, from the window the outcome left. Only a latency level that
@@ -1438,23 +1339,24 @@ end
 -- ops: a batch of releases, then a batch of acquires, in one call (a call's fixed cost is a
 -- large share of a small operation's). ARGV[5] the leases' deadline, [6] the sessions'
 -- deadline (ms), [7] load factor, [8] the number of releases; then per release: lease id,
--- address id, outcome class ('a' for a lease dropped unreleased: no outcome), backoff jitter
--- factor, site ('-' for none), for a rate limit ('r') the end of the cooling it asks for
+-- address id, outcome class ('a' for a lease dropped unreleased: no outcome), site ('-' for
+-- none), for a rate limit ('r') the end of the cooling it asks for
 -- (ms), for a success its latency as its process judged it from the successes it released
 -- (a sample of the address's traffic: the quality level of its latency × 4, + 2 if its tail
 -- jumped against its own norm, + 1 if not, + 0 while too few were seen), when that changed
 -- or every 16th success of the address (empty otherwise);
 -- then per acquire: key ('' = keyless), the key's ring point, site ('-' for none),
 -- pool: the keyless strategy's letter (see acquire_one) and the sub-pool's name (none for
--- the whole pool). Replies three elements per acquire (see acquire_one), then `more` and
--- the pool's epoch.
+-- the whole pool). Replies three elements per acquire (see acquire_one), then the facts the
+-- judge needs of the releases that are news (see `facts`; each led by the release's number,
+-- its address id, class, '1' if excused and its latency flag), `more` and the pool's epoch.
 local function ops(keys, args)
   local releases = tonumber(args[8]) or 0
-  local last_release = 8 + releases * 7
+  local last_release = 8 + releases * 6
   -- What the batch needs of `meta` comes with the context: the epoch's lease ids, the
   -- judgement of the releases' sites (P9), the latest cooling end of the acquires' sites.
   local fields = {'layout', 'epoch', 'seq0', 'seq'}
-  local order = site_fields(args, 13, last_release, 7, fields)
+  local order = site_fields(args, 12, last_release, 6, fields)
   -- `cooling`: site → index in `got`; `cool_fields` and `cool_at`: the same as two lists.
   local cooling, cool_fields, cool_at = {}, {}, {}
   for i = last_release + 3, #args, 4 do
@@ -1467,9 +1369,10 @@ local function ops(keys, args)
   end
   local K, now, cap, more, H, got = open(keys, args, fields)
   cooled_in_call = false
+  local judged = {}
   if releases > 0 then
     local S = sites_from(order, got, 5, now, H)
-    release_part(K, now, cap, H, got, S, args, 9, last_release)
+    release_part(K, now, cap, H, got, S, args, 9, last_release, judged)
     end_sites(K, S, now, H)
   end
   if cooled_in_call and #cool_fields > 0 then
@@ -1479,39 +1382,35 @@ local function ops(keys, args)
   end
   local out, n
   out, n, more = acquire_part(K, now, cap, H, got, cooling, args, last_release + 1, more)
-  out[n + 1] = more
+  out[n + 1] = judged
+  out[n + 2] = more
   -- Which incarnation of the pool answered (see `add`): a client that sees it change knows
   -- its cached ids are stale.
-  out[n + 2] = got[2] or ''
+  out[n + 3] = got[2] or ''
   return out
 end
 
--- probe report: ARGV[5] url, [6] '1' passed / '0' failed, [7] jitter.
--- Probing or dead: a pass counts toward the rise; probing: a failure back to quarantine; in
--- service: a failure is one failed outcome; a pass there is not news. Replies 0 if unknown.
+-- probe report: ARGV[5] url, [6] '1' passed / '0' failed. In service, a failure is one
+-- failed outcome without a site, as a release would be (windows and the site '-'); a pass
+-- there is not news (replies 1). Otherwise replies the facts the judge needs (see `facts`:
+-- the judge decides as `PoolState::report_probe` does). Replies 0 if unknown.
 local function probe(keys, args)
   local fields = {'layout', 'epoch'}
   local order = site_fields({'-'}, 1, 1, 1, fields)
-  local K, now, cap, _, H, got = open(keys, args, fields)
+  local K, now, _, _, H, got = open(keys, args, fields)
   local id = redis.call('HGET', K.byurl, args[5])
   if not id then return 0 end
   local f = redis.call('HMGET', addr(K, id), 's', 'w')
-  local s = f[1]
-  if args[6] == '1' then
-    if s == 'probing' or s == 'dead' then outcome(K, id, 's', s, f[2], now, cap, H, tonumber(args[7])) end
-  elseif s == 'healthy' or s == 'degraded' then
-    -- One failed outcome without a site, as a release would be.
+  local s, passed, excused = f[1], args[6] == '1', false
+  if passed and s ~= 'probing' and s ~= 'dead' then return 1 end
+  if not passed and (s == 'healthy' or s == 'degraded') then
     local S = sites_from(order, got, 3, now, H)
-    if not observe(K, S, '-', id, 'f', now, H) then
-      outcome(K, id, 'f', s, f[2], now, cap, H, tonumber(args[7]))
-    end
+    excused = observe(K, S, '-', id, 'f', now, H)
+    if not excused then push_window(K, id, 'f', s, f[2], now, H) end
     end_sites(K, S, now, H)
-  elseif s == 'probing' then
-    quarantine(K, id, s, 'probe failed', now, cap, H, tonumber(args[7]))
-  else
-    outcome(K, id, 'f', s, f[2], now, cap, H, tonumber(args[7]))
   end
-  return 1
+  local class = passed and 's' or 'f'
+  return facts(K, id, not passed and not excused, H, {'', id, class, excused and '1' or '0', ''}) or 0
 end
 
 -- Adds ring points `args[from..]` of address `id` to `ring`, or removes them; in chunks:
@@ -1639,7 +1538,8 @@ local function remove(keys, args)
   local K, now, cap, _, H = open(keys, args)
   local id = redis.call('HGET', K.byurl, args[5])
   if not id then return 0 end
-  set_state(K, id, 'removed', 'removed', now, cap, H)
+  -- Out of every pool and count first; logged as the memory store logs it.
+  set_state(K, id, 'absent', 'removed', now, cap, H)
   local a = addr(K, id)
   local f = redis.call('HMGET', a, 'v', 'sp')
   local in_pools = pools_in(K, f[2])
@@ -1738,7 +1638,47 @@ local function config(keys, args)
   return CONFIG_VERSION
 end
 
+-- facts: ARGV[5] address id, [6] '1' to include the gate's. The judge's facts again, after
+-- `apply` refused a decision taken on older ones (see `facts`); 0 if the address is gone.
+local function refacts(keys, args)
+  local K, _, _, _, H = open(keys, args)
+  return facts(K, args[5], args[6] == '1', H, {}) or 0
+end
+
+-- The fields of an address a decided transition may write (see `apply`).
+local DECIDED = {su = true, st = true, lv = true, cy = true, sl = true}
+
+-- apply: a transition the judge decided on an address's facts. ARGV[5] address id, [6] the
+-- version it was decided on, [7] the gate's facts it depended on ('' if none), [8] the state
+-- to enter ('' for none), [9] the reason, [10] the end of a quarantine wait ('' for none),
+-- then field, value pairs among `DECIDED` ('' deletes), written after the state. Refused
+-- (replies 0) when the version or the gate's facts moved meanwhile: the caller judges again
+-- on fresh facts. Replies -1 if the address is gone, 1 once applied.
+local function apply(keys, args)
+  local K, now, cap, _, H = open(keys, args)
+  local id = args[5]
+  local a = addr(K, id)
+  local f = redis.call('HMGET', a, 's', 'ver', 'sp')
+  if not f[1] then return -1 end
+  if (f[2] or '0') ~= args[6] then return 0 end
+  if args[7] ~= '' and gate_facts(K, f[3], H) ~= args[7] then return 0 end
+  -- Checked before anything is written: a script's writes are not undone by an error.
+  for i = 11, #args - 1, 2 do
+    if not DECIDED[args[i]] then error({err = 'ERR apply: not a decided field: ' .. args[i]}) end
+  end
+  if args[10] ~= '' then redis.call('ZADD', K.due, args[10], 'q' .. id) end
+  if args[8] ~= '' then set_state(K, id, args[8], args[9], now, cap, H) end
+  for i = 11, #args - 1, 2 do
+    local field, v = args[i], args[i + 1]
+    if v == '' then redis.call('HDEL', a, field) else redis.call('HSET', a, field, v) end
+  end
+  redis.call('HINCRBY', a, 'ver', '1')
+  return 1
+end
+
 redis.register_function('__LIB___ops', ops)
+redis.register_function('__LIB___facts', refacts)
+redis.register_function('__LIB___apply', apply)
 redis.register_function('__LIB___probe', probe)
 redis.register_function('__LIB___add', add)
 redis.register_function('__LIB___remove', remove)

@@ -3,13 +3,12 @@
 
 use std::sync::{Arc, PoisonError};
 
-use rand::Rng;
 use redis::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::batch::{Job, Queue};
-use super::encoding::{Arg, parse_acquires, text};
+use super::encoding::{Arg, parse_ops, text};
 
 use crate::address::ProxyAddress;
 use crate::clock::{Timestamp, millis};
@@ -22,7 +21,7 @@ use crate::strategy::consistent_hash::{fingerprint, key_hash, points};
 use crate::ticket::Ticket;
 
 use super::{
-    AcquireRequest, Answer, NO_SITE, Op, RedisStore, ReleaseRequest, SharedView, TO_52_BITS,
+    AcquireRequest, Answer, Facts, NO_SITE, Op, RedisStore, ReleaseRequest, SharedView, TO_52_BITS,
     unavailable,
 };
 
@@ -44,12 +43,6 @@ impl RedisStore {
             .and_then(|i| sites.names.get(i as usize))
             .cloned()
             .unwrap_or_else(|| Arc::from(NO_SITE))
-    }
-
-    pub(super) fn jitter(&self) -> f64 {
-        let j = self.cfg.backoff.jitter;
-        let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
-        1.0 + rng.random_range(-j..=j)
     }
 
     /// The address with this id: from memory, or read once from Redis by `deadline`.
@@ -137,7 +130,7 @@ impl RedisStore {
             .map_err(AcquireError::StoreUnavailable)?
         {
             Answer::Acquired(reply) => reply,
-            Answer::Released | Answer::Settled => {
+            Answer::Released(_) | Answer::Settled => {
                 return Err(AcquireError::StoreUnavailable("malformed ops reply".into()));
             }
         };
@@ -222,15 +215,21 @@ impl RedisStore {
             lease: release.lease.id.0,
             id: release.slot,
             class,
-            jitter: self.jitter(),
             site,
             cool_until,
             latency,
         };
-        self.batched(&self.ops, Op::Release(request), self.deadline())
+        let answer = self
+            .batched(&self.ops, Op::Release(request), self.deadline())
             .await
-            .map(drop)
-            .map_err(PoolError::StoreUnavailable)
+            .map_err(PoolError::StoreUnavailable)?;
+        // News for the judge: its decision is a second call (transitions are rare).
+        if let Answer::Released(Some(facts)) = answer {
+            self.judge(*facts, now)
+                .await
+                .map_err(PoolError::StoreUnavailable)?;
+        }
+        Ok(())
     }
 
     /// From `Drop`: queued with the releases, unanswered. Should it be lost (no runtime, Redis
@@ -242,7 +241,6 @@ impl RedisStore {
             lease: lease.id.0,
             id: slot,
             class: "a",
-            jitter: 1.0,
             site: Arc::from(NO_SITE),
             cool_until: 0,
             latency: None,
@@ -281,7 +279,7 @@ impl RedisStore {
             }
             return;
         };
-        let mut args = Vec::with_capacity(4 + releases.len() * 7 + acquires.len() * 4);
+        let mut args = Vec::with_capacity(4 + releases.len() * 6 + acquires.len() * 4);
         args.extend([
             Arg::Int(now.as_millis().saturating_add(millis(self.cfg.lease_ttl))),
             Arg::Int(now.as_millis().saturating_add(millis(self.cfg.sticky_ttl))),
@@ -293,7 +291,6 @@ impl RedisStore {
                 Arg::Int(r.lease),
                 Arg::Int(u64::from(r.id)),
                 Arg::Str(r.class),
-                Arg::Float(r.jitter),
                 Arg::Str(&r.site),
                 Arg::Int(r.cool_until),
                 match r.latency {
@@ -314,17 +311,21 @@ impl RedisStore {
             .call(&self.functions.ops, now, self.claim_sweep(now), &args)
             .await
             .map_err(|e| unavailable(&e))
-            .and_then(|v| {
-                parse_acquires(v, acquires.len()).ok_or_else(|| "malformed ops reply".into())
-            });
+            .and_then(|v| parse_ops(v, acquires.len()).ok_or_else(|| "malformed ops reply".into()));
         match reply {
-            Ok((replies, more, epoch)) => {
-                self.note_more(more);
-                self.note_epoch(epoch, now);
-                for (_, reply) in releases {
-                    let _ = reply.send(Ok(Answer::Released));
+            Ok(ops) => {
+                self.note_more(ops.more);
+                self.note_epoch(ops.epoch, now);
+                let mut facts: Vec<Option<Box<Facts>>> = vec![None; releases.len()];
+                for (j, f) in ops.facts {
+                    if let Some(slot) = j.checked_sub(1).and_then(|j| facts.get_mut(j)) {
+                        *slot = Some(Box::new(f));
+                    }
                 }
-                for ((_, reply), r) in acquires.into_iter().zip(replies) {
+                for ((_, reply), facts) in releases.into_iter().zip(facts) {
+                    let _ = reply.send(Ok(Answer::Released(facts)));
+                }
+                for ((_, reply), r) in acquires.into_iter().zip(ops.acquires) {
                     // A caller that left meanwhile: its grant goes straight back.
                     if let Err(Ok(Answer::Acquired(r))) = reply.send(Ok(Answer::Acquired(r)))
                         && r.choice.is_some()
@@ -449,16 +450,21 @@ impl RedisStore {
         let args = [
             Arg::Str(address.as_str()),
             Arg::Str(if passed { "1" } else { "0" }),
-            Arg::Float(self.jitter()),
         ];
         let reply = self
             .call(&self.functions.probe, now, true, &args)
             .await
             .map_err(|e| PoolError::StoreUnavailable(unavailable(&e)))?;
-        if matches!(reply, Value::Int(1)) {
-            Ok(())
-        } else {
-            Err(PoolError::UnknownAddress(address.clone()))
+        match reply {
+            Value::Int(1) => Ok(()),
+            Value::Int(_) => Err(PoolError::UnknownAddress(address.clone())),
+            record => {
+                let (_, facts) = Facts::parse(&record)
+                    .ok_or_else(|| PoolError::StoreUnavailable("malformed probe reply".into()))?;
+                self.judge(facts, now)
+                    .await
+                    .map_err(PoolError::StoreUnavailable)
+            }
         }
     }
 

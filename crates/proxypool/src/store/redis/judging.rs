@@ -1,0 +1,529 @@
+//! The Redis store's judgement of an address: the library hands over its facts after an
+//! outcome that is news (`facts` in library.lua: with the release batch's reply, or the probe
+//! report's), the judge decides — [`crate::judge`], the functions the memory store calls —
+//! and `apply` writes the decided transition in a second call. That call refuses it when the
+//! address's version, or the quarantine gate's facts it depended on, moved meanwhile (another
+//! process decided first): the facts are then read again and judged again.
+
+use std::sync::PoisonError;
+
+use rand::Rng;
+use redis::Value;
+
+use super::RedisStore;
+use super::encoding::{Arg, text};
+use crate::clock::Timestamp;
+use crate::config::{HealthConfig, PoolConfig};
+use crate::health::quarantine::Gate;
+use crate::health::signals::{self, Signal};
+use crate::health::window::{Class, Entry, Window};
+use crate::health::{Health, HealthState};
+use crate::judge::{self, Evidence, Fall, Standing, Thresholds, Verdict};
+
+/// How often a refused decision is judged again before it is given up (logged): each refusal
+/// means another process moved the address, so a few suffice.
+const ATTEMPTS: usize = 8;
+
+/// How many values the library's facts are, after their head (see `facts`).
+const FACTS: usize = 13;
+
+/// What the judge reads of one address after one outcome.
+#[derive(Debug, Clone)]
+pub(super) struct Facts {
+    id: u32,
+    class: Class,
+    /// The outcome's site is judged degraded (P9).
+    excused: bool,
+    /// The releasing process's judgement of the latency tail: `Some(true)` jumped, `Some(false)`
+    /// not, `None` not said with this outcome.
+    slow: Option<bool>,
+    /// A probe report (judged as `PoolState::report_probe` does), not a release.
+    probe: bool,
+    version: String,
+    health: Health,
+    /// The outcome window, newest first: 's', 'f', 'c' per outcome.
+    window: String,
+    /// Degraded for its latency: only a report that the tail is back clears it.
+    slow_degraded: bool,
+    /// The gate's facts as the library writes them, for a bad outcome.
+    gate: Option<String>,
+}
+
+fn class_of(letter: &str) -> Option<Class> {
+    match letter {
+        "s" => Some(Class::Success),
+        "f" => Some(Class::Failure),
+        "c" => Some(Class::Captcha),
+        _ => None,
+    }
+}
+
+fn state_of(name: &str) -> Option<HealthState> {
+    HealthState::ALL.into_iter().find(|s| s.as_str() == name)
+}
+
+/// A whole number the library wrote ('' or absent: 0).
+fn number(v: &str) -> Option<u64> {
+    if v.is_empty() {
+        return Some(0);
+    }
+    v.parse().ok()
+}
+
+fn at(v: &str) -> Option<Option<Timestamp>> {
+    if v.is_empty() {
+        return Some(None);
+    }
+    v.parse().ok().map(|ms| Some(Timestamp::from_millis(ms)))
+}
+
+impl Facts {
+    /// One record of facts with its head: the release's number in its batch ('' for a probe
+    /// report), then the facts.
+    pub(super) fn parse(record: &Value) -> Option<(Option<usize>, Self)> {
+        let Value::Array(items) = record else {
+            return None;
+        };
+        let t: Vec<String> = items.iter().map(text).collect::<Option<_>>()?;
+        let [n, id, class, excused, slow, rest @ ..] = t.as_slice() else {
+            return None;
+        };
+        let release = if n.is_empty() {
+            None
+        } else {
+            Some(n.parse().ok()?)
+        };
+        let mut facts = Self {
+            id: id.parse().ok()?,
+            class: class_of(class)?,
+            excused: excused == "1",
+            slow: match slow.as_str() {
+                "2" => Some(true),
+                "1" => Some(false),
+                _ => None,
+            },
+            probe: release.is_none(),
+            version: String::new(),
+            health: Health::slow_start(Timestamp::default()),
+            window: String::new(),
+            slow_degraded: false,
+            gate: None,
+        };
+        facts.read(rest)?;
+        Some((release, facts))
+    }
+
+    /// The facts proper (see `facts` in library.lua), over these.
+    fn read(&mut self, f: &[String]) -> Option<()> {
+        let [s, ver, w, su, t, rs, qe, lv, cy, ss, st, sl, gate] = f else {
+            return None;
+        };
+        let small = |v: &str| number(v).and_then(|n| u32::try_from(n).ok());
+        self.health = Health {
+            state: state_of(s)?,
+            quarantine_entries: small(qe)?,
+            suspect: if su.is_empty() {
+                None
+            } else {
+                Some(small(su)?)
+            },
+            ramp_started: at(rs)?,
+            since: at(t)?.unwrap_or_default(),
+            quarantined_until: None,
+            probe_streak: small(st)?,
+            backoff_level: small(lv)?,
+            failed_cycles: small(cy)?,
+            stable_since: at(ss)?,
+            last_reason: String::new(),
+        };
+        self.version = if ver.is_empty() {
+            "0".into()
+        } else {
+            ver.clone()
+        };
+        self.window = w.clone();
+        self.slow_degraded = sl == "1";
+        self.gate = (!gate.is_empty()).then(|| gate.clone());
+        Some(())
+    }
+
+    /// The gate as the memory store's `PoolState::gate` builds it, from the library's text.
+    fn gate(&self, cfg: &PoolConfig) -> Option<Gate> {
+        let mut f = self.gate.as_deref()?.split(' ');
+        let mut next = || f.next().and_then(|v| v.parse::<usize>().ok());
+        let (frozen, total, quarantined, offered, members) =
+            (next()?, next()?, next()?, next()?, next()?);
+        Some(Gate {
+            frozen: frozen == 1,
+            total,
+            fraction: cfg.quarantine_cap,
+            quarantined,
+            candidate_counted: self.health.state.counts_against_cap(),
+            offered,
+            members,
+            candidate_offered: self.health.state.is_offered(),
+            min_in_service: cfg.min_in_service as usize,
+        })
+    }
+}
+
+/// What the library's facts say of an address's windows, read when the judge asks.
+struct Recorded<'a> {
+    facts: &'a Facts,
+    cfg: &'a HealthConfig,
+    now: Timestamp,
+}
+
+impl Evidence for Recorded<'_> {
+    fn fall(&mut self) -> Option<Signal> {
+        if self.facts.window.is_empty() {
+            return None;
+        }
+        // The library's window holds classes only, all within the maximum age (it is
+        // forgotten whole past it): the same window with every entry now.
+        let mut w = Window::new(self.cfg.window, self.cfg.window_max_age, false);
+        for letter in self.facts.window.bytes().rev() {
+            w.push(Entry {
+                at: self.now,
+                site: 0,
+                latency_ms: 0,
+                class: match letter {
+                    b's' => Class::Success,
+                    b'c' => Class::Captcha,
+                    _ => Class::Failure,
+                },
+                excused: false,
+            });
+        }
+        signals::fall(&w, self.cfg, self.now, &[])
+    }
+
+    fn slow_tail(&mut self, _always: bool) -> Option<Signal> {
+        // The releasing process judged the tail (`Latencies`); unsaid, it stands as it was.
+        self.facts
+            .slow
+            .unwrap_or(self.facts.slow_degraded)
+            .then_some(Signal::SlowShare {
+                factor: self.cfg.latency_factor,
+            })
+    }
+}
+
+/// A decided transition, as `apply` takes it.
+#[derive(Debug, Default, PartialEq)]
+struct Plan {
+    enter: Option<(HealthState, String)>,
+    /// The end of a quarantine wait.
+    until: Option<Timestamp>,
+    fields: Vec<(&'static str, String)>,
+    /// Decided through the quarantine gate: refused if its facts moved.
+    gated: bool,
+}
+
+impl Plan {
+    fn enter(to: HealthState, reason: String) -> Self {
+        Self {
+            enter: Some((to, reason)),
+            ..Self::default()
+        }
+    }
+
+    fn field(name: &'static str, value: impl ToString) -> Self {
+        Self {
+            fields: vec![(name, value.to_string())],
+            ..Self::default()
+        }
+    }
+}
+
+/// What the judge decides on `facts` at `now` (the memory store's `evaluate`,
+/// `try_quarantine`, `probe_success` and `report_probe`, applied as a plan).
+fn decide(facts: &Facts, cfg: &PoolConfig, now: Timestamp, rng: &mut impl Rng) -> Option<Plan> {
+    let hc = &cfg.health;
+    let mut h = facts.health.clone();
+    h.refresh(now, hc);
+    let passed = facts.class == Class::Success;
+    if facts.probe {
+        match (h.state, passed) {
+            (HealthState::Probing | HealthState::Dead, true) => {
+                return Some(probe_pass(&h, now, hc));
+            }
+            (HealthState::Probing, false) => {
+                return fall(facts, &h, "probe failed".into(), None, cfg, now, rng);
+            }
+            (HealthState::Dead, false) => {
+                return (h.probe_streak != 0).then(|| Plan::field("st", 0));
+            }
+            (HealthState::Healthy | HealthState::Degraded, false) => {}
+            _ => return None,
+        }
+    }
+    let mut evidence = Recorded {
+        facts,
+        cfg: hc,
+        now,
+    };
+    let standing = Standing::of(&h, now, hc);
+    let verdict = judge::evaluate(
+        standing,
+        facts.class,
+        facts.excused,
+        Thresholds::of(hc),
+        &mut evidence,
+    )?;
+    match verdict {
+        Verdict::Quarantine(reason) => fall(facts, &h, reason, None, cfg, now, rng),
+        Verdict::Become(to, reason) => {
+            let mut plan = Plan::enter(to, reason);
+            // Degraded for its latency: only a report that the tail is back clears it.
+            if to == HealthState::Degraded {
+                plan.fields.push(("sl", "1".into()));
+            }
+            Some(plan)
+        }
+        Verdict::ProbeSuccess => Some(probe_pass(&h, now, hc)),
+        Verdict::Suspect(degrade) => {
+            let mut plan = Plan::field("su", 0);
+            plan.enter = degrade.map(|r| (HealthState::Degraded, r));
+            Some(plan)
+        }
+        Verdict::Confirm(reason) => {
+            let n = h.suspect.map_or(1, |n| n + 1);
+            match reason {
+                None => Some(Plan::field("su", n)),
+                Some(reason) => fall(facts, &h, reason, Some(n), cfg, now, rng),
+            }
+        }
+        Verdict::Clear => Some(Plan::field("su", "")),
+    }
+}
+
+fn probe_pass(h: &Health, now: Timestamp, cfg: &HealthConfig) -> Plan {
+    let (streak, rise) = judge::probe_pass(h.probe_streak, h.dwelt(now, cfg), cfg);
+    match rise {
+        Some(reason) => Plan::enter(HealthState::Healthy, reason),
+        None => Plan::field("st", streak),
+    }
+}
+
+/// A fall through the gate ([`judge::fall`]). `suspect`: the count a confirmation left, kept
+/// if the address stays where it is (a transition clears it).
+fn fall(
+    facts: &Facts,
+    h: &Health,
+    reason: String,
+    suspect: Option<u32>,
+    cfg: &PoolConfig,
+    now: Timestamp,
+    rng: &mut impl Rng,
+) -> Option<Plan> {
+    let Some(gate) = facts.gate(cfg) else {
+        tracing::warn!(target: "proxypool::redis", id = facts.id, "a fall without the gate's facts");
+        return None;
+    };
+    let mut plan = match judge::fall(h, gate.check(), reason, cfg, now, rng) {
+        Fall::Dead {
+            reason,
+            backoff_level,
+            failed_cycles,
+        } => {
+            let mut plan = Plan::enter(HealthState::Dead, reason);
+            plan.fields = vec![
+                ("lv", backoff_level.to_string()),
+                ("cy", failed_cycles.to_string()),
+            ];
+            plan
+        }
+        Fall::Quarantine {
+            reason,
+            until,
+            backoff_level,
+            failed_cycles,
+        } => {
+            let mut plan = Plan::enter(HealthState::Quarantined, reason);
+            plan.until = Some(until);
+            plan.fields = vec![
+                ("lv", backoff_level.to_string()),
+                ("cy", failed_cycles.to_string()),
+            ];
+            plan
+        }
+        Fall::Degrade(reason) => Plan::enter(HealthState::Degraded, reason),
+        Fall::RestartProbes => Plan::field("st", 0),
+        Fall::Stay => Plan::default(),
+    };
+    if plan.enter.is_none()
+        && let Some(n) = suspect
+    {
+        plan.fields.push(("su", n.to_string()));
+    }
+    plan.gated = true;
+    (plan
+        != Plan {
+            gated: true,
+            ..Plan::default()
+        })
+    .then_some(plan)
+}
+
+impl RedisStore {
+    /// Judges `facts` and applies what the judge decides; judged again on fresh facts while
+    /// `apply` refuses (another process moved the address first).
+    pub(super) async fn judge(&self, mut facts: Facts, now: Timestamp) -> Result<(), String> {
+        for _ in 0..ATTEMPTS {
+            let plan = {
+                let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
+                decide(&facts, &self.cfg, now, &mut *rng)
+            };
+            let Some(plan) = plan else { return Ok(()) };
+            let id = facts.id.to_string();
+            let until = plan.until.map(|t| t.as_millis().to_string());
+            let (state, reason) = match &plan.enter {
+                Some((to, reason)) => (to.as_str(), reason.as_str()),
+                None => ("", ""),
+            };
+            let gate = if plan.gated {
+                facts.gate.as_deref().unwrap_or("")
+            } else {
+                ""
+            };
+            let mut args = vec![
+                Arg::Str(&id),
+                Arg::Str(&facts.version),
+                Arg::Str(gate),
+                Arg::Str(state),
+                Arg::Str(reason),
+                Arg::Str(until.as_deref().unwrap_or("")),
+            ];
+            for (name, value) in &plan.fields {
+                args.extend([Arg::Str(name), Arg::Str(value)]);
+            }
+            let reply = self
+                .call(&self.functions.apply, now, false, &args)
+                .await
+                .map_err(|e| e.to_string())?;
+            if !matches!(reply, Value::Int(0)) {
+                return Ok(());
+            }
+            let need_gate = if facts.gate.is_some() { "1" } else { "0" };
+            let reply = self
+                .call(
+                    &self.functions.facts,
+                    now,
+                    false,
+                    &[Arg::Str(&id), Arg::Str(need_gate)],
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let Value::Array(items) = reply else {
+                // Gone meanwhile: nothing left to judge.
+                return Ok(());
+            };
+            let fresh: Vec<String> = items
+                .iter()
+                .map(text)
+                .collect::<Option<_>>()
+                .filter(|f: &Vec<String>| f.len() == FACTS)
+                .ok_or("malformed facts reply")?;
+            facts.read(&fresh).ok_or("malformed facts reply")?;
+        }
+        tracing::warn!(target: "proxypool::redis", id = facts.id, "a decision refused {ATTEMPTS} times; given up");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    fn record(fields: &[&str]) -> Value {
+        Value::Array(
+            fields
+                .iter()
+                .map(|f| Value::BulkString(f.as_bytes().to_vec()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn three_failures_of_a_fresh_address_quarantine_it_through_the_gate() {
+        let cfg = PoolConfig::default();
+        let now = Timestamp::from_millis(10_000_000);
+        let mut rng = StdRng::seed_from_u64(1);
+        // Released failure of a healthy address whose window is three failures; 10
+        // addresses, none quarantined, 10 offered.
+        let (n, facts) = Facts::parse(&record(&[
+            "1",
+            "7",
+            "f",
+            "0",
+            "",
+            "healthy",
+            "3",
+            "fff",
+            "",
+            "0",
+            "",
+            "0",
+            "0",
+            "0",
+            "",
+            "0",
+            "",
+            "0 10 0 10 10",
+        ]))
+        .unwrap();
+        assert_eq!(n, Some(1));
+        let plan = decide(&facts, &cfg, now, &mut rng).unwrap();
+        assert_eq!(
+            plan.enter.as_ref().map(|e| e.0),
+            Some(HealthState::Quarantined)
+        );
+        assert!(plan.gated && plan.until.is_some());
+        // Frozen: kept in service at reduced weight instead.
+        let (_, mut frozen) = Facts::parse(&record(&[
+            "1",
+            "7",
+            "f",
+            "0",
+            "",
+            "healthy",
+            "3",
+            "fff",
+            "",
+            "0",
+            "",
+            "0",
+            "0",
+            "0",
+            "",
+            "0",
+            "",
+            "1 10 0 10 10",
+        ]))
+        .unwrap();
+        let plan = decide(&frozen, &cfg, now, &mut rng).unwrap();
+        assert!(matches!(plan.enter, Some((HealthState::Degraded, ref r)) if r.contains("frozen")));
+        // An excused failure decides nothing.
+        frozen.excused = true;
+        assert_eq!(decide(&frozen, &cfg, now, &mut rng), None);
+    }
+
+    #[test]
+    fn a_passed_probe_counts_towards_the_rise() {
+        let cfg = PoolConfig::default();
+        let now = Timestamp::from_millis(10_000_000);
+        let mut rng = StdRng::seed_from_u64(1);
+        let (n, facts) = Facts::parse(&record(&[
+            "", "3", "s", "0", "", "probing", "5", "", "", "0", "", "1", "0", "0", "", "0", "", "",
+        ]))
+        .unwrap();
+        assert_eq!(n, None);
+        assert_eq!(
+            decide(&facts, &cfg, now, &mut rng),
+            Some(Plan::field("st", 1))
+        );
+    }
+}
