@@ -147,13 +147,13 @@ test('probe reports bring a quarantined address back, in memory and in a Redis C
   for (const store of [{}, { redis: cluster.url, name: `node-probe-${process.pid}-${Date.now()}`, redisTimeout: 5 }]) {
     const pool = await proxypool.Pool.create({ addresses, tunables, ...store })
     const state = async () => (await pool.snapshot()).addresses.find((a) => a.address === target).state
-    for (let i = 0; (await pool.snapshot()).pool.quarantined === 0; i++) {
+    for (let i = 0; (await pool.snapshot()).pool.quarantine_entries === 0; i++) {
       assert.ok(i < 100, 'the failing address was never quarantined')
       const lease = await pool.acquire()
       await lease.release(lease.address === target ? 'connect_error' : 'success')
     }
-    assert.equal(await state(), 'quarantined')
-    await pool.reportProbe(target, true) // ignored: the wait is not over
+    // The 50 ms wait may be over by the next look on a busy machine.
+    assert.ok(['quarantined', 'probing'].includes(await state()))
     const deadline = Date.now() + 5000
     while ((await state()) !== 'probing') {
       assert.ok(Date.now() < deadline, 'the quarantine wait never ended')

@@ -68,7 +68,7 @@ def test_asyncio_and_probe_reports_through_the_cluster(redis_cluster_url, pool_n
                 l.release_async("connect_error" if l.address == target else "success")
                 for l in leases
             ))
-            if (await pool.snapshot_async())["pool"]["quarantined"]:
+            if (await pool.snapshot_async())["pool"]["quarantine_entries"]:
                 return
         raise AssertionError("the failing address was never quarantined")
 
@@ -78,7 +78,8 @@ def test_asyncio_and_probe_reports_through_the_cluster(redis_cluster_url, pool_n
         await pool.report_probe_async(target, True)
 
     asyncio.run(fail_target())
-    assert state() == "quarantined"
+    # The 50 ms wait may be over by the next look on a busy machine.
+    assert state() in ("quarantined", "probing")
     deadline = time.monotonic() + 5
     while state() != "probing":
         assert time.monotonic() < deadline, "the quarantine wait never ended"
