@@ -14,15 +14,19 @@ const servers = require('./servers.js')
 
 let upstream, target, redis, cluster
 before(async () => {
-  ;[upstream, target, redis, cluster] = await Promise.all([
+  // Settled, not raced: what did start is stopped by `after` even when something else failed.
+  const started = await Promise.allSettled([
     servers.tinyproxy('127.0.0.2'), servers.site(), servers.redis(), servers.redisCluster(),
   ])
+  ;[upstream, target, redis, cluster] = started.map((s) => s.value)
+  const failed = started.find((s) => s.status === 'rejected')
+  if (failed) throw failed.reason
 })
 after(() => {
-  upstream.stop()
-  target.close()
-  redis.stop()
-  cluster.stop()
+  upstream?.stop()
+  target?.close()
+  redis?.stop()
+  cluster?.stop()
 })
 
 const proxyUrl = () => `http://127.0.0.1:${upstream.port}`
