@@ -20,6 +20,7 @@ export declare class Pool {
   add(address: string, subPools?: string[]): Promise<void>
   remove(address: string): Promise<void>
   endSession(key: string): Promise<boolean>
+  reportProbe(address: string, passed: boolean): Promise<void>
 }
 
 export declare const CAPTCHA_MARKERS: readonly string[]

@@ -87,6 +87,8 @@ class Pool {
   add(address, subPools = undefined) { return call(this.inner.add(address, subPools)) }
   remove(address) { return call(this.inner.remove(address)) }
   endSession(key) { return call(this.inner.endSession(key)) }
+  /** Feeds the result of an active probe of `address` (passed: a boolean). */
+  reportProbe(address, passed) { return call(this.inner.reportProbe(address, passed)) }
 
   /**
    * Acquires, runs `work(lease)`, releases: with the outcome `work` returns (a name, or

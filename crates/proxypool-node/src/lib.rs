@@ -6,17 +6,19 @@
 //! `SessionBroken`, …) — the same names as the Python package's exception classes.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 // One reading of outcomes and of tunables for both bindings.
 #[path = "../../proxypool-py/src/outcome.rs"]
 mod outcome;
+#[path = "../../proxypool-py/src/redis_url.rs"]
+mod redis_url;
 #[path = "../../proxypool-py/src/tunables.rs"]
 mod tunables;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use proxypool::{AcquireError, BuildError, PoolError, RedisOptions, Ticket};
+use proxypool::{AcquireError, BuildError, PoolError, Ticket};
 
 fn error(code: &str, message: impl std::fmt::Display) -> Error {
     Error::new(Status::GenericFailure, format!("{code}: {message}"))
@@ -60,7 +62,8 @@ fn build_error(e: BuildError) -> Error {
 pub struct PoolOptions {
     /// Proxy URLs of the whole pool.
     pub addresses: Vec<String>,
-    /// `redis://host:port/db`: share the pool with every process using the same `name`.
+    /// `redis://host:port/db` or `redis+cluster://host:port,host:port,…`: share the pool with
+    /// every process using the same `name`.
     pub redis: Option<String>,
     /// The pool's name in Redis (default `"default"`).
     pub name: Option<String>,
@@ -126,18 +129,10 @@ impl Pool {
             b = b.seed(seed as u64);
         }
         if let Some(url) = options.redis {
-            if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
-                return Err(error(
-                    "InvalidConfig",
-                    format!("redis {url:?}: expected redis://HOST:PORT[/DB]"),
-                ));
-            }
-            let timeout = Duration::try_from_secs_f64(options.redis_timeout.unwrap_or(0.5))
-                .ok()
-                .filter(|t| !t.is_zero())
-                .ok_or_else(|| error("InvalidConfig", "redisTimeout is seconds > 0"))?;
-            let name = options.name.unwrap_or_else(|| "default".to_owned());
-            b = b.redis(RedisOptions::new(url, name).timeout(timeout));
+            let name = options.name.as_deref().unwrap_or("default");
+            let redis = redis_url::options(&url, name, options.redis_timeout.unwrap_or(0.5))
+                .map_err(|e| error("InvalidConfig", e))?;
+            b = b.redis(redis);
         }
         let inner = b.connect().await.map_err(build_error)?;
         Ok(Pool { inner })
@@ -191,6 +186,18 @@ impl Pool {
     #[napi]
     pub async fn remove(&self, address: String) -> Result<()> {
         self.inner.remove(&address).await.map_err(pool_error)
+    }
+
+    /// Feeds the result of an active probe of `address` (a check of your own through it): a
+    /// probing address needs `rise_successes` passes in a row to return to service, a failure
+    /// sends it back to quarantine, and a dead address comes back only this way. Ignored in
+    /// other states.
+    #[napi]
+    pub async fn report_probe(&self, address: String, passed: bool) -> Result<()> {
+        self.inner
+            .report_probe(&address, passed)
+            .await
+            .map_err(pool_error)
     }
 
     /// Ends a key's session now; whether it had one.

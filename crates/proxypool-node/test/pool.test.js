@@ -1,6 +1,7 @@
 'use strict'
 // The Node package against real parts: fetch through a tinyproxy upstream (undici's
-// ProxyAgent), sticky sessions, typed errors, and worker threads sharing one pool in Redis.
+// ProxyAgent), sticky sessions, typed errors, worker threads sharing one pool in Redis, a pool
+// in a Redis Cluster, probe reports.
 
 const assert = require('node:assert/strict')
 const { after, before, test } = require('node:test')
@@ -11,14 +12,21 @@ const { ProxyAgent } = require('undici')
 const proxypool = require('../lib.js')
 const servers = require('./servers.js')
 
-let upstream, target, redis
+let upstream, target, redis, cluster
 before(async () => {
-  ;[upstream, target, redis] = await Promise.all([servers.tinyproxy('127.0.0.2'), servers.site(), servers.redis()])
+  // Settled, not raced: what did start is stopped by `after` even when something else failed.
+  const started = await Promise.allSettled([
+    servers.tinyproxy('127.0.0.2'), servers.site(), servers.redis(), servers.redisCluster(),
+  ])
+  ;[upstream, target, redis, cluster] = started.map((s) => s.value)
+  const failed = started.find((s) => s.status === 'rejected')
+  if (failed) throw failed.reason
 })
 after(() => {
-  upstream.stop()
-  target.close()
-  redis.stop()
+  upstream?.stop()
+  target?.close()
+  redis?.stop()
+  cluster?.stop()
 })
 
 const proxyUrl = () => `http://127.0.0.1:${upstream.port}`
@@ -108,6 +116,60 @@ test('worker threads share one pool through Redis and never exceed the cap', asy
   const snapshot = await pool.snapshot()
   assert.equal(snapshot.addresses.reduce((n, a) => n + a.totals.successes, 0), 90)
   assert.ok(snapshot.addresses.every((a) => a.active_leases === 0))
+})
+
+test('two pools share one pool in a Redis Cluster', async () => {
+  const options = {
+    addresses: ['http://10.0.5.1:3128', 'http://10.0.5.2:3128'],
+    redis: cluster.url,
+    name: `node-cluster-${process.pid}-${Date.now()}`,
+    redisTimeout: 5,
+    tunables: { max_leases_per_address: 1 },
+  }
+  const [a, b] = await Promise.all([proxypool.Pool.create(options), proxypool.Pool.create(options)])
+  const first = await a.acquire({ key: 'account-1' })
+  const other = await b.acquire()
+  assert.notEqual(other.address, first.address)
+  await assert.rejects(b.acquire(), proxypool.NoAddressAvailable)
+  await first.release('success', { latency: 0.05 })
+  const again = await b.acquire({ key: 'account-1' })
+  assert.equal(again.address, first.address)
+  assert.equal(again.choice, 'bound')
+  await Promise.all([again.release(), other.release()])
+  const snapshot = await a.snapshot()
+  assert.equal(snapshot.addresses.reduce((n, r) => n + r.totals.successes, 0), 3)
+  for (const redis of ['redis+cluster://127.0.0.1', 'redis+cluster://', 'http://127.0.0.1:7000']) {
+    await assert.rejects(proxypool.Pool.create({ ...options, redis }), proxypool.InvalidConfig)
+  }
+})
+
+test('probe reports bring a quarantined address back, in memory and in a Redis Cluster', async () => {
+  const addresses = ['http://10.0.6.1:3128', 'http://10.0.6.2:3128', 'http://10.0.6.3:3128']
+  const [target] = addresses
+  // A 50 ms first quarantine wait without jitter, no dwell in probing, two passes to return.
+  const tunables = { backoff: { base: 0.05, jitter: 0 }, health: { min_dwell: 0, rise_successes: 2 } }
+  for (const store of [{}, { redis: cluster.url, name: `node-probe-${process.pid}-${Date.now()}`, redisTimeout: 5 }]) {
+    const pool = await proxypool.Pool.create({ addresses, tunables, ...store })
+    const state = async () => (await pool.snapshot()).addresses.find((a) => a.address === target).state
+    for (let i = 0; (await pool.snapshot()).pool.quarantine_entries === 0; i++) {
+      assert.ok(i < 100, 'the failing address was never quarantined')
+      const lease = await pool.acquire()
+      await lease.release(lease.address === target ? 'connect_error' : 'success')
+    }
+    // The 50 ms wait may be over by the next look on a busy machine.
+    assert.ok(['quarantined', 'probing'].includes(await state()))
+    const deadline = Date.now() + 5000
+    while ((await state()) !== 'probing') {
+      assert.ok(Date.now() < deadline, 'the quarantine wait never ended')
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+    await pool.reportProbe(target, true)
+    assert.equal(await state(), 'probing')
+    await pool.reportProbe(target, true)
+    assert.equal(await state(), 'healthy')
+    await assert.rejects(pool.reportProbe('http://10.9.9.9:3128', true), proxypool.UnknownAddress)
+    await assert.rejects(pool.reportProbe('not a proxy', true), proxypool.InvalidAddress)
+  }
 })
 
 test('captcha markers are the server defaults', () => {

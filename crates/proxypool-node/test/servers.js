@@ -1,8 +1,8 @@
 'use strict'
-// Real parts on loopback for the suite: a throwaway Redis, a tinyproxy upstream leaving from
+// Real parts on loopback for the suite: a throwaway Redis and Redis Cluster, a tinyproxy upstream leaving from
 // 127.0.0.2, and a target site that answers each source address as told.
 
-const { spawn } = require('node:child_process')
+const { execFileSync, spawn } = require('node:child_process')
 const fs = require('node:fs')
 const http = require('node:http')
 const net = require('node:net')
@@ -23,9 +23,9 @@ function listening(port, child) {
 }
 
 // A port below the ephemeral range; another try when it was taken.
-async function start(argvForPort, what) {
+async function start(argvForPort, what, [low, high] = [20000, 32000]) {
   for (let i = 0; i < 20; i++) {
-    const port = 20000 + Math.floor(Math.random() * 12000)
+    const port = low + Math.floor(Math.random() * (high - low))
     const child = spawn(argvForPort(port)[0], argvForPort(port).slice(1), { stdio: 'ignore' })
     if (await listening(port, child)) return { port, stop: () => child.kill() }
     child.kill()
@@ -37,6 +37,34 @@ const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxypool-node-'))
 
 function redis() {
   return start((p) => ['redis-server', '--port', String(p), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], 'redis-server')
+}
+
+// A three-master Redis Cluster (no replicas); `url` names two of its nodes (the client finds
+// the third).
+async function redisCluster() {
+  const nodes = []
+  const stop = () => nodes.forEach((n) => n.stop())
+  try {
+    for (let i = 0; i < 3; i++) {
+      // A node's cluster bus listens on its port + 10000: both stay below the ephemeral range.
+      nodes.push(await start((p) => ['redis-server', '--port', String(p), '--bind', '127.0.0.1', '--save', '',
+        '--appendonly', 'no', '--cluster-enabled', 'yes', '--cluster-config-file', path.join(dir, `nodes-${p}.conf`)],
+      'redis-server (cluster)', [20000, 22000]))
+    }
+    execFileSync('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`),
+      '--cluster-replicas', '0', '--cluster-yes'], { stdio: 'ignore' })
+    const deadline = Date.now() + 10_000
+    for (const n of nodes) {
+      while (!execFileSync('redis-cli', ['-p', String(n.port), 'cluster', 'info'], { encoding: 'utf8' }).includes('cluster_state:ok')) {
+        if (Date.now() > deadline) throw new Error(`cluster node ${n.port} never reported cluster_state:ok`)
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+    }
+  } catch (e) {
+    stop()
+    throw e
+  }
+  return { url: `redis+cluster://${nodes.slice(0, 2).map((n) => `127.0.0.1:${n.port}`).join(',')}`, stop }
 }
 
 function tinyproxy(bind) {
@@ -63,4 +91,4 @@ function site() {
   })))
 }
 
-module.exports = { redis, tinyproxy, site }
+module.exports = { redis, redisCluster, tinyproxy, site }

@@ -11,7 +11,9 @@ unoptimised code). The machine is shared: compare within a run, never across run
 """
 
 import asyncio
+import os
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -23,24 +25,32 @@ import time
 
 import proxypool
 
-ROUNDS = 3
+ROUNDS = int(os.environ.get("ROUNDS", 5))
 RUN = 3.0
 TASKS = 50
 ADDRESSES = [f"http://10.0.1.{i}:3128" for i in range(1, 51)]
 
 
 def memory_pair_us():
+    """Median wall and thread-CPU microseconds per pair (the CPU time is what a loaded machine
+    does not inflate by making the thread wait for a core)."""
     pool = proxypool.Pool(ADDRESSES[:10], max_leases_per_address=1000)
     n = 200_000
     for _ in range(n // 10):
         pool.acquire().release("success", 0.05)
-    best = []
+    wall, cpu = [], []
     for _ in range(5):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         for _ in range(n):
             pool.acquire().release("success", 0.05)
-        best.append((time.perf_counter() - started) / n * 1e6)
-    return statistics.median(best)
+        wall.append((time.perf_counter() - started) / n * 1e6)
+        cpu.append((time.thread_time() - started_cpu) / n * 1e6)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def cpu_seconds(who):
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 def start_redis(workdir):
@@ -75,24 +85,36 @@ async def python_pairs(pool, run):
             done += 1
 
     tasks = [asyncio.create_task(task(t)) for t in range(TASKS)]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), cpu_seconds(resource.RUSAGE_SELF)
     await asyncio.sleep(run)
     stop = True
     await asyncio.gather(*tasks)
-    return done / (time.perf_counter() - started)
+    # Pairs per second, and the process's CPU microseconds per pair (all its threads).
+    return done / (time.perf_counter() - started), (cpu_seconds(resource.RUSAGE_SELF) - cpu) / done * 1e6
 
 
 def rust_pairs(url, name, run):
+    """Pairs per second, and the bench process's CPU microseconds per pair."""
+    cpu = cpu_seconds(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
         ["cargo", "bench", "-q", "--locked", "-p", "proxypool-py", "--bench", "redis_pairs",
          "--", url, name, str(run)],
         check=True, capture_output=True, text=True,
     )
-    return float(out.stdout.split()[-1])
+    rate, pairs = (float(v) for v in out.stdout.split()[-2:])
+    # Cargo's own check (a child too) is in the CPU time: small next to the run's.
+    return rate, (cpu_seconds(resource.RUSAGE_CHILDREN) - cpu) / pairs * 1e6
+
+
+def load():
+    return "load average " + " ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
 def main():
-    print(f"memory: acquire+release pair from one sync thread: {memory_pair_us():.2f} us (bar 2)")
+    print(f"{load()}, {os.cpu_count()} cores")
+    wall, cpu = memory_pair_us()
+    print(f"memory: acquire+release pair from one sync thread: {wall:.2f} us wall, "
+          f"{cpu:.2f} us thread CPU (bar 2)")
     workdir = tempfile.mkdtemp()
     port, server = start_redis(workdir)
     # Stopped with the bench: a SIGTERM runs the `finally` below as an interrupt would.
@@ -104,15 +126,18 @@ def main():
         # Builds the Rust side once (not timed) and warms both up.
         rust_pairs(url, name, 1.0)
         asyncio.run(python_pairs(pool, 1.0))
-        ratios = []
+        ratios, cpu_ratios = [], []
         for r in range(1, ROUNDS + 1):
-            rust = rust_pairs(url, name, RUN)
-            py = asyncio.run(python_pairs(pool, RUN))
+            rust, rust_cpu = rust_pairs(url, name, RUN)
+            py, py_cpu = asyncio.run(python_pairs(pool, RUN))
             ratios.append(py / rust)
-            print(f"round {r}: Redis, {TASKS} tasks keyless: Rust {rust:.0f} pairs/s, "
-                  f"Python asyncio {py:.0f} pairs/s, ratio {py / rust:.2}")
+            cpu_ratios.append(py_cpu / rust_cpu)
+            print(f"round {r}: Redis, {TASKS} tasks keyless: Rust {rust:.0f} pairs/s "
+                  f"({rust_cpu:.1f} us CPU/pair), Python asyncio {py:.0f} pairs/s "
+                  f"({py_cpu:.1f} us CPU/pair), ratio {py / rust:.2f}")
         print(f"median ratio Python/Rust over {ROUNDS} rounds: {statistics.median(ratios):.2f} "
-              "(bar 0.9)")
+              f"(bar 0.9); CPU per pair Python/Rust: {statistics.median(cpu_ratios):.2f}; "
+              f"{load()}")
     finally:
         server.terminate()
         server.wait()

@@ -1,6 +1,6 @@
 //! The Rust side of the Python bench (`benches/bench.py`): acquire + release pairs per second
 //! through Redis from 50 tokio tasks, keyless, on a pool the Python side built (same server,
-//! same pool name), for the given seconds. Prints the rate alone.
+//! same pool name), for the given seconds. Prints the rate and the number of pairs.
 //! Run by bench.py: `cargo bench -p proxypool-py --bench redis_pairs -- URL POOL SECONDS`.
 #![allow(clippy::unwrap_used, reason = "a bench: a panic is its failure report")]
 
@@ -36,11 +36,12 @@ fn main() {
                 .connect(),
         )
         .unwrap();
-    let rate = rt.block_on(pairs_per_second(pool, run));
-    println!("{rate:.0}");
+    let (rate, pairs) = rt.block_on(pairs_per_second(pool, run));
+    println!("{rate:.0} {pairs}");
 }
 
-async fn pairs_per_second(pool: Pool, run: Duration) -> f64 {
+/// Pairs per second, and how many were made.
+async fn pairs_per_second(pool: Pool, run: Duration) -> (f64, u64) {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
@@ -64,5 +65,6 @@ async fn pairs_per_second(pool: Pool, run: Duration) -> f64 {
     for t in tasks {
         t.await.unwrap();
     }
-    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+    let pairs = done.load(Ordering::Relaxed);
+    (pairs as f64 / started.elapsed().as_secs_f64(), pairs)
 }

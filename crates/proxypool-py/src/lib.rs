@@ -13,6 +13,7 @@ mod errors;
 mod lease;
 mod outcome;
 mod pool;
+mod redis_url;
 mod runtime;
 mod tunables;
 

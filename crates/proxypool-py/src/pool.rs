@@ -2,9 +2,8 @@
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
-use proxypool::{RedisOptions, Ticket};
+use proxypool::Ticket;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -170,29 +169,10 @@ impl Pool {
             .into_iter()
             .map(|(n, s)| Ok((n, tunables::strategy(&s).map_err(InvalidConfig::new_err)?)))
             .collect::<PyResult<Vec<_>>>()?;
-        let timeout = Duration::try_from_secs_f64(redis_timeout)
-            .ok()
-            .filter(|t| !t.is_zero())
-            .ok_or_else(|| InvalidConfig::new_err("redis_timeout is seconds > 0"))?;
-        let redis = match redis {
-            Some(url) if url.starts_with("redis://") || url.starts_with("rediss://") => {
-                if name.is_empty()
-                    || name.contains(['{', '}'])
-                    || name.contains(char::is_whitespace)
-                {
-                    return Err(InvalidConfig::new_err(format!(
-                        "name {name:?}: a pool name is non-empty, without braces or spaces"
-                    )));
-                }
-                Some(RedisOptions::new(url, name).timeout(timeout))
-            }
-            Some(url) => {
-                return Err(InvalidConfig::new_err(format!(
-                    "redis {url:?}: expected redis://HOST:PORT[/DB]"
-                )));
-            }
-            None => None,
-        };
+        let redis = redis
+            .map(|url| crate::redis_url::options(&url, name, redis_timeout))
+            .transpose()
+            .map_err(InvalidConfig::new_err)?;
         let recipe = Recipe {
             config,
             addresses: self::addresses(addresses)?,
@@ -308,6 +288,30 @@ impl Pool {
     fn remove_async<'py>(&self, py: Python<'py>, address: String) -> PyResult<Bound<'py, PyAny>> {
         self.run_async(py, |p| async move {
             finish(p.remove(&address).await, errors::pool)
+        })
+    }
+
+    /// Feeds the result of an active probe of `address` (a check of your own through it): a
+    /// probing address needs `rise_successes` passes in a row to return to service, a failure
+    /// sends it back to quarantine, and a dead address comes back only this way. Ignored in
+    /// other states.
+    fn report_probe(&self, py: Python<'_>, address: String, passed: bool) -> PyResult<()> {
+        self.run(
+            py,
+            |p| async move { p.report_probe(&address, passed).await },
+        )?
+        .map_err(errors::pool)
+    }
+
+    /// `report_probe` as a coroutine.
+    fn report_probe_async<'py>(
+        &self,
+        py: Python<'py>,
+        address: String,
+        passed: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.run_async(py, move |p| async move {
+            finish(p.report_probe(&address, passed).await, errors::pool)
         })
     }
 

@@ -30,10 +30,10 @@ def _wait_port(port, process, what):
     raise RuntimeError(f"{what} did not listen on {port} within {START_TIMEOUT} s")
 
 
-def _start(argv_for_port, what, cwd):
+def _start(argv_for_port, what, cwd, ports=(20000, 32000)):
     """Starts a server on a random port below the ephemeral range; another on a port taken."""
     for _ in range(20):
-        port = random.randint(20000, 32000)
+        port = random.randint(*ports)
         process = subprocess.Popen(
             argv_for_port(port), cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -68,6 +68,43 @@ def redis_url(workdir):
     )
     yield f"redis://127.0.0.1:{port}"
     _stop(process)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(workdir):
+    """A three-master Redis Cluster (no replicas), as `redis+cluster://` of two of its nodes
+    (the client finds the third)."""
+    nodes = []
+    try:
+        for _ in range(3):
+            # A node's cluster bus listens on its port + 10000: both stay below 32768.
+            nodes.append(_start(
+                lambda p: ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "",
+                           "--appendonly", "no", "--cluster-enabled", "yes",
+                           "--cluster-config-file", f"nodes-{p}.conf"],
+                "redis-server (cluster)",
+                workdir,
+                ports=(20000, 22000),
+            ))
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p, _ in nodes),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        for port, _ in nodes:
+            while "cluster_state:ok" not in subprocess.run(
+                ["redis-cli", "-p", str(port), "cluster", "info"], capture_output=True, text=True
+            ).stdout:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the cluster node on {port} never reported cluster_state:ok")
+                time.sleep(0.05)
+        yield "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p, _ in nodes[:2]), [
+            p for p, _ in nodes
+        ]
+    finally:
+        for _, process in nodes:
+            _stop(process)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ import asyncio
 import pathlib
 import re
 import socket
+import time
 
 import pytest
 
@@ -142,3 +143,36 @@ def test_a_cancelled_acquire_leaves_no_lease_behind():
 
     lease = asyncio.run(main())
     assert lease.address == A[0]
+
+
+def test_probe_results_quarantine_and_bring_back_an_address():
+    # No jitter, a 50 ms first wait, no dwell in probing, two passes to return.
+    pool = proxypool.Pool(A, backoff={"base": 0.05, "jitter": 0.0},
+                          health={"min_dwell": 0, "rise_successes": 2})
+
+    def state():
+        return next(a["state"] for a in pool.snapshot()["addresses"] if a["address"] == A[0])
+
+    # A failed probe of an address in service counts as a connect error: enough of them
+    # quarantine it. (The 50 ms wait may be over by the next look on a busy machine.)
+    for _ in range(10):
+        if pool.snapshot()["pool"]["quarantine_entries"]:
+            break
+        pool.report_probe(A[0], False)
+    assert state() in ("quarantined", "probing")
+    deadline = time.monotonic() + 5
+    while state() != "probing":
+        assert time.monotonic() < deadline, "the quarantine wait never ended"
+        time.sleep(0.01)
+    pool.report_probe(A[0], True)
+    assert state() == "probing"
+
+    async def passed():
+        await pool.report_probe_async(A[0], True)
+
+    asyncio.run(passed())
+    assert state() == "healthy"
+    with pytest.raises(proxypool.UnknownAddress):
+        pool.report_probe("http://10.9.9.9:3128", True)
+    with pytest.raises(proxypool.InvalidAddress):
+        pool.report_probe("not a proxy", True)

@@ -1,43 +1,134 @@
-"""Every metric an alert rule reads is exported under that name: starts `shortener serve` and
-`proxypool serve` on loopback, scrapes both /metrics, and checks each `shortener_*` and
-`proxypool_*` name in the rule files against the samples scraped.
+"""Every metric an alert rule or a Grafana dashboard reads is exported under that name: starts
+`shortener serve` and `proxypool serve` on loopback, sends each a request or two (metrics that
+appear on first use: gateway traffic, link creates), scrapes both /metrics, and checks each
+`shortener_*` and `proxypool_*` name in the rule files (deploy/prometheus/) and the dashboards
+(deploy/grafana/) against the samples scraped. For the dashboards also: every label matcher
+(`outcome="error"`) matches a scraped sample of its metric, every `by (label)` is a label of a
+metric of its query, and every query is valid PromQL (`promtool check rules` on a rule file made
+of them).
 
 Usage: python3 metrics_exist.py SHORTENER_BIN PROXYPOOL_BIN
 """
 
+import json
 import pathlib
 import re
 import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 
-RULES = pathlib.Path(__file__).resolve().parents[1]
+DEPLOY = pathlib.Path(__file__).resolve().parents[2]
 START_TIMEOUT = 30
+PRODUCTS = ("shortener", "proxypool")
+# Grafana's variables, as a Prometheus query would see them once Grafana expanded them.
+GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$instance": ".*"}
 
 
-def start(argv, marker):
-    """Runs a server; returns it and the URL after `marker` in its first lines of output."""
+def start(argv, markers):
+    """Runs a server; returns it and, per marker, what follows it in its first lines of output."""
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    found = {}
     for line in process.stdout:
-        if marker in line:
-            return process, line.split(marker, 1)[1].strip()
-    sys.exit(f"{argv[0]} exited before printing {marker!r}")
+        for marker in markers:
+            if marker in line:
+                found[marker] = line.split(marker, 1)[1].strip()
+        if len(found) == len(markers):
+            return process, found
+    sys.exit(f"{argv[0]} exited before printing {markers!r}")
 
 
-def scraped_names(url):
+def request(url, data=None, proxy=None):
+    """One request whose answer does not matter, only that the server counted it."""
+    handlers = [urllib.request.ProxyHandler({"http": proxy} if proxy else {})]
+    opener = urllib.request.build_opener(*handlers)
+    headers = {"content-type": "application/json"} if data else {}
+    try:
+        opener.open(urllib.request.Request(url, data=data, headers=headers), timeout=START_TIMEOUT)
+    except urllib.error.HTTPError:
+        pass
+
+
+def scrape(url):
+    """{metric name: [labels of each sample]} from the Prometheus text at url/metrics."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=START_TIMEOUT) as r:
         text = r.read().decode()
-    names = set()
+    samples = {}
     for line in text.splitlines():
-        if line and not line.startswith("#"):
-            names.add(re.split(r"[{ ]", line, maxsplit=1)[0])
-    return names
+        if not line or line.startswith("#"):
+            continue
+        name = re.split(r"[{ ]", line, maxsplit=1)[0]
+        label_text = line[len(name):].split("}", 1)[0] if line[len(name):].startswith("{") else ""
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', label_text))
+        samples.setdefault(name, []).append(labels)
+    return samples
 
 
 def rule_names(product):
-    text = (RULES / f"{product}.rules.yml").read_text()
+    text = (DEPLOY / "prometheus" / f"{product}.rules.yml").read_text()
     return set(re.findall(rf"\b{product}_[a-z0-9_]+", text))
+
+
+def dashboard_queries(product):
+    """Every PromQL query of deploy/grafana/PRODUCT.json (panels and variables), variables
+    expanded; structural mistakes (a panel without a query, ids twice) end the run."""
+    path = DEPLOY / "grafana" / f"{product}.json"
+    board = json.loads(path.read_text())
+    queries, ids = [], set()
+    for panel in board["panels"]:
+        if panel["id"] in ids:
+            sys.exit(f"{path}: panel id {panel['id']} twice")
+        ids.add(panel["id"])
+        if panel["type"] == "row":
+            continue
+        targets = panel.get("targets") or sys.exit(f"{path}: panel {panel['title']!r} has no query")
+        queries += [t["expr"] for t in targets]
+    for variable in board["templating"]["list"]:
+        if variable["type"] == "query":
+            queries.append(variable["query"]["query"])
+    expanded = []
+    for q in queries:
+        for variable, value in GRAFANA_VARIABLES.items():
+            q = q.replace(variable, value)
+        if "$" in q:
+            sys.exit(f"{path}: a variable the check does not know in {q}")
+        expanded.append(q)
+    return expanded
+
+
+def check_promql(queries):
+    """promtool parses each query (as a recording rule); label_values() is Grafana's, not PromQL."""
+    rules = [
+        {"record": f"dashboard:query_{i}", "expr": q}
+        for i, q in enumerate(queries)
+        if not q.startswith("label_values(")
+    ]
+    with tempfile.NamedTemporaryFile("w", suffix=".yml") as f:
+        json.dump({"groups": [{"name": "dashboards", "rules": rules}]}, f)
+        f.flush()
+        out = subprocess.run(["promtool", "check", "rules", f.name], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"a dashboard query is not valid PromQL:\n{out.stdout}{out.stderr}")
+
+
+def dashboard_problems(product, queries, samples):
+    problems = []
+    for q in queries:
+        names = set(re.findall(rf"\b{product}_[a-z0-9_]+", q))
+        problems += [f"{n} (in {q})" for n in sorted(names - samples.keys())]
+        for name, matchers in re.findall(rf"\b({product}_[a-z0-9_]+)\{{([^}}]*)\}}", q):
+            for label, op, value in re.findall(r'(\w+)\s*(=~|!=|!~|=)\s*"([^"]*)"', matchers):
+                if label == "instance" or op not in ("=", "=~"):
+                    continue  # the scrape target's label; negative matchers match by absence
+                pattern = re.compile(value if op == "=~" else re.escape(value))
+                if not any(pattern.fullmatch(s.get(label, "")) for s in samples.get(name, [])):
+                    problems.append(f'no sample of {name} with {label}{op}"{value}" (in {q})')
+        for group in re.findall(r"\bby\s*\(([^)]*)\)", q):
+            for label in (l.strip() for l in group.split(",")):
+                if not any(label in s for n in names for s in samples.get(n, [])):
+                    problems.append(f"no metric of {q} has the label {label!r}")
+    return problems
 
 
 def main():
@@ -47,32 +138,50 @@ def main():
         upstreams.write_text("http://127.0.0.1:9\nhttp://127.0.0.2:9\n")
         servers = []
         try:
-            shortener, s_url = start(
+            shortener, s = start(
                 [shortener_bin, "serve", "--listen", "127.0.0.1:0", "--data-dir", tmp],
-                "listening on ",
+                ["listening on "],
             )
             servers.append(shortener)
-            proxypool, p_url = start(
+            s_url = s["listening on "]
+            proxypool, p = start(
                 [proxypool_bin, "serve", "--upstreams", str(upstreams),
                  "--proxy-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"],
-                "api listening on ",
+                ["api listening on ", "gateway listening on "],
             )
             servers.append(proxypool)
+            p_url = p["api listening on "]
+            # A create (refused: no long_url) and a redirect (unknown code), the latter through
+            # the gateway (its upstreams refuse: a failed gateway request is counted too).
+            request(f"{s_url}/api/v1/links", data=b"{}")
+            request(f"{s_url}/nothing-here", proxy=f"http://{p['gateway listening on ']}")
+            request(f"{s_url}/nothing-here")
             missing = []
+            all_queries = []
             for product, url in (("shortener", s_url), ("proxypool", p_url)):
-                exported = scraped_names(url)
+                samples = scrape(url)
                 wanted = rule_names(product)
                 if not wanted:
                     sys.exit(f"no {product}_* metric found in {product}.rules.yml")
-                missing += sorted(f"{product}: {n}" for n in wanted - exported)
+                missing += sorted(f"{product} alert: {n}" for n in wanted - samples.keys())
                 print(f"{product}: {len(wanted)} metrics used by alerts, all exported"
-                      if not wanted - exported else f"{product}: missing {wanted - exported}")
+                      if not wanted - samples.keys() else f"{product}: missing {wanted - samples.keys()}")
+                queries = dashboard_queries(product)
+                all_queries += queries
+                problems = dashboard_problems(product, queries, samples)
+                missing += [f"{product} dashboard: {p}" for p in problems]
+                used = {n for q in queries for n in re.findall(rf"\b{product}_[a-z0-9_]+", q)}
+                print(f"{product}: dashboard of {len(queries)} queries over {len(used)} metrics"
+                      + (", all exported with the labels queried" if not problems else f": {len(problems)} problems"))
         finally:
-            for s in servers:
-                s.terminate()
-                s.wait(10)
+            for server in servers:
+                server.terminate()
+                server.wait(10)
+    check_promql(all_queries)
+    print(f"dashboards: {len(all_queries)} queries parsed by promtool")
     if missing:
-        sys.exit("metrics the alerts use but the services do not export:\n  " + "\n  ".join(missing))
+        sys.exit("metrics the alerts or dashboards use but the services do not export:\n  "
+                 + "\n  ".join(missing))
 
 
 if __name__ == "__main__":

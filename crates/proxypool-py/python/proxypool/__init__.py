@@ -46,7 +46,8 @@ class Pool(_native.Pool):
     redis_timeout=0.5, **tunables)
 
     `addresses`: proxy URLs, or (URL, [sub_pool, ...]) pairs. `redis`: "redis://host:port/db"
-    to share the pool with every process using the same `name`. `sub_pools`: {name: strategy}.
+    (or "redis+cluster://host:port,host:port,..." for a Redis Cluster) to share the pool with
+    every process using the same `name`. `sub_pools`: {name: strategy}.
     `tunables`: fields of the engine's configuration (strategy="round_robin", sticky_ttl=600,
     max_leases_per_address=4, health={"window": 20}, ...); durations are seconds.
     """
