@@ -205,37 +205,6 @@ const DEFAULT_CAPTCHA_MARKERS: [&str; 4] = [
     "/cdn-cgi/challenge-platform/",
 ];
 
-/// `redis://HOST:PORT[/DB]` (or `rediss://`) for one server, `redis+cluster://HOST:PORT,…`
-/// for a Cluster; the pool name becomes the hash tag of the pool's keys.
-fn redis_options(url: &str, pool: &str) -> anyhow::Result<RedisOptions> {
-    if pool.is_empty() || pool.contains(['{', '}']) || pool.chars().any(char::is_whitespace) {
-        bail!("--redis-pool {pool:?}: a pool name is non-empty, without braces or spaces");
-    }
-    let bad = || {
-        anyhow::anyhow!(
-            "--redis {url:?}: expected redis://HOST:PORT[/DB] or redis+cluster://HOST:PORT,HOST:PORT,…"
-        )
-    };
-    if let Some(nodes) = url.strip_prefix("redis+cluster://") {
-        let nodes: Vec<String> = nodes
-            .split(',')
-            .map(|n| {
-                let n = n.trim();
-                n.rsplit_once(':')
-                    .filter(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
-                    .map(|_| format!("redis://{n}"))
-                    .ok_or_else(bad)
-            })
-            .collect::<anyhow::Result<_>>()?;
-        return Ok(RedisOptions::cluster(nodes, pool));
-    }
-    let parsed = url::Url::parse(url).map_err(|_| bad())?;
-    if !matches!(parsed.scheme(), "redis" | "rediss") || parsed.host_str().is_none() {
-        return Err(bad());
-    }
-    Ok(RedisOptions::new(url, pool))
-}
-
 impl ServeConfig {
     /// Resolves the flags (which already include the environment) over the file and defaults.
     pub fn resolve(args: ServeArgs) -> anyhow::Result<Self> {
@@ -246,7 +215,10 @@ impl ServeConfig {
                     .redis_pool
                     .or(file.redis_pool)
                     .unwrap_or_else(|| "proxypool".to_owned());
-                Some(redis_options(&url, &name)?)
+                Some(
+                    RedisOptions::from_url(&url, &name)
+                        .map_err(|e| anyhow::anyhow!("--redis / --redis-pool: {e}"))?,
+                )
             }
             None => None,
         };

@@ -82,6 +82,54 @@ impl RedisOptions {
         }
     }
 
+    /// The options a URL names, as `proxypool serve --redis` and the bindings take them:
+    /// `redis://HOST:PORT[/DB]` (or `rediss://`) for one server, `redis+cluster://HOST:PORT,…`
+    /// for a Cluster (some of its nodes). The pool name becomes the hash tag of the pool's keys
+    /// (`proxypool:{NAME}:…`), so it is non-empty, without braces or white space.
+    ///
+    /// ```
+    /// use proxypool::RedisOptions;
+    /// assert!(RedisOptions::from_url("redis+cluster://127.0.0.1:7001,127.0.0.1:7002", "scraper").is_ok());
+    /// assert!(RedisOptions::from_url("redis://127.0.0.1:6379/0", "scraper").is_ok());
+    /// assert!(RedisOptions::from_url("http://127.0.0.1:6379", "scraper").is_err());
+    /// assert!(RedisOptions::from_url("redis://127.0.0.1:6379", "a{b}").is_err());
+    /// ```
+    pub fn from_url(url: &str, pool_name: &str) -> Result<Self, crate::BuildError> {
+        use crate::BuildError::InvalidConfig;
+        if pool_name.is_empty()
+            || pool_name.contains(['{', '}'])
+            || pool_name.chars().any(char::is_whitespace)
+        {
+            return Err(InvalidConfig(format!(
+                "pool name {pool_name:?}: non-empty, without braces or white space"
+            )));
+        }
+        let bad = || {
+            InvalidConfig(format!(
+                "redis URL {url:?}: expected redis://HOST:PORT[/DB], rediss://… or \
+                 redis+cluster://HOST:PORT,HOST:PORT,…"
+            ))
+        };
+        if let Some(nodes) = url.strip_prefix("redis+cluster://") {
+            let nodes = nodes
+                .split(',')
+                .map(|node| {
+                    let node = node.trim();
+                    node.rsplit_once(':')
+                        .filter(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+                        .map(|_| format!("redis://{node}"))
+                        .ok_or_else(bad)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(Self::cluster(nodes, pool_name));
+        }
+        let parsed = url::Url::parse(url).map_err(|_| bad())?;
+        if !matches!(parsed.scheme(), "redis" | "rediss") || parsed.host_str().is_none() {
+            return Err(bad());
+        }
+        Ok(Self::new(url, pool_name))
+    }
+
     /// The longest a call may wait on Redis (connecting or answering) before it fails with a
     /// typed error (default 500 ms).
     pub fn timeout(mut self, timeout: Duration) -> Self {
