@@ -270,11 +270,7 @@ async fn create_inner(
 /// A destination as a create or an edit accepts it (normalised), or 400 `invalid_url` /
 /// `url_blocked`.
 pub(super) fn checked_destination(app: &App, raw: &str) -> Result<String, ApiError> {
-    Ok(new_link::destination(
-        &app.policy,
-        &*app.threats.get(),
-        raw,
-    )?)
+    Ok(new_link::destination(&app.policy, &app.threats.get(), raw)?)
 }
 
 /// What the API shows of a link.
