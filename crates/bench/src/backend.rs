@@ -95,6 +95,14 @@ impl Backend {
         }
     }
 
+    /// Flags naming only the store (what `import` needs).
+    pub(crate) fn store_flags(&self) -> Vec<String> {
+        match self {
+            Self::Embedded { data } => vec!["--data-dir".into(), data.display().to_string()],
+            Self::Scaleout { db, .. } => vec!["--database".into(), db.url.clone()],
+        }
+    }
+
     pub(crate) fn count_links(&self) -> anyhow::Result<usize> {
         match self {
             Self::Embedded { data } => {

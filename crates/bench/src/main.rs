@@ -55,6 +55,8 @@ struct Args {
     serve_args: Vec<String>,
 }
 
+/// Past this many links, the Zipf case is also measured here on the way to `--links`.
+const STAGE_LINKS: usize = 1_000_000;
 /// Zipf draws in the path list; a warm-up plays them all (about 600 k requests).
 const ZIPF_SAMPLES: usize = 600_000;
 /// Warm-up of the path-list cases: long enough to play the whole list once.
@@ -115,97 +117,47 @@ fn main() -> anyhow::Result<()> {
         create_runs.push(run);
     }
 
-    fill(
-        &wrk,
-        &shortener_base,
-        &creates_lua,
-        &token,
-        &backend,
-        args.links,
-    )?;
-    let codes = backend.read_codes()?;
-    println!(
-        "store holds {} links; shortener RSS {:.1} MiB before any redirect",
-        codes.len(),
-        rss_mib(shortener.pid())?
-    );
-
-    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let hot = codes[0].clone();
-    let zipf_file = work.path().join("zipf.paths");
-    write_zipf_paths(&zipf_file, &codes, ZIPF_SAMPLES, &mut rng)?;
-    let unknown_file = work.path().join("unknown.paths");
-    write_unknown_paths(&unknown_file, &codes, 100_000, &mut rng)?;
-    let paths_lua = lua_dir.join("paths.lua");
-
-    let cases: [(&str, Option<&Path>, f64); 3] = [
-        ("1 hot link", None, 0.80),
-        ("2 zipf over all links", Some(&zipf_file), 0.60),
-        ("3 unknown codes", Some(&unknown_file), 0.0),
-    ];
-    let mut results: Vec<(&str, f64, Vec<Run>, Vec<Run>)> = Vec::new();
-    let mut rss_serving_zipf = None;
-    for (index, (name, paths, bar)) in cases.into_iter().enumerate() {
-        if !args.cases.contains(&(index as u8 + 1)) {
-            continue;
-        }
-        let mut bare_runs = Vec::new();
-        let mut ours = Vec::new();
-        let target = |base: &str| match paths {
-            None => format!("{base}/{hot}"),
-            Some(_) => format!("{base}/"),
+    // Past 1 M links the run measures twice: the Zipf case at 1 M first, then everything
+    // at the full count, so that the growth is read within one run.
+    let stages: Vec<usize> = if args.links > STAGE_LINKS {
+        vec![STAGE_LINKS, args.links]
+    } else {
+        vec![args.links]
+    };
+    let mut growth = Vec::new();
+    let mut results = Vec::new();
+    let (mut rss_serving_zipf, mut stored) = (None, 0);
+    for (stage, &target) in stages.iter().enumerate() {
+        let last = stage + 1 == stages.len();
+        let fill_rate = fill(&bin_dir, work.path(), &backend, target)?;
+        let codes = backend.read_codes()?;
+        stored = codes.len();
+        println!(
+            "store holds {stored} links; shortener RSS {:.1} MiB",
+            rss_mib(shortener.pid())?
+        );
+        let cases: Vec<u8> = if last { args.cases.clone() } else { vec![2] };
+        let plan = Plan {
+            wrk,
+            rounds: args.rounds,
+            cases: &cases,
+            bare_base: &bare_base,
+            shortener_base: &shortener_base,
+            shortener_pid: shortener.pid(),
+            lua_dir: &lua_dir,
+            work: work.path(),
         };
-        let env: Vec<(&str, &str)> = paths
-            .map(|p| vec![("PATHS", p.to_str().unwrap_or_default())])
-            .unwrap_or_default();
-        let script = paths.map(|_| paths_lua.as_path());
-        // Unmeasured runs first: the steady state of a long-running server, warm caches. A
-        // path list is played through at least once, so every code of it has been seen.
-        let warm = Wrk {
-            duration: if paths.is_some() {
-                WARM_UP_PATHS
-            } else {
-                wrk.duration
-            },
-            ..wrk
-        };
-        for base in [&bare_base, &shortener_base] {
-            warm.run(&target(base), script, &env)?;
+        let (stage_results, rss) = run_cases(&plan, &codes)?;
+        let zipf = stage_results
+            .iter()
+            .find(|r| r.index == 1)
+            .map(CaseResult::ratio);
+        growth.push((stored, zipf, rss, fill_rate));
+        if last {
+            results = stage_results;
+            rss_serving_zipf = rss;
         }
-        for round in 0..args.rounds {
-            // Alternate which server goes first so neither always gets the warmer machine.
-            let order = if round % 2 == 0 {
-                [true, false]
-            } else {
-                [false, true]
-            };
-            for is_bare in order {
-                let base = if is_bare { &bare_base } else { &shortener_base };
-                let run = wrk.run(&target(base), script, &env)?;
-                println!(
-                    "case {name}, round {}: {:<9} {:>9.0} req/s  p50 {:>8.3} ms  p99 {:>8.3} ms  non-3xx {}",
-                    round + 1,
-                    if is_bare { "bare" } else { "shortener" },
-                    run.requests_per_second,
-                    run.p50_ms,
-                    run.p99_ms,
-                    run.non_2xx
-                );
-                if is_bare {
-                    bare_runs.push(run)
-                } else {
-                    ours.push(run)
-                }
-            }
-        }
-        let rss = rss_mib(shortener.pid())?;
-        println!("shortener RSS after case {name}: {rss:.1} MiB");
-        if index == 1 {
-            rss_serving_zipf = Some(rss);
-        }
-        results.push((name, bar, bare_runs, ours));
     }
-
     let lag = click_lag(&shortener_base, &token)?;
     let rss_end = rss_mib(shortener.pid())?;
 
@@ -218,27 +170,25 @@ fn main() -> anyhow::Result<()> {
         "case", "bare req/s", "ours req/s", "ratio", "p50 ms", "p99 ms"
     );
     let mut failed = Vec::new();
-    for (name, bar, bare_runs, ours) in &results {
-        let b = median(bare_runs.iter().map(|r| r.requests_per_second));
+    for result in &results {
+        let (name, bar, ours) = (result.name, &result.bar, &result.ours);
+        let b = median(result.bare.iter().map(|r| r.requests_per_second));
         let o = median(ours.iter().map(|r| r.requests_per_second));
-        let ratio = median(
-            bare_runs
-                .iter()
-                .zip(ours)
-                .map(|(b, o)| o.requests_per_second / b.requests_per_second),
-        );
+        let ratio = result.ratio();
         let verdict = if *bar == 0.0 {
             "-".to_owned()
         } else if ratio >= *bar {
             format!("≥ {bar:.2} ok")
         } else {
-            failed.push(*name);
+            failed.push(name);
             format!("≥ {bar:.2} FAIL")
         };
         println!(
-            "{name:<24} {b:>12.0} {o:>12.0} {ratio:>7.2} {:>9.3} {:>9.3}  {verdict}",
+            "{name:<24} {b:>12.0} {o:>12.0} {ratio:>7.2} {:>9.3} {:>9.3}  {verdict}  (rounds {}; bare p99 {:.3} ms)",
             median(ours.iter().map(|r| r.p50_ms)),
             median(ours.iter().map(|r| r.p99_ms)),
+            result.spread(),
+            median(result.bare.iter().map(|r| r.p99_ms)),
         );
     }
     let creates = median(create_runs.iter().map(Run::ok_per_second));
@@ -266,10 +216,16 @@ fn main() -> anyhow::Result<()> {
     );
     // The bar is the memory of the server holding and serving all links (after the Zipf
     // case); the end figure also carries the unknown-code flood's negative entries.
+    for (links, zipf, rss, fill_rate) in &growth {
+        println!(
+            "growth: {links} links: Zipf ratio {}, RSS after Zipf {}, filled at {fill_rate:.0} links/s",
+            zipf.map_or("-".to_owned(), |z| format!("{z:.2}")),
+            rss.map_or("-".to_owned(), |r| format!("{r:.1} MiB")),
+        );
+    }
     match rss_serving_zipf {
         Some(rss) => println!(
-            "shortener RSS with {} links, serving Zipf: {rss:.1} MiB  (≤ 150 MiB {}); at the end: {rss_end:.1} MiB",
-            codes.len(),
+            "shortener RSS with {stored} links, serving Zipf: {rss:.1} MiB  (≤ 150 MiB {}); at the end: {rss_end:.1} MiB",
             verdict(rss <= 150.0, "rss", &mut failed)
         ),
         None => println!("shortener RSS at the end: {rss_end:.1} MiB (case 2 not run: no bar)"),
@@ -315,32 +271,174 @@ fn admin_token(bin_dir: &Path, backend: &Backend) -> anyhow::Result<String> {
         .context("token create printed nothing")
 }
 
-/// Creates links through the API until the store holds `target`.
-fn fill(
-    wrk: &Wrk,
-    base: &str,
-    lua: &Path,
-    token: &str,
-    backend: &Backend,
-    target: usize,
-) -> anyhow::Result<()> {
-    let started = Instant::now();
-    loop {
-        let have = backend.count_links()?;
-        if have >= target {
-            println!(
-                "filled to {have} links in {:.0} s",
-                started.elapsed().as_secs_f64()
-            );
-            return Ok(());
-        }
-        let bulk = Wrk {
-            duration: Duration::from_secs(20),
-            ..*wrk
-        };
-        let run = bulk.run(&format!("{base}/"), Some(lua), &[("TOKEN", token)])?;
-        println!("filling: {have} links, +{:.0}/s", run.ok_per_second());
+/// What the redirect cases need to run.
+struct Plan<'a> {
+    wrk: Wrk,
+    rounds: usize,
+    cases: &'a [u8],
+    bare_base: &'a str,
+    shortener_base: &'a str,
+    shortener_pid: u32,
+    lua_dir: &'a Path,
+    work: &'a Path,
+}
+
+/// One redirect case's rounds.
+struct CaseResult {
+    /// 0 hot, 1 Zipf, 2 unknown.
+    index: usize,
+    name: &'static str,
+    bar: f64,
+    bare: Vec<Run>,
+    ours: Vec<Run>,
+}
+
+impl CaseResult {
+    /// The median of the per-round ratios.
+    fn ratio(&self) -> f64 {
+        median(self.ratios().into_iter())
     }
+
+    fn ratios(&self) -> Vec<f64> {
+        self.bare
+            .iter()
+            .zip(&self.ours)
+            .map(|(b, o)| o.requests_per_second / b.requests_per_second)
+            .collect()
+    }
+
+    /// Every round's ratio, lowest to highest.
+    fn spread(&self) -> String {
+        let mut r = self.ratios();
+        r.sort_by(f64::total_cmp);
+        r.iter()
+            .map(|x| format!("{x:.2}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// Runs the chosen redirect cases over `codes`; returns them and the RSS after Zipf.
+fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResult>, Option<f64>)> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let hot = codes.first().context("no links")?.clone();
+    let zipf_file = plan.work.join("zipf.paths");
+    write_zipf_paths(&zipf_file, codes, ZIPF_SAMPLES, &mut rng)?;
+    let unknown_file = plan.work.join("unknown.paths");
+    write_unknown_paths(&unknown_file, codes, 100_000, &mut rng)?;
+    let paths_lua = plan.lua_dir.join("paths.lua");
+
+    let cases: [(&'static str, Option<&Path>, f64); 3] = [
+        ("1 hot link", None, 0.80),
+        ("2 zipf over all links", Some(&zipf_file), 0.60),
+        ("3 unknown codes", Some(&unknown_file), 0.0),
+    ];
+    let mut results = Vec::new();
+    let mut rss_serving_zipf = None;
+    for (index, (name, paths, bar)) in cases.into_iter().enumerate() {
+        if !plan.cases.contains(&(index as u8 + 1)) {
+            continue;
+        }
+        let (mut bare, mut ours) = (Vec::new(), Vec::new());
+        let target = |base: &str| match paths {
+            None => format!("{base}/{hot}"),
+            Some(_) => format!("{base}/"),
+        };
+        let env: Vec<(&str, &str)> = paths
+            .map(|p| vec![("PATHS", p.to_str().unwrap_or_default())])
+            .unwrap_or_default();
+        let script = paths.map(|_| paths_lua.as_path());
+        // Unmeasured runs first: the steady state of a long-running server, warm caches. A
+        // path list is played through at least once, so every code of it has been seen.
+        let warm = Wrk {
+            duration: if paths.is_some() {
+                WARM_UP_PATHS
+            } else {
+                plan.wrk.duration
+            },
+            ..plan.wrk
+        };
+        for base in [plan.bare_base, plan.shortener_base] {
+            warm.run(&target(base), script, &env)?;
+        }
+        for round in 0..plan.rounds {
+            // Alternate which server goes first so neither always gets the warmer machine.
+            let order = if round % 2 == 0 {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for is_bare in order {
+                let base = if is_bare {
+                    plan.bare_base
+                } else {
+                    plan.shortener_base
+                };
+                let run = plan.wrk.run(&target(base), script, &env)?;
+                println!(
+                    "case {name}, round {}: {:<9} {:>9.0} req/s  p50 {:>8.3} ms  p99 {:>8.3} ms  non-3xx {}",
+                    round + 1,
+                    if is_bare { "bare" } else { "shortener" },
+                    run.requests_per_second,
+                    run.p50_ms,
+                    run.p99_ms,
+                    run.non_2xx
+                );
+                if is_bare {
+                    bare.push(run)
+                } else {
+                    ours.push(run)
+                }
+            }
+        }
+        let rss = rss_mib(plan.shortener_pid)?;
+        println!("shortener RSS after case {name}: {rss:.1} MiB");
+        if index == 1 {
+            rss_serving_zipf = Some(rss);
+        }
+        results.push(CaseResult {
+            index,
+            name,
+            bar,
+            bare,
+            ours,
+        });
+    }
+    Ok((results, rss_serving_zipf))
+}
+
+/// Fills the store to `target` links through `shortener import` (while `serve` runs, as
+/// an operator's import would); returns links imported per second.
+fn fill(bin_dir: &Path, work: &Path, backend: &Backend, target: usize) -> anyhow::Result<f64> {
+    let have = backend.count_links()?;
+    if have >= target {
+        return Ok(f64::NAN);
+    }
+    let file = work.join(format!("fill-{target}.csv"));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&file)?);
+    for i in have..target {
+        writeln!(out, "https://example.com/bench/{i}")?;
+    }
+    out.flush()?;
+    drop(out);
+    let started = Instant::now();
+    let status = Command::new(bin_dir.join("shortener"))
+        .arg("import")
+        .arg(&file)
+        .args(["--user", "bench"])
+        .args(backend.store_flags())
+        .env("SHORTENER_LOG", "warn")
+        .status()?;
+    if !status.success() {
+        bail!("shortener import failed: {status}");
+    }
+    let rate = (target - have) as f64 / started.elapsed().as_secs_f64();
+    std::fs::remove_file(&file)?;
+    println!(
+        "filled {have} → {} links through import: {rate:.0} links/s",
+        backend.count_links()?
+    );
+    Ok(rate)
 }
 
 /// Paths drawn from a Zipf distribution (s = 1.0) over all codes, ranks assigned at random.

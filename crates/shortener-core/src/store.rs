@@ -35,6 +35,32 @@ pub enum InsertOutcome {
     CodeTaken,
 }
 
+/// Links `shortener import` writes in one transaction, and where the import stands once
+/// they are written.
+#[derive(Debug, Clone)]
+pub struct ImportBatch {
+    /// New links (version 1, no clicks, neither disabled nor deleted), codes distinct within
+    /// the batch.
+    pub links: Vec<Link>,
+    /// Who imports; every stored link gets its `created` audit row from it.
+    pub origin: Origin,
+    /// The meta key of this import's progress, set to `progress` in the same transaction.
+    pub progress_key: String,
+    /// Where the import stands after this batch (the importer's encoding).
+    pub progress: Vec<u8>,
+}
+
+/// What [`LinkStore::import_links`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportOutcome {
+    /// Committed, progress included: per link of the batch, in order, whether it is stored
+    /// (a custom alias already taken is `CodeTaken`, and nothing of it was written).
+    Committed(Vec<InsertOutcome>),
+    /// These links (indices) carry generated codes already taken: nothing at all was
+    /// written. The importer gives them new codes and sends the batch again.
+    GeneratedTaken(Vec<usize>),
+}
+
 /// What [`LinkStore::change_link`] did.
 // A short-lived return value: boxing the links would cost more than the size difference.
 #[allow(clippy::large_enum_variant)]
@@ -175,6 +201,13 @@ pub trait LinkStore: Send + Sync + 'static {
     /// Stores `link` unless its code exists (put-if-absent, never read-then-write), with its
     /// `created` audit row in the same transaction.
     async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError>;
+
+    /// Stores the batch's links whose codes are free, each with its `created` audit row, and
+    /// its progress, all in one transaction (see [`ImportOutcome`]).
+    async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError>;
+
+    /// The value stored under `key` in the store's meta table, if any.
+    async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// The link with this code, whatever its status.
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError>;

@@ -45,6 +45,12 @@ impl CodeAllocator {
         block.next().ok_or(StoreError::IdSpaceExhausted)
     }
 
+    /// The next generated code (not yet checked against custom aliases).
+    pub(crate) async fn next_code(&self) -> Result<String, StoreError> {
+        let id = self.next_id().await?;
+        encode_id(self.permutation.permute(id)).ok_or(StoreError::IdSpaceExhausted)
+    }
+
     /// Stores `link` under the next free generated code and returns that code. A code that a
     /// custom alias holds already is skipped (and counted), never overwritten.
     pub(crate) async fn insert_generated(
@@ -54,9 +60,7 @@ impl CodeAllocator {
         on_skip: impl Fn(),
     ) -> Result<Link, StoreError> {
         loop {
-            let id = self.next_id().await?;
-            link.code =
-                encode_id(self.permutation.permute(id)).ok_or(StoreError::IdSpaceExhausted)?;
+            link.code = self.next_code().await?;
             match self.store.insert_link(&link, origin).await? {
                 InsertOutcome::Inserted => return Ok(link),
                 InsertOutcome::CodeTaken => on_skip(),

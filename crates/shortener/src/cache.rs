@@ -14,6 +14,12 @@
 //! Entries also carry the link's version: news of a change (another instance's
 //! announcement, the store's change sequence) drops an entry only if it is older.
 //!
+//! Unknown codes have a room of their own (`negatives`, 3/16 of the memory, compact
+//! entries): a sweep over codes that do not exist evicts other unknown codes, never live
+//! links. One-hit wonders need no admission filter of ours: quick_cache puts new entries in
+//! a small probationary queue (3 % of its weight) and promotes only those hit again, so a
+//! scan of links seen once cycles through that queue without touching the hot part.
+//!
 //! Stale if error: a link whose entry (L1, else L2) is past its TTL but within
 //! `--stale-max-age` of it (and before the link's expiry) is still served when the store is
 //! unavailable. An L1 entry found past its TTL moves to a shelf (an eighth of the memory)
@@ -45,6 +51,8 @@ const SHARDS: usize = 1 << 16;
 const ENTRY_OVERHEAD: usize = 200;
 /// For sizing the hash table up front: a typical entry's weight.
 const TYPICAL_ENTRY: u64 = 260;
+/// What a negative entry costs beyond its code: a 16-byte value instead of a `Slot`.
+const NEGATIVE_OVERHEAD: usize = 100;
 
 /// What a redirect needs of a link, ready to send. Cloning it costs two reference-count
 /// increments (the code is shared with the cache key, the header value with the entry).
@@ -121,6 +129,22 @@ impl CacheSettings {
     }
 }
 
+/// An unknown code: only when it was read and until when it may be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Negative {
+    generation: u32,
+    fresh_until: UnixSeconds,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct NegativeWeigher;
+
+impl Weighter<Arc<str>, Negative> for NegativeWeigher {
+    fn weight(&self, code: &Arc<str>, _: &Negative) -> u64 {
+        (NEGATIVE_OVERHEAD + code.len()) as u64
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct SlotWeigher;
 
@@ -147,6 +171,8 @@ pub(crate) struct LinkCache {
     slots: Cache<Arc<str>, Slot, SlotWeigher>,
     /// Entries past their TTL that may still stand in for an unavailable store.
     shelf: Cache<Arc<str>, Slot, SlotWeigher>,
+    /// Codes the store does not know, apart from the links.
+    negatives: Cache<Arc<str>, Negative, NegativeWeigher>,
     generations: Box<[AtomicU32]>,
     hasher: std::collections::hash_map::RandomState,
     settings: CacheSettings,
@@ -189,15 +215,30 @@ impl LinkCache {
         settings: CacheSettings,
     ) -> Self {
         let shelf_bytes = settings.max_bytes / 8;
-        let fresh_bytes = settings.max_bytes - shelf_bytes;
-        let items = |bytes: u64| {
-            usize::try_from(bytes / TYPICAL_ENTRY)
+        let negative_bytes = settings.max_bytes * 3 / 16;
+        let fresh_bytes = settings.max_bytes - shelf_bytes - negative_bytes;
+        let items = |bytes: u64, typical: u64| {
+            usize::try_from(bytes / typical)
                 .unwrap_or(usize::MAX)
                 .max(1)
         };
+        let negative_typical = (NEGATIVE_OVERHEAD + 7) as u64;
         Self {
-            slots: Cache::with_weighter(items(fresh_bytes), fresh_bytes.max(1), SlotWeigher),
-            shelf: Cache::with_weighter(items(shelf_bytes), shelf_bytes.max(1), SlotWeigher),
+            slots: Cache::with_weighter(
+                items(fresh_bytes, TYPICAL_ENTRY),
+                fresh_bytes.max(1),
+                SlotWeigher,
+            ),
+            shelf: Cache::with_weighter(
+                items(shelf_bytes, TYPICAL_ENTRY),
+                shelf_bytes.max(1),
+                SlotWeigher,
+            ),
+            negatives: Cache::with_weighter(
+                items(negative_bytes, negative_typical),
+                negative_bytes.max(1),
+                NegativeWeigher,
+            ),
             generations: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
             hasher: std::collections::hash_map::RandomState::new(),
             settings,
@@ -240,6 +281,10 @@ impl LinkCache {
             }
             self.forget(code, &slot, now);
         }
+        if self.known_unknown(code, generation, now) {
+            self.metrics.cache_negative_hit.inc();
+            return Ok(None);
+        }
         self.metrics.cache_miss.inc();
         let key: Arc<str> = Arc::from(code);
         loop {
@@ -253,6 +298,10 @@ impl LinkCache {
                 }
                 Err(guard) => guard,
             };
+            // The read we waited on may have found the code unknown (kept apart).
+            if self.known_unknown(code, generation, now) {
+                return Ok(None);
+            }
             // Read the generation before the store: a write that lands after this load
             // bumps it, and the slot we are about to fill is then recognised as stale.
             let seen = generation.load(Ordering::Acquire);
@@ -276,6 +325,19 @@ impl LinkCache {
                 // A stale L2 entry stood in for the store: never cached as fresh here.
                 return Ok(link);
             }
+            if link.is_none() {
+                let negative = Negative {
+                    generation: seen,
+                    fresh_until: self.settings.fresh_until(None, now),
+                };
+                self.negatives.insert(key.clone(), negative);
+                // Unfilled, the placeholder lets a waiter in, which finds the entry above.
+                drop(guard);
+                if seen == generation.load(Ordering::Acquire) {
+                    return Ok(None);
+                }
+                continue;
+            }
             let slot = self.settings.slot(link, seen, now);
             // Err only if an invalidation removed the placeholder meanwhile; the answer we
             // return is still what the store said when asked.
@@ -285,6 +347,18 @@ impl LinkCache {
                 return Ok(slot.link);
             }
         }
+    }
+
+    /// Whether `code` is cached as unknown (and still may be); drops an entry past its time.
+    fn known_unknown(&self, code: &str, generation: &AtomicU32, now: UnixSeconds) -> bool {
+        let Some(negative) = self.negatives.get(code) else {
+            return false;
+        };
+        if now < negative.fresh_until && negative.generation == generation.load(Ordering::Acquire) {
+            return true;
+        }
+        self.negatives.remove_if(code, |n| *n == negative);
+        false
     }
 
     /// What L2 (in the scale-out mode) or else the store says of `code`; `true` with a stale
@@ -396,6 +470,7 @@ impl LinkCache {
         self.generation(code).fetch_add(1, Ordering::AcqRel);
         self.slots.remove(code);
         self.shelf.remove(code);
+        self.negatives.remove(code);
     }
 
     /// Forgets everything in this instance (after missing announcements of others' writes).
@@ -405,13 +480,14 @@ impl LinkCache {
         }
         self.slots.clear();
         self.shelf.clear();
+        self.negatives.clear();
     }
 
     /// Entries and their weight, for the metrics.
     pub(crate) fn size(&self) -> (u64, u64) {
         (
-            (self.slots.len() + self.shelf.len()) as u64,
-            self.slots.weight() + self.shelf.weight(),
+            (self.slots.len() + self.shelf.len() + self.negatives.len()) as u64,
+            self.slots.weight() + self.shelf.weight() + self.negatives.weight(),
         )
     }
 }
@@ -469,6 +545,46 @@ mod tests {
         assert_eq!(SETTINGS.slot(None, 0, NOW).stale_until, NOW + 60);
         let expired = SETTINGS.slot(Some(link(NOW, false)), 0, NOW);
         assert_eq!(expired.stale_until, expired.fresh_until);
+    }
+
+    #[tokio::test]
+    async fn a_sweep_of_unknown_codes_evicts_no_live_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
+        let settings = CacheSettings {
+            max_bytes: 64 << 10,
+            ..SETTINGS
+        };
+        let cache = LinkCache::new(store.clone(), None, Arc::new(Metrics::new()), settings);
+        let now = crate::now();
+        let origin = shortener_core::audit::Origin::system("test");
+        let codes: Vec<String> = (0..50).map(|i| format!("live{i:03}")).collect();
+        for code in &codes {
+            let link = Link::new(code, "https://example.com/", now, now + 86_400);
+            store.insert_link(&link, &origin).await.unwrap();
+            assert!(cache.get(code, now).await.unwrap().is_some());
+        }
+        // Far more unknown codes than the whole cache holds.
+        for i in 0..5_000 {
+            assert!(
+                cache
+                    .get(&format!("nope{i:04}"), now)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+        }
+        for code in &codes {
+            assert!(
+                cache.slots.peek(code.as_str()).is_some(),
+                "{code} was evicted"
+            );
+        }
+        // And the last unknown codes are answered from their own room.
+        let reads = cache.metrics.store_link_reads.get();
+        assert!(cache.get("nope4999", now).await.unwrap().is_none());
+        assert_eq!(cache.metrics.store_link_reads.get(), reads);
     }
 
     #[test]

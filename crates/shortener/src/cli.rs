@@ -30,6 +30,41 @@ pub enum Command {
     Link(LinkCommand),
     /// Read the audit trail, newest first.
     Audit(AuditArgs),
+    /// Create links in bulk from a file: CSV (`long_url[,custom_alias[,expires_at]]`) or
+    /// JSON lines (`{"long_url": …, "custom_alias": …, "expires_at": …}`), validated as
+    /// creates are, owned by --user. An interrupted import resumes where it stopped.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The file; `expires_at` is RFC 3339 (default: 1825 days from now).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Who owns the links (and is the actor of their audit rows).
+    #[arg(long, value_name = "NAME")]
+    pub user: String,
+    /// `csv` or `jsonl` [default: by the file's extension, else by its first line].
+    #[arg(long, value_name = "FORMAT")]
+    pub format: Option<String>,
+    /// The service's public base URL: destinations on its host are refused, as by `serve`.
+    #[arg(long, env = "SHORTENER_BASE_URL", value_name = "URL")]
+    pub base_url: Option<String>,
+    /// File of blocked domains, one more threat feed (as `serve --blocklist`).
+    #[arg(long, env = "SHORTENER_BLOCKLIST", value_name = "FILE")]
+    pub blocklist: Option<PathBuf>,
+    /// Threat feed file (repeatable; as `serve --threat-feed`): matching lines are refused.
+    #[arg(long, value_name = "FILE")]
+    pub threat_feed: Vec<PathBuf>,
+    /// Lines per transaction [default: 50000].
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
+    /// Import from the first line even if an earlier import of this file stopped midway
+    /// or finished.
+    #[arg(long)]
+    pub restart: bool,
 }
 
 #[derive(Debug, Subcommand)]

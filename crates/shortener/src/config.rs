@@ -1,7 +1,7 @@
 //! The service's configuration: one typed struct resolved from flags, environment, a TOML
 //! file and defaults, in that order of precedence.
 
-use crate::cli::{AggregateArgs, ServeArgs, StoreArgs};
+use crate::cli::{AggregateArgs, ImportArgs, ServeArgs, StoreArgs};
 use crate::scaleout::redis::RedisTarget;
 use crate::store::guarded::DEFAULT_STORE_TIMEOUT;
 use crate::store::postgres::{DEFAULT_POOL_SIZE, DatabaseUrl};
@@ -93,6 +93,68 @@ impl AggregateConfig {
             store,
             redis,
             consumer,
+        })
+    }
+}
+
+/// Lines per import transaction unless `--batch` says otherwise.
+pub const DEFAULT_IMPORT_BATCH: usize = 50_000;
+
+/// Whether a file holds CSV or JSON lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportFormat {
+    Csv,
+    JsonLines,
+}
+
+/// Everything `import` needs, validated.
+#[derive(Debug, Clone)]
+pub struct ImportConfig {
+    pub store: StoreConfig,
+    pub file: PathBuf,
+    pub user: String,
+    /// `None`: decided from the file (extension, then first line).
+    pub format: Option<ImportFormat>,
+    pub base_url: Option<String>,
+    pub blocklist: Option<PathBuf>,
+    pub threat_feeds: Vec<PathBuf>,
+    pub batch: usize,
+    pub restart: bool,
+}
+
+impl ImportConfig {
+    pub fn resolve(args: ImportArgs) -> anyhow::Result<Self> {
+        let file = service_edge::read_toml::<FileConfig>(args.store.config.as_deref())?;
+        redis_target(&args.store, &file)?;
+        shortener_core::token::validate_user_name(&args.user)?;
+        let format = match args.format.as_deref() {
+            None => None,
+            Some("csv") => Some(ImportFormat::Csv),
+            Some("jsonl" | "ndjson") => Some(ImportFormat::JsonLines),
+            Some(other) => bail!("--format must be csv or jsonl, not {other:?}"),
+        };
+        let batch = args.batch.unwrap_or(DEFAULT_IMPORT_BATCH);
+        if !(1..=1_000_000).contains(&batch) {
+            bail!("--batch must be between 1 and 1000000");
+        }
+        let base_url = args.base_url.or(file.base_url.clone());
+        if let Some(base) = &base_url {
+            check_base_url(base)?;
+        }
+        Ok(Self {
+            store: StoreConfig::from_layers(&args.store, &file)?,
+            file: args.file,
+            user: args.user,
+            format,
+            base_url,
+            blocklist: args.blocklist.or(file.blocklist),
+            threat_feeds: if args.threat_feed.is_empty() {
+                file.threat_feed.unwrap_or_default()
+            } else {
+                args.threat_feed
+            },
+            batch,
+            restart: args.restart,
         })
     }
 }

@@ -15,8 +15,10 @@ mod clicks;
 pub mod config;
 mod feeds;
 mod http;
+mod import;
 mod metrics;
 mod migrate;
+mod new_link;
 mod ratelimit;
 mod retention;
 mod scaleout;
@@ -39,6 +41,7 @@ pub async fn run(cli: cli::Cli) -> anyhow::Result<()> {
         cli::Command::Token(cli::TokenCommand::Revoke(args)) => token::revoke(args).await,
         cli::Command::Link(command) => admin_cli::link(command).await,
         cli::Command::Audit(args) => admin_cli::audit(args).await,
+        cli::Command::Import(args) => import::run(config::ImportConfig::resolve(args)?).await,
     }
 }
 

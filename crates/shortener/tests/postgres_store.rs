@@ -107,6 +107,48 @@ async fn an_alias_inserted_concurrently_has_exactly_one_winner() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn creates_committed_in_groups_all_land_with_their_audit_rows() {
+    let db = TestDb::migrated().await;
+    let stores = pools(&db).await;
+    let mut tasks = Vec::new();
+    for i in 0..2_000 {
+        let store = stores[i % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            let origin = Origin {
+                ip: Some(format!("192.0.2.{}", i % 250)),
+                ..origin()
+            };
+            let code = format!("group-{i}");
+            let outcome = store
+                .insert_link(&link(&code, &format!("https://example.com/{i}")), &origin)
+                .await
+                .unwrap();
+            (code, outcome)
+        }));
+    }
+    for t in tasks {
+        let (code, outcome) = t.await.unwrap();
+        assert_eq!(outcome, InsertOutcome::Inserted);
+        // Answered after the commit: another pool reads it at once.
+        assert!(stores[3].get_link(&code).await.unwrap().is_some(), "{code}");
+    }
+    let client = db.client().await;
+    let count = |sql: &'static str| {
+        let client = &client;
+        async move { client.query_one(sql, &[]).await.unwrap().get::<_, i64>(0) }
+    };
+    assert_eq!(count("SELECT count(*) FROM links").await, 2_000);
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM links l JOIN audit a ON a.code = l.code \
+             AND a.action = 'created' AND a.new_url = l.long_url AND a.ip IS NOT NULL"
+        )
+        .await,
+        2_000
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn click_batches_applied_concurrently_count_exactly() {
     let db = TestDb::migrated().await;
     let stores = pools(&db).await;

@@ -5,16 +5,17 @@
 use super::auth::{origin, required_principal};
 use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
-use super::links::{LinkInfo, checked_destination, expiry_in_days, link_info};
+use super::links::{LinkInfo, checked_destination, link_info};
 use super::{App, AppState};
+use crate::new_link;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use service_edge::Integer;
 use shortener_core::alias::could_be_code;
 use shortener_core::audit::Origin;
-use shortener_core::day::{UnixSeconds, parse_rfc3339};
-use shortener_core::link::{EXPIRES_IN_DAYS, Link, LinkChange, MAX_REASON_CHARS, Refusal};
+use shortener_core::day::UnixSeconds;
+use shortener_core::link::{Link, LinkChange, MAX_REASON_CHARS, Refusal};
 use shortener_core::store::ChangeOutcome;
 use std::net::SocketAddr;
 use utoipa::ToSchema;
@@ -200,22 +201,8 @@ impl EditRequest {
                     "send expires_at or expires_in_days, not both",
                 ));
             }
-            (Some(at), None) => {
-                let latest = expiry_in_days(now, i64::from(*EXPIRES_IN_DAYS.end()))?;
-                match parse_rfc3339(at) {
-                    Some(at) if at > now && at <= latest => Some(at),
-                    _ => {
-                        return Err(ApiError::bad_request(
-                            "invalid_expiry",
-                            format!(
-                                "expires_at must be an RFC 3339 instant in the future, at most {} days away",
-                                EXPIRES_IN_DAYS.end()
-                            ),
-                        ));
-                    }
-                }
-            }
-            (None, Some(days)) => Some(expiry_in_days(now, days.0)?),
+            (Some(at), None) => Some(new_link::expiry_at(now, at)?),
+            (None, Some(days)) => Some(new_link::expiry_in_days(now, days.0)?),
             (None, None) => None,
         };
         let long_url = self

@@ -37,6 +37,12 @@ pub(super) struct ApiError {
     challenge: Option<serde_json::Value>,
 }
 
+impl From<crate::new_link::Refused> for ApiError {
+    fn from(refused: crate::new_link::Refused) -> Self {
+        Self::bad_request(refused.code(), refused.to_string())
+    }
+}
+
 impl ApiError {
     pub(super) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {

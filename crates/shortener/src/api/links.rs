@@ -4,18 +4,17 @@ use super::auth::{client_ip, origin, principal, required_principal};
 use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::{App, AppState};
+use crate::new_link;
 use crate::ratelimit::{Budget, Creator};
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use service_edge::Integer;
-use shortener_core::alias::{could_be_code, validate_alias};
-use shortener_core::day::{ANALYTICS_DAYS, Day, UnixSeconds, rfc3339, zero_filled_window};
-use shortener_core::link::{DEFAULT_EXPIRES_IN_DAYS, EXPIRES_IN_DAYS, Link};
-use shortener_core::long_url::validate_long_url;
+use shortener_core::alias::could_be_code;
+use shortener_core::day::{ANALYTICS_DAYS, Day, rfc3339, zero_filled_window};
+use shortener_core::link::{DEFAULT_EXPIRES_IN_DAYS, Link};
 use shortener_core::store::InsertOutcome;
-use shortener_core::threat::ThreatMatcher;
 use shortener_core::token::Principal;
 use std::net::SocketAddr;
 use utoipa::ToSchema;
@@ -253,10 +252,10 @@ pub(super) async fn create_link(
     }
     let long_url = checked_destination(app, &req.long_url)?;
     if let Some(alias) = &req.custom_alias {
-        validate_alias(alias).map_err(|e| ApiError::bad_request("invalid_alias", e.to_string()))?;
+        new_link::alias(alias)?;
     }
     let now = crate::now();
-    let expires_at = expiry_in_days(
+    let expires_at = new_link::expiry_in_days(
         now,
         req.expires_in_days
             .map_or(i64::from(DEFAULT_EXPIRES_IN_DAYS), |d| d.0),
@@ -302,40 +301,7 @@ pub(super) async fn create_link(
 /// A destination as a create or an edit accepts it (normalised), or 400 `invalid_url` /
 /// `url_blocked`.
 pub(super) fn checked_destination(app: &App, raw: &str) -> Result<String, ApiError> {
-    let long_url = validate_long_url(raw, &app.policy)
-        .map_err(|e| ApiError::bad_request("invalid_url", e.to_string()))?;
-    check_feeds(app, &long_url)?;
-    Ok(long_url)
-}
-
-/// The expiry `days` days after `now`, or 400 `invalid_expiry` outside the accepted range.
-pub(super) fn expiry_in_days(now: UnixSeconds, days: i64) -> Result<UnixSeconds, ApiError> {
-    if !(i64::from(*EXPIRES_IN_DAYS.start())..=i64::from(*EXPIRES_IN_DAYS.end())).contains(&days) {
-        return Err(ApiError::bad_request(
-            "invalid_expiry",
-            format!(
-                "expires_in_days must be between {} and {}",
-                EXPIRES_IN_DAYS.start(),
-                EXPIRES_IN_DAYS.end()
-            ),
-        ));
-    }
-    Ok(now + days * 86_400)
-}
-
-/// 400 `url_blocked` when a threat feed holds the destination (create, and edits later);
-/// the refusal names the feed, not the entry.
-fn check_feeds(app: &App, long_url: &str) -> Result<(), ApiError> {
-    let Ok(url) = url::Url::parse(long_url) else {
-        return Ok(());
-    };
-    match app.threats.get().find(&url) {
-        Some(feed) => Err(ApiError::bad_request(
-            "url_blocked",
-            format!("the destination is on the threat feed {feed}"),
-        )),
-        None => Ok(()),
-    }
+    Ok(new_link::destination(&app.policy, &app.threats.get(), raw)?)
 }
 
 /// What the API shows of a link.

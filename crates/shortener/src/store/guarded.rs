@@ -22,7 +22,7 @@ use shortener_core::report::{
 };
 use shortener_core::store::{
     ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, FoundToken,
-    InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
+    ImportBatch, ImportOutcome, InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
 };
 use shortener_core::token::{TokenHash, TokenId};
 use std::future::Future;
@@ -120,6 +120,15 @@ impl LinkStore for GuardedStore {
 
     async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
         self.bounded(self.inner.insert_link(link, origin)).await
+    }
+
+    async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError> {
+        // Never on a request's path: a batch takes as long as it takes.
+        self.inner.import_links(batch).await
+    }
+
+    async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.bounded(self.inner.meta(key)).await
     }
 
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {

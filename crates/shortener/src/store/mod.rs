@@ -323,3 +323,14 @@ pub async fn open(
         }
     })
 }
+
+/// Opens the configured store for `shortener import`: as [`open`], with the embedded
+/// store's writer keeping a large page cache for bulk inserts.
+pub async fn open_for_import(config: &StoreConfig) -> Result<Arc<dyn Store>, OpenError> {
+    Ok(match config {
+        StoreConfig::Embedded { data_dir } => {
+            Arc::new(sqlite::SqliteStore::open_for_import(data_dir)?)
+        }
+        StoreConfig::Postgres { .. } => open(config, None).await?,
+    })
+}

@@ -6,6 +6,8 @@
 //! and a batch of clicks is one transaction. The SQL stays within what CockroachDB also
 //! speaks; ARCHITECTURE.md lists the few places where that is not free.
 
+mod group_commit;
+mod import;
 mod schema;
 
 use super::{
@@ -28,13 +30,14 @@ use shortener_core::report::{
 };
 use shortener_core::store::{
     ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, FoundToken,
-    InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
+    ImportBatch, ImportOutcome, InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
 };
 use shortener_core::token::{Principal, TOKEN_ID_BYTES, TokenHash, TokenId};
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::ops::Range;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -178,6 +181,8 @@ pub struct PgStore {
     /// Whether the connections carry a request-path `statement_timeout`, which background
     /// transactions then lift for themselves.
     bounded: bool,
+    /// Creates waiting for their group's commit.
+    creates: Arc<group_commit::Creates>,
 }
 
 impl fmt::Debug for PgStore {
@@ -293,6 +298,7 @@ impl PgStore {
             pool,
             target,
             bounded,
+            creates: Arc::new(group_commit::Creates::new(pool_size)),
         })
     }
 
@@ -863,48 +869,27 @@ impl LinkStore for PgStore {
     }
 
     async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
+        self.creates.insert(&self.pool, link, origin).await
+    }
+
+    async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError> {
         let mut client = self.client().await?;
-        let audit = AuditRecord::created(link, origin);
         let tx = client.transaction().await.map_err(classify)?;
-        let stmt = tx
-            .prepare_cached(&format!(
-                "INSERT INTO links ({LINK_COLUMNS}) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
-                 ON CONFLICT (code) DO NOTHING"
-            ))
-            .await
-            .map_err(classify)?;
-        let d = link.disabled.as_ref();
-        let inserted = tx
-            .execute(
-                &stmt,
-                &[
-                    &link.code,
-                    &link.long_url,
-                    &link.owner,
-                    &link.custom_alias,
-                    &link.created_at,
-                    &link.expires_at,
-                    &d.map(|d| d.at),
-                    &to_i64(link.clicks),
-                    &to_i64(link.bot_clicks),
-                    &link.created_ip,
-                    &to_i64(link.version),
-                    &d.map(|d| d.reason.as_str()),
-                    &d.map(|d| d.by.as_str()),
-                    &d.map(|d| d.by_kind.as_str()),
-                    &link.deleted_at,
-                    &link.owner_admin,
-                ],
-            )
-            .await
-            .map_err(classify)?;
-        if inserted != 1 {
-            return Ok(InsertOutcome::CodeTaken);
+        let outcome = import::write_batch(&tx, batch).await.map_err(classify)?;
+        if let ImportOutcome::Committed(_) = outcome {
+            tx.commit().await.map_err(classify)?;
         }
-        insert_audit(&tx, &audit).await.map_err(classify)?;
-        tx.commit().await.map_err(classify)?;
-        Ok(InsertOutcome::Inserted)
+        // Otherwise dropping `tx` rolls it back.
+        Ok(outcome)
+    }
+
+    async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let client = self.client().await?;
+        client
+            .query_opt("SELECT value FROM meta WHERE key = $1", &[&key])
+            .await
+            .and_then(|row| row.map(|r| r.try_get(0)).transpose())
+            .map_err(classify)
     }
 
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {

@@ -33,7 +33,7 @@ use shortener_core::report::{
 };
 use shortener_core::store::{
     ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, FoundToken,
-    InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
+    ImportBatch, ImportOutcome, InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
 };
 use shortener_core::token::{TokenHash, TokenId};
 use std::collections::{HashMap, VecDeque};
@@ -353,6 +353,14 @@ impl LinkStore for Replicated {
         // timed-out insert may have committed, so it is remembered whatever the outcome.
         self.changed(&link.code);
         self.primary.insert_link(link, origin).await
+    }
+
+    async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError> {
+        self.primary.import_links(batch).await
+    }
+
+    async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.primary.meta(key).await
     }
 
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {

@@ -5,6 +5,7 @@
 //! transaction, so one fsync makes many writes durable. Reads go to a few reader threads with
 //! their own connections, which WAL lets run beside the writer.
 
+mod import;
 mod schema;
 
 pub(crate) use schema::CURRENT_VERSION;
@@ -26,7 +27,7 @@ use shortener_core::report::{
 };
 use shortener_core::store::{
     ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, FoundToken,
-    InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
+    ImportBatch, ImportOutcome, InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
 };
 use shortener_core::token::{Principal, TOKEN_ID_BYTES, TokenHash, TokenId};
 use std::ops::Range;
@@ -93,6 +94,17 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the store in `data_dir` and brings its schema up to date.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with(data_dir, None)
+    }
+
+    /// As [`Self::open`], for bulk writes (`shortener import`): the writer keeps up to
+    /// `IMPORT_CACHE_KIB` of pages, so that inserts at random codes find their B-tree pages
+    /// in memory. A serving process keeps SQLite's small default.
+    pub fn open_for_import(data_dir: &Path) -> Result<Self, StoreError> {
+        Self::open_with(data_dir, Some(import::IMPORT_CACHE_KIB))
+    }
+
+    fn open_with(data_dir: &Path, writer_cache_kib: Option<i64>) -> Result<Self, StoreError> {
         std::fs::create_dir_all(data_dir).map_err(|e| {
             StoreError::Unavailable(
                 format!("cannot create data directory {}: {e}", data_dir.display()).into(),
@@ -100,6 +112,11 @@ impl SqliteStore {
         })?;
         let path = data_dir.join(DB_FILE);
         let mut writer_conn = open_connection(&path, false)?;
+        if let Some(kib) = writer_cache_kib {
+            writer_conn
+                .pragma_update(None, "cache_size", -kib)
+                .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        }
         schema::migrate(&mut writer_conn).map_err(|e| StoreError::Backend(Box::new(e)))?;
 
         let (writer, write_rx) = crossbeam_channel::unbounded::<Box<dyn WriteOp>>();
@@ -516,6 +533,21 @@ impl LinkStore for SqliteStore {
             } else {
                 Ok(InsertOutcome::CodeTaken)
             }
+        })
+        .await
+    }
+
+    async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError> {
+        let batch = batch.clone();
+        self.write(move |c| import::write_batch(c, &batch)).await
+    }
+
+    async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = key.to_owned();
+        self.read(move |c| {
+            c.prepare_cached("SELECT value FROM meta WHERE key = ?1")?
+                .query_row([key], |r| r.get(0))
+                .optional()
         })
         .await
     }

@@ -1,0 +1,109 @@
+//! `shortener import`'s batches on PostgreSQL: one transaction, one multi-row statement per
+//! table (column arrays through `unnest`), so a batch costs a few round trips, not one per link.
+
+use super::{AUDIT_COLUMNS, to_i64};
+use deadpool_postgres::Transaction;
+use shortener_core::audit::AuditRecord;
+use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome};
+use std::collections::HashSet;
+
+/// Writes one batch inside `tx`; the caller commits unless it is `GeneratedTaken`.
+pub(super) async fn write_batch(
+    tx: &Transaction<'_>,
+    batch: &ImportBatch,
+) -> Result<ImportOutcome, tokio_postgres::Error> {
+    let links = &batch.links;
+    let codes: Vec<&str> = links.iter().map(|l| l.code.as_str()).collect();
+    let urls: Vec<&str> = links.iter().map(|l| l.long_url.as_str()).collect();
+    let owners: Vec<Option<&str>> = links.iter().map(|l| l.owner.as_deref()).collect();
+    let aliases: Vec<bool> = links.iter().map(|l| l.custom_alias).collect();
+    let created: Vec<i64> = links.iter().map(|l| l.created_at).collect();
+    let expires: Vec<i64> = links.iter().map(|l| l.expires_at).collect();
+    let ips: Vec<Option<&str>> = links.iter().map(|l| l.created_ip.as_deref()).collect();
+    let versions: Vec<i64> = links.iter().map(|l| to_i64(l.version)).collect();
+    let admins: Vec<bool> = links.iter().map(|l| l.owner_admin).collect();
+    let insert = tx
+        .prepare_cached(
+            "INSERT INTO links (code, long_url, owner, custom_alias, created_at, expires_at, \
+             created_ip, version, owner_admin) \
+             SELECT * FROM unnest($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BOOL[], $5::INT8[], \
+             $6::INT8[], $7::TEXT[], $8::INT8[], $9::BOOL[]) \
+             ON CONFLICT (code) DO NOTHING RETURNING code",
+        )
+        .await?;
+    let rows = tx
+        .query(
+            &insert,
+            &[
+                &codes, &urls, &owners, &aliases, &created, &expires, &ips, &versions, &admins,
+            ],
+        )
+        .await?;
+    let stored: HashSet<String> = rows
+        .iter()
+        .map(|r| r.try_get::<_, String>(0))
+        .collect::<Result<_, _>>()?;
+    // Codes are distinct within a batch, so a returned code names exactly one link.
+    let outcomes: Vec<InsertOutcome> = links
+        .iter()
+        .map(|l| {
+            if stored.contains(&l.code) {
+                InsertOutcome::Inserted
+            } else {
+                InsertOutcome::CodeTaken
+            }
+        })
+        .collect();
+    let generated_taken: Vec<usize> = (0..links.len())
+        .filter(|&i| outcomes[i] == InsertOutcome::CodeTaken && !links[i].custom_alias)
+        .collect();
+    if !generated_taken.is_empty() {
+        return Ok(ImportOutcome::GeneratedTaken(generated_taken));
+    }
+
+    let records: Vec<AuditRecord> = links
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, o)| **o == InsertOutcome::Inserted)
+        .map(|(l, _)| AuditRecord::created(l, &batch.origin))
+        .collect();
+    insert_audit_rows(tx, &records).await?;
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ($1, $2) \
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        &[&batch.progress_key, &batch.progress],
+    )
+    .await?;
+    Ok(ImportOutcome::Committed(outcomes))
+}
+
+/// Appends audit rows in one statement inside `tx`.
+pub(super) async fn insert_audit_rows(
+    tx: &Transaction<'_>,
+    records: &[AuditRecord],
+) -> Result<(), tokio_postgres::Error> {
+    let at: Vec<i64> = records.iter().map(|r| r.at).collect();
+    let actor: Vec<&str> = records.iter().map(|r| r.actor.as_str()).collect();
+    let ip: Vec<Option<&str>> = records.iter().map(|r| r.ip.as_deref()).collect();
+    let agent: Vec<Option<&str>> = records.iter().map(|r| r.user_agent.as_deref()).collect();
+    let action: Vec<&str> = records.iter().map(|r| r.action.as_str()).collect();
+    let code: Vec<Option<&str>> = records.iter().map(|r| r.code.as_deref()).collect();
+    let old_url: Vec<Option<&str>> = records.iter().map(|r| r.old_url.as_deref()).collect();
+    let new_url: Vec<Option<&str>> = records.iter().map(|r| r.new_url.as_deref()).collect();
+    let detail: Vec<Option<&str>> = records.iter().map(|r| r.detail.as_deref()).collect();
+    let audit = tx
+        .prepare_cached(&format!(
+            "INSERT INTO audit ({AUDIT_COLUMNS}) \
+             SELECT * FROM unnest($1::INT8[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
+             $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[])"
+        ))
+        .await?;
+    tx.execute(
+        &audit,
+        &[
+            &at, &actor, &ip, &agent, &action, &code, &old_url, &new_url, &detail,
+        ],
+    )
+    .await
+    .map(drop)
+}
