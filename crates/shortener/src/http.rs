@@ -59,7 +59,7 @@ async fn handle(
     let last = budget.take_is_last();
     let (mut head, body) = request.into_parts();
     let mut response = match router {
-        None => redirect::answer(&app, &head).await.map(Either::Left),
+        None => redirect::answer(&app, &head, peer).await.map(Either::Left),
         Some(router) => {
             head.extensions.insert(ConnectInfo(peer));
             let request = Request::from_parts(head, body);

@@ -137,6 +137,7 @@ async fn click_batches_applied_concurrently_count_exactly() {
                         day: Day::from_number(day),
                         human,
                         bot,
+                        people: Default::default(),
                     });
                     let e = applied.entry((code.clone(), day)).or_default();
                     e.0 += human;
@@ -205,6 +206,7 @@ async fn click_batches_delivered_to_several_aggregators_at_once_count_once() {
                 day: Day::from_number(20_000 + (i % 2) as i32),
                 human: i % 3 + 1,
                 bot: i % 2,
+                people: Default::default(),
             }],
         })
         .collect();
@@ -270,12 +272,14 @@ async fn a_click_batch_is_all_or_nothing() {
             day,
             human: 3,
             bot: 1,
+            people: Default::default(),
         },
         ClickDelta {
             code: "full".into(),
             day,
             human: 1,
             bot: 0,
+            people: Default::default(),
         },
     ];
     assert!(matches!(
