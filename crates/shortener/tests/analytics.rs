@@ -7,7 +7,10 @@
 mod common;
 
 use common::pg::TestDb;
-use common::{Shortener, client, create, error_code, eventually, one_line_failure, run, today_utc};
+use common::{
+    Shortener, client, create, error_code, eventually, one_line_failure, run, today_utc,
+    write_geoip,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::net::IpAddr;
@@ -30,29 +33,6 @@ fn visitors() -> Vec<(IpAddr, &'static str, Option<&'static str>)> {
             ]
         })
         .collect()
-}
-
-/// A country database: 81.2.69.0/24 is GB, 175.16.199.0/24 is CN, nothing else.
-fn write_geoip(dir: &Path) -> String {
-    use mmdb_writer::{Value, Writer};
-    let country = |iso: &str| {
-        Value::map([(
-            "country",
-            Value::map([("iso_code", Value::String(iso.to_owned()))]),
-        )])
-    };
-    let mut writer = Writer::new("GeoLite2-Country");
-    for (first, last, iso) in [
-        ([81, 2, 69, 0], [81, 2, 69, 255], "GB"),
-        ([175, 16, 199, 0], [175, 16, 199, 255], "CN"),
-    ] {
-        writer
-            .insert_range(IpAddr::from(first), IpAddr::from(last), &country(iso))
-            .unwrap();
-    }
-    let path = dir.join("countries.mmdb");
-    std::fs::write(&path, writer.to_bytes().unwrap()).unwrap();
-    path.to_str().unwrap().to_owned()
 }
 
 async fn click(
