@@ -134,3 +134,63 @@ fn window(link: &Link, today: Day, rows: &[DailyCount], breakdowns: &[Dimension]
         countries: breakdown(Dimension::Countries),
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use shortener_core::people::{People, visitor_hash};
+
+    fn day(n: i32, human: u64, visitors: std::ops::Range<u8>, browser: &str) -> DailyCount {
+        let mut people = People::default();
+        for v in visitors {
+            let hash = visitor_hash(&[5; 16], [192, 0, 2, v].into(), "UA");
+            people.count(hash, &[(Dimension::Browsers, browser)]);
+        }
+        DailyCount {
+            day: Day::from_number(n),
+            human,
+            bot: 1,
+            people,
+        }
+    }
+
+    #[test]
+    fn the_window_merges_visitors_and_sums_breakdowns_over_its_days_only() {
+        let link = Link::new("window", "https://example.com/", 0, i64::MAX);
+        let today = Day::from_number(1_000);
+        let rows = [
+            day(1_000, 30, 0..30, "Firefox"),
+            // Ten of yesterday's 20 came back today: 40 people over the window.
+            day(999, 20, 20..40, "Safari"),
+            // Outside the window: ignored.
+            day(970, 5, 100..105, "Opera"),
+        ];
+        let a = window(&link, today, &rows, &[Dimension::Browsers]);
+        assert_eq!(a.unique_visitors, 40);
+        assert_eq!(a.daily_clicks.len(), 30);
+        let last = &a.daily_clicks[29];
+        assert_eq!(
+            (last.clicks, last.bot_clicks, last.unique_visitors),
+            (30, 1, 30)
+        );
+        assert_eq!(a.daily_clicks[28].unique_visitors, 20);
+        assert_eq!(
+            a.browsers.unwrap(),
+            vec![
+                BreakdownEntry {
+                    name: "Firefox".into(),
+                    clicks: 30
+                },
+                BreakdownEntry {
+                    name: "Safari".into(),
+                    clicks: 20
+                },
+            ]
+        );
+        assert!(a.referrers.is_none() && a.countries.is_none());
+        let csv = window(&link, today, &rows, &[]).to_csv();
+        assert_eq!(csv.lines().count(), 31);
+        assert!(csv.ends_with(&format!("{today},30,1,30\n")));
+    }
+}
