@@ -69,29 +69,18 @@ impl fmt::Display for Day {
     }
 }
 
-/// The last `ANALYTICS_DAYS` days ending with `today`, oldest first, each with its count from
-/// `counts` (pairs in any order; days outside the window are ignored) or zero.
+/// The `ANALYTICS_DAYS` days ending with `today`, oldest first.
 ///
 /// ```
-/// use shortener_core::day::{zero_filled_window, Day};
+/// use shortener_core::day::{window_days, Day};
 /// let today = Day::from_number(100);
-/// let window = zero_filled_window(today, &[(Day::from_number(99), 4)]);
+/// let window: Vec<Day> = window_days(today).collect();
 /// assert_eq!(window.len(), 30);
-/// assert_eq!(window[29], (today, 0));
-/// assert_eq!(window[28], (Day::from_number(99), 4));
-/// assert_eq!(window[0].0, Day::from_number(71));
+/// assert_eq!(window[29], today);
+/// assert_eq!(window[0], Day::from_number(71));
 /// ```
-pub fn zero_filled_window(today: Day, counts: &[(Day, u64)]) -> Vec<(Day, u64)> {
-    let first = today.minus(ANALYTICS_DAYS - 1);
-    let mut window: Vec<(Day, u64)> = (first.0..=today.0).map(|d| (Day(d), 0)).collect();
-    for &(day, count) in counts {
-        if day >= first && day <= today {
-            // In range by the check above, so the offset is within the window.
-            let slot = (day.0 - first.0) as usize;
-            window[slot].1 += count;
-        }
-    }
-    window
+pub fn window_days(today: Day) -> impl Iterator<Item = Day> {
+    (today.minus(ANALYTICS_DAYS - 1).0..=today.0).map(Day)
 }
 
 /// Formats an instant as RFC 3339 in UTC with a `Z` suffix and whole seconds.
@@ -141,14 +130,9 @@ mod tests {
     }
 
     #[test]
-    fn window_drops_old_days_and_sums_duplicates() {
-        let today = Day(1000);
-        let w = zero_filled_window(
-            today,
-            &[(Day(970), 9), (Day(971), 1), (Day(971), 2), (Day(1001), 5)],
-        );
-        assert_eq!(w.first(), Some(&(Day(971), 3)));
-        assert_eq!(w.iter().map(|(_, c)| c).sum::<u64>(), 3);
-        assert!(w.windows(2).all(|p| p[1].0.number() == p[0].0.number() + 1));
+    fn the_window_is_thirty_consecutive_days() {
+        let w: Vec<Day> = window_days(Day(1000)).collect();
+        assert_eq!((w.len(), w[0], w[29]), (30, Day(971), Day(1000)));
+        assert!(w.windows(2).all(|p| p[1].0 == p[0].0 + 1));
     }
 }

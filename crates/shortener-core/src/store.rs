@@ -4,6 +4,7 @@ use crate::audit::{AuditQuery, AuditRow, Origin};
 use crate::day::{Day, UnixSeconds};
 use crate::link::{Link, LinkChange, Refusal};
 use crate::listing::LinkQuery;
+use crate::people::People;
 use crate::report::{AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, ResolveOutcome};
 use crate::token::{Principal, TokenHash, TokenId};
 use async_trait::async_trait;
@@ -154,6 +155,8 @@ pub struct ClickDelta {
     pub human: u64,
     /// Clicks by bots and link previews.
     pub bot: u64,
+    /// Who the people were: visitors and breakdowns (empty for bots).
+    pub people: People,
 }
 
 /// Deltas shipped together under one id: applying a batch twice counts it once.
@@ -166,7 +169,7 @@ pub struct ClickBatch {
 }
 
 /// One day of analytics as stored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DailyCount {
     /// The UTC day.
     pub day: Day,
@@ -174,6 +177,8 @@ pub struct DailyCount {
     pub human: u64,
     /// Clicks by bots.
     pub bot: u64,
+    /// Visitors and breakdowns of the people.
+    pub people: People,
 }
 
 /// Durable storage of links, id blocks and tokens.
@@ -305,8 +310,9 @@ pub trait LinkStore: Send + Sync + 'static {
 /// Where aggregated clicks go.
 #[async_trait]
 pub trait ClickSink: Send + Sync + 'static {
-    /// Adds every delta to its day and to its link's running totals, all in one atomic
-    /// write: either every delta counts or none does. Deltas for unknown codes are ignored.
+    /// Adds every delta to its day and to its link's running totals, and merges its people
+    /// into the day's (trimmed to the top values), all in one atomic write: either every
+    /// delta counts or none does. Deltas for unknown codes are ignored.
     async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError>;
 
     /// Applies every batch whose id was never applied before, and records the ids, all in

@@ -198,6 +198,10 @@ pub struct ServeArgs {
     /// disabled automatically. Read at start.
     #[arg(long, env = "SHORTENER_TRUSTED_DOMAINS", value_name = "FILE")]
     pub trusted_domains: Option<PathBuf>,
+    /// A MaxMind-format database (GeoLite2/GeoIP2 Country or City, `.mmdb`): adds the
+    /// `countries` breakdown to analytics. Read at start; a file that is not one is an error.
+    #[arg(long, env = "SHORTENER_GEOIP", value_name = "FILE.mmdb")]
+    pub geoip: Option<PathBuf>,
     /// Take the client IP from the last X-Forwarded-For entry (only behind a trusted proxy).
     #[arg(long, env = "SHORTENER_TRUST_FORWARDED_FOR", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub trust_forwarded_for: Option<bool>,

@@ -10,8 +10,10 @@
 use crate::metrics::Metrics;
 use crate::scaleout::clickstream::ClickShipper;
 use crate::store::Store;
+use crate::visits::{Visit, VisitFold};
 use crossbeam_queue::ArrayQueue;
 use shortener_core::day::{ANALYTICS_DAYS, Day, UnixSeconds};
+use shortener_core::people::People;
 use shortener_core::store::{ClickBatch, ClickDelta};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +27,8 @@ pub(crate) struct ClickEvent {
     pub code: Arc<str>,
     pub at: UnixSeconds,
     pub bot: bool,
+    /// A person's raw facts (none for bots): parsed in the fold, not here.
+    pub visit: Option<Box<Visit>>,
 }
 
 /// The redirect side of the pipeline: never waits, never fails, never wakes anyone.
@@ -61,6 +65,7 @@ const DRAIN_EVERY: Duration = Duration::from_millis(10);
 pub(crate) fn start(
     store: Arc<dyn Store>,
     shipper: Option<Arc<ClickShipper>>,
+    visits: VisitFold,
     metrics: Arc<Metrics>,
     capacity: usize,
     interval: Duration,
@@ -75,6 +80,7 @@ pub(crate) fn start(
         store,
         shipper,
         metrics,
+        visits,
         pending: HashMap::new(),
         pending_events: 0,
         oldest: None,
@@ -86,13 +92,22 @@ pub(crate) fn start(
     (recorder, handle)
 }
 
+/// What the fold holds for one (code, day).
+#[derive(Default)]
+struct Pending {
+    human: u64,
+    bot: u64,
+    people: People,
+}
+
 struct Aggregator {
     store: Arc<dyn Store>,
     /// Set in the scale-out mode: batches go to the click stream, not to the store.
     shipper: Option<Arc<ClickShipper>>,
     metrics: Arc<Metrics>,
-    /// (code, day) → (human, bot) clicks not yet written.
-    pending: HashMap<(Arc<str>, Day), (u64, u64)>,
+    visits: VisitFold,
+    /// Clicks per (code, day) not yet written.
+    pending: HashMap<(Arc<str>, Day), Pending>,
     pending_events: u64,
     /// When the oldest click not yet written (or shipped) happened: the lag metric.
     oldest: Option<UnixSeconds>,
@@ -194,14 +209,18 @@ impl Aggregator {
         }
     }
 
-    fn deltas(&self) -> Vec<ClickDelta> {
+    fn deltas(&mut self) -> Vec<ClickDelta> {
         self.pending
-            .iter()
-            .map(|((code, day), &(human, bot))| ClickDelta {
-                code: code.to_string(),
-                day: *day,
-                human,
-                bot,
+            .iter_mut()
+            .map(|((code, day), pending)| {
+                pending.people.trim();
+                ClickDelta {
+                    code: code.to_string(),
+                    day: *day,
+                    human: pending.human,
+                    bot: pending.bot,
+                    people: pending.people.clone(),
+                }
             })
             .collect()
     }
@@ -248,9 +267,12 @@ impl Aggregator {
             .entry((event.code, Day::from_unix(event.at)))
             .or_default();
         if event.bot {
-            entry.1 += 1;
+            entry.bot += 1;
         } else {
-            entry.0 += 1;
+            entry.human += 1;
+        }
+        if let Some(visit) = &event.visit {
+            self.visits.count(&mut entry.people, visit);
         }
         self.pending_events += 1;
     }

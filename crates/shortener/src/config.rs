@@ -32,6 +32,8 @@ pub struct ServeConfig {
     /// Domains whose links are never disabled automatically.
     pub trusted_domains: Option<PathBuf>,
     pub trust_forwarded_for: bool,
+    /// The country database of analytics (`--geoip`).
+    pub geoip: Option<PathBuf>,
     pub id_block_size: u64,
     pub redirect_max_age: u32,
     pub edge_cache_ttl: Option<u32>,
@@ -270,6 +272,7 @@ struct FileConfig {
     auto_disable_reports: Option<u32>,
     trusted_domains: Option<PathBuf>,
     trust_forwarded_for: Option<bool>,
+    geoip: Option<PathBuf>,
     id_block_size: Option<u64>,
     redirect_max_age: Option<u32>,
     edge_cache_ttl: Option<u32>,
@@ -349,6 +352,7 @@ impl ServeConfig {
                 .trust_forwarded_for
                 .or(file.trust_forwarded_for)
                 .unwrap_or(false),
+            geoip: args.geoip.or(file.geoip),
             id_block_size: args.id_block_size.or(file.id_block_size).unwrap_or(10_000),
             redirect_max_age: args
                 .redirect_max_age

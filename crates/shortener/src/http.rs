@@ -52,7 +52,7 @@ async fn handle(
     let Some(router) = router else {
         let last = budget.take_is_last();
         let (head, _body) = request.into_parts();
-        let mut response = redirect::answer(&app, &head).await;
+        let mut response = redirect::answer(&app, &head, peer).await;
         if last {
             close_after(&mut response);
         }

@@ -4,6 +4,7 @@
 
 mod admin_cli;
 mod allocator;
+mod analytics;
 mod api;
 mod bots;
 mod breaker;
@@ -25,6 +26,7 @@ mod scaleout;
 mod server;
 pub mod store;
 mod token;
+mod visits;
 
 use shortener_core::day::UnixSeconds;
 

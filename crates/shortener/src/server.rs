@@ -16,6 +16,7 @@ use crate::scaleout::ratelimit::SharedLimits;
 use crate::scaleout::redis::{self, Redis};
 use crate::store::guarded::GuardedStore;
 use crate::store::replicas::Replicated;
+use crate::visits::{GeoIp, VisitFold};
 use anyhow::Context;
 use axum::http::{HeaderValue, StatusCode};
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
@@ -37,6 +38,12 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             .with_context(|| format!("cannot read trusted domains {}", path.display()))?,
         None => Blocklist::default(),
     };
+    let geoip = config
+        .geoip
+        .as_deref()
+        .map(GeoIp::open)
+        .transpose()?
+        .map(Arc::new);
     let metrics = Arc::new(Metrics::new());
     let mut store = crate::store::open(&config.store, Some(config.store_timeout)).await?;
     if let StoreConfig::Postgres { .. } = config.store {
@@ -93,10 +100,16 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     }
     let policy = UrlPolicy { own_hosts };
 
+    let visitor_key: [u8; 16] = store
+        .secret(crate::visits::KEY_NAME, rand::random::<[u8; 16]>().to_vec())
+        .await?
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("the stored visitor key is not 16 bytes"))?;
     let (stop_clicks, stop_rx) = watch::channel(false);
     let (recorder, click_writer) = clicks::start(
         store.clone(),
         scaleout.as_ref().map(|s| s.shipper.clone()),
+        VisitFold::new(visitor_key, geoip.clone()),
         metrics.clone(),
         config.click_queue,
         config.click_flush,
@@ -157,6 +170,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         cache,
         bots: BotDetector::default(),
         drop_bot_clicks: config.drop_bot_clicks,
+        countries: geoip.is_some(),
         clicks: recorder,
         limits,
         policy,

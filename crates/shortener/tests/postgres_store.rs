@@ -9,6 +9,7 @@ use shortener::store::postgres::{CURRENT_VERSION, OpenError, PgStore};
 use shortener_core::audit::Origin;
 use shortener_core::day::Day;
 use shortener_core::link::Link;
+use shortener_core::people::{Dimension, People, visitor_hash};
 use shortener_core::store::{
     ClickBatch, ClickDelta, ClickSink, InsertOutcome, LinkStore, StoreError,
 };
@@ -179,6 +180,7 @@ async fn click_batches_applied_concurrently_count_exactly() {
                         day: Day::from_number(day),
                         human,
                         bot,
+                        people: Default::default(),
                     });
                     let e = applied.entry((code.clone(), day)).or_default();
                     e.0 += human;
@@ -247,6 +249,7 @@ async fn click_batches_delivered_to_several_aggregators_at_once_count_once() {
                 day: Day::from_number(20_000 + (i % 2) as i32),
                 human: i % 3 + 1,
                 bot: i % 2,
+                people: Default::default(),
             }],
         })
         .collect();
@@ -312,12 +315,14 @@ async fn a_click_batch_is_all_or_nothing() {
             day,
             human: 3,
             bot: 1,
+            people: Default::default(),
         },
         ClickDelta {
             code: "full".into(),
             day,
             human: 1,
             bot: 0,
+            people: Default::default(),
         },
     ];
     assert!(matches!(
@@ -355,6 +360,61 @@ async fn migrations_are_idempotent_even_when_raced() {
     assert_eq!((again.applied, again.version), (0, CURRENT_VERSION));
     // The seed row of the counter exists once: leasing starts at 0.
     assert_eq!(db.store(1).await.lease_ids(3).await.unwrap(), 0..3);
+}
+
+/// v6 (visitors and breakdowns per day) over a database at v5: earlier days keep their
+/// counts, read as having no people yet, and take people from then on.
+#[tokio::test(flavor = "multi_thread")]
+async fn days_counted_before_v6_keep_their_counts_and_gain_people() {
+    let db = TestDb::migrated().await;
+    let client = db.client().await;
+    // Back to v5: the migration's columns gone, its row too.
+    client
+        .batch_execute(
+            "ALTER TABLE daily_clicks DROP COLUMN visitors, DROP COLUMN tops; \
+             DELETE FROM schema_migrations WHERE version = 6",
+        )
+        .await
+        .unwrap();
+    // The store refuses a v5 schema, so its rows are written by hand.
+    client
+        .batch_execute(
+            "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at) \
+             VALUES ('before-v6', 'https://example.com/', TRUE, 1700000000, 1900000000); \
+             INSERT INTO daily_clicks (code, day, clicks, bot_clicks) \
+             VALUES ('before-v6', 20000, 7, 2)",
+        )
+        .await
+        .unwrap();
+    let report = PgStore::migrate(&db.database_url()).await.unwrap();
+    assert_eq!((report.applied, report.version), (1, CURRENT_VERSION));
+    let store = db.store(1).await;
+    let day = Day::from_number(20_000);
+    let read = store.daily_clicks("before-v6", day).await.unwrap();
+    assert_eq!((read[0].human, read[0].bot), (7, 2));
+    assert!(read[0].people.is_empty());
+    let mut people = People::default();
+    for last in [1, 2] {
+        let visitor = visitor_hash(&[9; 16], [192, 0, 2, last].into(), "Firefox/131.0");
+        people.count(visitor, &[(Dimension::Browsers, "Firefox")]);
+    }
+    store
+        .apply_clicks(&[ClickDelta {
+            code: "before-v6".into(),
+            day,
+            human: 2,
+            bot: 0,
+            people,
+        }])
+        .await
+        .unwrap();
+    let read = store.daily_clicks("before-v6", day).await.unwrap();
+    assert_eq!(read[0].human, 9);
+    assert_eq!(read[0].people.visitors.estimate(), 2);
+    assert_eq!(
+        read[0].people.top(Dimension::Browsers).ranked(),
+        vec![("Firefox".to_owned(), 2)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -34,6 +34,7 @@ fn delta(code: &str, day: i32, human: u64, bot: u64) -> ClickDelta {
         day: Day::from_number(day),
         human,
         bot,
+        people: Default::default(),
     }
 }
 
@@ -43,7 +44,11 @@ async fn days(store: &dyn Store, code: &str, since: i32) -> Vec<(i32, u64, u64)>
         .await
         .unwrap()
         .into_iter()
-        .map(|DailyCount { day, human, bot }| (day.number(), human, bot))
+        .map(
+            |DailyCount {
+                 day, human, bot, ..
+             }| (day.number(), human, bot),
+        )
         .collect();
     out.sort_unstable();
     out

@@ -4,20 +4,23 @@ use super::auth::{client_ip, origin, principal, required_principal};
 use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::{App, AppState};
+use crate::analytics::{Analytics, link_analytics};
 use crate::new_link;
 use crate::ratelimit::{Budget, Creator};
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use service_edge::Integer;
 use shortener_core::alias::could_be_code;
-use shortener_core::day::{ANALYTICS_DAYS, Day, rfc3339, zero_filled_window};
+use shortener_core::day::{Day, rfc3339};
 use shortener_core::link::{DEFAULT_EXPIRES_IN_DAYS, Link};
+use shortener_core::people::Dimension;
 use shortener_core::store::InsertOutcome;
 use shortener_core::token::Principal;
 use std::net::SocketAddr;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 /// A request to shorten a URL.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -91,29 +94,6 @@ pub(super) struct DisabledInfo {
     pub by: String,
     /// `user` (the owner: they may enable it again), `admin` or `system` (only an admin may).
     pub by_kind: &'static str,
-}
-
-/// Clicks of one UTC day.
-#[derive(Debug, Serialize, ToSchema)]
-pub(super) struct DailyClicks {
-    /// `YYYY-MM-DD`.
-    pub date: String,
-    /// Clicks by people.
-    pub clicks: u64,
-    /// Clicks by known bots and link previews.
-    pub bot_clicks: u64,
-}
-
-/// Click analytics of a link.
-#[derive(Debug, Serialize, ToSchema)]
-pub(super) struct Analytics {
-    pub short_code: String,
-    /// Clicks by people since the link was created.
-    pub total_clicks: u64,
-    /// Clicks by known bots and link previews, counted apart.
-    pub bot_clicks: u64,
-    /// The last 30 UTC days, oldest first, zero-filled.
-    pub daily_clicks: Vec<DailyClicks>,
 }
 
 pub(super) fn short_url(app: &App, code: &str) -> String {
@@ -362,13 +342,56 @@ pub(super) async fn info(
     Ok(axum::Json(link_info(&app, link)))
 }
 
-/// Click analytics of a link (its owner or an admin).
+/// The query string of the analytics; unknown parameters are refused.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct AnalyticsParams {
+    /// Breakdowns to add, comma-separated: `referrers`, `browsers`, `os`, `devices`,
+    /// `countries` (only with `--geoip`).
+    #[param(
+        pattern = "^(referrers|browsers|os|devices|countries)(,(referrers|browsers|os|devices|countries))*$"
+    )]
+    breakdown: Option<String>,
+}
+
+impl AnalyticsParams {
+    /// The breakdowns asked for, each once; 400 for an unknown one, or `countries` without
+    /// a country database.
+    fn breakdowns(&self, app: &App) -> Result<Vec<Dimension>, ApiError> {
+        let mut out = Vec::new();
+        for name in self.breakdown.iter().flat_map(|b| b.split(',')) {
+            let dimension = Dimension::parse(name).ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_query",
+                    format!(
+                        "unknown breakdown {name:?}: use referrers, browsers, os, devices or countries"
+                    ),
+                )
+            })?;
+            if dimension == Dimension::Countries && !app.countries {
+                return Err(ApiError::bad_request(
+                    "breakdown_unavailable",
+                    "the countries breakdown needs a country database (--geoip) on the server",
+                ));
+            }
+            if !out.contains(&dimension) {
+                out.push(dimension);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Click analytics of a link (its owner or an admin): the last 30 days with unique
+/// visitors, and the breakdowns asked for, each merged over the 30 days.
 #[utoipa::path(
     get, path = "/api/v1/links/{code}/analytics", tag = "links",
-    params(("code" = String, Path, description = "Short code or alias")),
+    params(("code" = String, Path, description = "Short code or alias"), AnalyticsParams),
     security(("bearer" = [])),
     responses(
-        (status = 200, description = "Totals and the last 30 days", body = Analytics),
+        (status = 200, description = "Totals, the last 30 days and the breakdowns asked for (top 20 values over the window and `other`; people only)", body = Analytics),
+        (status = 400, description = "Unknown parameter or breakdown (`invalid_query`); `countries` on a server without --geoip (`breakdown_unavailable`)", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
         (status = 503, description = "Store unavailable or silent past --store-timeout-ms", body = ErrorBody),
@@ -378,42 +401,58 @@ pub(super) async fn analytics(
     State(app): State<AppState>,
     Path(code): Path<String>,
     headers: HeaderMap,
+    params: Result<Query<AnalyticsParams>, QueryRejection>,
 ) -> Result<axum::Json<Analytics>, ApiError> {
     let who = required_principal(&app, &headers).await?;
+    let Query(params) =
+        params.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let breakdowns = params.breakdowns(&app)?;
     let link = visible_link(&app, &code, &who).await?;
-    Ok(axum::Json(analytics_of(app.as_ref(), link).await?))
-}
-
-/// The analytics of `link`, as the API and the web app show them.
-pub(super) async fn analytics_of(app: &App, link: Link) -> Result<Analytics, ApiError> {
     let today = Day::from_unix(crate::now());
-    let rows = app
-        .store
-        .daily_clicks(&link.code, today.minus(ANALYTICS_DAYS - 1))
-        .await?;
-    let people: Vec<(Day, u64)> = rows.iter().map(|r| (r.day, r.human)).collect();
-    let bots: Vec<(Day, u64)> = rows.iter().map(|r| (r.day, r.bot)).collect();
-    Ok(Analytics {
-        daily_clicks: zero_filled_window(today, &people)
-            .into_iter()
-            .zip(zero_filled_window(today, &bots))
-            .map(|((day, clicks), (_, bot_clicks))| DailyClicks {
-                date: day.to_string(),
-                clicks,
-                bot_clicks,
-            })
-            .collect(),
-        short_code: link.code,
-        total_clicks: link.clicks,
-        bot_clicks: link.bot_clicks,
-    })
+    Ok(axum::Json(
+        link_analytics(app.store.as_ref(), &link, today, &breakdowns).await?,
+    ))
 }
 
-/// The analytics as CSV, one row per day: what the web app's download serves.
-pub(super) fn analytics_csv(analytics: &Analytics) -> String {
-    let mut csv = String::from("date,clicks,bot_clicks\n");
-    for day in &analytics.daily_clicks {
-        csv.push_str(&format!("{},{},{}\n", day.date, day.clicks, day.bot_clicks));
+/// The last 30 days of a link as CSV (its owner or an admin).
+#[utoipa::path(
+    get, path = "/api/v1/links/{code}/analytics.csv", tag = "links",
+    params(("code" = String, Path, description = "Short code or alias")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "`date,clicks,bot_clicks,unique_visitors`, one row per UTC day, oldest first, zero-filled", content_type = "text/csv", body = String),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
+        (status = 503, description = "Store unavailable or silent past --store-timeout-ms", body = ErrorBody),
+    )
+)]
+pub(super) async fn analytics_csv(
+    State(app): State<AppState>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let who = required_principal(&app, &headers).await?;
+    let link = visible_link(&app, &code, &who).await?;
+    let today = Day::from_unix(crate::now());
+    let analytics = link_analytics(app.store.as_ref(), &link, today, &[]).await?;
+    Ok(csv_download(&analytics))
+}
+
+/// The analytics as a CSV download: what the API and the web app's download serve.
+pub(super) fn csv_download(analytics: &Analytics) -> Response {
+    let disposition = format!(
+        "attachment; filename=\"{}-analytics.csv\"",
+        analytics.short_code
+    );
+    let mut response = analytics.to_csv().into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/csv; charset=utf-8"),
+    );
+    // Codes are [A-Za-z0-9-]: always a valid header value.
+    if let Ok(value) = HeaderValue::from_str(&disposition) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
     }
-    csv
+    response
 }

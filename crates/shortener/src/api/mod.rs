@@ -38,6 +38,8 @@ pub(crate) struct App {
     pub bots: BotDetector,
     /// Bots' clicks are not recorded at all (instead of counted apart).
     pub drop_bot_clicks: bool,
+    /// `--geoip` was given: analytics has a `countries` breakdown.
+    pub countries: bool,
     pub allocator: CodeAllocator,
     pub clicks: ClickRecorder,
     pub limits: CreateLimits,
@@ -98,6 +100,10 @@ pub(crate) fn router(app: AppState) -> Router {
         .route("/api/v1/links/{code}/disable", post(changes::disable))
         .route("/api/v1/links/{code}/enable", post(changes::enable))
         .route("/api/v1/links/{code}/analytics", get(links::analytics))
+        .route(
+            "/api/v1/links/{code}/analytics.csv",
+            get(links::analytics_csv),
+        )
         .route("/api/v1/links/{code}/qr", get(qr::image))
         .route("/api/v1/audit", get(audit::list))
         .route("/api/v1/challenge", get(challenge::issue))

@@ -10,6 +10,7 @@ use utoipa::{Modify, OpenApi};
         super::links::create,
         super::links::info,
         super::links::analytics,
+        super::links::analytics_csv,
         super::qr::image,
         super::listing::list,
         super::changes::edit,

@@ -12,13 +12,15 @@ use super::AppState;
 use super::error::{DELETED_BODY, EXPIRED_BODY, GONE_BODY, NOT_FOUND_BODY};
 use crate::clicks::ClickEvent;
 use crate::scaleout::l2::Gone;
-use axum::extract::{Request, State};
+use crate::visits::Visit;
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Response, StatusCode, header};
 use bytes::Bytes;
 use http_body_util::Full;
 use shortener_core::alias::could_be_code;
 use shortener_core::store::StoreError;
+use std::net::SocketAddr;
 use std::time::Instant;
 
 /// Follow a short link: 302 to its destination.
@@ -35,11 +37,12 @@ use std::time::Instant;
 )]
 pub(super) async fn follow(
     State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     request: Request,
 ) -> axum::response::Response {
     // Only the head is needed; the body type is not Sync, the head is.
     let (head, _) = request.into_parts();
-    answer(&app, &head).await.map(axum::body::Body::new)
+    answer(&app, &head, peer).await.map(axum::body::Body::new)
 }
 
 fn fixed(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
@@ -67,17 +70,17 @@ fn unavailable(e: &StoreError) -> Response<Full<Bytes>> {
     fixed(status, body)
 }
 
-/// Answers a redirect request; `request.uri` is `/{code}`.
-pub(crate) async fn answer(app: &App, request: &Parts) -> Response<Full<Bytes>> {
+/// Answers a redirect request from `peer`; `request.uri` is `/{code}`.
+pub(crate) async fn answer(app: &App, request: &Parts, peer: SocketAddr) -> Response<Full<Bytes>> {
     let started = Instant::now();
-    let response = lookup(app, request).await;
+    let response = lookup(app, request, peer).await;
     app.metrics
         .redirect_seconds
         .observe(started.elapsed().as_secs_f64());
     response
 }
 
-async fn lookup(app: &App, request: &Parts) -> Response<Full<Bytes>> {
+async fn lookup(app: &App, request: &Parts, peer: SocketAddr) -> Response<Full<Bytes>> {
     let code = request.uri.path().trim_start_matches('/');
     if !could_be_code(code) {
         app.metrics.redirect_not_found.inc();
@@ -119,6 +122,7 @@ async fn lookup(app: &App, request: &Parts) -> Response<Full<Bytes>> {
             code: link.code,
             at: now,
             bot,
+            visit: (!bot).then(|| visit(app, request, peer)).flatten(),
         });
     }
     let mut response = Response::new(Full::new(Bytes::new()));
@@ -127,4 +131,17 @@ async fn lookup(app: &App, request: &Parts) -> Response<Full<Bytes>> {
     headers.insert(header::LOCATION, location);
     headers.insert(header::CACHE_CONTROL, app.cache_control.clone());
     response
+}
+
+/// A person's raw facts, copied for the click fold: no parsing here. A person always has a
+/// readable User-Agent ([`crate::bots::BotDetector::is_bot`] says so).
+fn visit(app: &App, request: &Parts, peer: SocketAddr) -> Option<Box<Visit>> {
+    let headers = &request.headers;
+    let user_agent = headers.get(header::USER_AGENT)?.to_str().ok()?;
+    let referer = headers.get(header::REFERER).and_then(|v| v.to_str().ok());
+    Some(Visit::new(
+        super::auth::client_ip(app, peer, headers),
+        user_agent,
+        referer,
+    ))
 }

@@ -14,8 +14,11 @@
 use super::redis::{Redis, Unreachable};
 use crate::metrics::Metrics;
 use crate::store::Store;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use shortener_core::day::Day;
+use shortener_core::people::People;
 use shortener_core::store::{ClickBatch, ClickDelta};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,7 +76,9 @@ impl ClickShipper {
                     .arg("id")
                     .arg(&batch.id)
                     .arg("d")
-                    .arg(encode(&batch.deltas)),
+                    .arg(encode(&batch.deltas))
+                    .arg("p")
+                    .arg(encode_people(&batch.deltas)),
             )
             .await
             .map(drop)
@@ -90,6 +95,34 @@ fn encode(deltas: &[ClickDelta]) -> String {
     out
 }
 
+/// The people of the deltas that have any, as JSON `[[index, sketch (base64), tops], …]`
+/// (tops: [`People::tops_to_text`]); a field of its own so that `d` stays line-based.
+fn encode_people(deltas: &[ClickDelta]) -> String {
+    let entries: Vec<serde_json::Value> = deltas
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| !d.people.is_empty())
+        .map(|(i, d)| {
+            serde_json::json!([
+                i,
+                BASE64.encode(d.people.visitors.to_bytes()),
+                d.people.tops_to_text()
+            ])
+        })
+        .collect();
+    serde_json::Value::Array(entries).to_string()
+}
+
+/// Puts [`encode_people`]'s people back on their deltas.
+fn decode_people(text: &str, deltas: &mut [ClickDelta]) -> Option<()> {
+    let entries: Vec<(usize, String, String)> = serde_json::from_str(text).ok()?;
+    for (i, sketch, tops) in entries {
+        let bytes = BASE64.decode(sketch).ok()?;
+        deltas.get_mut(i)?.people = People::from_parts(&bytes, &tops).ok()?;
+    }
+    Some(())
+}
+
 fn decode(text: &str) -> Option<Vec<ClickDelta>> {
     text.lines()
         .map(|line| {
@@ -99,6 +132,7 @@ fn decode(text: &str) -> Option<Vec<ClickDelta>> {
                 day: Day::from_number(parts.next()?.parse().ok()?),
                 human: parts.next()?.parse().ok()?,
                 bot: parts.next()?.parse().ok()?,
+                people: People::default(),
             };
             parts.next().is_none().then_some(delta)
         })
@@ -107,7 +141,11 @@ fn decode(text: &str) -> Option<Vec<ClickDelta>> {
 
 fn to_batch(entry: &StreamId) -> Option<ClickBatch> {
     let id: String = entry.get("id")?;
-    let deltas = decode(&entry.get::<String>("d")?)?;
+    let mut deltas = decode(&entry.get::<String>("d")?)?;
+    // Entries shipped before people were counted have no `p`.
+    if let Some(people) = entry.get::<String>("p") {
+        decode_people(&people, &mut deltas)?;
+    }
     Some(ClickBatch { id, deltas })
 }
 
@@ -318,15 +356,27 @@ mod tests {
                 day: Day::from_number(20_000),
                 human: 3,
                 bot: 0,
+                people: People::default(),
             },
             ClickDelta {
                 code: "spring-sale".to_owned(),
                 day: Day::from_number(20_001),
                 human: 0,
                 bot: 9,
+                people: People::default(),
             },
         ];
-        assert_eq!(decode(&encode(&deltas)), Some(deltas));
+        assert_eq!(decode(&encode(&deltas)), Some(deltas.clone()));
+        let mut with_people = deltas.clone();
+        with_people[1].people.count(
+            42,
+            &[(shortener_core::people::Dimension::Browsers, "Mobile Safari")],
+        );
+        let mut back = decode(&encode(&with_people)).unwrap();
+        decode_people(&encode_people(&with_people), &mut back).unwrap();
+        assert_eq!(back, with_people);
+        assert_eq!(decode_people("[[7, \"\", \"\"]]", &mut back), None);
+        assert_eq!(decode_people("not json", &mut back), None);
         assert_eq!(decode(""), Some(vec![]));
         assert_eq!(decode("abc 1 2"), None);
         assert_eq!(decode("abc 1 2 3 4"), None);

@@ -192,6 +192,7 @@ async fn every_shipped_click_counts_once(redis: Arc<Redis>, other: Arc<Redis>) {
             day: today,
             human: round + 1,
             bot: 1,
+            people: Default::default(),
         }]);
         shipper.ship(&batch).await.unwrap();
         // A send whose answer was lost is sent again: still one batch.
@@ -262,6 +263,7 @@ async fn a_dead_aggregators_batches_are_taken_over(redis: Arc<Redis>) {
             day: Day::from_unix(crate::now()),
             human: 1,
             bot: 0,
+            people: Default::default(),
         }]);
         shipper.ship(&batch).await.unwrap();
     }

@@ -11,6 +11,7 @@ use shortener_core::audit::{AuditAction, AuditQuery, AuditRecord, AuditRow};
 use shortener_core::day::UnixSeconds;
 use shortener_core::link::{ActorKind, Disable, LinkStatus};
 use shortener_core::listing::LinkQuery;
+use shortener_core::people::People;
 use shortener_core::report::{Category, NewReport, Report, Resolution};
 use shortener_core::store::{ClickSink, LinkStore, StoreError};
 use shortener_core::token::{TokenHash, TokenId};
@@ -35,6 +36,24 @@ const STATE_COLUMNS: [&str; 8] = [
 ];
 /// The `audit` columns in the order both stores write and read them (after `id`).
 const AUDIT_COLUMNS: &str = "at, actor, ip, user_agent, action, code, old_url, new_url, detail";
+
+/// A day's stored people (`daily_clicks.visitors`, `.tops`, both NULL until a person
+/// clicked). Unreadable ones are logged and read as empty rather than failing the click
+/// pipeline or the analytics read for good.
+fn stored_people(visitors: Option<&[u8]>, tops: Option<&str>) -> People {
+    People::from_parts(visitors.unwrap_or_default(), tops.unwrap_or_default()).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "unreadable stored visitors of a day; starting them afresh");
+        People::default()
+    })
+}
+
+/// The day's people after `delta`'s are merged in, trimmed to what is stored.
+fn merged_people(stored: People, delta: &People) -> People {
+    let mut people = stored;
+    people.merge(delta);
+    people.trim();
+    people
+}
 
 /// The `tokens` columns both stores read into a `TokenInfo`, in order.
 const TOKEN_COLUMNS: &str = "hash, user_name, admin, name, created_at, last_used_at";

@@ -12,8 +12,8 @@ mod schema;
 
 use super::{
     AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, TOKEN_COLUMNS,
-    audit_query_sql, disable_from, link_page_sql, report_page_sql, stored_token_id,
-    update_state_sql,
+    audit_query_sql, disable_from, link_page_sql, merged_people, report_page_sql, stored_people,
+    stored_token_id, update_state_sql,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{
@@ -24,6 +24,7 @@ use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
 use shortener_core::link::{Actor, Link, LinkChange, Refusal};
 use shortener_core::listing::LinkQuery;
+use shortener_core::people::People;
 use shortener_core::report::{
     AUTO_DISABLE_WINDOW_SECONDS, AUTO_REPORTS_ACTOR, AutoDisable, NewReport, Report, ReportOutcome,
     ReportQuery, Resolution, ResolveOutcome,
@@ -409,6 +410,52 @@ async fn add_clicks(
         ],
     )
     .await?;
+    add_people(tx, clicks).await
+}
+
+/// Merges the people of each (code, day) into its row, which the upsert before has locked.
+async fn add_people(
+    tx: &Transaction<'_>,
+    clicks: &ClickColumns,
+) -> Result<(), tokio_postgres::Error> {
+    if clicks.people.is_empty() {
+        return Ok(());
+    }
+    let (codes, days): (Vec<&str>, Vec<i32>) = clicks
+        .people
+        .keys()
+        .map(|(code, day)| (code.as_str(), *day))
+        .unzip();
+    let read = tx
+        .prepare_cached(
+            "SELECT d.code, d.day, d.visitors, d.tops FROM daily_clicks AS d \
+             JOIN unnest($1::TEXT[], $2::INT4[]) AS k (code, day) \
+             ON d.code = k.code AND d.day = k.day",
+        )
+        .await?;
+    let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for row in tx.query(&read, &[&codes, &days]).await? {
+        let key: (String, i32) = (row.try_get(0)?, row.try_get(1)?);
+        let Some(delta) = clicks.people.get(&key) else {
+            continue;
+        };
+        let stored = stored_people(row.try_get(2)?, row.try_get(3)?);
+        let people = merged_people(stored, delta);
+        columns.0.push(key.0);
+        columns.1.push(key.1);
+        columns.2.push(people.visitors.to_bytes());
+        columns.3.push(people.tops_to_text());
+    }
+    let write = tx
+        .prepare_cached(
+            "UPDATE daily_clicks AS d SET visitors = t.visitors, tops = t.tops \
+             FROM unnest($1::TEXT[], $2::INT4[], $3::BYTEA[], $4::TEXT[]) \
+                  AS t (code, day, visitors, tops) \
+             WHERE d.code = t.code AND d.day = t.day",
+        )
+        .await?;
+    tx.execute(&write, &[&columns.0, &columns.1, &columns.2, &columns.3])
+        .await?;
     Ok(())
 }
 
@@ -485,17 +532,26 @@ struct ClickColumns {
     days: Vec<i32>,
     day_human: Vec<i64>,
     day_bot: Vec<i64>,
+    /// People per (code, day), where any clicked.
+    people: BTreeMap<(String, i32), People>,
 }
 
 impl ClickColumns {
     fn new<'a>(deltas: impl IntoIterator<Item = &'a ClickDelta>) -> Self {
         let mut per_day: BTreeMap<(&str, Day), (u64, u64)> = BTreeMap::new();
+        let mut batch = Self::default();
         for d in deltas {
             let entry = per_day.entry((d.code.as_str(), d.day)).or_default();
             entry.0 = entry.0.saturating_add(d.human);
             entry.1 = entry.1.saturating_add(d.bot);
+            if !d.people.is_empty() {
+                batch
+                    .people
+                    .entry((d.code.clone(), d.day.number()))
+                    .or_default()
+                    .merge(&d.people);
+            }
         }
-        let mut batch = Self::default();
         for ((code, day), (human, bot)) in per_day {
             if batch.codes.last().map(String::as_str) == Some(code) {
                 if let (Some(h), Some(b)) = (batch.code_human.last_mut(), batch.code_bot.last_mut())
@@ -1040,7 +1096,8 @@ impl LinkStore for PgStore {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
-                "SELECT day, clicks, bot_clicks FROM daily_clicks WHERE code = $1 AND day >= $2",
+                "SELECT day, clicks, bot_clicks, visitors, tops FROM daily_clicks \
+                 WHERE code = $1 AND day >= $2",
             )
             .await
             .map_err(classify)?;
@@ -1054,6 +1111,7 @@ impl LinkStore for PgStore {
                     day: Day::from_number(r.try_get(0)?),
                     human: to_u64(r.try_get(1)?),
                     bot: to_u64(r.try_get(2)?),
+                    people: stored_people(r.try_get(3)?, r.try_get(4)?),
                 })
             })
             .collect::<Result<_, tokio_postgres::Error>>()

@@ -12,8 +12,8 @@ pub(crate) use schema::CURRENT_VERSION;
 
 use super::{
     AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, TOKEN_COLUMNS,
-    audit_query_sql, disable_from, link_page_sql, report_page_sql, stored_token_id,
-    update_state_sql,
+    audit_query_sql, disable_from, link_page_sql, merged_people, report_page_sql, stored_people,
+    stored_token_id, update_state_sql,
 };
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -213,11 +213,31 @@ fn add_clicks(c: &Connection, mut deltas: Vec<ClickDelta>) -> rusqlite::Result<(
          ON CONFLICT (code, day) DO UPDATE SET \
          clicks = clicks + excluded.clicks, bot_clicks = bot_clicks + excluded.bot_clicks",
     )?;
+    let mut read_people =
+        c.prepare_cached("SELECT visitors, tops FROM daily_clicks WHERE code = ?1 AND day = ?2")?;
+    let mut write_people = c.prepare_cached(
+        "UPDATE daily_clicks SET visitors = ?3, tops = ?4 WHERE code = ?1 AND day = ?2",
+    )?;
     for d in &deltas {
         let (human, bot) = (to_i64(d.human), to_i64(d.bot));
         // Unknown codes (deleted from the file by hand, say) count nowhere.
         if total.execute(params![d.code, human, bot])? == 1 {
             daily.execute(params![d.code, d.day.number(), human, bot])?;
+            if !d.people.is_empty() {
+                let stored = read_people.query_row(params![d.code, d.day.number()], |r| {
+                    Ok(stored_people(
+                        r.get_ref(0)?.as_blob_or_null()?,
+                        r.get_ref(1)?.as_str_or_null()?,
+                    ))
+                })?;
+                let people = merged_people(stored, &d.people);
+                write_people.execute(params![
+                    d.code,
+                    d.day.number(),
+                    people.visitors.to_bytes(),
+                    people.tops_to_text()
+                ])?;
+            }
         }
     }
     Ok(())
@@ -684,13 +704,18 @@ impl LinkStore for SqliteStore {
         let code = code.to_owned();
         self.read(move |c| {
             c.prepare_cached(
-                "SELECT day, clicks, bot_clicks FROM daily_clicks WHERE code = ?1 AND day >= ?2",
+                "SELECT day, clicks, bot_clicks, visitors, tops FROM daily_clicks \
+                 WHERE code = ?1 AND day >= ?2",
             )?
             .query_map(params![code, since.number()], |r| {
                 Ok(DailyCount {
                     day: Day::from_number(r.get(0)?),
                     human: to_u64(r.get(1)?),
                     bot: to_u64(r.get(2)?),
+                    people: stored_people(
+                        r.get_ref(3)?.as_blob_or_null()?,
+                        r.get_ref(4)?.as_str_or_null()?,
+                    ),
                 })
             })?
             .collect()
@@ -904,6 +929,7 @@ mod tests {
                 day: Day::from_unix(crate::now()),
                 human,
                 bot: 1,
+                people: Default::default(),
             }],
         }
     }

@@ -250,3 +250,30 @@ pub fn one_line_failure(out: &Output) -> String {
     assert!(lines[0].starts_with("error"), "{stderr}");
     lines[0].to_owned()
 }
+
+/// A country database: 81.2.69.0/24 is GB, 175.16.199.0/24 is CN, nothing else.
+pub fn write_geoip(dir: &Path) -> String {
+    use mmdb_writer::{Value, Writer};
+    let country = |iso: &str| {
+        Value::map([(
+            "country",
+            Value::map([("iso_code", Value::String(iso.to_owned()))]),
+        )])
+    };
+    let mut writer = Writer::new("GeoLite2-Country");
+    for (first, last, iso) in [
+        ([81, 2, 69, 0], [81, 2, 69, 255], "GB"),
+        ([175, 16, 199, 0], [175, 16, 199, 255], "CN"),
+    ] {
+        writer
+            .insert_range(
+                std::net::IpAddr::from(first),
+                std::net::IpAddr::from(last),
+                &country(iso),
+            )
+            .unwrap();
+    }
+    let path = dir.join("countries.mmdb");
+    std::fs::write(&path, writer.to_bytes().unwrap()).unwrap();
+    path.to_str().unwrap().to_owned()
+}

@@ -4,20 +4,23 @@
 use super::super::auth::origin;
 use super::super::changes::{EditRequest, apply, disable_change};
 use super::super::error::ApiError;
-use super::super::links::{analytics_csv, analytics_of, link_info, visible_link};
+use super::super::links::{csv_download, link_info, visible_link};
 use super::super::{App, AppState};
 use super::analytics;
 use super::layout::{error_box, notice, page, see_other, send};
 use super::session::Visitor;
 use super::{Fail, Page};
+use crate::analytics::{Analytics, link_analytics};
 use axum::Form;
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use maud::{Markup, html};
 use serde::Deserialize;
+use shortener_core::day::Day;
 use shortener_core::link::{Link, LinkChange};
+use shortener_core::people::Dimension;
 use shortener_core::token::Principal;
 use std::net::SocketAddr;
 
@@ -68,7 +71,7 @@ async fn render(
     status: StatusCode,
     extras: Extras<'_>,
 ) -> Page {
-    let analytics = analytics_of(app, link.clone()).await?;
+    let analytics = page_analytics(app, &link).await?;
     let info = link_info(app, link);
     let error_for = |form: Part| {
         extras
@@ -319,18 +322,24 @@ pub(super) async fn csv(
     let visitor = Visitor::of(&app, &headers).await?;
     let who = signed_in(&visitor)?;
     let link = visible_link(&app, &code, &who).await?;
-    let analytics = analytics_of(&app, link).await?;
-    let mut response = analytics_csv(&analytics).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/csv; charset=utf-8"),
-    );
-    if let Ok(disposition) = HeaderValue::from_str(&format!(
-        "attachment; filename=\"{}-analytics.csv\"",
-        analytics.short_code
-    )) {
-        headers.insert(header::CONTENT_DISPOSITION, disposition);
-    }
-    Ok(response)
+    let today = Day::from_unix(crate::now());
+    let analytics = link_analytics(app.store.as_ref(), &link, today, &[])
+        .await
+        .map_err(ApiError::from)?;
+    Ok(csv_download(&analytics))
+}
+
+/// The analytics a link's page shows: every breakdown the server can compute.
+async fn page_analytics(app: &App, link: &Link) -> Result<Analytics, ApiError> {
+    let dimensions: Vec<Dimension> = Dimension::ALL
+        .into_iter()
+        .filter(|d| *d != Dimension::Countries || app.countries)
+        .collect();
+    Ok(link_analytics(
+        app.store.as_ref(),
+        link,
+        Day::from_unix(crate::now()),
+        &dimensions,
+    )
+    .await?)
 }

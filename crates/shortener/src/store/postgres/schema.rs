@@ -134,6 +134,11 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE tokens ADD COLUMN name TEXT;
     ALTER TABLE tokens ADD COLUMN last_used_at INT8;
     ",
+    // v6: who the people of a day were: a HyperLogLog of visitor keys and the top values of
+    // each breakdown (NULL until a person clicked; bounded in size).
+    "
+    ALTER TABLE daily_clicks ADD COLUMN visitors BYTEA, ADD COLUMN tops TEXT;
+    ",
 ];
 
 /// Schema version this binary reads and writes.

@@ -128,6 +128,12 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE tokens ADD COLUMN name TEXT;
     ALTER TABLE tokens ADD COLUMN last_used_at INTEGER;
     ",
+    // v6: who the people of a day were: a HyperLogLog of visitor keys and the top values of
+    // each breakdown (NULL until a person clicked; bounded in size).
+    "
+    ALTER TABLE daily_clicks ADD COLUMN visitors BLOB;
+    ALTER TABLE daily_clicks ADD COLUMN tops TEXT;
+    ",
 ];
 
 /// Schema version this binary writes.
@@ -189,5 +195,33 @@ mod tests {
             )
             .unwrap();
         assert_eq!(row, ("old".to_owned(), None, None));
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn days_counted_before_v6_keep_their_counts_and_have_no_visitors_yet() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..5] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 5).unwrap();
+        conn.execute(
+            "INSERT INTO daily_clicks (code, day, clicks, bot_clicks) VALUES ('old', 20000, 7, 2)",
+            [],
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let version: usize = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, CURRENT_VERSION);
+        let row: (i64, i64, Option<Vec<u8>>, Option<String>) = conn
+            .query_row(
+                "SELECT clicks, bot_clicks, visitors, tops FROM daily_clicks WHERE code = 'old'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!(row, (7, 2, None, None));
     }
 }

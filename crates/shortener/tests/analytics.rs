@@ -1,0 +1,315 @@
+//! Analytics beyond daily totals, end to end on the real binary: unique visitors and the
+//! breakdowns on the embedded store, on PostgreSQL and in the scale-out mode (clicks through
+//! the Redis stream), two serving processes each, every visitor clicking on both; the CSV
+//! export; a country database written here; bad input.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::pg::TestDb;
+use common::{
+    Shortener, client, create, error_code, eventually, one_line_failure, run, today_utc,
+    write_geoip,
+};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::net::IpAddr;
+use std::path::Path;
+use tempfile::TempDir;
+
+const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:131.0) Gecko/20100101 Firefox/131.0";
+const IPHONE: &str = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1";
+/// People per network below; each clicks on both servers.
+const PER_NETWORK: u8 = 20;
+
+/// A visitor: address (sent as X-Forwarded-For), User-Agent, Referer.
+fn visitors() -> Vec<(IpAddr, &'static str, Option<&'static str>)> {
+    (0..PER_NETWORK)
+        .flat_map(|i| {
+            let referer = (i % 4 == 0).then_some("https://www.news.example/story");
+            [
+                (IpAddr::from([81, 2, 69, i]), FIREFOX, referer),
+                (IpAddr::from([175, 16, 199, i]), IPHONE, None),
+            ]
+        })
+        .collect()
+}
+
+async fn click(
+    c: &reqwest::Client,
+    server: &Shortener,
+    code: &str,
+    (ip, ua, referer): (IpAddr, &str, Option<&str>),
+) {
+    let mut request = c
+        .get(server.url(&format!("/{code}")))
+        .header("x-forwarded-for", ip.to_string())
+        .header("user-agent", ua);
+    if let Some(referer) = referer {
+        request = request.header("referer", referer);
+    }
+    assert_eq!(request.send().await.unwrap().status(), StatusCode::FOUND);
+}
+
+async fn get(
+    c: &reqwest::Client,
+    server: &Shortener,
+    path: &str,
+    token: &str,
+) -> reqwest::Response {
+    c.get(server.url(path))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn analytics(c: &reqwest::Client, server: &Shortener, query: &str, token: &str) -> Value {
+    let resp = get(
+        c,
+        server,
+        &format!("/api/v1/links/people/analytics{query}"),
+        token,
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK, "{query}");
+    resp.json().await.unwrap()
+}
+
+fn entries(list: &Value) -> Vec<(String, u64)> {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not a breakdown: {list}"))
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["clicks"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(expected: &[(&str, u64)]) -> Vec<(String, u64)> {
+    expected.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+}
+
+/// Every visitor clicks once on each server, bots a few times; then each person counts once
+/// in unique visitors and every click once in the breakdowns, whichever server answers.
+async fn people_are_counted_once(a: &Shortener, b: &Shortener, store: &[&str], geoip: bool) {
+    let c = client();
+    let alice = common::token_in(store, "alice", false);
+    let bob = common::token_in(store, "bob", false);
+    let resp = create(
+        &c,
+        a,
+        json!({"long_url": "https://example.com/people", "custom_alias": "people"}),
+        Some(&alice),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let people = visitors();
+    for &visitor in &people {
+        click(&c, a, "people", visitor).await;
+        click(&c, b, "people", visitor).await;
+    }
+    for _ in 0..3 {
+        let resp = c
+            .get(b.url("/people"))
+            .header("user-agent", "curl/8.5.0")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::FOUND);
+    }
+    let clicks = 2 * people.len() as u64;
+    eventually("every click in analytics", || async {
+        let a = analytics(&c, b, "", &alice).await;
+        a["total_clicks"] == clicks && a["bot_clicks"] == 3
+    })
+    .await;
+    // One more click by a known visitor, folded after everything above: it must not add a
+    // visitor, and nothing above may have counted twice in the meantime.
+    click(&c, a, "people", people[0]).await;
+    let clicks = clicks + 1;
+    eventually("the last click", || async {
+        analytics(&c, a, "", &alice).await["total_clicks"] == clicks
+    })
+    .await;
+
+    let mut names = "referrers,browsers,os,devices".to_owned();
+    if geoip {
+        names.push_str(",countries");
+    }
+    let report = analytics(&c, a, &format!("?breakdown={names},os"), &alice).await;
+    let visitors = people.len() as u64;
+    assert_eq!(report["unique_visitors"], visitors, "{report}");
+    let days = report["daily_clicks"].as_array().unwrap();
+    assert_eq!(days.len(), 30);
+    let today = &days[29];
+    assert_eq!(today["date"], today_utc().as_str());
+    assert_eq!(
+        (
+            &today["clicks"],
+            &today["bot_clicks"],
+            &today["unique_visitors"]
+        ),
+        (&json!(clicks), &json!(3), &json!(visitors))
+    );
+    assert_eq!(days[0]["unique_visitors"], 0);
+    // people[0] is a Firefox user on 81.2.69.0 with the news referrer.
+    let firefox = u64::from(PER_NETWORK) * 2 + 1;
+    let iphone = u64::from(PER_NETWORK) * 2;
+    let news = u64::from(PER_NETWORK / 4) * 2 + 1;
+    assert_eq!(
+        entries(&report["referrers"]),
+        pairs(&[("direct", clicks - news), ("news.example", news)])
+    );
+    assert_eq!(
+        entries(&report["browsers"]),
+        pairs(&[("Firefox", firefox), ("Safari", iphone)])
+    );
+    assert_eq!(
+        entries(&report["os"]),
+        pairs(&[("Linux", firefox), ("iPhone", iphone)])
+    );
+    assert_eq!(
+        entries(&report["devices"]),
+        pairs(&[("desktop", firefox), ("mobile", iphone)])
+    );
+    if geoip {
+        assert_eq!(
+            entries(&report["countries"]),
+            pairs(&[("GB", firefox), ("CN", iphone)])
+        );
+    } else {
+        assert!(report.get("countries").is_none());
+        let resp = get(
+            &c,
+            a,
+            "/api/v1/links/people/analytics?breakdown=countries",
+            &alice,
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(error_code(resp).await, "breakdown_unavailable");
+    }
+    // Without breakdown=, none of them.
+    let plain = analytics(&c, b, "", &alice).await;
+    assert!(plain.get("referrers").is_none() && plain.get("browsers").is_none());
+    assert_eq!(plain["unique_visitors"], visitors);
+
+    // The CSV export: same numbers, same access rule.
+    let resp = get(&c, b, "/api/v1/links/people/analytics.csv", &alice).await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/csv")
+    );
+    let csv = resp.text().await.unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 31);
+    assert_eq!(lines[0], "date,clicks,bot_clicks,unique_visitors");
+    assert_eq!(lines[30], format!("{},{clicks},3,{visitors}", today_utc()));
+    for (path, status) in [
+        ("/api/v1/links/people/analytics.csv", StatusCode::NOT_FOUND),
+        ("/api/v1/links/people/analytics", StatusCode::NOT_FOUND),
+    ] {
+        assert_eq!(get(&c, a, path, &bob).await.status(), status, "{path}");
+    }
+    let resp = c
+        .get(a.url("/api/v1/links/people/analytics.csv"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
+
+    // Bad input: a clear 400 with the error shape.
+    for query in [
+        "?breakdown=colours",
+        "?breakdown=",
+        "?breakdown=os,,browsers",
+        "?breakdown=OS",
+        "?breakdowns=os",
+    ] {
+        let resp = get(
+            &c,
+            a,
+            &format!("/api/v1/links/people/analytics{query}"),
+            &alice,
+        )
+        .await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{query}");
+        assert_eq!(error_code(resp).await, "invalid_query", "{query}");
+    }
+}
+
+fn serving(dir: &Path, store: &[&str], extra: &[&str]) -> (Shortener, Shortener) {
+    let flags: Vec<&str> = store
+        .iter()
+        .chain(&["--trust-forwarded-for"])
+        .chain(extra)
+        .copied()
+        .collect();
+    (Shortener::start(dir, &flags), Shortener::start(dir, &flags))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_the_embedded_store_people_are_counted_once_with_countries() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().to_str().unwrap().to_owned();
+    let geoip = write_geoip(dir.path());
+    let (a, b) = serving(dir.path(), &[], &["--geoip", &geoip]);
+    people_are_counted_once(&a, &b, &["--data-dir", &data], true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgres_people_are_counted_once() {
+    let db = TestDb::migrated().await;
+    let dir = TempDir::new().unwrap();
+    let store = ["--database", db.url.as_str()];
+    let (a, b) = serving(dir.path(), &store, &[]);
+    people_are_counted_once(&a, &b, &store, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_scale_out_people_are_counted_once_through_the_stream() {
+    let db = TestDb::migrated().await;
+    let dir = TempDir::new().unwrap();
+    let redis = testkit::RedisServer::start(dir.path()).unwrap();
+    let geoip = write_geoip(dir.path());
+    let redis_url = redis.url();
+    let (a, b) = serving(
+        dir.path(),
+        &["--database", db.url.as_str()],
+        &["--redis", &redis_url, "--geoip", &geoip],
+    );
+    people_are_counted_once(&a, &b, &["--database", db.url.as_str()], true).await;
+}
+
+#[test]
+fn a_geoip_file_that_is_not_a_database_stops_the_start_in_one_line() {
+    let dir = TempDir::new().unwrap();
+    let fake = dir.path().join("fake.mmdb");
+    std::fs::write(&fake, "GB,81.2.69.0/24\n").unwrap();
+    let data = dir.path().to_str().unwrap();
+    let out = run(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data,
+            "--geoip",
+            fake.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!out.status.success());
+    let line = one_line_failure(&out);
+    assert!(
+        line.contains("--geoip") && line.contains("not a MaxMind DB"),
+        "{line}"
+    );
+}
