@@ -213,9 +213,10 @@ async fn people_manage_their_links_in_a_browser() {
     loop {
         open(&browser, &server.url("/_/links/web-demo")).await;
         let today = browser
-            .script("const d = [...document.querySelectorAll('#chart g.day')].pop(); return [d.dataset.people, d.dataset.bots]")
+            .script("const d = [...document.querySelectorAll('#chart g.day')].pop(); return [d.dataset.people, d.dataset.bots, d.dataset.visitors]")
             .await;
-        if today == json!(["3", "2"]) {
+        // The three clicks by people came from one client: one unique visitor.
+        if today == json!(["3", "2", "1"]) {
             break;
         }
         assert!(
@@ -236,10 +237,20 @@ async fn people_manage_their_links_in_a_browser() {
     assert!(
         csv.as_str()
             .unwrap()
-            .starts_with("date,clicks,bot_clicks\n"),
+            .starts_with("date,clicks,bot_clicks,unique_visitors\n"),
         "{csv}"
     );
-    assert!(csv.as_str().unwrap().trim_end().ends_with(",3,2"), "{csv}");
+    assert!(
+        csv.as_str().unwrap().trim_end().ends_with(",3,2,1"),
+        "{csv}"
+    );
+    // The breakdowns of those people: where they came from (no Referer: direct).
+    assert_eq!(
+        browser
+            .script("return document.querySelector('#breakdown-referrers tbody td').textContent")
+            .await,
+        "direct"
+    );
 
     // Someone reports it; an admin disables it from the queue.
     let report = c
