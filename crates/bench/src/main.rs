@@ -50,6 +50,10 @@ struct Args {
     /// Admin URL of the PostgreSQL for `--scaleout` (a database is created and dropped).
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     postgres: String,
+    /// Requests carry a browser's User-Agent, so redirects are people's clicks (with their
+    /// visitor and breakdown facts), not bots'.
+    #[arg(long)]
+    as_browser: bool,
     /// Extra flags for `shortener serve`, to compare settings (e.g. `--drop-bot-clicks`).
     #[arg(long = "serve-arg", allow_hyphen_values = true, value_name = "FLAG")]
     serve_args: Vec<String>,
@@ -94,6 +98,7 @@ fn main() -> anyhow::Result<()> {
         threads: args.threads,
         connections: args.connections,
         duration: Duration::from_secs(args.duration),
+        as_browser: args.as_browser,
     };
     println!(
         "shortener {shortener_base} · bare hyper {bare_base} · wrk -t{} -c{} -d{}s",

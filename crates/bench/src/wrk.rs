@@ -10,7 +10,14 @@ pub(crate) struct Wrk {
     pub(crate) threads: u32,
     pub(crate) connections: u32,
     pub(crate) duration: Duration,
+    /// Send a browser's User-Agent: the redirects then count as people's clicks (the analytics'
+    /// visitor and breakdown facts) instead of bots' (wrk sends no User-Agent).
+    pub(crate) as_browser: bool,
 }
+
+/// The User-Agent of `--as-browser` runs.
+const BROWSER_USER_AGENT: &str =
+    "Mozilla/5.0 (X11; Linux x86_64; rv:140.0) Gecko/20100101 Firefox/140.0";
 
 /// What one wrk run measured.
 #[derive(Debug, Clone)]
@@ -43,6 +50,10 @@ impl Wrk {
             .arg(format!("-c{}", self.connections))
             .arg(format!("-d{}s", self.duration.as_secs()))
             .arg("--latency");
+        if self.as_browser {
+            cmd.arg("-H")
+                .arg(format!("User-Agent: {BROWSER_USER_AGENT}"));
+        }
         if let Some(script) = script {
             cmd.arg("-s").arg(script);
         }
