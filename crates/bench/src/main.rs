@@ -244,10 +244,17 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
+/// The median; of an even count, the mean of the two middle values (not the higher one, which
+/// flattered even `--rounds`).
 fn median(values: impl Iterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = values.collect();
     v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    let mid = v.len() / 2;
+    match (v.len() % 2, v.get(mid)) {
+        (_, None) => f64::NAN,
+        (1, Some(m)) => *m,
+        (_, Some(high)) => v.get(mid - 1).map_or(*high, |low| (low + high) / 2.0),
+    }
 }
 
 fn listening(p: &mut Process) -> anyhow::Result<String> {
@@ -552,4 +559,16 @@ fn rss_mib(pid: u32) -> anyhow::Result<f64> {
         .trim()
         .parse()?;
     Ok(kb / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median([3.0, 1.0, 2.0].into_iter()), 2.0);
+        assert_eq!(median([0.9, 0.5].into_iter()), 0.7);
+        assert!(median(std::iter::empty()).is_nan());
+    }
 }
