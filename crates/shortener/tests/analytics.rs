@@ -141,8 +141,15 @@ async fn people_are_counted_once(a: &Shortener, b: &Shortener, store: &[&str], g
         names.push_str(",countries");
     }
     let report = analytics(&c, a, &format!("?breakdown={names},os"), &alice).await;
-    let visitors = people.len() as u64;
-    assert_eq!(report["unique_visitors"], visitors, "{report}");
+    // An estimate: two of the 40 keys may share a register (about 5 % of runs, the visitor key
+    // being new in each store), so it is within 2 of the truth; every other view of the same
+    // registers must then say exactly the same number.
+    let visitors = report["unique_visitors"].as_u64().unwrap();
+    assert!(
+        visitors.abs_diff(people.len() as u64) <= 2,
+        "{visitors} unique visitors for {}: {report}",
+        people.len()
+    );
     let days = report["daily_clicks"].as_array().unwrap();
     assert_eq!(days.len(), 30);
     let today = &days[29];
