@@ -228,31 +228,24 @@ fn every_limit_is_named_in_help_with_its_environment_variable() {
         .output()
         .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    for (flag, env, default) in [
-        ("--max-connections", "PROXYPOOL_MAX_CONNECTIONS", "10000"),
-        (
-            "--max-requests-per-connection",
-            "PROXYPOOL_MAX_REQUESTS_PER_CONNECTION",
-            "1000",
-        ),
-        ("--max-header-bytes", "PROXYPOOL_MAX_HEADER_BYTES", "16384"),
-        ("--header-timeout", "PROXYPOOL_HEADER_TIMEOUT", "30"),
-        ("--request-timeout", "PROXYPOOL_REQUEST_TIMEOUT", "60"),
-        ("--max-body-bytes", "PROXYPOOL_MAX_BODY_BYTES", "16777216"),
-        (
-            "--api-max-body-bytes",
-            "PROXYPOOL_API_MAX_BODY_BYTES",
-            "16384",
-        ),
-    ] {
-        let at = help
-            .find(&format!(" {flag} "))
-            .unwrap_or_else(|| panic!("{flag} in:\n{help}"));
-        let entry = &help[at..];
-        let entry = &entry[..entry[2..].find("\n      --").map_or(entry.len(), |i| i + 2)];
-        // clap wraps long entries: compare with the white space collapsed.
-        let entry = entry.split_whitespace().collect::<Vec<_>>().join(" ");
-        assert!(entry.contains(env), "{entry}");
-        assert!(entry.contains(&format!("[default: {default}]")), "{entry}");
-    }
+    testkit::assert_help_names(
+        &help,
+        &[
+            ("--max-connections", "PROXYPOOL_MAX_CONNECTIONS", "10000"),
+            (
+                "--max-requests-per-connection",
+                "PROXYPOOL_MAX_REQUESTS_PER_CONNECTION",
+                "1000",
+            ),
+            ("--max-header-bytes", "PROXYPOOL_MAX_HEADER_BYTES", "16384"),
+            ("--header-timeout", "PROXYPOOL_HEADER_TIMEOUT", "30"),
+            ("--request-timeout", "PROXYPOOL_REQUEST_TIMEOUT", "60"),
+            ("--max-body-bytes", "PROXYPOOL_MAX_BODY_BYTES", "16777216"),
+            (
+                "--api-max-body-bytes",
+                "PROXYPOOL_API_MAX_BODY_BYTES",
+                "16384",
+            ),
+        ],
+    );
 }

@@ -168,28 +168,21 @@ fn bodies_past_max_body_bytes_answer_413_and_close() {
 fn every_limit_is_named_in_help_with_its_environment_variable() {
     let out = run(&["serve", "--help"], &[]);
     let help = String::from_utf8_lossy(&out.stdout);
-    for (flag, env, default) in [
-        ("--max-connections", "SHORTENER_MAX_CONNECTIONS", "10000"),
-        (
-            "--max-requests-per-connection",
-            "SHORTENER_MAX_REQUESTS_PER_CONNECTION",
-            "1000",
-        ),
-        ("--max-header-bytes", "SHORTENER_MAX_HEADER_BYTES", "16384"),
-        ("--header-timeout", "SHORTENER_HEADER_TIMEOUT", "30"),
-        ("--request-timeout", "SHORTENER_REQUEST_TIMEOUT", "60"),
-        ("--max-body-bytes", "SHORTENER_MAX_BODY_BYTES", "16384"),
-    ] {
-        let at = help
-            .find(&format!(" {flag} "))
-            .unwrap_or_else(|| panic!("{flag} in:\n{help}"));
-        let entry = &help[at..];
-        let entry = &entry[..entry[2..].find("\n      --").map_or(entry.len(), |i| i + 2)];
-        // clap wraps long entries: compare with the white space collapsed.
-        let entry = entry.split_whitespace().collect::<Vec<_>>().join(" ");
-        assert!(entry.contains(env), "{entry}");
-        assert!(entry.contains(&format!("[default: {default}]")), "{entry}");
-    }
+    testkit::assert_help_names(
+        &help,
+        &[
+            ("--max-connections", "SHORTENER_MAX_CONNECTIONS", "10000"),
+            (
+                "--max-requests-per-connection",
+                "SHORTENER_MAX_REQUESTS_PER_CONNECTION",
+                "1000",
+            ),
+            ("--max-header-bytes", "SHORTENER_MAX_HEADER_BYTES", "16384"),
+            ("--header-timeout", "SHORTENER_HEADER_TIMEOUT", "30"),
+            ("--request-timeout", "SHORTENER_REQUEST_TIMEOUT", "60"),
+            ("--max-body-bytes", "SHORTENER_MAX_BODY_BYTES", "16384"),
+        ],
+    );
     // The environment is read: a bad value there is refused like a bad flag.
     let dir = TempDir::new().unwrap();
     let data = dir.path().to_str().unwrap();

@@ -30,3 +30,19 @@ pub use process::Process;
 pub use redis::{RedisCluster, RedisServer};
 pub use regions::Regions;
 pub use schemathesis::ApiFuzz;
+
+/// Asserts that `--help` output names each `(flag, env var, default)`: the flag's entry carries
+/// `[env: VAR=]` and `[default: D]`. Compared with white space collapsed, since clap wraps long
+/// entries.
+pub fn assert_help_names(help: &str, entries: &[(&str, &str, &str)]) {
+    for (flag, env, default) in entries {
+        let at = help
+            .find(&format!(" {flag} "))
+            .unwrap_or_else(|| panic!("{flag} in:\n{help}"));
+        let entry = &help[at..];
+        let entry = &entry[..entry[2..].find("\n      --").map_or(entry.len(), |i| i + 2)];
+        let entry = entry.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(entry.contains(env), "{entry}");
+        assert!(entry.contains(&format!("[default: {default}]")), "{entry}");
+    }
+}
