@@ -30,6 +30,7 @@ use std::time::Instant;
     responses(
         (status = 302, description = "Redirect; the destination is in Location"),
         (status = 301, description = "Redirect with --edge-status 301 (always with Cache-Control: public, max-age)"),
+        (status = 303, description = "`/_`: the web app, at `/_/` (`_` is outside the alias alphabet, so no link has that code)"),
         (status = 404, description = "Unknown or expired", body = super::error::ErrorBody),
         (status = 410, description = "Disabled (`gone`, until enabled) or deleted (also `gone`)", body = super::error::ErrorBody),
         (status = 503, description = "Store unavailable or silent past --store-timeout-ms, and no cached entry (fresh, or stale within --stale-max-age) to serve", body = super::error::ErrorBody),
