@@ -9,9 +9,10 @@ use rand::Rng;
 use crate::clock::Timestamp;
 use crate::config::{HealthConfig, PoolConfig};
 use crate::health::quarantine::Refusal;
-use crate::health::signals::Signal;
-use crate::health::window::Class;
+use crate::health::signals::{self, Signal};
+use crate::health::window::{Class, Window};
 use crate::health::{Health, HealthState, backoff};
+use crate::state::sites::NO_SITE;
 
 /// Where an address stands when an outcome arrives: the parts of its [`Health`] the
 /// evaluation reads.
@@ -167,6 +168,84 @@ pub(crate) fn probe_pass(streak: u32, dwelt: bool, cfg: &HealthConfig) -> (u32, 
     let rise = (streak >= cfg.rise_successes && dwelt)
         .then(|| format!("{streak} successes in a row; ramping up"));
     (streak, rise)
+}
+
+/// An address's fall signal (P4), judged per address × site (P9): the sites where the pair
+/// alone looks bad (`pair_bad`) are left out when the address has at least `recent` counted
+/// outcomes elsewhere to be judged on; it is then avoided on those sites rather than
+/// quarantined everywhere. Without such evidence (one site only, or bad everywhere) every
+/// counted outcome counts. `bad`: scratch space for the sites left out.
+pub(crate) fn address_fall(
+    window: &Window,
+    cfg: &HealthConfig,
+    now: Timestamp,
+    pair_bad: impl Fn(u32) -> bool,
+    bad: &mut Vec<u32>,
+) -> Option<Signal> {
+    bad.clear();
+    for e in window.newest_first(now) {
+        if !e.excused && e.site != NO_SITE && !bad.contains(&e.site) {
+            bad.push(e.site);
+        }
+    }
+    bad.retain(|s| pair_bad(*s));
+    let elsewhere = || {
+        window
+            .newest_first(now)
+            .filter(|e| !e.excused && !bad.contains(&e.site))
+            .count()
+    };
+    if !bad.is_empty() && elsewhere() >= cfg.recent {
+        return signals::fall(window, cfg, now, bad);
+    }
+    signals::fall(window, cfg, now, &[])
+}
+
+/// A change of an address × site pair's verdict (P9).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum PairChange {
+    /// Its own window says the address is bad for this site: avoided there.
+    Avoid(String),
+    /// No longer avoided.
+    Forgive(&'static str),
+}
+
+/// The pair's verdict over its own window at `now`, if it changed from `avoided`: the
+/// address fall signals over the pair's counted outcomes.
+pub(crate) fn judge_pair(
+    window: &Window,
+    avoided: bool,
+    cfg: &HealthConfig,
+    now: Timestamp,
+) -> Option<PairChange> {
+    let verdict = signals::fall(window, cfg, now, &[]);
+    if verdict.is_some() == avoided {
+        return None;
+    }
+    Some(match verdict {
+        Some(signal) => PairChange::Avoid(format!("{signal} on this site")),
+        None if window.newest_first(now).next().is_none() => {
+            PairChange::Forgive("its outcomes there aged out")
+        }
+        None => PairChange::Forgive("signals cleared"),
+    })
+}
+
+/// When an avoided pair is forgiven by time alone (no more outcomes there), and why: judged
+/// again each time its oldest outcome ages out, as the memory store's sweep does.
+pub(crate) fn pair_cleared_at(
+    window: &Window,
+    cfg: &HealthConfig,
+    now: Timestamp,
+) -> (Timestamp, &'static str) {
+    let mut at = now;
+    while let Some(next) = window.horizon_at(at) {
+        at = next;
+        if let Some(PairChange::Forgive(why)) = judge_pair(window, true, cfg, at) {
+            return (at, why);
+        }
+    }
+    (at, "its outcomes there aged out")
 }
 
 /// What a fall does, once the gate has spoken.

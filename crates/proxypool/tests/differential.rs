@@ -236,17 +236,15 @@ fn memory_and_redis_decide_alike_with_adds_and_removes() {
     differ(32, 7_000, true);
 }
 
-/// With clock steps up to 2 minutes. Ignored until the stores agree. What it found so far,
-/// each kept as a shrunk case in `differential.proptest-regressions`: a site window started at
-/// its first bad outcome in Redis (fixed: kept whole, as in memory); memory placed new
-/// sessions on probing addresses, which broke them at their next acquire (fixed: healthy or
-/// degraded only, as in Redis); a failed probe of a probing address had another reason in
-/// Redis (fixed); Redis forgot a site window whole after the maximum age without outcomes
-/// where memory ages it entry by entry (fixed: entries carry their time). Open: address
-/// windows still age whole in Redis. `cargo test -p proxypool --test differential --
-/// --ignored` runs it.
+/// With clock steps up to 2 minutes. What it found, each kept as a shrunk case in
+/// `differential.proptest-regressions`: a site window started at its first bad outcome in
+/// Redis (fixed: kept whole, as in memory); memory placed new sessions on probing addresses,
+/// which broke them at their next acquire (fixed: healthy or degraded only, as in Redis); a
+/// failed probe of a probing address had another reason in Redis (fixed); Redis forgot a site
+/// window whole after the maximum age without outcomes where memory ages it entry by entry
+/// (fixed: entries carry their time); address windows aged whole in Redis (fixed: per entry,
+/// with site and time, as in memory).
 #[test]
-#[ignore = "the stores disagree: address windows age whole in Redis"]
 fn memory_and_redis_decide_alike() {
     differ(64, 120_000, false);
 }

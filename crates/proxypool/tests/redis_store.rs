@@ -518,76 +518,71 @@ async fn a_dropped_lease_is_abandoned_in_redis() {
     }
 }
 
+/// A named site's blocks reach both the address's window and the pair's (P9, as in memory):
+/// an address doing well elsewhere is avoided on that site only — passed over there until the
+/// pair's evidence ages out, bound sessions told to wait — and forgiven then; blocks
+/// everywhere are the address's own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sites_blocks_are_counted_for_that_site_not_against_the_address() {
+async fn a_sites_blocks_avoid_the_pair_and_reach_the_address() {
     let (_redis, clock, pool) = lab("sites").await;
-    let ticket = || Ticket::new().key("acct").site("shop.example");
-    let first = pool.acquire(ticket()).await.unwrap();
-    let address = first.address().redacted().to_owned();
-    first.release(OK).await.unwrap();
-    // A block, a captcha, a success, a block from one site: the pair looks bad (3 of its last
-    // 5), so the address is kept away from that site for a while — still healthy, the
-    // session kept but told to wait.
-    for outcome in [Outcome::Blocked, Outcome::Captcha, OK, Outcome::Blocked] {
-        let lease = pool.acquire(ticket()).await.unwrap();
+    let at = |site: &str| Ticket::new().key("acct").site(site);
+    let address = through_at(&pool, "acct", Some("news.example"), &[OK; 10]).await;
+    for _ in 0..3 {
+        let lease = pool.acquire(at("shop.example")).await.unwrap();
         assert_eq!(lease.choice(), Choice::Bound);
-        lease.release(outcome).await.unwrap();
+        lease.release(Outcome::Blocked).await.unwrap();
     }
-    match pool.acquire(ticket()).await {
+    // Three of the pair's last five: avoided there until they age out (ten minutes).
+    match pool.acquire(at("shop.example")).await {
         Err(AcquireError::BoundAddressCooling { retry_in, .. }) => {
-            assert_eq!(retry_in, Duration::from_secs(60));
+            assert_eq!(retry_in, Duration::from_secs(600));
         }
         other => panic!("{other:?}"),
     }
     let snap = pool.snapshot().await;
-    assert_eq!(snap.address(&address).unwrap().state, HealthState::Healthy);
-    assert!(
-        snap.decisions
-            .iter()
-            .any(|d| d.to == "avoided" && d.reason.contains("shop.example")),
-        "{:?}",
-        snap.decisions
-    );
-    let cell = snap
-        .matrix
-        .iter()
-        .find(|c| c.address == address && c.site == "shop.example")
-        .unwrap();
-    assert_eq!(
-        (
-            cell.totals.successes,
-            cell.totals.failures,
-            cell.totals.captchas
-        ),
-        (2, 2, 1)
-    );
-    assert_eq!(cell.window_samples, 5);
-    assert_eq!(cell.success_rate, Some(2.0 / 5.0));
-    assert!(cell.cooling_until_ms.is_some());
-    let site = snap
-        .sites
-        .iter()
-        .find(|s| s.site == "shop.example")
-        .unwrap();
-    assert_eq!(site.failure_rate, Some(2.0 / 5.0));
-    assert_eq!(site.spread, Some(1.0));
-    // Another site still gets it; after the wait the session goes on.
-    let other = pool
-        .acquire(Ticket::new().key("acct").site("news.example"))
-        .await
-        .unwrap();
-    assert_eq!(other.address().redacted(), address);
-    other.release(OK).await.unwrap();
-    clock.advance(Duration::from_secs(60));
-    // Connection failures are the address's own: three of them quarantine it.
-    for _ in 0..3 {
-        let lease = pool.acquire(ticket()).await.unwrap();
-        lease.release(Outcome::ConnectError).await.unwrap();
-    }
-    let snap = pool.snapshot().await;
     let row = snap.address(&address).unwrap();
-    assert_eq!(row.state, HealthState::Quarantined);
-    assert_eq!(row.totals.failures, 5);
+    assert_eq!(row.state, HealthState::Healthy, "{}", row.reason);
+    // The blocks are in the address's window; they are left out of its judgement only.
+    assert_eq!(
+        (row.window_samples, row.success_rate),
+        (13, Some(10.0 / 13.0))
+    );
+    let shop = proxypool::Subject::Cell {
+        address: address.clone(),
+        site: "shop.example".into(),
+    };
+    let avoided = snap
+        .decisions
+        .iter()
+        .find(|d| d.subject == shop && d.to == "avoided")
+        .unwrap();
+    assert!(
+        avoided.reason.ends_with("on this site"),
+        "{}",
+        avoided.reason
+    );
+    let cell = |snap: &proxypool::Snapshot| {
+        snap.matrix
+            .iter()
+            .find(|c| c.address == address && c.site == "shop.example")
+            .map(|c| (c.avoided, c.window_samples, c.totals.failures))
+    };
+    assert_eq!(cell(&snap), Some((true, 3, 3)));
+    // Another site still gets it; after the wait the pair is forgiven and the session goes on.
+    through_at(&pool, "acct", Some("news.example"), &[OK]).await;
+    clock.advance(Duration::from_secs(600));
+    let snap = pool.snapshot().await;
+    assert_eq!(cell(&snap), Some((false, 0, 3)));
+    let forgiven = snap.decisions.iter().rfind(|d| d.subject == shop).unwrap();
+    assert_eq!(
+        (forgiven.to.as_str(), forgiven.reason.as_str()),
+        ("ok", "its outcomes there aged out")
+    );
+    // Blocks on every site: the address's own problem.
+    through_at(&pool, "acct", Some("news.example"), &[Outcome::Blocked; 3]).await;
+    let row = pool.snapshot().await.address(&address).cloned().unwrap();
+    assert_eq!(row.state, HealthState::Quarantined, "{}", row.reason);
+    assert_eq!(row.totals.failures, 6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -206,6 +206,16 @@ impl Window {
         (self.horizon_ms != u64::MAX).then_some(Timestamp::from_millis(self.horizon_ms))
     }
 
+    /// When the oldest entry still young at `now` ages out, if there is one (reads, as of
+    /// `now`, what [`Window::horizon`] is after [`Window::expire`]).
+    pub(crate) fn horizon_at(&self, now: Timestamp) -> Option<Timestamp> {
+        let max_age = u64::from(self.max_age_ms);
+        self.entries
+            .iter()
+            .find(|e| !self.expired(e, now))
+            .map(|e| Timestamp::from_millis(e.at.as_millis().saturating_add(max_age)))
+    }
+
     fn set_horizon(&mut self) {
         self.horizon_ms = self.entries.front().map_or(u64::MAX, |e| {
             e.at.as_millis().saturating_add(u64::from(self.max_age_ms))

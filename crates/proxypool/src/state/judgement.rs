@@ -15,7 +15,7 @@ use super::record::AddressRecord;
 use super::sites::NO_SITE;
 
 use super::PoolState;
-use crate::judge::{self, Evidence, Fall, Standing, Thresholds, Verdict};
+use crate::judge::{self, Evidence, Fall, PairChange, Standing, Thresholds, Verdict};
 
 impl PoolState {
     pub(super) fn judge_site(&mut self, site: u32, slot: Slot, class: Class, now: Timestamp) {
@@ -89,28 +89,22 @@ impl PoolState {
         let Some(cell) = self.sites.cells.get_mut(&(slot, site)) else {
             return;
         };
-        let window = &mut cell.window;
-        window.expire(now);
-        let verdict = signals::fall(window, cfg, now, &[]);
-        let horizon = window.horizon();
-        if verdict.is_some() == cell.avoided {
+        cell.window.expire(now);
+        let Some(change) = judge::judge_pair(&cell.window, cell.avoided, cfg, now) else {
             return;
-        }
-        cell.avoided = verdict.is_some();
-        let (from, to, reason) = match verdict {
-            Some(signal) => {
+        };
+        let horizon = cell.window.horizon();
+        let (from, to, reason) = match change {
+            PairChange::Avoid(reason) => {
+                cell.avoided = true;
                 if let Some(at) = horizon {
                     self.pair_checks.push(Reverse((at, slot, site)));
                 }
-                ("ok", "avoided", format!("{signal} on this site"))
+                ("ok", "avoided", reason)
             }
-            None => {
+            PairChange::Forgive(reason) => {
+                cell.avoided = false;
                 self.forgive(slot, site);
-                let reason = if horizon.is_none() {
-                    "its outcomes there aged out"
-                } else {
-                    "signals cleared"
-                };
                 ("avoided", "ok", reason.to_owned())
             }
         };
@@ -217,36 +211,18 @@ impl PoolState {
         }
     }
 
-    /// The address's fall signal (P4), judged per address × site (P9): the sites where the
-    /// pair alone looks bad are left out when the address has at least `recent` counted
-    /// outcomes elsewhere to be judged on; it is then avoided on those sites rather than
-    /// quarantined everywhere. Without such evidence (one site only, or bad everywhere) every
-    /// counted outcome counts.
+    /// The address's fall signal (P4), judged per address × site (P9): see
+    /// [`judge::address_fall`].
     fn fall_signal(&mut self, slot: Slot, now: Timestamp) -> Option<Signal> {
         let cfg = &self.cfg.health;
         let rec = self.records.get(slot as usize).and_then(Option::as_ref)?;
-        let (sites, bad) = (&self.sites, &mut self.scratch_sites);
-        bad.clear();
-        for e in rec.window.newest_first(now) {
-            if !e.excused && e.site != NO_SITE && !bad.contains(&e.site) {
-                bad.push(e.site);
-            }
-        }
-        bad.retain(|s| {
+        let sites = &self.sites;
+        let pair_bad = |s: u32| {
             sites
-                .get(slot, *s)
+                .get(slot, s)
                 .is_some_and(|c| c.verdict(cfg, now).is_some())
-        });
-        let elsewhere = || {
-            rec.window
-                .newest_first(now)
-                .filter(|e| !e.excused && !bad.contains(&e.site))
-                .count()
         };
-        if !bad.is_empty() && elsewhere() >= cfg.recent {
-            return signals::fall(&rec.window, cfg, now, bad);
-        }
-        signals::fall(&rec.window, cfg, now, &[])
+        judge::address_fall(&rec.window, cfg, now, pair_bad, &mut self.scratch_sites)
     }
 
     pub(super) fn probe_success(&mut self, slot: Slot, now: Timestamp) {

@@ -162,6 +162,7 @@ struct Functions {
     probe: String,
     facts: String,
     apply: String,
+    pair: String,
     add: String,
     remove: String,
     end_session: String,

@@ -170,47 +170,41 @@ async fn bad_on_one_site(
     (served[0], served[1])
 }
 
-not_on_redis! {
-    "Redis: no per-pair windows beyond blocks and captchas, so no per-site weights",
-    #[tokio::test]
-    async fn p1_p9_weights_are_per_address_and_site_so_a_bad_pair_is_avoided_there_only() {
-        let clock = ManualClock::new();
-        let pool = pool(4, &clock).await;
-        // 400 requests of good history on both sites, then address 0 is blocked on a.example.
-        let (on_a, on_b) = bad_on_one_site(&pool, &clock, 2400, 400, 200, false).await;
-        // 1 000 tickets per site after settling: a quarter would be 250.
-        assert!(on_a <= 10, "address 0 still served a.example {on_a} times");
-        assert!(on_b >= 150, "address 0 served b.example only {on_b} times");
-        let snap = pool.snapshot().await;
-        let a = snap.address(&addr(0)).unwrap();
-        assert_eq!(a.quarantine_entries, 0, "{}", a.reason);
-        let pair = |site: &str| {
-            snap.matrix
-                .iter()
-                .find(|c| c.address == addr(0) && c.site == site)
-                .unwrap()
-                .avoided
-        };
-        assert!(pair("a.example") && !pair("b.example"));
-        assert!(snap.decisions.iter().any(|d| d.to == "avoided"
-            && d.subject
-                == Subject::Cell {
-                    address: addr(0),
-                    site: "a.example".into()
-                }));
-    }
+#[tokio::test]
+async fn p1_p9_weights_are_per_address_and_site_so_a_bad_pair_is_avoided_there_only() {
+    let clock = ManualClock::new();
+    let pool = pool(4, &clock).await;
+    // 400 requests of good history on both sites, then address 0 is blocked on a.example.
+    let (on_a, on_b) = bad_on_one_site(&pool, &clock, 2400, 400, 200, false).await;
+    // 1 000 tickets per site after settling: a quarter would be 250.
+    assert!(on_a <= 10, "address 0 still served a.example {on_a} times");
+    assert!(on_b >= 150, "address 0 served b.example only {on_b} times");
+    let snap = pool.snapshot().await;
+    let a = snap.address(&addr(0)).unwrap();
+    assert_eq!(a.quarantine_entries, 0, "{}", a.reason);
+    let pair = |site: &str| {
+        snap.matrix
+            .iter()
+            .find(|c| c.address == addr(0) && c.site == site)
+            .unwrap()
+            .avoided
+    };
+    assert!(pair("a.example") && !pair("b.example"));
+    assert!(snap.decisions.iter().any(|d| d.to == "avoided"
+        && d.subject
+            == Subject::Cell {
+                address: addr(0),
+                site: "a.example".into()
+            }));
 }
 
-not_on_redis! {
-    "Redis: a named site's blocks count for the pair only, never in the address's window",
-    #[tokio::test]
-    async fn p1_p9_an_address_bad_on_every_site_is_still_quarantined() {
-        let clock = ManualClock::new();
-        let pool = pool(4, &clock).await;
-        bad_on_one_site(&pool, &clock, 600, 400, 0, true).await;
-        let snap = pool.snapshot().await;
-        assert_eq!(snap.address(&addr(0)).unwrap().quarantine_entries, 1);
-    }
+#[tokio::test]
+async fn p1_p9_an_address_bad_on_every_site_is_still_quarantined() {
+    let clock = ManualClock::new();
+    let pool = pool(4, &clock).await;
+    bad_on_one_site(&pool, &clock, 600, 400, 0, true).await;
+    let snap = pool.snapshot().await;
+    assert_eq!(snap.address(&addr(0)).unwrap().quarantine_entries, 1);
 }
 
 #[tokio::test]
@@ -626,73 +620,67 @@ not_on_redis! {
     }
 }
 
-not_on_redis! {
-    "Redis: the snapshot's window samples are lifetime counts per pair",
-    #[tokio::test]
-    async fn p4_outcomes_older_than_the_window_age_stop_counting() {
-        let clock = ManualClock::new();
-        let pool = pool_with(10, &clock, rr()).await;
-        let t = Ticket::new().site("shop.example");
-        let target = addr(0);
-        // Two failures, then eleven quiet minutes, then a third: only one is recent.
-        serve(&pool, &clock, &t, 20, STEP, |a| {
-            if a == target { Outcome::Timeout } else { ok() }
-        })
-        .await;
-        clock.advance(Duration::from_secs(11 * 60));
-        serve(&pool, &clock, &t, 10, STEP, |a| {
-            if a == target { Outcome::Timeout } else { ok() }
-        })
-        .await;
-        let snap = pool.snapshot().await;
-        let a = snap.address(&target).unwrap();
-        assert_eq!(a.state, HealthState::Healthy, "{}", a.reason);
-        assert_eq!(a.window_samples, 1);
-        let pair = snap
-            .matrix
-            .iter()
-            .find(|c| c.address == target && c.site == "shop.example")
-            .unwrap();
-        assert_eq!(pair.window_samples, 1);
-    }
+#[tokio::test]
+async fn p4_outcomes_older_than_the_window_age_stop_counting() {
+    let clock = ManualClock::new();
+    let pool = pool_with(10, &clock, rr()).await;
+    let t = Ticket::new().site("shop.example");
+    let target = addr(0);
+    // Two failures, then eleven quiet minutes, then a third: only one is recent.
+    serve(&pool, &clock, &t, 20, STEP, |a| {
+        if a == target { Outcome::Timeout } else { ok() }
+    })
+    .await;
+    clock.advance(Duration::from_secs(11 * 60));
+    serve(&pool, &clock, &t, 10, STEP, |a| {
+        if a == target { Outcome::Timeout } else { ok() }
+    })
+    .await;
+    let snap = pool.snapshot().await;
+    let a = snap.address(&target).unwrap();
+    assert_eq!(a.state, HealthState::Healthy, "{}", a.reason);
+    assert_eq!(a.window_samples, 1);
+    let pair = snap
+        .matrix
+        .iter()
+        .find(|c| c.address == target && c.site == "shop.example")
+        .unwrap();
+    assert_eq!(pair.window_samples, 1);
 }
 
-not_on_redis! {
-    "Redis: a pair is avoided for the backoff base after 3 of its last 5 are blocks or captchas, not judged on its window",
-    #[tokio::test]
-    async fn p4_p9_an_avoided_pair_is_forgiven_once_its_window_ages_out() {
-        let clock = ManualClock::new();
-        let mut cfg = PoolConfig::default();
-        cfg.health.window_max_age = Duration::from_secs(120);
-        let pool = pool_with(4, &clock, cfg).await;
-        bad_on_one_site(&pool, &clock, 1200, 400, 0, false).await;
-        let avoided = |snap: &proxypool::Snapshot| {
-            snap.matrix
-                .iter()
-                .find(|c| c.address == addr(0) && c.site == "a.example")
-                .map(|c| (c.avoided, c.window_samples))
-        };
-        let snap = pool.snapshot().await;
-        assert!(avoided(&snap).unwrap().0);
-        // The configured two minutes without an outcome there: the pair starts afresh and the
-        // address takes its share of a.example again.
-        clock.advance(Duration::from_secs(120));
-        assert_eq!(avoided(&pool.snapshot().await), Some((false, 0)));
-        let served = serve(
-            &pool,
-            &clock,
-            &Ticket::new().site("a.example"),
-            40,
-            STEP,
-            |_| ok(),
-        )
-        .await;
-        let share = served.iter().filter(|a| **a == addr(0)).count();
-        assert!(
-            share >= 5,
-            "address 0 took {share} of 40 after being forgiven"
-        );
-    }
+#[tokio::test]
+async fn p4_p9_an_avoided_pair_is_forgiven_once_its_window_ages_out() {
+    let clock = ManualClock::new();
+    let mut cfg = PoolConfig::default();
+    cfg.health.window_max_age = Duration::from_secs(120);
+    let pool = pool_with(4, &clock, cfg).await;
+    bad_on_one_site(&pool, &clock, 1200, 400, 0, false).await;
+    let avoided = |snap: &proxypool::Snapshot| {
+        snap.matrix
+            .iter()
+            .find(|c| c.address == addr(0) && c.site == "a.example")
+            .map(|c| (c.avoided, c.window_samples))
+    };
+    let snap = pool.snapshot().await;
+    assert!(avoided(&snap).unwrap().0);
+    // The configured two minutes without an outcome there: the pair starts afresh and the
+    // address takes its share of a.example again.
+    clock.advance(Duration::from_secs(120));
+    assert_eq!(avoided(&pool.snapshot().await), Some((false, 0)));
+    let served = serve(
+        &pool,
+        &clock,
+        &Ticket::new().site("a.example"),
+        40,
+        STEP,
+        |_| ok(),
+    )
+    .await;
+    let share = served.iter().filter(|a| **a == addr(0)).count();
+    assert!(
+        share >= 5,
+        "address 0 took {share} of 40 after being forgiven"
+    );
 }
 
 async fn quarantine_first(pool: &Pool, clock: &ManualClock) -> u64 {
@@ -908,25 +896,22 @@ async fn p9_failures_towards_every_site_freeze_quarantining() {
     );
 }
 
-not_on_redis! {
-    "Redis: a named site's blocks count for the pair only, never in the address's window",
-    #[tokio::test]
-    async fn p9_one_bad_address_among_good_ones_is_still_quarantined() {
-        let clock = ManualClock::new();
-        let pool = pool_with(10, &clock, rr()).await;
-        let t = Ticket::new().site("shop.example");
-        let target = addr(3);
-        serve(&pool, &clock, &t, 50, STEP, |a| {
-            if a == target { Outcome::Blocked } else { ok() }
-        })
-        .await;
-        let snap = pool.snapshot().await;
-        assert_eq!(
-            snap.address(&target).unwrap().state,
-            HealthState::Quarantined
-        );
-        assert!(!snap.site("shop.example").unwrap().degraded);
-    }
+#[tokio::test]
+async fn p9_one_bad_address_among_good_ones_is_still_quarantined() {
+    let clock = ManualClock::new();
+    let pool = pool_with(10, &clock, rr()).await;
+    let t = Ticket::new().site("shop.example");
+    let target = addr(3);
+    serve(&pool, &clock, &t, 50, STEP, |a| {
+        if a == target { Outcome::Blocked } else { ok() }
+    })
+    .await;
+    let snap = pool.snapshot().await;
+    assert_eq!(
+        snap.address(&target).unwrap().state,
+        HealthState::Quarantined
+    );
+    assert!(!snap.site("shop.example").unwrap().degraded);
 }
 
 // ---- P10, P11 -------------------------------------------------------------------------------

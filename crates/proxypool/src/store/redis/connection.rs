@@ -88,6 +88,7 @@ impl RedisStore {
                 probe: f("probe"),
                 facts: f("facts"),
                 apply: f("apply"),
+                pair: f("pair"),
                 add: f("add"),
                 remove: f("remove"),
                 end_session: f("end_session"),

@@ -169,15 +169,26 @@ pub(super) fn log_entry(e: &str) -> Option<(u64, Decision)> {
     else {
         return None;
     };
-    // Addresses are URLs; the library names sites and the pool with an '@'.
-    let subject = match subject.strip_prefix("@site ") {
-        Some(site) => Subject::Site {
+    // Addresses are URLs; the library names sites, pairs ('@pair ADDRESS SITE': a redacted
+    // URL has no space) and the pool with an '@'.
+    let subject = if let Some(site) = subject.strip_prefix("@site ") {
+        Subject::Site {
             site: site.to_owned(),
-        },
-        None if subject == "@pool" => Subject::Pool,
-        None => Subject::Address {
+        }
+    } else if let Some((address, site)) = subject
+        .strip_prefix("@pair ")
+        .and_then(|p| p.split_once(' '))
+    {
+        Subject::Cell {
+            address: address.to_owned(),
+            site: site.to_owned(),
+        }
+    } else if subject == "@pool" {
+        Subject::Pool
+    } else {
+        Subject::Address {
             address: subject.to_owned(),
-        },
+        }
     };
     let decision = Decision {
         at_ms: at.parse().ok()?,

@@ -18,14 +18,44 @@ use crate::health::quarantine::Gate;
 use crate::health::signals::{self, Signal};
 use crate::health::window::{Class, Entry, Window};
 use crate::health::{Health, HealthState};
-use crate::judge::{self, Evidence, Fall, Standing, Thresholds, Verdict};
+use crate::judge::{self, Evidence, Fall, PairChange, Standing, Thresholds, Verdict};
 
 /// How often a refused decision is judged again before it is given up (logged): each refusal
 /// means another process moved the address, so a few suffice.
 const ATTEMPTS: usize = 8;
 
 /// How many values the library's facts are, after their head (see `facts`).
-const FACTS: usize = 13;
+const FACTS: usize = 14;
+
+/// The length of one entry of the library's outcome windows (`WENTRY` in library.lua): the
+/// class letter (upper case when excused), the site's number in 6 digits, the time in 13.
+const ENTRY: usize = 20;
+
+/// One of the library's outcome windows as the memory store's [`Window`]: the same entries,
+/// so both stores' judgement reads the same data.
+pub(super) fn window_of(text: &str, cfg: &HealthConfig) -> Option<Window> {
+    let mut w = Window::new(cfg.window, cfg.window_max_age, false);
+    for e in text.as_bytes().chunks(ENTRY) {
+        let (class, excused) = match e.first()? {
+            b's' => (Class::Success, false),
+            b'f' => (Class::Failure, false),
+            b'c' => (Class::Captcha, false),
+            b'S' => (Class::Success, true),
+            b'F' => (Class::Failure, true),
+            b'C' => (Class::Captcha, true),
+            _ => return None,
+        };
+        let field = |r: std::ops::Range<usize>| std::str::from_utf8(e.get(r)?).ok();
+        w.push(Entry {
+            at: Timestamp::from_millis(field(7..ENTRY)?.parse().ok()?),
+            site: field(1..7)?.parse().ok()?,
+            latency_ms: 0,
+            class,
+            excused,
+        });
+    }
+    Some(w)
+}
 
 /// What the judge reads of one address after one outcome.
 #[derive(Debug, Clone)]
@@ -39,10 +69,16 @@ pub(super) struct Facts {
     slow: Option<bool>,
     /// A probe report (judged as `PoolState::report_probe` does), not a release.
     probe: bool,
+    /// The outcome's named site, and whether its pair was avoided.
+    site: Option<String>,
+    pair_avoided: bool,
     version: String,
     health: Health,
-    /// The outcome window, newest first: 's', 'f', 'c' per outcome.
+    /// The address's young outcome window (see [`window_of`]).
     window: String,
+    /// Young windows of its pairs by site number: the outcome's first (for a named site),
+    /// and when its fall is judged every named site counted in its window.
+    pairs: Vec<(u32, String)>,
     /// Degraded for its latency: only a report that the tail is back clears it.
     slow_degraded: bool,
     /// The gate's facts as the library writes them, for a bad outcome.
@@ -84,8 +120,9 @@ impl Facts {
         let Value::Array(items) = record else {
             return None;
         };
-        let t: Vec<String> = items.iter().map(text).collect::<Option<_>>()?;
-        let [n, id, class, excused, slow, rest @ ..] = t.as_slice() else {
+        let (head, rest) = items.split_at_checked(7)?;
+        let t: Vec<String> = head.iter().map(text).collect::<Option<_>>()?;
+        let [n, id, class, excused, slow, site, avoided] = t.as_slice() else {
             return None;
         };
         let release = if n.is_empty() {
@@ -103,9 +140,12 @@ impl Facts {
                 _ => None,
             },
             probe: release.is_none(),
+            site: (site != super::NO_SITE).then(|| site.clone()),
+            pair_avoided: avoided == "1",
             version: String::new(),
             health: Health::slow_start(Timestamp::default()),
             window: String::new(),
+            pairs: Vec::new(),
             slow_degraded: false,
             gate: None,
         };
@@ -114,10 +154,21 @@ impl Facts {
     }
 
     /// The facts proper (see `facts` in library.lua), over these.
-    fn read(&mut self, f: &[String]) -> Option<()> {
-        let [s, ver, w, su, t, rs, qe, lv, cy, ss, st, sl, gate] = f else {
+    fn read(&mut self, items: &[Value]) -> Option<()> {
+        let [fields @ .., Value::Array(pairs)] = items else {
             return None;
         };
+        let f: Vec<String> = fields.iter().map(text).collect::<Option<_>>()?;
+        let [s, ver, su, t, rs, qe, lv, cy, ss, st, sl, w, gate] = f.as_slice() else {
+            return None;
+        };
+        self.pairs = pairs
+            .chunks(2)
+            .map(|p| match p {
+                [sid, w] => Some((text(sid)?.parse().ok()?, text(w)?)),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
         let small = |v: &str| number(v).and_then(|n| u32::try_from(n).ok());
         self.health = Health {
             state: state_of(s)?,
@@ -170,32 +221,21 @@ impl Facts {
 /// What the library's facts say of an address's windows, read when the judge asks.
 struct Recorded<'a> {
     facts: &'a Facts,
+    window: Window,
+    pairs: Vec<(u32, Window)>,
     cfg: &'a HealthConfig,
     now: Timestamp,
 }
 
 impl Evidence for Recorded<'_> {
     fn fall(&mut self) -> Option<Signal> {
-        if self.facts.window.is_empty() {
-            return None;
-        }
-        // The library's window holds classes only, all within the maximum age (it is
-        // forgotten whole past it): the same window with every entry now.
-        let mut w = Window::new(self.cfg.window, self.cfg.window_max_age, false);
-        for letter in self.facts.window.bytes().rev() {
-            w.push(Entry {
-                at: self.now,
-                site: 0,
-                latency_ms: 0,
-                class: match letter {
-                    b's' => Class::Success,
-                    b'c' => Class::Captcha,
-                    _ => Class::Failure,
-                },
-                excused: false,
-            });
-        }
-        signals::fall(&w, self.cfg, self.now, &[])
+        let (pairs, cfg, now) = (&self.pairs, self.cfg, self.now);
+        let pair_bad = |site: u32| {
+            pairs
+                .iter()
+                .any(|(s, w)| *s == site && signals::fall(w, cfg, now, &[]).is_some())
+        };
+        judge::address_fall(&self.window, cfg, now, pair_bad, &mut Vec::new())
     }
 
     fn slow_tail(&mut self, _always: bool) -> Option<Signal> {
@@ -258,8 +298,19 @@ fn decide(facts: &Facts, cfg: &PoolConfig, now: Timestamp, rng: &mut impl Rng) -
             _ => return None,
         }
     }
+    let pairs = facts
+        .pairs
+        .iter()
+        .map(|(sid, w)| Some((*sid, window_of(w, hc)?)))
+        .collect::<Option<_>>();
+    let (Some(window), Some(pairs)) = (window_of(&facts.window, hc), pairs) else {
+        tracing::warn!(target: "proxypool::redis", id = facts.id, "malformed outcome windows");
+        return None;
+    };
     let mut evidence = Recorded {
         facts,
+        window,
+        pairs,
         cfg: hc,
         now,
     };
@@ -370,6 +421,7 @@ impl RedisStore {
     /// Judges `facts` and applies what the judge decides; judged again on fresh facts while
     /// `apply` refuses (another process moved the address first).
     pub(super) async fn judge(&self, mut facts: Facts, now: Timestamp) -> Result<(), String> {
+        self.judge_pair(&facts, now).await?;
         for _ in 0..ATTEMPTS {
             let plan = {
                 let mut rng = self.rng.lock().unwrap_or_else(PoisonError::into_inner);
@@ -419,15 +471,51 @@ impl RedisStore {
                 // Gone meanwhile: nothing left to judge.
                 return Ok(());
             };
-            let fresh: Vec<String> = items
-                .iter()
-                .map(text)
-                .collect::<Option<_>>()
-                .filter(|f: &Vec<String>| f.len() == FACTS)
+            (items.len() == FACTS)
+                .then(|| facts.read(&items))
+                .flatten()
                 .ok_or("malformed facts reply")?;
-            facts.read(&fresh).ok_or("malformed facts reply")?;
         }
         tracing::warn!(target: "proxypool::redis", id = facts.id, "a decision refused {ATTEMPTS} times; given up");
+        Ok(())
+    }
+
+    /// Judges the outcome's address × site pair (P9: [`judge::judge_pair`], as the memory
+    /// store's `judge_cell`) and applies a change. An avoidance lasts until the pair's window
+    /// clears by aging alone ([`judge::pair_cleared_at`]), when the library forgives it; an
+    /// outcome there meanwhile is judged again. Refused when another process changed the
+    /// pair first: its decision stands.
+    async fn judge_pair(&self, facts: &Facts, now: Timestamp) -> Result<(), String> {
+        let (Some(site), Some((_, text))) = (&facts.site, facts.pairs.first()) else {
+            return Ok(());
+        };
+        let hc = &self.cfg.health;
+        let window = window_of(text, hc).ok_or("malformed pair window")?;
+        let Some(change) = judge::judge_pair(&window, facts.pair_avoided, hc, now) else {
+            return Ok(());
+        };
+        let (id, was) = (
+            facts.id.to_string(),
+            if facts.pair_avoided { "1" } else { "0" },
+        );
+        let mut args = vec![Arg::Str(&id), Arg::Str(site), Arg::Str(was)];
+        let until;
+        match &change {
+            PairChange::Avoid(reason) => {
+                let (at, why) = judge::pair_cleared_at(&window, hc, now);
+                until = at.as_millis().to_string();
+                args.extend([
+                    Arg::Str("1"),
+                    Arg::Str(reason),
+                    Arg::Str(&until),
+                    Arg::Str(why),
+                ]);
+            }
+            PairChange::Forgive(why) => args.extend([Arg::Str("0"), Arg::Str(why)]),
+        }
+        self.call(&self.functions.pair, now, false, &args)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(())
     }
 }
@@ -438,13 +526,23 @@ mod tests {
     use rand::SeedableRng;
     use rand::rngs::StdRng;
 
+    /// A facts record: `fields` as text, then the pairs' windows (none).
     fn record(fields: &[&str]) -> Value {
-        Value::Array(
-            fields
-                .iter()
-                .map(|f| Value::BulkString(f.as_bytes().to_vec()))
-                .collect(),
-        )
+        let mut items: Vec<Value> = fields
+            .iter()
+            .map(|f| Value::BulkString(f.as_bytes().to_vec()))
+            .collect();
+        items.push(Value::Array(Vec::new()));
+        Value::Array(items)
+    }
+
+    /// Facts of a healthy address (version 3) after a failure, its window `window`, with the
+    /// gate's facts `gate`.
+    fn failed(window: &str, gate: &str) -> Value {
+        record(&[
+            "1", "7", "f", "0", "", "-", "0", "healthy", "3", "", "0", "", "0", "0", "0", "", "0",
+            "", window, gate,
+        ])
     }
 
     #[test]
@@ -454,27 +552,8 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(1);
         // Released failure of a healthy address whose window is three failures; 10
         // addresses, none quarantined, 10 offered.
-        let (n, facts) = Facts::parse(&record(&[
-            "1",
-            "7",
-            "f",
-            "0",
-            "",
-            "healthy",
-            "3",
-            "fff",
-            "",
-            "0",
-            "",
-            "0",
-            "0",
-            "0",
-            "",
-            "0",
-            "",
-            "0 10 0 10 10",
-        ]))
-        .unwrap();
+        let fff = "f0000000000010000000".repeat(3);
+        let (n, facts) = Facts::parse(&failed(&fff, "0 10 0 10 10")).unwrap();
         assert_eq!(n, Some(1));
         let plan = decide(&facts, &cfg, now, &mut rng).unwrap();
         assert_eq!(
@@ -483,27 +562,7 @@ mod tests {
         );
         assert!(plan.gated && plan.until.is_some());
         // Frozen: kept in service at reduced weight instead.
-        let (_, mut frozen) = Facts::parse(&record(&[
-            "1",
-            "7",
-            "f",
-            "0",
-            "",
-            "healthy",
-            "3",
-            "fff",
-            "",
-            "0",
-            "",
-            "0",
-            "0",
-            "0",
-            "",
-            "0",
-            "",
-            "1 10 0 10 10",
-        ]))
-        .unwrap();
+        let (_, mut frozen) = Facts::parse(&failed(&fff, "1 10 0 10 10")).unwrap();
         let plan = decide(&frozen, &cfg, now, &mut rng).unwrap();
         assert!(matches!(plan.enter, Some((HealthState::Degraded, ref r)) if r.contains("frozen")));
         // An excused failure decides nothing.
@@ -517,7 +576,8 @@ mod tests {
         let now = Timestamp::from_millis(10_000_000);
         let mut rng = StdRng::seed_from_u64(1);
         let (n, facts) = Facts::parse(&record(&[
-            "", "3", "s", "0", "", "probing", "5", "", "", "0", "", "1", "0", "0", "", "0", "", "",
+            "", "3", "s", "0", "", "-", "0", "probing", "5", "", "0", "", "1", "0", "0", "", "0",
+            "", "", "",
         ]))
         .unwrap();
         assert_eq!(n, None);

@@ -16,17 +16,16 @@
 --   meta   hash: counters (seq, released, expired, …), `bound`, `offered`, `q`, `next_id`,
 --          per sub-pool 'offered@NAME', 'bound@NAME', 'members@NAME' (see `pool_of`),
 --          `layout` (see LAYOUT), `frozen` (P9: our side); per site 'w|SITE', 'd|SITE',
---          't|SITE', 'n|SITE' (see `site_fields`) and 'cool|SITE', the latest end of any
---          cooling for it, so acquires for a site without one skip the per-address check
+--          't|SITE', 'n|SITE', 'sid|SITE' (see `site_fields`) and 'cool|SITE', the latest end
+--          of any cooling for it, so acquires for a site without one skip the per-address
+--          check; `site_ids`, the last site number given
 --   url    hash id → full URL (kept after removal: broken sessions name their address)
 --   name   hash id → redacted URL
 --   byurl  hash full URL → id (present addresses only)
 --   state  hash id → health state (present addresses only; the index for scans)
 --   a:ID   hash of one address: s state, n open leases, k bound keys, t state since,
---          w outcome window (newest first, kept while it holds a failure or captcha), wt
---          the time of its newest outcome, ws lifetime successes when it last emptied (we:
---          when; or the address was added), su
---          failures since suspect (P4), lv backoff level,
+--          wb the time of its window's newest counted bad outcome (absent once the window is
+--          clean: see `WENTRY`), su failures since suspect (P4), lv backoff level,
 --          cy failed cycles, st success streak, qe quarantine entries, ss stable (healthy)
 --          since, rs ramp start (P10), p keyless step (its `pass` member is 'ID:p'),
 --          ver its version (moved by every transition: see `apply`),
@@ -35,12 +34,16 @@
 --          quality level (see `rate_level`), sl '1' while degraded for its latency,
 --          'cool|<site>' end of a rate limit's
 --          cooling or of an avoidance for that site ('-': tickets without a site),
---          'w|<site>' the pair's recent outcomes while one of them is a block or captcha
+--          'av|<site>' and 'avr|<site>' when the pair's avoidance ends by time alone and
+--          why (see `pair`), 'pb|<site>' the time of the pair's newest counted bad outcome
+--   w:ID, w:ID:SID  the outcome windows of an address and of its pair with site number SID
+--          (see `WENTRY`)
 --   c:ID   hash of one address's outcome counts per site: '<site>|<class>' → n ('-' for
 --          tickets without a site; '-|a' its abandoned leases), for the address × site matrix
 --          and the address's rates
 --   due    zset of deadlines: 'l<lease>:<id>' lease TTL (P14), 'b<key>' binding TTL (P2),
---          'q<id>' end of a quarantine wait (P6), 'r<id>' next ramp stage (P10). Redis 7.0
+--          'q<id>' end of a quarantine wait (P6), 'r<id>' next ramp stage (P10), 'v<id>|SITE'
+--          end of a pair's avoidance (P9). Redis 7.0
 --          has no per-field TTL.
 --   bind   hash key → id, then ' NAME' if bound through sub-pool NAME (P2)
 --   pass   zset 'id:step' → pass, of the addresses offered for keyless work and below the cap;
@@ -163,7 +166,10 @@ local function names_of(site)
   -- Bounded: site names come from callers.
   if site_names_n >= 10000 then site_names, site_names_n = {}, 0 end
   -- [6]: the outcome count fields, by class.
-  f = {'w|' .. site, 'd|' .. site, 't|' .. site, 'n|' .. site, 'cool|' .. site, {}}
+  f = {
+    'w|' .. site, 'd|' .. site, 't|' .. site, 'n|' .. site, 'cool|' .. site, {}, 'sid|' .. site,
+    'av|' .. site, 'pb|' .. site, 'avr|' .. site,
+  }
   site_names[site], site_names_n = f, site_names_n + 1
   return f
 end
@@ -256,15 +262,61 @@ local function step_text(H, s, k, level)
   return t
 end
 
+-- Outcome windows (P4, P9) as the memory store keeps them: an address's ('w:ID') and one per
+-- address × named site pair ('w:ID:SID'), each a string of one WENTRY per outcome, oldest
+-- first: the class letter ('s', 'f', 'c'; upper case once excused, P9), the site's number in
+-- 6 digits ('000000': no site) and the time in ms in 13. A push is one APPEND; a key holding
+-- twice the window is cut back to the window. The judge (`judging.rs`) and the weights read
+-- the last `window` entries younger than the maximum age, so entries age one by one.
+local WENTRY = 20
+local NO_SID = '000000'
+local EXCUSED = {s = 'S', f = 'F', c = 'C'}
+
+local function pad13(at)
+  local t = digits(at)
+  return string.rep('0', 13 - #t) .. t
+end
+
+local function window_key(K, id, sid)
+  if sid then return K.prefix .. 'w:' .. id .. ':' .. sid end
+  return K.prefix .. 'w:' .. id
+end
+
+local function push_entry(key, entry, H)
+  local len = redis.call('APPEND', key, entry)
+  local keep = H.window * WENTRY
+  if len > 2 * keep then redis.call('SET', key, redis.call('GETRANGE', key, -keep, -1)) end
+end
+
+local function entry_time(win, i)
+  return tonumber(string.sub(win, i * WENTRY + 8, i * WENTRY + WENTRY))
+end
+
+-- The entries of window `win` that count at `now`: the last `window`, younger than the
+-- maximum age (the first young one by bisection: entries are in time order).
+local function young(win, now, H)
+  if not win or win == '' then return '' end
+  local n = math.min(#win / WENTRY, H.window)
+  local tail = string.sub(win, -n * WENTRY)
+  local horizon = now - H.max_age
+  if entry_time(tail, 0) > horizon then return tail end
+  local lo, hi = 0, n
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if entry_time(tail, mid) > horizon then hi = mid else lo = mid + 1 end
+  end
+  return string.sub(tail, lo * WENTRY + 1)
+end
+
 -- Quality (P1) is success rate ÷ normalised latency, as `health::weight::quality`, in
 -- half-octave levels (-13 … 13; a level moves the step only when quality changes by a fifth
 -- or more): the latency's level as the releasing processes report it (`qlat`, see `ops`),
--- plus the success rate's, from the address's window when it has one (smoothed with two
--- virtual successes), in `ql`.
+-- plus the success rate's over every entry of the young window `win` (excused ones too, as
+-- memory's weights; smoothed with two virtual successes), in `ql`.
 local LN2 = 0.6931471805599453
 local function rate_level(win)
-  local _, successes = string.gsub(win, 's', '')
-  return math.floor(2 * math.log((successes + 2) / (#win + 2)) / LN2 + 0.5)
+  local _, successes = string.gsub(win, '[sS]', '')
+  return math.floor(2 * math.log((successes + 2) / (#win / WENTRY + 2)) / LN2 + 0.5)
 end
 
 local function member(id, step) return id .. ':' .. step end
@@ -669,16 +721,6 @@ local function least(B, P, lease_deadline)
   return 0, 0, 'none'
 end
 
--- The address's lifetime successes (every site), from its outcome counts.
-local function successes(K, id)
-  local cells = redis.call('HGETALL', K.prefix .. 'c:' .. id)
-  local n = 0
-  for i = 1, #cells, 2 do
-    if string.sub(cells[i], -2) == '|s' then n = n + tonumber(cells[i + 1]) end
-  end
-  return n
-end
-
 local function percent(x) return string.format('%.0f', x * 100) end
 
 -- What the quarantine gate (P7, P8, P9) reads for address `id` (sub-pools `sp`), as one text:
@@ -698,61 +740,75 @@ local function gate_facts(K, sp, H)
   return (m[3] == '1' and '1' or '0') .. ' ' .. total .. ' ' .. num(m[1]) .. ' ' .. offered .. ' ' .. members
 end
 
--- Keeps the outcome window of address `id` (state `s`, window `win`) for outcome `class`
--- ('s', 'f' or 'c'). The window (the last `window` outcomes) is kept only while it holds a
--- failure or a captcha: a clean record costs nothing. When a bad outcome starts a new
--- window, the successes since the last one emptied (`ws` lifetime successes then, at `we`)
--- are its older part — as many as fall in the maximum age if they were spread evenly since,
--- and at least the last `recent` of them. A window whose newest outcome (each one rewrites
--- it) is older than the maximum age is forgotten whole, with the record before it.
-local function push_window(K, id, class, s, win, now, H)
-  if s ~= 'healthy' and s ~= 'degraded' then return end
-  local a = addr(K, id)
-  local g = redis.call('HMGET', a, 'wt', 'ws', 'we')
-  local bad = class ~= 's'
-  -- The lifetime successes, read (an HGETALL) at most once per outcome.
-  local lifetime = nil
-  if win and now - num(g[1]) > H.max_age then
-    win = nil
-    redis.call('HDEL', a, 'w', 'wt')
-    -- This outcome, if a success, is already in the lifetime counts and is recent.
-    lifetime = successes(K, id)
-    g[2] = lifetime - (class == 's' and 1 or 0)
-    g[3] = now
-    redis.call('HSET', a, 'ws', g[2], 'we', now)
-  end
-  if win then
-    win = string.sub(class .. win, 1, H.window)
-  elseif bad then
-    lifetime = lifetime or successes(K, id)
-    local since, span = lifetime - num(g[2]), now - num(g[3])
-    -- Spread evenly, but the newest few are taken as recent: they came last.
-    if span > H.max_age then
-      since = math.max(math.floor(since * H.max_age / span), math.min(since, H.recent))
-    end
-    win = class .. string.rep('s', math.min(H.window - 1, since))
-  end
-  if win then
-    if string.find(win, '[fc]') then
-      redis.call('HSET', a, 'w', win, 'wt', now)
-    else
-      redis.call('HDEL', a, 'w', 'wt')
-      redis.call('HSET', a, 'ws', (lifetime or successes(K, id)) - #win, 'we', now)
-    end
-  end
-end
-
 -- What the judge (`judge.rs`, through `store/redis/judging.rs`) needs of address `id` after an
--- outcome of `class`: its version and standing, its window, and for a bad outcome the gate's
--- facts. Appended to `out` after `head` (who asks, the outcome); nothing if it is gone.
-local FACT_FIELDS = {'s', 'ver', 'w', 'su', 't', 'rs', 'qe', 'lv', 'cy', 'ss', 'st', 'sl', 'sp'}
-local function facts(K, id, gate, H, head)
+-- outcome: its version and standing, its young window, for a bad outcome the gate's facts,
+-- and the young windows of its pairs — the outcome's (`sid`), and when the address's fall is
+-- judged (`all_pairs`) those of every named site counted in its window (P9: a pair that
+-- alone looks bad is left out). Appended to `out` after `head` (who asks, the outcome);
+-- nothing if it is gone.
+local FACT_FIELDS = {'s', 'ver', 'su', 't', 'rs', 'qe', 'lv', 'cy', 'ss', 'st', 'sl', 'sp'}
+local function facts(K, id, gate, H, head, now, sid, all_pairs)
   local f = redis.call('HMGET', addr(K, id), unpack(FACT_FIELDS))
   if not f[1] then return nil end
   local out = head
-  for k = 1, 12 do out[#out + 1] = f[k] or '' end
-  out[#out + 1] = gate and gate_facts(K, f[13], H) or ''
+  for k = 1, 11 do out[#out + 1] = f[k] or '' end
+  local win = young(redis.call('GET', window_key(K, id)), now, H)
+  out[#out + 1] = win
+  out[#out + 1] = gate and gate_facts(K, f[12], H) or ''
+  local sids, seen = {}, {[NO_SID] = true}
+  if sid and sid ~= NO_SID then sids[1], seen[sid] = sid, true end
+  if all_pairs then
+    for s in string.gmatch(win, '[sfc](%d%d%d%d%d%d)') do
+      if not seen[s] then sids[#sids + 1], seen[s] = s, true end
+    end
+  end
+  local pairs_out = {}
+  if #sids > 0 then
+    local keys = {}
+    for i, s in ipairs(sids) do keys[i] = window_key(K, id, s) end
+    local wins = redis.call('MGET', unpack(keys))
+    for i, s in ipairs(sids) do
+      pairs_out[#pairs_out + 1] = s
+      pairs_out[#pairs_out + 1] = young(wins[i] or '', now, H)
+    end
+  end
+  out[#out + 1] = pairs_out
   return out
+end
+
+-- P9: the outcomes of site number `sid` at or after `from` in window `key` (all of them for
+-- a pair's window, `sid` nil) say nothing about the address: excused (upper case).
+local function excuse_window(key, sid, from)
+  local w = redis.call('GET', key)
+  if not w then return end
+  local n, parts, changed = #w / WENTRY, {}, false
+  for i = 0, n - 1 do
+    local e = string.sub(w, i * WENTRY + 1, i * WENTRY + WENTRY)
+    local up = EXCUSED[string.sub(e, 1, 1)]
+    if up and entry_time(w, i) >= from and (not sid or string.sub(e, 2, 7) == sid) then
+      e, changed = up .. string.sub(e, 2), true
+    end
+    parts[i + 1] = e
+  end
+  if changed then redis.call('SET', key, table.concat(parts)) end
+end
+
+-- A pair in the decision log: '@pair ADDRESS SITE'.
+local function pair_subject(K, id, site)
+  return '@pair ' .. (redis.call('HGET', K.name, id) or id) .. ' ' .. site
+end
+
+-- The avoidance of pair `rest` ('ID|SITE') is over by time alone, as judged when it began
+-- (`judge::pair_cleared_at`): forgiven at `at`, with the reason judged then.
+local function pair_aged(K, rest, at)
+  local id, site = string.match(rest, '^(%d+)|(.*)$')
+  if not id then return end
+  local names, a = names_of(site), addr(K, id)
+  local f = redis.call('HMGET', a, names[8], names[10])
+  if f[1] and tonumber(f[1]) <= at then
+    redis.call('HDEL', a, names[8], names[10])
+    decide(K, at, pair_subject(K, id, site), 'avoided', 'ok', f[2] or '')
+  end
 end
 
 local function sweep(K, now, now_text, cap, H)
@@ -770,6 +826,9 @@ local function sweep(K, now, now_text, cap, H)
     elseif kind == 'r' then
       redis.call('ZREM', K.due, m)
       ramp_on(K, rest, now, H)
+    elseif kind == 'v' then
+      redis.call('ZREM', K.due, m)
+      pair_aged(K, rest, at)
     else
       redis.call('ZREM', K.due, m)
       -- Dated when the wait ended, not when a call noticed: the dwell counts from there.
@@ -784,7 +843,7 @@ end
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '6'
+local LAYOUT = '7'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -982,28 +1041,6 @@ local function cool(K, id, site, until_ms)
   end
 end
 
--- The address × site pair (P9): blocks and captchas from one site are that pair's problem,
--- not the address's. When the pair's last `recent` outcomes hold `recent_failures` of them,
--- the address is kept away from the site (passed over there, bound sessions told to wait) for
--- the backoff base; its health elsewhere is untouched. The window is kept only while it holds
--- a block or captcha, and read with the address's own in one HMGET.
-local function judge_pair(K, id, site, class, win, now, H)
-  local a = addr(K, id)
-  win = string.sub(class .. (win or ''), 1, H.recent)
-  local _, bad = string.gsub(win, '[bc]', '')
-  if bad == 0 then
-    redis.call('HDEL', a, 'w|' .. site)
-  elseif bad >= H.recent_failures then
-    redis.call('HDEL', a, 'w|' .. site)
-    cool(K, id, site, tostring(now + H.base))
-    decide(K, now, redis.call('HGET', K.name, id) or id, 'ok', 'avoided',
-      'on site ' .. site .. ': ' .. bad .. ' blocks or captchas in the last ' .. #win ..
-      ' outcomes; kept away from it for ' .. math.floor(H.base / 1000) .. ' s')
-  else
-    redis.call('HSET', a, 'w|' .. site, win)
-  end
-end
-
 -- P9, the judgement of sites. Each site ('-' for tickets without one) keeps, in `meta`, a
 -- window of its last `site_window` outcomes over all addresses ('w|SITE': newest first, one
 -- ENTRY per outcome: its class letter, the address id padded to 9 digits and its time in ms
@@ -1030,21 +1067,32 @@ local function site_fields(args, from, to, step, fields)
       order[#order + 1] = site
       local f = names_of(site)
       fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = f[1], f[2], f[3], f[4]
+      fields[#fields + 1] = f[7]
     end
   end
   return order
 end
 
 -- The sites' state from the values of their fields in `got`, from index `at`. (An absent
--- field reads as false.)
-local function sites_from(order, got, at, now, H)
+-- field reads as false.) A named site gets its number (`sid`, for the outcome windows) on
+-- first sight.
+local function sites_from(K, order, got, at, now, H)
   local S = {}
   for _, site in ipairs(order) do
     local st = {
       name = site, win = got[at] or nil, deg = got[at + 1] or nil, seen = num(got[at + 2]),
-      n = num(got[at + 3]), pending = nil, judged = 0, changed = false,
+      n = num(got[at + 3]), pending = nil, judged = 0, changed = false, sid = got[at + 4] or nil,
     }
-    at = at + 4
+    at = at + 5
+    if site == '-' then
+      st.sid = NO_SID
+    elseif not st.sid then
+      local n = redis.call('HINCRBY', K.meta, 'site_ids', '1')
+      if n > 999999 then error({err = 'ERR the pool ' .. K.prefix .. '* has used up its site numbers'}) end
+      local t = digits(n)
+      st.sid = string.rep('0', 6 - #t) .. t
+      redis.call('HSET', K.meta, names_of(site)[7], st.sid)
+    end
     if now - st.seen > H.max_age then
       st.n = 0
       if st.win then st.win, st.changed = nil, true end
@@ -1108,8 +1156,9 @@ end
 -- Why the site should be judged degraded, if it should: over its whole window or its newest
 -- `site_recent` outcomes, the success or captcha rate crosses the thresholds an address is
 -- judged by and the bad outcomes are spread over most of the addresses seen there (as
--- `Site::verdict` in the memory store). The rates are counted first (ids are digits, so
--- letters are classes); the entries are walked only when one is bad.
+-- `Site::verdict` in the memory store), and since when: the oldest bad outcome of the stretch
+-- that convicts it. The rates are counted first (ids are digits, so letters are classes); the
+-- entries are walked only when one is bad.
 local function site_verdict(win, H)
   local total = #win / ENTRY
   local recent = math.min(total, H.site_recent)
@@ -1126,12 +1175,18 @@ local function site_verdict(win, H)
     local k, id = string.byte(win, at + 1), string.sub(win, at + 2, at + 10)
     tally(W, k, id)
     if i < recent then tally(R, k, id) end
+    -- Newest first: the last bad one seen is the oldest.
+    if k ~= S_BYTE then
+      W.from = entry_at(win, i)
+      if i < recent then R.from = W.from end
+    end
   end
   for _, T in ipairs({W, R}) do
     if rates_bad(T.n, T.s, T.c, H) and T.distinct >= H.site_min_addresses
       and T.bad / T.distinct > H.site_spread then
       return 'success ' .. percent(T.s / T.n) .. '%, captcha ' .. percent(T.c / T.n) ..
-        '% over the last ' .. T.n .. ' outcomes; ' .. T.bad .. ' of ' .. T.distinct .. ' addresses affected'
+        '% over the last ' .. T.n .. ' outcomes; ' .. T.bad .. ' of ' .. T.distinct .. ' addresses affected',
+        T.from or 0
     end
   end
   return nil
@@ -1171,14 +1226,32 @@ local function judge_our_side(K, now, H, S)
   end
 end
 
+-- P9: the outcomes at site `st` since `from` (the stretch that convicted it) say nothing
+-- about the addresses: excused in the address and pair windows of the addresses that had
+-- them (every such outcome is still in the site window).
+local function excuse(K, st, from)
+  local win, ids = st.win, {}
+  for i = 0, #win / ENTRY - 1 do
+    if entry_at(win, i) < from then break end
+    ids[tonumber(string.sub(win, i * ENTRY + 2, i * ENTRY + 10))] = true
+  end
+  for id in pairs(ids) do
+    local t = digits(id)
+    excuse_window(window_key(K, t), st.sid, from)
+    if st.sid ~= NO_SID then excuse_window(window_key(K, t, st.sid), nil, from) end
+  end
+end
+
 -- Judges site `st` now: degraded on a verdict; back to ok when it has none and the dwell
 -- has passed.
 local function judge_site(K, st, now, H, S)
   materialize(st, now, H)
-  local reason = st.win and st.win ~= '' and site_verdict(st.win, H)
+  local reason, from = nil, nil
+  if st.win and st.win ~= '' then reason, from = site_verdict(st.win, H) end
   local subject = '@site ' .. st.name
   if not st.deg and reason then
     st.deg = tostring(now)
+    excuse(K, st, from)
     redis.call('HSET', K.meta, names_of(st.name)[2], st.deg)
     decide(K, now, subject, 'ok', 'degraded', reason .. ': failures there are not held against addresses')
     judge_our_side(K, now, H, S)
@@ -1241,6 +1314,7 @@ end
 -- outcome is judged are counted (`released`, one HINCRBY per batch), a late one of an expired
 -- lease too, as in memory. `S`, the batch's sites (see `sites_from`).
 local function release_part(K, now, cap, H, got, S, args, from, to, judged)
+  local now13 = pad13(now)
   local leases, count = {}, 0
   for i = from, to, 6 do
     count = count + 1
@@ -1266,12 +1340,13 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 3]
       local names = names_of(site)
-      -- The pair's window (6) only for a named site: tickets without one have none.
-      local f
+      -- The pair's avoidance and newest bad outcome (6, 7) only for a named site: tickets
+      -- without one have no pair.
+      local a, f = addr(K, id), nil
       if site == '-' then
-        f = redis.call('HMGET', addr(K, id), 's', 'w', 'p', 'sp', 'su')
+        f = redis.call('HMGET', a, 's', 'wb', 'p', 'sp', 'su')
       else
-        f = redis.call('HMGET', addr(K, id), 's', 'w', 'p', 'sp', 'su', names[1])
+        f = redis.call('HMGET', a, 's', 'wb', 'p', 'sp', 'su', names[8], names[9])
       end
       if scores[j] then freed(K, id, f[1], f[3], f[4], cap, H) end
       if class == 'a' then
@@ -1295,37 +1370,49 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
         -- `slow`: '2' its tail jumped, '1' not, '' unknown (see `ops`).
         local q, latency, slow, moved = nil, nil, '', class ~= 's'
         if hint then
-          q = redis.call('HMGET', addr(K, id), 'qlat', 'ql')
+          q = redis.call('HMGET', a, 'qlat', 'ql')
           local flag = hint % 4
           latency = (hint - flag) / 4
           if latency ~= num(q[1]) then moved = true end
           if flag > 0 then slow = tostring(flag) end
         end
-        -- At a degraded site, outcomes say nothing about the address (P9).
-        local excused = class ~= 'r' and observe(K, S, site, id, class == 'b' and 'f' or class, now, H)
-        if not excused and site ~= '-' and (f[6] or class == 'b' or class == 'c') then
-          judge_pair(K, id, site, class, f[6], now, H)
-        end
-        -- A block or captcha from a named site is that site's judgement of the pair (above).
-        if site ~= '-' and (class == 'b' or class == 'c') then class = 'n' end
-        if class == 's' or class == 'f' or class == 'c' then
-          if not excused then push_window(K, id, class, f[1], f[2], now, H) end
-          -- The judge is asked about every outcome but a success of a healthy address with a
-          -- clean record (the common case: no news).
-          if not (class == 's' and f[1] == 'healthy' and not f[2] and not f[5] and slow ~= '2') then
-            judged[#judged + 1] = facts(K, id, not excused and class ~= 's', H,
-              {tostring(j), id, class, excused and '1' or '0', slow})
+        -- A block is a failure in the windows (the counts keep it apart).
+        local k = class == 'b' and 'f' or class
+        if k ~= 'r' then
+          local st = S[site]
+          -- At a degraded site, outcomes say nothing about the address (P9).
+          local excused = observe(K, S, site, id, k, now, H)
+          local entry = (excused and EXCUSED[k] or k) .. st.sid .. now13
+          local bad = k ~= 's' and not excused
+          push_entry(window_key(K, id), entry, H)
+          if site ~= '-' then push_entry(window_key(K, id, st.sid), entry, H) end
+          if bad and site ~= '-' then
+            redis.call('HSET', a, 'wb', now13, names[9], now13)
+          elseif bad then
+            redis.call('HSET', a, 'wb', now13)
+          end
+          -- The judge is asked about every outcome but a success of a healthy address that
+          -- is not suspect, at a pair neither avoided nor recently bad (the common case: no
+          -- news for the address, whose signals only a bad outcome raises, nor for the pair).
+          local pair_news = site ~= '-' and (k ~= 's' or f[6] or (f[7] and now - tonumber(f[7]) <= H.max_age))
+          if pair_news or not (k == 's' and f[1] == 'healthy' and not f[5] and slow ~= '2') then
+            judged[#judged + 1] = facts(K, id, bad, H,
+              {tostring(j), id, k, excused and '1' or '0', slow, site, f[6] and '1' or '0'},
+              now, st.sid, bad or f[5] ~= nil)
           end
         end
-        -- Its weight follows its quality (P1): its latency's level and, while it has a window,
-        -- the success rate's, from the window the outcome left. Only a latency level that
-        -- moved, or an outcome that found a window or may have made one, can have changed it.
+        -- Its weight follows its quality (P1): its latency's level and, while its window
+        -- holds a bad outcome, the success rate's, from the window the outcome left. Only a
+        -- latency level that moved, or an outcome that found such a window or may have made
+        -- one, can have changed it.
         if moved or f[2] then
-          q = q or redis.call('HMGET', addr(K, id), 'qlat', 'ql')
+          q = q or redis.call('HMGET', a, 'qlat', 'ql')
           latency = latency or num(q[1])
           local level = latency
-          local win = redis.call('HGET', addr(K, id), 'w')
-          if win then level = level + rate_level(win) end
+          local win = young(redis.call('GET', window_key(K, id)), now, H)
+          if win ~= '' then level = level + rate_level(win) end
+          -- Clean again: back to the common case.
+          if f[2] and not string.find(win, '[fc]') then redis.call('HDEL', a, 'wb') end
           level = math.min(math.max(level, -13), 13)
           if level ~= num(q[2]) or latency ~= num(q[1]) then requalify(K, id, level, latency, now, H) end
         end
@@ -1371,7 +1458,7 @@ local function ops(keys, args)
   cooled_in_call = false
   local judged = {}
   if releases > 0 then
-    local S = sites_from(order, got, 5, now, H)
+    local S = sites_from(K, order, got, 5, now, H)
     release_part(K, now, cap, H, got, S, args, 9, last_release, judged)
     end_sites(K, S, now, H)
   end
@@ -1400,17 +1487,19 @@ local function probe(keys, args)
   local K, now, _, _, H, got = open(keys, args, fields)
   local id = redis.call('HGET', K.byurl, args[5])
   if not id then return 0 end
-  local f = redis.call('HMGET', addr(K, id), 's', 'w')
-  local s, passed, excused = f[1], args[6] == '1', false
+  local s, passed, excused = redis.call('HGET', addr(K, id), 's'), args[6] == '1', false
   if passed and s ~= 'probing' and s ~= 'dead' then return 1 end
   if not passed and (s == 'healthy' or s == 'degraded') then
-    local S = sites_from(order, got, 3, now, H)
+    local S = sites_from(K, order, got, 3, now, H)
     excused = observe(K, S, '-', id, 'f', now, H)
-    if not excused then push_window(K, id, 'f', s, f[2], now, H) end
+    local now13 = pad13(now)
+    push_entry(window_key(K, id), (excused and 'F' or 'f') .. NO_SID .. now13, H)
+    if not excused then redis.call('HSET', addr(K, id), 'wb', now13) end
     end_sites(K, S, now, H)
   end
   local class = passed and 's' or 'f'
-  return facts(K, id, not passed and not excused, H, {'', id, class, excused and '1' or '0', ''}) or 0
+  local bad = not passed and not excused
+  return facts(K, id, bad, H, {'', id, class, excused and '1' or '0', '', '-', '0'}, now, nil, bad) or 0
 end
 
 -- Adds ring points `args[from..]` of address `id` to `ring`, or removes them; in chunks:
@@ -1460,7 +1549,7 @@ local function add(keys, args)
   local id = redis.call('HINCRBY', K.meta, 'next_id', '1')
   redis.call('HSET', K.url, id, url)
   redis.call('HSET', K.name, id, args[6])
-  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[7], 'v', #args - 9, 'we', now)
+  redis.call('HSET', addr(K, id), 'n', '0', 'k', '0', 'fp', args[7], 'v', #args - 9)
   local sp = args[9] ~= '' and args[9] or nil
   if sp then redis.call('HSET', addr(K, id), 'sp', sp) end
   for i, P in ipairs(pools_in(K, sp)) do
@@ -1532,6 +1621,16 @@ local function keep_cap(K, now, cap, H)
   end
 end
 
+-- The named sites in an address's outcome counts (an HGETALL of 'c:ID'), once each.
+local function sites_counted(cells)
+  local out, seen = {}, {['-'] = true}
+  for i = 1, #cells, 2 do
+    local name = string.match(cells[i], '^(.*)|[^|]*$')
+    if name and not seen[name] then out[#out + 1], seen[name] = name, true end
+  end
+  return out
+end
+
 -- remove: ARGV[5] url. The url and name stay: bindings to it report a broken session with its
 -- address. Replies 0 if unknown.
 local function remove(keys, args)
@@ -1549,7 +1648,13 @@ local function remove(keys, args)
   end
   redis.call('HDEL', K.byurl, args[5])
   redis.call('HDEL', K.state, id)
-  redis.call('DEL', a, K.prefix .. 'c:' .. id)
+  -- Its windows: the address's, and its pairs' (their sites' numbers from its counts).
+  local windows = {window_key(K, id)}
+  for _, name in ipairs(sites_counted(redis.call('HGETALL', K.prefix .. 'c:' .. id))) do
+    local sid = redis.call('HGET', K.meta, names_of(name)[7])
+    if sid then windows[#windows + 1] = window_key(K, id, sid) end
+  end
+  redis.call('DEL', a, K.prefix .. 'c:' .. id, unpack(windows))
   redis.call('ZREM', K.due, 'q' .. id)
   for _, P in ipairs(in_pools) do keep_minimum(K, P, now, cap, H) end
   keep_cap(K, now, cap, H)
@@ -1564,15 +1669,27 @@ end
 
 -- snapshot: everything the client needs to build a Snapshot, in one round trip: the state
 -- index, URLs, names, each present address's hash and outcome counts (in the index's order),
--- quarantine deadlines, meta (with the sites' judgement), the number of bindings and the
--- newest 200 transitions.
+-- quarantine deadlines, meta (with the sites' judgement), the number of bindings, the
+-- newest 200 transitions and each present address's windows (its own, then its pairs').
 local function snapshot(keys, args)
   local K = open(keys, args)
   local states = redis.call('HGETALL', K.state)
-  local rows, cells, until_ms = {}, {}, {}
+  local rows, cells, until_ms, windows = {}, {}, {}, {}
   for i = 1, #states, 2 do
-    rows[#rows + 1] = redis.call('HGETALL', addr(K, states[i]))
-    cells[#cells + 1] = redis.call('HGETALL', K.prefix .. 'c:' .. states[i])
+    local id = states[i]
+    rows[#rows + 1] = redis.call('HGETALL', addr(K, id))
+    local c = redis.call('HGETALL', K.prefix .. 'c:' .. id)
+    cells[#cells + 1] = c
+    -- Its window, then site name and window per pair.
+    local w = {redis.call('GET', window_key(K, id)) or ''}
+    for _, name in ipairs(sites_counted(c)) do
+      local sid = redis.call('HGET', K.meta, names_of(name)[7])
+      if sid then
+        w[#w + 1] = name
+        w[#w + 1] = redis.call('GET', window_key(K, id, sid)) or ''
+      end
+    end
+    windows[#windows + 1] = w
     if states[i + 1] == 'quarantined' then
       until_ms[#until_ms + 1] = states[i]
       until_ms[#until_ms + 1] = redis.call('ZSCORE', K.due, 'q' .. states[i])
@@ -1580,7 +1697,8 @@ local function snapshot(keys, args)
   end
   return {
     states, redis.call('HGETALL', K.url), redis.call('HGETALL', K.name), rows, cells, until_ms,
-    redis.call('HGETALL', K.meta), redis.call('HLEN', K.bind), redis.call('LRANGE', K.log, 0, 199)
+    redis.call('HGETALL', K.meta), redis.call('HLEN', K.bind), redis.call('LRANGE', K.log, 0, 199),
+    windows,
   }
 end
 
@@ -1641,8 +1759,8 @@ end
 -- facts: ARGV[5] address id, [6] '1' to include the gate's. The judge's facts again, after
 -- `apply` refused a decision taken on older ones (see `facts`); 0 if the address is gone.
 local function refacts(keys, args)
-  local K, _, _, _, H = open(keys, args)
-  return facts(K, args[5], args[6] == '1', H, {}) or 0
+  local K, now, _, _, H = open(keys, args)
+  return facts(K, args[5], args[6] == '1', H, {}, now, nil, true) or 0
 end
 
 -- The fields of an address a decided transition may write (see `apply`).
@@ -1676,6 +1794,34 @@ local function apply(keys, args)
   return 1
 end
 
+-- pair: the judge's decision on an address × site pair (P9, `judge::judge_pair`). ARGV[5]
+-- address id, [6] site, [7] '1' if decided on an avoided pair, [8] '1' to avoid it, '0' to
+-- forgive it, [9] the reason; to avoid, [10] when it is forgiven by time alone and [11] the
+-- reason then (`judge::pair_cleared_at`): until then it cools for the site (passed over
+-- there, bound sessions told to wait). Refused (0) when the pair's avoidance moved
+-- meanwhile; -1 if the address is gone, 1 once applied.
+local function pair(keys, args)
+  local K, now = open(keys, args)
+  local id, site = args[5], args[6]
+  local names, a = names_of(site), addr(K, id)
+  local f = redis.call('HMGET', a, 's', names[8])
+  if not f[1] then return -1 end
+  if (f[2] and '1' or '0') ~= args[7] then return 0 end
+  local due = 'v' .. id .. '|' .. site
+  if args[8] == '1' then
+    redis.call('HSET', a, names[8], args[10], names[10], args[11])
+    redis.call('ZADD', K.due, args[10], due)
+    cool(K, id, site, args[10])
+    decide(K, now, pair_subject(K, id, site), 'ok', 'avoided', args[9])
+  else
+    redis.call('HDEL', a, names[8], names[10])
+    redis.call('ZREM', K.due, due)
+    decide(K, now, pair_subject(K, id, site), 'avoided', 'ok', args[9])
+  end
+  return 1
+end
+
+redis.register_function('__LIB___pair', pair)
 redis.register_function('__LIB___ops', ops)
 redis.register_function('__LIB___facts', refacts)
 redis.register_function('__LIB___apply', apply)

@@ -5,15 +5,19 @@ use std::collections::{BTreeMap, HashMap};
 use redis::Value;
 
 use super::encoding::{log_entry, text};
+use super::judging::window_of;
 
 use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
-use crate::config::PoolConfig;
+use crate::config::{HealthConfig, PoolConfig};
 use crate::decision::{Decision, Subject};
+use crate::health::signals;
+use crate::health::window::{Tally, Window};
 use crate::health::{HealthState, ramp};
 use crate::snapshot::{
     AddressSnapshot, CellSnapshot, PoolCounts, SiteSnapshot, Snapshot, SnapshotParts, Totals,
 };
+use crate::state::sites::NO_SITE;
 use crate::strategy::consistent_hash::fingerprint;
 
 /// The shared state as the snapshot function returns it.
@@ -101,6 +105,21 @@ fn counts_by_site(v: &Value) -> BTreeMap<String, Counts> {
     out
 }
 
+/// An address's windows as the snapshot function returns them: its own, then site name and
+/// window per pair.
+fn windows_of(v: &Value, cfg: &HealthConfig) -> Option<(Window, Vec<(String, Window)>)> {
+    let Value::Array(items) = v else { return None };
+    let (own, pairs) = items.split_first()?;
+    let pairs = pairs
+        .chunks(2)
+        .map(|p| match p {
+            [name, w] => Some((text(name)?, window_of(&text(w)?, cfg)?)),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    Some((window_of(&text(own)?, cfg)?, pairs))
+}
+
 pub(super) fn state_of(s: &str) -> Option<HealthState> {
     HealthState::ALL.into_iter().find(|h| h.as_str() == s)
 }
@@ -133,11 +152,12 @@ impl SharedView {
             meta,
             bindings,
             log,
+            windows_in,
         ] = parts.as_slice()
         else {
             return None;
         };
-        let Value::Array(cells_in) = cells_in else {
+        let (Value::Array(cells_in), Value::Array(windows_in)) = (cells_in, windows_in) else {
             return None;
         };
         let (url, name, qexp, meta) = (map(url), map(name), map(qexp), map(meta));
@@ -154,11 +174,18 @@ impl SharedView {
         // `rows_in` holds each address's hash in the order of the state index's pairs.
         let mut matrix = Vec::new();
         let mut sites: BTreeMap<String, (Counts, usize, usize)> = BTreeMap::new();
-        for ((pair, a), cells) in state.chunks(2).zip(rows_in).zip(cells_in) {
+        let hc = &cfg.health;
+        for (((pair, a), cells), windows) in
+            state.chunks(2).zip(rows_in).zip(cells_in).zip(windows_in)
+        {
             let (Some(id), Some(st)) = (text(&pair[0]), pair.get(1).and_then(text)) else {
                 continue;
             };
             let Some(st) = state_of(&st) else { continue };
+            let Some((window, pairs)) = windows_of(windows, hc) else {
+                continue;
+            };
+            let all_window = window.tallies(now).0;
             let Some(full) = url.get(&id).and_then(|u| ProxyAddress::parse(u).ok()) else {
                 continue;
             };
@@ -189,13 +216,22 @@ impl SharedView {
                 seen.0.add(c);
                 seen.1 += 1;
                 seen.2 += usize::from(c.f + c.b + c.c > 0);
+                // The pair's window, as memory's `Cell`; the site-less column is the address
+                // window's untagged part.
+                let pair = pairs.iter().find(|(name, _)| *name == site).map(|p| &p.1);
+                let t = match pair {
+                    Some(w) => w.tallies(now).0,
+                    None if site == super::NO_SITE => window.site_tally(NO_SITE, now),
+                    None => Tally::default(),
+                };
+                let avoided = pair.is_some_and(|w| signals::fall(w, hc, now, &[]).is_some());
                 matrix.push(CellSnapshot {
                     address: redacted.clone(),
                     site,
-                    window_samples: c.judged() as usize,
-                    success_rate: c.rate(c.s),
-                    captcha_rate: c.rate(c.c),
-                    avoided: false,
+                    window_samples: t.n as usize,
+                    success_rate: t.rate(t.successes),
+                    captcha_rate: t.rate(t.captchas),
+                    avoided,
                     cooling_until_ms,
                     // Abandons are the address's, not a pair's.
                     totals: Totals {
@@ -229,9 +265,9 @@ impl SharedView {
                 ramp_share,
                 active_leases: u32::try_from(n(&a, "n")).unwrap_or(u32::MAX),
                 bound_keys: n(&a, "k"),
-                window_samples: all.judged() as usize,
-                success_rate: all.rate(all.s),
-                captcha_rate: all.rate(all.c),
+                window_samples: all_window.n as usize,
+                success_rate: all_window.rate(all_window.successes),
+                captcha_rate: all_window.rate(all_window.captchas),
                 latency_p50_ms: None,
                 latency_p95_ms: None,
                 quarantined_until_ms: qexp
