@@ -592,7 +592,9 @@ local function end_batch(B)
   if unused > 0 then redis.call('HINCRBY', B.K.meta, 'seq', tostring(-unused)) end
 end
 
--- Whether `id` cools for the current acquire's site (read once per batch and site).
+-- Whether `id` cools for the current acquire's site, or is avoided there (P9: keyless work
+-- passes it over; bound and new sessions do not, as in memory, where it only weighs least
+-- there). Read once per batch and site.
 local function cools(B, id)
   if not B.site_cools then return false end
   local memo = B.cool_memo[B.site]
@@ -602,7 +604,9 @@ local function cools(B, id)
   end
   local c = memo[id]
   if c == nil then
-    c = num(redis.call('HGET', addr(B.K, id), names_of(B.site)[5])) > B.now
+    local names = names_of(B.site)
+    local f = redis.call('HMGET', addr(B.K, id), names[5], names[8])
+    c = num(f[1]) > B.now or num(f[2]) > B.now
     memo[id] = c
   end
   return c
@@ -1797,9 +1801,9 @@ end
 -- pair: the judge's decision on an address × site pair (P9, `judge::judge_pair`). ARGV[5]
 -- address id, [6] site, [7] '1' if decided on an avoided pair, [8] '1' to avoid it, '0' to
 -- forgive it, [9] the reason; to avoid, [10] when it is forgiven by time alone and [11] the
--- reason then (`judge::pair_cleared_at`): until then it cools for the site (passed over
--- there, bound sessions told to wait). Refused (0) when the pair's avoidance moved
--- meanwhile; -1 if the address is gone, 1 once applied.
+-- reason then (`judge::pair_cleared_at`): until then keyless work there passes it over (see
+-- `cools`; the site's latest cooling end rises with it, so acquires there look). Refused (0)
+-- when the pair's avoidance moved meanwhile; -1 if the address is gone, 1 once applied.
 local function pair(keys, args)
   local K, now = open(keys, args)
   local id, site = args[5], args[6]
@@ -1811,7 +1815,9 @@ local function pair(keys, args)
   if args[8] == '1' then
     redis.call('HSET', a, names[8], args[10], names[10], args[11])
     redis.call('ZADD', K.due, args[10], due)
-    cool(K, id, site, args[10])
+    if tonumber(args[10]) > num(redis.call('HGET', K.meta, names[5])) then
+      redis.call('HSET', K.meta, names[5], args[10])
+    end
     decide(K, now, pair_subject(K, id, site), 'ok', 'avoided', args[9])
   else
     redis.call('HDEL', a, names[8], names[10])
