@@ -1440,7 +1440,8 @@ end
 -- pool: the keyless strategy's letter (see acquire_one) and the sub-pool's name (none for
 -- the whole pool). Replies three elements per acquire (see acquire_one), then the facts the
 -- judge needs of the releases that are news (see `facts`; each led by the release's number,
--- its address id, class, '1' if excused and its latency flag), `more` and the pool's epoch.
+-- its address id, class, '1' if excused, its latency flag, its site and '1' if that pair was
+-- avoided), `more` and the pool's epoch.
 local function ops(keys, args)
   local releases = tonumber(args[8]) or 0
   local last_release = 8 + releases * 6
