@@ -381,6 +381,49 @@ mod tests {
     }
 
     #[test]
+    fn p9_an_avoided_pair_is_forgiven_when_its_window_clears_by_aging() {
+        let cfg = HealthConfig::default();
+        let at = |s: u64| Timestamp::from_millis(1_000_000 + s * 1000);
+        let mut w = Window::new(cfg.window, cfg.window_max_age, false);
+        let push = |w: &mut Window, s: u64, class: Class| {
+            w.push(crate::health::window::Entry {
+                at: at(s),
+                site: 1,
+                latency_ms: 0,
+                class,
+                excused: false,
+            });
+        };
+        let mut same = w.clone();
+        for s in 0..3 {
+            push(&mut w, s, Class::Failure);
+            push(&mut same, 0, Class::Failure);
+        }
+        assert!(matches!(
+            judge_pair(&w, false, &cfg, at(2)),
+            Some(PairChange::Avoid(ref r)) if r.ends_with("on this site")
+        ));
+        assert_eq!(judge_pair(&w, true, &cfg, at(2)), None);
+        // Judged again as each ages out: two failures left signal nothing.
+        assert_eq!(
+            pair_cleared_at(&w, &cfg, at(2)),
+            (at(600), "signals cleared")
+        );
+        // All at once: forgiven when they age out together.
+        assert_eq!(
+            pair_cleared_at(&same, &cfg, at(0)),
+            (at(600), "its outcomes there aged out")
+        );
+        // A later success keeps 3 of the newest 5 failures: still avoided until then.
+        push(&mut w, 300, Class::Success);
+        assert_eq!(judge_pair(&w, true, &cfg, at(300)), None);
+        assert_eq!(
+            pair_cleared_at(&w, &cfg, at(300)),
+            (at(600), "signals cleared")
+        );
+    }
+
+    #[test]
     fn a_fall_passes_the_gate_or_degrades_and_dies_after_its_cycles() {
         let cfg = PoolConfig::default();
         let mut rng = StdRng::seed_from_u64(1);
