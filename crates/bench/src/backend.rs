@@ -133,6 +133,14 @@ impl Backend {
         }
     }
 
+    /// Issue 18's bar for durable creates per second (64 clients) on this state.
+    pub(crate) fn creates_bar(&self) -> f64 {
+        match self {
+            Self::Embedded { .. } => 15_000.0,
+            Self::Scaleout { .. } => 6_000.0,
+        }
+    }
+
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Self::Embedded { .. } => "embedded (SQLite)",

@@ -190,6 +190,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         replicas: replicated.clone(),
         max_body_bytes: config.http.max_body_bytes,
         token_uses: Default::default(),
+        tokens: Default::default(),
     });
     let (stop_stream, stream_stopped) = watch::channel(false);
     let mut background = Vec::new();

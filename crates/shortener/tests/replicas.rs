@@ -9,7 +9,8 @@ mod common;
 use common::load::{Load, since};
 use common::pg::migrated_on;
 use common::{
-    Shortener, analytics, client, create, eventually, metric, one_line_failure, run, token_in,
+    NOTICED_WITHIN, Shortener, analytics, client, create, eventually, metric, one_line_failure,
+    run, token_in, token_with_id,
 };
 use reqwest::StatusCode;
 use serde_json::json;
@@ -266,4 +267,70 @@ fn a_replica_needs_a_primary_and_a_postgres_url() {
         &[],
     ));
     assert!(line.contains("replica-max-lag-ms"), "{line}");
+}
+
+/// Rows of `table` on `server` (the primary or a standby).
+async fn rows(server: &Postgres, table: &str) -> i64 {
+    let (client, connection) =
+        tokio_postgres::connect(&server.url("shortener"), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let row = client
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .unwrap();
+    row.get(0)
+}
+
+/// A revoke on the primary is refused by an instance whose replica has not replayed it
+/// (the lag bound set high, so the replica stays in use): tokens are looked up on the
+/// primary, and cached only briefly.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revoked_token_is_refused_while_the_replica_still_holds_it() {
+    let dir = TempDir::new().unwrap();
+    let primary = Postgres::primary(&dir.path().join("primary")).unwrap();
+    let url = migrated_on(&primary).await;
+    let standby = primary.standby(&dir.path().join("standby")).unwrap();
+    let (secret, id) = token_with_id(&["--database", &url], "alice");
+    let server = Shortener::start(
+        &dir.path().join("app"),
+        &[
+            "--database",
+            &url,
+            "--database-replica",
+            &standby.url("shortener"),
+            "--replica-max-lag-ms",
+            "600000",
+        ],
+    );
+    let c = client();
+    let links = || async {
+        c.get(server.url("/api/v1/links"))
+            .bearer_auth(&secret)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(links().await, StatusCode::OK);
+    eventually("the replica has the token", || async {
+        rows(&standby, "tokens").await == 1
+    })
+    .await;
+    sql(&standby, "SELECT pg_wal_replay_pause()").await;
+    let out = run(&["token", "revoke", &id, "--database", &url], &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(rows(&primary, "tokens").await, 0);
+    let since = Instant::now();
+    while links().await != StatusCode::UNAUTHORIZED {
+        assert!(
+            since.elapsed() < NOTICED_WITHIN,
+            "revoked token still accepted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The replica still holds it: only the primary's answer refused it.
+    assert_eq!(rows(&standby, "tokens").await, 1);
+    sql(&standby, "SELECT pg_wal_replay_resume()").await;
 }

@@ -6,10 +6,18 @@ use axum::http::{HeaderMap, header};
 use shortener_core::audit::Origin;
 use shortener_core::day::UnixSeconds;
 use shortener_core::link::Actor;
+use shortener_core::store::FoundToken;
 use shortener_core::token::{Principal, TokenHash, last_use_is_stale};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How long a token found in the store is trusted without asking again: a revoke reaches
+/// every instance within this (the lookup itself goes to the primary, never a replica).
+pub(crate) const TOKEN_TTL: Duration = Duration::from_millis(500);
+/// Past this many cached tokens, expired ones are swept before another is added.
+const TOKEN_CACHE_SWEEP_AT: usize = 4096;
 
 /// The principal behind the request's bearer token; `None` when there is no
 /// `Authorization` header at all. A header that is present but wrong is a 401, never
@@ -40,14 +48,26 @@ pub(super) async fn principal(
     }
 }
 
-/// Whose token hashes to `hash` (`None`: unknown or revoked), asked of the store every time
-/// so that a revoke counts at once; records the use now and then. Bearer tokens and the web
-/// app's sessions both end here.
+/// Whose token hashes to `hash` (`None`: unknown or revoked), asked of the store at most
+/// every [`TOKEN_TTL`] so that a revoke counts within it; records the use now and then.
+/// Bearer tokens and the web app's sessions both end here.
 pub(super) async fn principal_of(
     app: &App,
     hash: TokenHash,
 ) -> Result<Option<Principal>, ApiError> {
-    match app.store.find_token(&hash).await? {
+    let checked = Instant::now();
+    let found = match app.tokens.get(&hash, checked) {
+        Some(found) => Some(found),
+        None => {
+            let found = app.store.find_token(&hash).await?;
+            match &found {
+                Some(found) => app.tokens.put(hash, found.clone(), checked),
+                None => app.tokens.forget(&hash),
+            }
+            found
+        }
+    };
+    match found {
         Some(found) => {
             let now = crate::now();
             if app.token_uses.claim(hash, found.last_used_at, now) {
@@ -62,6 +82,58 @@ pub(super) async fn principal_of(
             Ok(Some(found.principal))
         }
         None => Ok(None),
+    }
+}
+
+/// Tokens found in the store lately, each with when it was looked up. Unknown tokens are
+/// never kept (a flood of made-up ones must not grow it); known ones are bounded by the store.
+#[derive(Debug)]
+pub(crate) struct TokenCache {
+    ttl: Duration,
+    found: Mutex<HashMap<TokenHash, (Instant, FoundToken)>>,
+}
+
+impl Default for TokenCache {
+    fn default() -> Self {
+        Self::new(TOKEN_TTL)
+    }
+}
+
+impl TokenCache {
+    fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            found: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TokenHash, (Instant, FoundToken)>> {
+        self.found.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The token as looked up less than the TTL before `now`.
+    fn get(&self, hash: &TokenHash, now: Instant) -> Option<FoundToken> {
+        match self.lock().get(hash) {
+            Some((at, found)) if now.saturating_duration_since(*at) < self.ttl => {
+                Some(found.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Remembers a lookup that started at `at` (not when it answered: the TTL bounds how old
+    /// the store's answer may be).
+    fn put(&self, hash: TokenHash, found: FoundToken, at: Instant) {
+        let mut cached = self.lock();
+        if cached.len() >= TOKEN_CACHE_SWEEP_AT {
+            let ttl = self.ttl;
+            cached.retain(|_, (looked_up, _)| at.saturating_duration_since(*looked_up) < ttl);
+        }
+        cached.insert(hash, (at, found));
+    }
+
+    fn forget(&self, hash: &TokenHash) {
+        self.lock().remove(hash);
     }
 }
 
@@ -137,6 +209,47 @@ pub(super) fn origin(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn found(user: &str) -> FoundToken {
+        FoundToken {
+            principal: Principal {
+                user: user.into(),
+                admin: false,
+            },
+            last_used_at: None,
+        }
+    }
+
+    #[test]
+    fn a_token_is_trusted_for_the_ttl_from_its_lookup_then_asked_for_again() {
+        let cache = TokenCache::new(Duration::from_millis(500));
+        let (a, b) = (TokenHash::of("shk_a"), TokenHash::of("shk_b"));
+        let t0 = Instant::now();
+        assert_eq!(cache.get(&a, t0), None);
+        cache.put(a, found("alice"), t0);
+        assert_eq!(
+            cache.get(&a, t0 + Duration::from_millis(499)),
+            Some(found("alice"))
+        );
+        assert_eq!(cache.get(&a, t0 + Duration::from_millis(500)), None);
+        assert_eq!(cache.get(&b, t0), None);
+        // A lookup that found nothing (revoked) drops what was kept.
+        cache.put(b, found("bob"), t0);
+        cache.forget(&b);
+        assert_eq!(cache.get(&b, t0), None);
+    }
+
+    #[test]
+    fn expired_tokens_are_swept_once_many_are_kept() {
+        let cache = TokenCache::new(Duration::from_millis(500));
+        let t0 = Instant::now();
+        for i in 0..TOKEN_CACHE_SWEEP_AT {
+            cache.put(TokenHash::of(&format!("shk_{i}")), found("x"), t0);
+        }
+        let later = t0 + Duration::from_secs(1);
+        cache.put(TokenHash::of("shk_new"), found("y"), later);
+        assert_eq!(cache.lock().len(), 1);
+    }
 
     #[test]
     fn a_use_is_written_once_a_minute_per_process() {

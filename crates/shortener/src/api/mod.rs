@@ -69,6 +69,8 @@ pub(crate) struct App {
     pub max_body_bytes: usize,
     /// Tokens whose last use this process recorded lately.
     pub token_uses: auth::TokenUses,
+    /// Tokens found in the store less than [`auth::TOKEN_TTL`] ago.
+    pub tokens: auth::TokenCache,
     /// Signs the web app's session and CSRF cookies; kept in the store, so every instance
     /// accepts the sessions of every other.
     pub web_key: Vec<u8>,

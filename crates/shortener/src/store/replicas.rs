@@ -1,12 +1,12 @@
-//! Read replicas (`--database-replica`): redirect misses, link reads, analytics and token
-//! lookups go to a healthy replica, every write to the primary.
+//! Read replicas (`--database-replica`): redirect misses, link reads and analytics go to a
+//! healthy replica, every write (and token lookups) to the primary.
 //!
 //! - *Regions*: the change sequence is read from the replica, where each note arrives with
 //!   the change it describes, so a region's caches follow its own replica.
 //! - *Read your writes*: a code this instance created or changed, or that another instance
 //!   announced as changed, is read from the primary for as long as a replica may not have it
-//!   yet (the lag bound plus two probes); a token a replica does not know is looked up on the
-//!   primary too (`token create` writes there).
+//!   yet (the lag bound plus two probes). Tokens are looked up on the primary, so that a
+//!   revoke is seen within the API's token cache life whatever a replica's lag.
 //! - *Health*: a monitor samples the primary's log position and each replica's replayed
 //!   position every [`PROBE_EVERY`]; a replica's lag is how long ago the primary passed the
 //!   position the replica has replayed (so an idle primary means no lag, unlike replay
@@ -235,6 +235,20 @@ impl Replicated {
         read: impl Fn(&'c dyn Store) -> Read<'c, T>,
         use_answer: impl Fn(&T) -> bool,
     ) -> Result<(T, bool), StoreError> {
+        if let Some(answer) = self.replica_read(&read, use_answer).await? {
+            return Ok((answer, true));
+        }
+        self.metrics.primary_reads.inc();
+        read(&*self.primary).await.map(|answer| (answer, false))
+    }
+
+    /// `read` on the healthy replicas in turn (from a rotating start); `None` when none
+    /// answered or `use_answer` refused an answer.
+    async fn replica_read<'c, T>(
+        &'c self,
+        read: &impl Fn(&'c dyn Store) -> Read<'c, T>,
+        use_answer: impl Fn(&T) -> bool,
+    ) -> Result<Option<T>, StoreError> {
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let count = self.replicas.len();
         for i in 0..count {
@@ -248,7 +262,7 @@ impl Replicated {
             match read(&opened.reads).await {
                 Ok(answer) if use_answer(&answer) => {
                     self.metrics.replica_reads.inc();
-                    return Ok((answer, true));
+                    return Ok(Some(answer));
                 }
                 Ok(_) => break,
                 Err(StoreError::Unavailable(e)) => {
@@ -257,8 +271,7 @@ impl Replicated {
                 Err(e) => return Err(e),
             }
         }
-        self.metrics.primary_reads.inc();
-        read(&*self.primary).await.map(|answer| (answer, false))
+        Ok(None)
     }
 
     /// Measures every replica once.
@@ -492,9 +505,18 @@ impl LinkStore for Replicated {
         self.primary.revoke_token(id, origin, at).await
     }
 
+    /// On the primary, so that a revoke counts whatever a replica's lag (callers cache the
+    /// answer briefly, so this is rare). A replica answers only while the primary does not; a
+    /// revoke made just before such an outage may then be missed until the replica has it.
     async fn find_token(&self, hash: &TokenHash) -> Result<Option<FoundToken>, StoreError> {
-        self.read(|store| store.find_token(hash), Option::is_some)
-            .await
+        self.metrics.primary_reads.inc();
+        match self.primary.find_token(hash).await {
+            Err(StoreError::Unavailable(e)) => self
+                .replica_read(&|store| store.find_token(hash), |_| true)
+                .await?
+                .ok_or(StoreError::Unavailable(e)),
+            answer => answer,
+        }
     }
 
     /// The primary: readiness reports whether writes work.

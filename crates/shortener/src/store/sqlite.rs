@@ -1,12 +1,12 @@
 //! The embedded store: one SQLite file in WAL mode under the data directory.
 //!
-//! One writer thread owns the only writing connection and commits in groups: it takes every
-//! write that queued while the previous commit was syncing and applies them all in one
-//! transaction, so one fsync makes many writes durable. Reads go to a few reader threads with
-//! their own connections, which WAL lets run beside the writer.
+//! One writer thread owns the only writing connection and commits in groups, synced by
+//! threads of their own before anyone is answered (`writer.rs`). Reads go to a few reader
+//! threads with their own connections, which WAL lets run beside the writer.
 
 mod import;
 mod schema;
+mod writer;
 
 pub(crate) use schema::CURRENT_VERSION;
 
@@ -34,6 +34,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
 use tokio::sync::oneshot;
+use writer::{Op, WriteOp};
 
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "shortener.db";
@@ -46,43 +47,6 @@ const READERS: usize = 4;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
-
-/// A write queued for the writer thread.
-trait WriteOp: Send {
-    /// Runs inside the group's transaction; `false` means it failed and is rolled back alone.
-    fn apply(&mut self, conn: &Connection) -> bool;
-    /// Replies once the group's commit is known.
-    fn finish(self: Box<Self>, commit: Result<(), &rusqlite::Error>);
-}
-
-struct Op<T, F> {
-    run: Option<F>,
-    result: Option<rusqlite::Result<T>>,
-    reply: oneshot::Sender<Result<T, StoreError>>,
-}
-
-impl<T, F> WriteOp for Op<T, F>
-where
-    T: Send,
-    F: FnOnce(&Connection) -> rusqlite::Result<T> + Send,
-{
-    fn apply(&mut self, conn: &Connection) -> bool {
-        let result = self.run.take().map(|run| run(conn));
-        let ok = matches!(result, Some(Ok(_)));
-        self.result = result;
-        ok
-    }
-
-    fn finish(self: Box<Self>, commit: Result<(), &rusqlite::Error>) {
-        let out = match (commit, self.result) {
-            (Err(e), _) => Err(classify_message(e)),
-            (Ok(()), Some(result)) => result.map_err(classify),
-            (Ok(()), None) => Err(StoreError::Backend("write was never applied".into())),
-        };
-        // The caller may have gone away (request cancelled); the write stands regardless.
-        let _ = self.reply.send(out);
-    }
-}
 
 /// Handle to the embedded store; cheap to clone, every clone talks to the same threads.
 #[derive(Clone, Debug)]
@@ -119,10 +83,15 @@ impl SqliteStore {
         }
         schema::migrate(&mut writer_conn).map_err(|e| StoreError::Backend(Box::new(e)))?;
 
+        // The migration read the file, so its WAL exists; it lives as long as a connection.
+        let mut wal_name = path.clone().into_os_string();
+        wal_name.push("-wal");
+        let wal_path = std::path::PathBuf::from(wal_name);
+        let wal = std::fs::File::open(&wal_path).map_err(|e| {
+            StoreError::Unavailable(format!("cannot open {}: {e}", wal_path.display()).into())
+        })?;
         let (writer, write_rx) = crossbeam_channel::unbounded::<Box<dyn WriteOp>>();
-        std::thread::Builder::new()
-            .name("sqlite-writer".into())
-            .spawn(move || write_loop(writer_conn, write_rx))
+        writer::start(writer_conn, writer::wal_sync(wal), write_rx)
             .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
 
         let (readers, read_rx) = crossbeam_channel::unbounded::<ReadJob>();
@@ -192,8 +161,9 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreErro
     } else {
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(unavailable)?;
-        // FULL syncs the WAL on every commit: a 201 survives a power cut, not just a crash.
-        conn.pragma_update(None, "synchronous", "FULL")
+        // NORMAL: commits write the WAL without syncing it; the writer's sync threads sync it
+        // before answering (`writer.rs`), so a 201 still survives a power cut.
+        conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(unavailable)?;
     }
     conn.set_prepared_statement_cache_capacity(64);
@@ -243,38 +213,6 @@ fn add_clicks(c: &Connection, mut deltas: Vec<ClickDelta>) -> rusqlite::Result<(
     Ok(())
 }
 
-fn write_loop(conn: Connection, rx: crossbeam_channel::Receiver<Box<dyn WriteOp>>) {
-    while let Ok(first) = rx.recv() {
-        let mut group = vec![first];
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(op) => group.push(op),
-                Err(_) => break,
-            }
-        }
-        let commit = run_group(&conn, &mut group);
-        if commit.is_err() {
-            let _ = conn.execute_batch("ROLLBACK");
-        }
-        for op in group {
-            op.finish(commit.as_ref().map(|_| ()));
-        }
-    }
-}
-
-fn run_group(conn: &Connection, group: &mut [Box<dyn WriteOp>]) -> rusqlite::Result<()> {
-    conn.execute_batch("BEGIN IMMEDIATE")?;
-    for op in group.iter_mut() {
-        conn.execute_batch("SAVEPOINT op")?;
-        if op.apply(conn) {
-            conn.execute_batch("RELEASE op")?;
-        } else {
-            conn.execute_batch("ROLLBACK TO op; RELEASE op")?;
-        }
-    }
-    conn.execute_batch("COMMIT")
-}
-
 fn token_info(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenInfo> {
     let hash: Vec<u8> = r.get(0)?;
     let id = stored_token_id(&hash).map_err(|e| {
@@ -303,10 +241,6 @@ fn classify(e: rusqlite::Error) -> StoreError {
         ) => StoreError::Unavailable(Box::new(e)),
         _ => StoreError::Backend(Box::new(e)),
     }
-}
-
-fn classify_message(e: &rusqlite::Error) -> StoreError {
-    StoreError::Unavailable(format!("commit failed: {e}").into())
 }
 
 fn to_i64(n: u64) -> i64 {

@@ -75,6 +75,21 @@ pub fn token(data_dir: &Path, user: &str, admin: bool) -> String {
     token_in(&["--data-dir", data_dir.to_str().unwrap()], user, admin)
 }
 
+/// `shortener token create` on the store `store` names; the token and its public id.
+pub fn token_with_id(store: &[&str], user: &str) -> (String, String) {
+    let out = run(&[&["token", "create", "--user", user], store].concat(), &[]);
+    assert!(out.status.success(), "{out:?}");
+    let out = String::from_utf8(out.stdout).unwrap();
+    let id = out
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(2)
+        .unwrap();
+    (out.lines().last().unwrap().to_owned(), id.to_owned())
+}
+
 /// `shortener token create` on the store that `store_flags` name (`--database URL`, say).
 pub fn token_in(store_flags: &[&str], user: &str, admin: bool) -> String {
     let mut cmd = Command::new(BIN);
