@@ -37,7 +37,8 @@
 --          cooling or of an avoidance for that site ('-': tickets without a site),
 --          'w|<site>' the pair's recent outcomes while one of them is a block or captcha
 --   c:ID   hash of one address's outcome counts per site: '<site>|<class>' → n ('-' for
---          tickets without a site; '-|a' its abandoned leases), for the address × site matrix
+--          tickets without a site; '-|a' its abandoned leases, '-|p' its failed probes in
+--          service), for the address × site matrix
 --          and the address's rates
 --   due    zset of deadlines: 'l<lease>:<id>' lease TTL (P14), 'b<key>' binding TTL (P2),
 --          'q<id>' end of a quarantine wait (P6), 'r<id>' next ramp stage (P10). Redis 7.0
@@ -1235,6 +1236,19 @@ local function end_sites(K, S, now, H)
   end
 end
 
+-- The weight of address `id` follows its quality (P1): its latency's level and, while it
+-- has a window, the success rate's, from the window its last outcome left. `q` its 'qlat' and
+-- 'ql' fields and `latency` the new latency level, when the caller has read them.
+local function reweigh(K, id, q, latency, now, H)
+  q = q or redis.call('HMGET', addr(K, id), 'qlat', 'ql')
+  latency = latency or num(q[1])
+  local level = latency
+  local win = redis.call('HGET', addr(K, id), 'w')
+  if win then level = level + rate_level(win) end
+  level = math.min(math.max(level, -13), 13)
+  if level ~= num(q[2]) or latency ~= num(q[1]) then requalify(K, id, level, latency, now, H) end
+end
+
 -- The releases of an `ops` call, ARGV[from..to] (see `ops`): a lease no longer open frees
 -- nothing; its outcome is judged if it was granted in this epoch (expired), not if it comes
 -- from before Redis lost the pool (its address id may name another address). Releases whose
@@ -1317,18 +1331,9 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
               {tostring(j), id, class, excused and '1' or '0', slow})
           end
         end
-        -- Its weight follows its quality (P1): its latency's level and, while it has a window,
-        -- the success rate's, from the window the outcome left. Only a latency level that
-        -- moved, or an outcome that found a window or may have made one, can have changed it.
-        if moved or f[2] then
-          q = q or redis.call('HMGET', addr(K, id), 'qlat', 'ql')
-          latency = latency or num(q[1])
-          local level = latency
-          local win = redis.call('HGET', addr(K, id), 'w')
-          if win then level = level + rate_level(win) end
-          level = math.min(math.max(level, -13), 13)
-          if level ~= num(q[2]) or latency ~= num(q[1]) then requalify(K, id, level, latency, now, H) end
-        end
+        -- Only a latency level that moved, or an outcome that found a window or may have
+        -- made one, can have changed its weight.
+        if moved or f[2] then reweigh(K, id, q, latency, now, H) end
       end
     end
   end
@@ -1391,7 +1396,7 @@ local function ops(keys, args)
 end
 
 -- probe report: ARGV[5] url, [6] '1' passed / '0' failed. In service, a failure is one
--- failed outcome without a site, as a release would be (windows and the site '-'); a pass
+-- failed outcome without a site, as a release would be (counts, windows, weight, the site '-'); a pass
 -- there is not news (replies 1). Otherwise replies the facts the judge needs (see `facts`:
 -- the judge decides as `PoolState::report_probe` does). Replies 0 if unknown.
 local function probe(keys, args)
@@ -1404,9 +1409,13 @@ local function probe(keys, args)
   local s, passed, excused = f[1], args[6] == '1', false
   if passed and s ~= 'probing' and s ~= 'dead' then return 1 end
   if not passed and (s == 'healthy' or s == 'degraded') then
+    -- Counted ('p': a failure without a lease), windowed and weighed as a siteless release's
+    -- failure is (`release_part`).
+    redis.call('HINCRBY', counts_key(K, id), '-|p', '1')
     local S = sites_from(order, got, 3, now, H)
     excused = observe(K, S, '-', id, 'f', now, H)
     if not excused then push_window(K, id, 'f', s, f[2], now, H) end
+    reweigh(K, id, nil, nil, now, H)
     end_sites(K, S, now, H)
   end
   local class = passed and 's' or 'f'
