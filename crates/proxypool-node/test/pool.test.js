@@ -172,6 +172,43 @@ test('probe reports bring a quarantined address back, in memory and in a Redis C
   }
 })
 
+test('a failed probe in service counts alike in memory and in Redis', async () => {
+  // One siteless failure (the memory store is the reference): counted, windowed, weighed,
+  // quarantining after three, in both stores.
+  const addresses = ['http://10.0.7.1:3128', 'http://10.0.7.2:3128', 'http://10.0.7.3:3128', 'http://10.0.7.4:3128']
+  const [target] = addresses
+  const options = { addresses, seed: 1, tunables: { backoff: { base: 60, jitter: 0 } } }
+  const memory = await proxypool.Pool.create(options)
+  const shared = await proxypool.Pool.create({
+    ...options, redis: `redis://127.0.0.1:${redis.port}`, name: `node-failed-probe-${process.pid}-${Date.now()}`, redisTimeout: 5,
+  })
+  const view = async (pool) => {
+    const snapshot = await pool.snapshot()
+    const row = snapshot.addresses.find((a) => a.address === target)
+    const { state, totals, window_samples, success_rate, captcha_rate, weight } = row
+    const cells = snapshot.matrix.filter((c) => c.address === target)
+    return { row: { state, totals, window_samples, success_rate, captcha_rate }, cells, sites: snapshot.sites, weight }
+  }
+  const healthy = (await view(memory)).weight
+  let last
+  for (let probes = 1; probes <= 3; probes++) {
+    const views = []
+    for (const pool of [memory, shared]) {
+      await pool.reportProbe(target, false)
+      views.push(await view(pool))
+    }
+    const [m, r] = views
+    assert.deepEqual(r.row, m.row, `after ${probes} failed probes`)
+    assert.equal(m.row.totals.failures, probes)
+    assert.deepEqual(r.cells, m.cells)
+    assert.deepEqual(r.sites, m.sites)
+    assert.ok(m.cells.length > 0 && m.sites.length > 0)
+    if (m.row.state === 'healthy') assert.ok(m.weight < healthy && r.weight < healthy, `weights ${m.weight} ${r.weight}`)
+    last = m
+  }
+  assert.equal(last.row.state, 'quarantined')
+})
+
 test('captcha markers are the server defaults', () => {
   const config = require('node:fs').readFileSync(path.join(__dirname, '../../proxypool-server/src/config.rs'), 'utf8')
   const block = /DEFAULT_CAPTCHA_MARKERS: \[&str; \d+\] = \[([\s\S]*?)\];/.exec(config)

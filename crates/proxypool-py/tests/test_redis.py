@@ -204,3 +204,40 @@ def test_a_blocking_call_releases_the_gil_while_redis_does_not_answer(workdir, p
     finally:
         os.kill(server.pid, signal.SIGCONT)
         _stop(server)
+
+
+def address_view(pool, address):
+    """What the snapshot says of one address, its cells and its sites, without times."""
+    snapshot = pool.snapshot()
+    row = next(a for a in snapshot["addresses"] if a["address"] == address)
+    kept = ("state", "totals", "window_samples", "success_rate", "captcha_rate")
+    return (
+        {k: row[k] for k in kept},
+        [c for c in snapshot["matrix"] if c["address"] == address],
+        snapshot["sites"],
+        row["weight"],
+    )
+
+
+def test_a_failed_probe_in_service_counts_alike_in_memory_and_in_redis(redis_url, pool_name):
+    # A failed probe of a healthy address is one siteless failure (the memory store is the
+    # reference): counted, in the window, weighed, quarantining after three, in both stores.
+    addresses = [f"http://10.0.3.{i}:3128" for i in range(1, 5)]
+    tunables = dict(backoff={"base": 60, "jitter": 0.0}, seed=1)
+    memory = proxypool.Pool(addresses, **tunables)
+    shared = proxypool.Pool(addresses, redis=redis_url, name=pool_name, redis_timeout=5, **tunables)
+    healthy_weight = address_view(memory, addresses[0])[3]
+    for probes in range(1, 4):
+        views = []
+        for pool in (memory, shared):
+            pool.report_probe(addresses[0], False)
+            views.append(address_view(pool, addresses[0]))
+        (m_row, m_cells, m_sites, m_weight), (r_row, r_cells, r_sites, r_weight) = views
+        assert m_row == r_row, f"after {probes} failed probes"
+        assert m_row["totals"]["failures"] == probes
+        assert m_cells == r_cells and m_sites == r_sites, f"after {probes} failed probes"
+        assert m_cells and m_sites
+        if m_row["state"] == "healthy":
+            # The weight follows the success rate in both (Redis on its stride steps).
+            assert m_weight < healthy_weight and r_weight < healthy_weight
+    assert m_row["state"] == "quarantined"

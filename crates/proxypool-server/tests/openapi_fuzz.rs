@@ -5,7 +5,8 @@
 //!
 //! Feedback is recorded only for a session the gateway has bound to an upstream: the run
 //! starts with a working upstream (tinyproxy) and a gateway request under the session the
-//! document's feedback example names, so the example reaches the success path (204).
+//! document's feedback example names, so the example reaches the success path (204); the
+//! run's HAR report shows that schemathesis reached it too.
 
 #![allow(clippy::unwrap_used)]
 
@@ -97,4 +98,22 @@ fn every_operation_keeps_to_the_document() {
         Ok(report) => println!("{report}"),
         Err(report) => panic!("{report}"),
     }
+    // The run itself reached feedback's success path, not only its refusals.
+    let exchanges = fuzz.exchanges().unwrap();
+    let feedback: Vec<u16> = exchanges
+        .iter()
+        .filter(|e| e.method == "POST" && e.path == "/v1/feedback")
+        .map(|e| e.status)
+        .collect();
+    let recorded = feedback.iter().filter(|&&s| s == 204).count();
+    println!(
+        "feedback: {} calls, {recorded} recorded (204)",
+        feedback.len()
+    );
+    assert!(
+        recorded > 0,
+        "no recorded feedback in the run ({} feedback calls, statuses {:?})",
+        feedback.len(),
+        feedback.iter().collect::<std::collections::BTreeSet<_>>()
+    );
 }

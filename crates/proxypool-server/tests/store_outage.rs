@@ -1,6 +1,6 @@
 //! `proxypool serve --redis` when Redis stops answering under gateway load: clear 503s with
-//! `X-Proxypool-Error: store-unavailable` within the store's timeout (no hang), and the same
-//! process serves again once Redis is back.
+//! `X-Proxypool-Error: store-unavailable` within the store's timeout (no hang), the same
+//! process serves again once Redis is back, and acquires given up meanwhile leave no lease.
 
 #![allow(clippy::unwrap_used)]
 
@@ -112,7 +112,7 @@ async fn redis_away_under_load_answers_store_unavailable_then_recovers() {
         let seen = task.await.unwrap();
         for (at, status, error) in seen.keys() {
             // After the thaw Redis runs what it had queued, acquires whose callers gave up
-            // included: their leases hold a cap until their TTL, so no-upstream may show.
+            // included: until their grants are given back, caps may look used up.
             let fine = matches!(
                 (*at, *status, error.as_deref()),
                 (_, 200, None)
@@ -121,6 +121,21 @@ async fn redis_away_under_load_answers_store_unavailable_then_recovers() {
             );
             assert!(fine, "load saw (phase, status, error): {seen:?}");
         }
+    }
+    // Those grants go back as soon as their late replies arrive, not after the lease TTL
+    // (5 minutes): with the load stopped, no lease is left.
+    let deadline = tokio::time::Instant::now() + HANG;
+    loop {
+        let snapshot = server.api_get("/v1/snapshot").await;
+        let active = &snapshot["snapshot"]["pool"]["active_leases"];
+        if active == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "leases left after the thaw: {active}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
     // Killed and started again empty: the same answer while it is down, and service again

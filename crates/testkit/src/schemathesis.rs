@@ -72,9 +72,39 @@ impl ApiFuzz {
             .args(["run", &self.document_url, "--url", &self.base_url])
             .args(["--max-time", &seconds.to_string(), "--workers", "2"])
             .args(["--no-color", "--wait-for-schema", "10"])
+            .args(["--report", "har", "--report-har-path"])
+            .arg(self.har())
             .args(&self.args)
             .env("SCHEMATHESIS_TELEMETRY", "false");
         output(&mut cmd)
+    }
+
+    /// What the last run sent and got, from its HAR report: a test can check that an
+    /// operation's success path was reached, not only its refusals.
+    pub fn exchanges(&self) -> Result<Vec<Exchange>, String> {
+        let text =
+            std::fs::read_to_string(self.har()).map_err(|e| format!("the HAR report: {e}"))?;
+        let har: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| format!("the HAR report: {e}"))?;
+        let entries = har["log"]["entries"]
+            .as_array()
+            .ok_or("the HAR report has no log.entries")?;
+        Ok(entries
+            .iter()
+            .filter_map(|e| {
+                let url = e["request"]["url"].as_str()?;
+                let path = url.strip_prefix(&self.base_url).unwrap_or(url);
+                Some(Exchange {
+                    method: e["request"]["method"].as_str()?.to_owned(),
+                    path: path.split('?').next().unwrap_or(path).to_owned(),
+                    status: u16::try_from(e["response"]["status"].as_u64()?).ok()?,
+                })
+            })
+            .collect())
+    }
+
+    fn har(&self) -> PathBuf {
+        self.work_dir.join("schemathesis.har")
     }
 
     /// curl's flags for the credentials given to schemathesis (`-a` or `-H`).
@@ -90,6 +120,15 @@ impl ApiFuzz {
         }
         out
     }
+}
+
+/// One request of a run and the status it got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exchange {
+    pub method: String,
+    /// Without the base URL and the query.
+    pub path: String,
+    pub status: u16,
 }
 
 /// Runs a command; its combined output, as `Err` when it fails.

@@ -45,10 +45,14 @@ impl RedisStore {
         seed: Option<u64>,
     ) -> Result<Arc<Self>, String> {
         let t = Some(options.timeout);
+        // Every call is bounded by `options.timeout` (`by`); the connection waits longer, for
+        // as long as a lease lives: a reply that comes late (a paused server runs what queued
+        // up when it thaws) still names the grants whose callers gave up (see `ops_batch`).
+        let late = options.timeout.max(cfg.lease_ttl);
         let conn = if options.cluster {
             let client = redis::cluster::ClusterClient::builder(options.nodes.clone())
                 .connection_timeout(options.timeout)
-                .response_timeout(options.timeout)
+                .response_timeout(late)
                 .retries(1)
                 .build()
                 .map_err(|e| unavailable(&e))?;
@@ -62,7 +66,7 @@ impl RedisStore {
             let client = redis::Client::open(url).map_err(|e| unavailable(&e))?;
             let config = redis::aio::ConnectionManagerConfig::new()
                 .set_connection_timeout(t)
-                .set_response_timeout(t)
+                .set_response_timeout(Some(late))
                 .set_number_of_retries(1);
             Conn::Single(
                 ConnectionManager::new_lazy_with_config(client, config)
@@ -208,6 +212,18 @@ impl RedisStore {
         sweep: bool,
         args: &[Arg<'_>],
     ) -> Result<Value, redis::RedisError> {
+        let cmd = self.fcall(function, now, sweep, args);
+        self.by(self.deadline(), self.send(&cmd)).await
+    }
+
+    /// The FCALL of `function` with the pool's key, the common arguments and `args`.
+    pub(super) fn fcall(
+        &self,
+        function: &str,
+        now: Timestamp,
+        sweep: bool,
+        args: &[Arg<'_>],
+    ) -> Cmd {
         let mut cmd = redis::cmd("FCALL");
         cmd.arg(function)
             .arg(1)
@@ -219,16 +235,19 @@ impl RedisStore {
         for a in args {
             a.push(&mut cmd);
         }
-        self.by(self.deadline(), async {
-            match self.query(&cmd).await {
-                Err(e) if e.to_string().contains("Function not found") => {
-                    self.load().await?;
-                    self.query(&cmd).await
-                }
-                reply => reply,
+        cmd
+    }
+
+    /// Sends an FCALL, loading the library first when the server has lost it; unbounded but
+    /// by the connection's response timeout.
+    pub(super) async fn send(&self, cmd: &Cmd) -> Result<Value, redis::RedisError> {
+        match self.query(cmd).await {
+            Err(e) if e.to_string().contains("Function not found") => {
+                self.load().await?;
+                self.query(cmd).await
             }
-        })
-        .await
+            reply => reply,
+        }
     }
 
     /// The epoch an acquire batch saw. Redis lost the pool (a restart without persistence)

@@ -39,7 +39,8 @@
 --   w:ID, w:ID:SID  the outcome windows of an address and of its pair with site number SID
 --          (see `WENTRY`)
 --   c:ID   hash of one address's outcome counts per site: '<site>|<class>' → n ('-' for
---          tickets without a site; '-|a' its abandoned leases), for the address × site matrix
+--          tickets without a site; '-|a' its abandoned leases, '-|p' its failed probes in
+--          service), for the address × site matrix
 --          and the address's rates
 --   due    zset of deadlines: 'l<lease>:<id>' lease TTL (P14), 'b<key>' binding TTL (P2),
 --          'q<id>' end of a quarantine wait (P6), 'r<id>' next ramp stage (P10), 'v<id>|SITE'
@@ -1312,6 +1313,23 @@ local function end_sites(K, S, now, H)
   end
 end
 
+-- The weight of address `id` follows its quality (P1): its latency's level and, while its
+-- window holds a bad outcome, the success rate's, from the window the outcome left. `q` its
+-- 'qlat' and 'ql' fields and `latency` the new latency level, when the caller has read them;
+-- `had_bad` if its 'wb' was set (cleared here once the window is clean again).
+local function reweigh(K, id, q, latency, now, H, had_bad)
+  local a = addr(K, id)
+  q = q or redis.call('HMGET', a, 'qlat', 'ql')
+  latency = latency or num(q[1])
+  local level = latency
+  local win = young(redis.call('GET', window_key(K, id)), now, H)
+  if win ~= '' then level = level + rate_level(win) end
+  -- Clean again: back to the common case.
+  if had_bad and not string.find(win, '[fc]') then redis.call('HDEL', a, 'wb') end
+  level = math.min(math.max(level, -13), 13)
+  if level ~= num(q[2]) or latency ~= num(q[1]) then requalify(K, id, level, latency, now, H) end
+end
+
 -- The releases of an `ops` call, ARGV[from..to] (see `ops`): a lease no longer open frees
 -- nothing; its outcome is judged if it was granted in this epoch (expired), not if it comes
 -- from before Redis lost the pool (its address id may name another address). Releases whose
@@ -1405,21 +1423,9 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
               now, st.sid, bad or f[5] ~= nil)
           end
         end
-        -- Its weight follows its quality (P1): its latency's level and, while its window
-        -- holds a bad outcome, the success rate's, from the window the outcome left. Only a
-        -- latency level that moved, or an outcome that found such a window or may have made
-        -- one, can have changed it.
-        if moved or f[2] then
-          q = q or redis.call('HMGET', a, 'qlat', 'ql')
-          latency = latency or num(q[1])
-          local level = latency
-          local win = young(redis.call('GET', window_key(K, id)), now, H)
-          if win ~= '' then level = level + rate_level(win) end
-          -- Clean again: back to the common case.
-          if f[2] and not string.find(win, '[fc]') then redis.call('HDEL', a, 'wb') end
-          level = math.min(math.max(level, -13), 13)
-          if level ~= num(q[2]) or latency ~= num(q[1]) then requalify(K, id, level, latency, now, H) end
-        end
+        -- Only a latency level that moved, or an outcome that found a bad window or may
+        -- have made one, can have changed its weight.
+        if moved or f[2] then reweigh(K, id, q, latency, now, H, f[2] ~= nil) end
       end
     end
   end
@@ -1483,7 +1489,7 @@ local function ops(keys, args)
 end
 
 -- probe report: ARGV[5] url, [6] '1' passed / '0' failed. In service, a failure is one
--- failed outcome without a site, as a release would be (windows and the site '-'); a pass
+-- failed outcome without a site, as a release would be (counts, windows, weight, the site '-'); a pass
 -- there is not news (replies 1). Otherwise replies the facts the judge needs (see `facts`:
 -- the judge decides as `PoolState::report_probe` does). Replies 0 if unknown.
 local function probe(keys, args)
@@ -1495,11 +1501,15 @@ local function probe(keys, args)
   local s, passed, excused = redis.call('HGET', addr(K, id), 's'), args[6] == '1', false
   if passed and s ~= 'probing' and s ~= 'dead' then return 1 end
   if not passed and (s == 'healthy' or s == 'degraded') then
+    -- Counted ('p': a failure without a lease), windowed and weighed as a siteless release's
+    -- failure is (`release_part`).
+    redis.call('HINCRBY', counts_key(K, id), '-|p', '1')
     local S = sites_from(K, order, got, 3, now, H)
     excused = observe(K, S, '-', id, 'f', now, H)
     local now13 = pad13(now)
     push_entry(window_key(K, id), (excused and 'F' or 'f') .. NO_SID .. now13, H)
     if not excused then redis.call('HSET', addr(K, id), 'wb', now13) end
+    reweigh(K, id, nil, nil, now, H, true)
     end_sites(K, S, now, H)
   end
   local class = passed and 's' or 'f'

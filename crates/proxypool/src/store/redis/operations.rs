@@ -308,9 +308,8 @@ impl RedisStore {
             ]);
         }
         let reply = self
-            .call(&self.functions.ops, now, self.claim_sweep(now), &args)
+            .late_safe_call(&args, now, acquires.len())
             .await
-            .map_err(|e| unavailable(&e))
             .and_then(|v| parse_ops(v, acquires.len()).ok_or_else(|| "malformed ops reply".into()));
         match reply {
             Ok(ops) => {
@@ -348,6 +347,40 @@ impl RedisStore {
         }
         for reply in settles {
             let _ = reply.send(Ok(Answer::Settled));
+        }
+    }
+
+    /// The batch's FCALL, bounded by the timeout. A reply coming later is still read, by a
+    /// task the call moves to: a server that was paused runs the calls queued meanwhile when
+    /// it thaws, and the grants in them, whose callers were told the store is unavailable, go
+    /// straight back instead of holding caps until their TTL. (That task keeps the store
+    /// alive until the reply or the connection's response timeout, the lease TTL.)
+    async fn late_safe_call(
+        self: &Arc<Self>,
+        args: &[Arg<'_>],
+        now: Timestamp,
+        acquires: usize,
+    ) -> Result<Value, String> {
+        let cmd = self.fcall(&self.functions.ops, now, self.claim_sweep(now), args);
+        let me = Arc::clone(self);
+        let mut call = Box::pin(async move { me.send(&cmd).await });
+        match tokio::time::timeout_at(self.deadline(), &mut call).await {
+            Ok(reply) => reply.map_err(|e| unavailable(&e)),
+            Err(_) => {
+                if acquires > 0 {
+                    let me = Arc::clone(self);
+                    tokio::spawn(async move {
+                        let Ok(late) = call.await else { return };
+                        let Some(ops) = parse_ops(late, acquires) else {
+                            return;
+                        };
+                        for r in ops.acquires.into_iter().filter(|r| r.choice.is_some()) {
+                            me.abandon(LeaseRef::shared(LeaseId(r.lease)), r.id, now);
+                        }
+                    });
+                }
+                Err(format!("no answer within {:?}", self.timeout))
+            }
         }
     }
 

@@ -49,6 +49,8 @@ pub(super) struct Counts {
     r: u64,
     /// Leases dropped unreleased: no outcome, only the address's totals.
     a: u64,
+    /// Failed probes of an address in service: failures without a lease.
+    p: u64,
 }
 
 impl Counts {
@@ -59,11 +61,17 @@ impl Counts {
         self.c += o.c;
         self.r += o.r;
         self.a += o.a;
+        self.p += o.p;
     }
 
     /// Outcomes that speak of the address (rate limits do not).
     fn judged(&self) -> u64 {
-        self.s + self.f + self.b + self.c
+        self.s + self.f + self.b + self.c + self.p
+    }
+
+    /// Failures of the address: failed outcomes, blocks and failed probes.
+    fn failures(&self) -> u64 {
+        self.f + self.b + self.p
     }
 
     fn rate(&self, n: u64) -> Option<f64> {
@@ -73,9 +81,9 @@ impl Counts {
 
     fn totals(&self) -> Totals {
         Totals {
-            leases: self.judged() + self.r,
+            leases: self.s + self.f + self.b + self.c + self.r,
             successes: self.s,
-            failures: self.f + self.b,
+            failures: self.failures(),
             captchas: self.c,
             rate_limited: self.r,
             abandoned: self.a,
@@ -99,6 +107,7 @@ fn counts_by_site(v: &Value) -> BTreeMap<String, Counts> {
             "c" => c.c += n,
             "r" => c.r += n,
             "a" => c.a += n,
+            "p" => c.p += n,
             _ => {}
         }
     }
@@ -215,7 +224,7 @@ impl SharedView {
                 let seen = sites.entry(site.clone()).or_default();
                 seen.0.add(c);
                 seen.1 += 1;
-                seen.2 += usize::from(c.f + c.b + c.c > 0);
+                seen.2 += usize::from(c.failures() + c.c > 0);
                 // The pair's window, as memory's `Cell`; the site-less column is the address
                 // window's untagged part.
                 let pair = pairs.iter().find(|(name, _)| *name == site).map(|p| &p.1);
@@ -288,7 +297,7 @@ impl SharedView {
                 degraded: meta.contains_key(&format!("d|{site}")),
                 site,
                 window_samples: c.judged() as usize,
-                failure_rate: c.rate(c.f + c.b),
+                failure_rate: c.rate(c.failures()),
                 captcha_rate: c.rate(c.c),
                 spread: (addresses > 0).then(|| bad as f64 / addresses as f64),
             })
