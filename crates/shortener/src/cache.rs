@@ -174,7 +174,9 @@ pub(crate) struct LinkCache {
     /// Codes the store does not know, apart from the links.
     negatives: Cache<Arc<str>, Negative, NegativeWeigher>,
     generations: Box<[AtomicU32]>,
-    hasher: std::collections::hash_map::RandomState,
+    /// quick_cache's own fast keyed hasher: SipHash here cost a redirect more than the
+    /// cache lookup itself.
+    hasher: quick_cache::DefaultHashBuilder,
     settings: CacheSettings,
     store: Arc<dyn Store>,
     shared: Option<SharedLayer>,
@@ -240,7 +242,7 @@ impl LinkCache {
                 NegativeWeigher,
             ),
             generations: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
-            hasher: std::collections::hash_map::RandomState::new(),
+            hasher: quick_cache::DefaultHashBuilder::default(),
             settings,
             store,
             shared,

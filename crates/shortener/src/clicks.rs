@@ -81,7 +81,7 @@ pub(crate) fn start(
         shipper,
         metrics,
         visits,
-        pending: HashMap::new(),
+        pending: HashMap::default(),
         pending_events: 0,
         oldest: None,
         unsent: None,
@@ -107,7 +107,8 @@ struct Aggregator {
     metrics: Arc<Metrics>,
     visits: VisitFold,
     /// Clicks per (code, day) not yet written.
-    pending: HashMap<(Arc<str>, Day), Pending>,
+    /// Keyed by codes of existing links only, so a fast hasher (not SipHash) is safe here.
+    pending: HashMap<(Arc<str>, Day), Pending, quick_cache::DefaultHashBuilder>,
     pending_events: u64,
     /// When the oldest click not yet written (or shipped) happened: the lag metric.
     oldest: Option<UnixSeconds>,

@@ -2,9 +2,11 @@
 //!
 //! One writer thread owns the only writing connection and commits in groups, synced by
 //! threads of their own before anyone is answered (`writer.rs`). Reads go to a few reader
-//! threads with their own connections, which WAL lets run beside the writer.
+//! threads with their own connections, which WAL lets run beside the writer; a link read by
+//! its code runs on the caller's thread instead (`point_reads.rs`).
 
 mod import;
+mod point_reads;
 mod schema;
 mod writer;
 
@@ -16,6 +18,7 @@ use super::{
     stored_token_id, update_state_sql,
 };
 use async_trait::async_trait;
+use point_reads::PointReads;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
@@ -32,6 +35,7 @@ use shortener_core::store::{
 use shortener_core::token::{Principal, TOKEN_ID_BYTES, TokenHash, TokenId};
 use std::ops::Range;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use writer::{Op, WriteOp};
@@ -53,6 +57,7 @@ type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
 pub struct SqliteStore {
     writer: crossbeam_channel::Sender<Box<dyn WriteOp>>,
     readers: crossbeam_channel::Sender<ReadJob>,
+    point_reads: Arc<PointReads>,
 }
 
 impl SqliteStore {
@@ -107,7 +112,11 @@ impl SqliteStore {
                 })
                 .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         }
-        Ok(Self { writer, readers })
+        Ok(Self {
+            writer,
+            readers,
+            point_reads: Arc::new(PointReads::open(path)?),
+        })
     }
 
     async fn write<T, F>(&self, run: F) -> Result<T, StoreError>
@@ -507,6 +516,9 @@ impl LinkStore for SqliteStore {
     }
 
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
+        if let Some(read) = self.point_reads.read(|c| read_link(c, code)) {
+            return read.map_err(classify);
+        }
         let code = code.to_owned();
         self.read(move |c| read_link(c, &code)).await
     }

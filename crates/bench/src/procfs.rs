@@ -1,0 +1,64 @@
+//! What `/proc` says of a server process: resident memory and CPU time.
+
+use anyhow::Context;
+
+/// `/proc` counts CPU time in USER_HZ ticks, 100 a second on every Linux ABI.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// Resident set size in MiB.
+pub(crate) fn rss_mib(pid: u32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .context("no VmRSS")?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()?;
+    Ok(kb / 1024.0)
+}
+
+/// User + system CPU seconds the process has used so far, all its threads.
+pub(crate) fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    cpu_of_stat(&stat).with_context(|| format!("cannot read /proc/{pid}/stat: {stat}"))
+}
+
+fn cpu_of_stat(stat: &str) -> Option<f64> {
+    // The command name (field 2) is in parentheses and may hold spaces: count from after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    // After the name: state is field 3, utime 14 and stime 15.
+    let utime: u64 = fields.nth(11)?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / TICKS_PER_SECOND)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_utime_and_stime_past_a_name_with_spaces() {
+        let stat = "4242 (bare redirect) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0";
+        assert_eq!(cpu_of_stat(stat), Some(3.0));
+        assert_eq!(cpu_of_stat("4242 (x) S 1"), None);
+    }
+
+    #[test]
+    fn this_process_cpu_time_grows_while_it_works() {
+        let me = std::process::id();
+        assert!(rss_mib(me).unwrap() > 0.0);
+        let before = cpu_seconds(me).unwrap();
+        let started = std::time::Instant::now();
+        let mut x = 0u64;
+        // Work until a tick is counted (10 ms of CPU), or give up well after that.
+        while cpu_seconds(me).unwrap() <= before && started.elapsed().as_secs() < 30 {
+            for i in 0..100_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        }
+        assert!(cpu_seconds(me).unwrap() > before);
+    }
+}

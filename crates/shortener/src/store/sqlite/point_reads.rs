@@ -1,0 +1,123 @@
+//! Point reads by primary key on the caller's thread.
+//!
+//! A redirect that misses the cache reads one row by its code: a few B-tree pages, most of
+//! them in SQLite's page cache, the rest in the OS's. Sending that read to a reader thread
+//! and waking the caller again cost more than the read itself (two thread hops per miss on
+//! a loaded machine), so these reads run where they are asked, on idle connections kept
+//! here. Such a connection never waits for a lock: if SQLite reports one (another process
+//! recovering the WAL, say), the read goes to the reader threads, which wait up to the
+//! store's busy timeout without holding up the caller's thread.
+
+use super::open_connection;
+use crossbeam_queue::ArrayQueue;
+use rusqlite::{Connection, ErrorCode};
+use shortener_core::store::StoreError;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Idle connections kept; more callers at once open more, and the surplus is closed.
+const KEPT: usize = 8;
+
+pub(super) struct PointReads {
+    path: PathBuf,
+    idle: ArrayQueue<Connection>,
+}
+
+impl std::fmt::Debug for PointReads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PointReads")
+            .field("idle", &self.idle.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PointReads {
+    /// Opens one connection per CPU up front, so that no request pays for opening one.
+    pub(super) fn open(path: PathBuf) -> Result<Self, StoreError> {
+        let reads = Self {
+            path,
+            idle: ArrayQueue::new(KEPT),
+        };
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        for _ in 0..cpus.min(KEPT) {
+            // The queue has room for these: `cpus.min(KEPT)` ≤ its capacity.
+            let _ = reads.idle.push(reads.connect()?);
+        }
+        Ok(reads)
+    }
+
+    fn connect(&self) -> Result<Connection, StoreError> {
+        let conn = open_connection(&self.path, true)?;
+        conn.busy_timeout(Duration::ZERO)
+            .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        Ok(conn)
+    }
+
+    /// Runs `read` here; `None` when SQLite would have had to wait for a lock (or no
+    /// connection could be opened), and the caller should read on a reader thread instead.
+    pub(super) fn read<T>(
+        &self,
+        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Option<rusqlite::Result<T>> {
+        let conn = match self.idle.pop() {
+            Some(conn) => conn,
+            None => self.connect().ok()?,
+        };
+        let result = read(&conn);
+        let waits = matches!(
+            result
+                .as_ref()
+                .err()
+                .and_then(rusqlite::Error::sqlite_error_code),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        );
+        // Full: more callers than `KEPT` read at once; this one closes.
+        let _ = self.idle.push(conn);
+        (!waits).then_some(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sqlite::{SqliteStore, read_link};
+    use rusqlite::ffi;
+    use shortener_core::link::Link;
+    use shortener_core::store::LinkStore;
+
+    fn failure(code: i32) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(ffi::Error::new(code), None)
+    }
+
+    #[tokio::test]
+    async fn reads_run_here_unless_sqlite_would_wait_for_a_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let origin = shortener_core::audit::Origin::system("test");
+        let now = crate::now();
+        let link = Link::new("promo", "https://example.com/", now, now + 86_400);
+        store.insert_link(&link, &origin).await.unwrap();
+
+        let here = store.point_reads.read(|c| read_link(c, "promo"));
+        assert_eq!(here.unwrap().unwrap().unwrap().code, "promo");
+        // A lock another connection holds: the caller is told to read elsewhere.
+        for code in [ffi::SQLITE_BUSY, ffi::SQLITE_LOCKED] {
+            assert!(
+                store
+                    .point_reads
+                    .read(|_| Err::<(), _>(failure(code)))
+                    .is_none()
+            );
+        }
+        // Any other failure is the answer.
+        let corrupt = store
+            .point_reads
+            .read(|_| Err::<(), _>(failure(ffi::SQLITE_CORRUPT)));
+        assert!(matches!(corrupt, Some(Err(_))));
+        // The connections went back: more reads than were opened still run here.
+        for _ in 0..3 * KEPT {
+            assert!(store.point_reads.read(|c| read_link(c, "nope")).is_some());
+        }
+        assert!(store.point_reads.idle.len() <= KEPT);
+    }
+}
