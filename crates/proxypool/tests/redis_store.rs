@@ -1290,10 +1290,11 @@ async fn with_sub_pools(redis: &RedisServer, clock: &ManualClock, name: &str) ->
 }
 
 /// Sub-pools and keyless strategies, side by side: each sub-pool serves its members only,
-/// with its own strategy (round-robin in turn, least connections balancing held leases); a
-/// new session is placed on the sub-pool's ring exactly as in memory, and keeps its address
-/// whichever pool a later ticket names; the minimum in service holds per sub-pool (P8), also
-/// after a removal; runtime additions join the named sub-pools; unknown names are refused.
+/// with its own strategy (round-robin in turn, least connections balancing held leases, with
+/// the same draws from the same seed in both stores); a new session is placed on the
+/// sub-pool's ring exactly as in memory, and keeps its address whichever pool a later ticket
+/// names; the minimum in service holds per sub-pool (P8), also after a removal; runtime
+/// additions join the named sub-pools; unknown names are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sub_pools_and_strategies_work_like_in_the_memory_store() {
     const F: Outcome = Outcome::ConnectError;
@@ -1303,6 +1304,8 @@ async fn sub_pools_and_strategies_work_like_in_the_memory_store() {
     let a = |i: usize| format!("http://10.0.0.{i}:3128");
     clock.advance(Duration::from_secs(61));
 
+    // Least connections' picks per pool: both draw from their seeded generator, alike.
+    let mut least = Vec::new();
     for pool in pools {
         // Each sub-pool's members only.
         for _ in 0..20 {
@@ -1337,8 +1340,14 @@ async fn sub_pools_and_strategies_work_like_in_the_memory_store() {
             *per.entry(lease.address().redacted().to_owned())
                 .or_default() += 1;
         }
+        eprintln!("PER {per:?}");
         assert_eq!(per.len(), 3, "{per:?}");
         assert!(per.values().all(|n| (2..=6).contains(n)), "{per:?}");
+        least.push(
+            held.iter()
+                .map(|l| l.address().redacted().to_owned())
+                .collect::<Vec<_>>(),
+        );
         for lease in held {
             lease.release(OK).await.unwrap();
         }
@@ -1352,6 +1361,7 @@ async fn sub_pools_and_strategies_work_like_in_the_memory_store() {
                 .is_err()
         );
     }
+    assert_eq!(least[0], least[1], "memory (left) and Redis (right) differ");
 
     // New sessions land on the same address of the sub-pool's ring in both stores; a bound
     // key keeps its address through the whole pool's tickets too.
@@ -1665,7 +1675,7 @@ async fn a_rate_limit_holds_for_acquires_in_its_own_call() {
     ];
     call.extend([lid.as_str(), &id, "r", "shop", &until, ""]);
     for _ in 0..12 {
-        call.extend(["", "0", "shop", "w"]);
+        call.extend(["", "0", "shop", "w", "0"]);
     }
     let reply = cli(&redis, &call);
     let granted: Vec<&String> = reply.chunks(3).take(12).map(|r| &r[1]).collect();

@@ -46,7 +46,8 @@
 --   pass   zset 'id:step' → pass, of the addresses offered for keyless work and below the cap;
 --          the step is the inverse of the weight (state × ramp share), as text
 --   ring   zset 'id:v' → point, the consistent-hash ring (P1), at the points the client computes
---   sp:NAME:pass, sp:NAME:ring  the same two for sub-pool NAME and its members
+--   ids    zset id → id of the pool's members (least connections draws from it by rank)
+--   sp:NAME:pass, sp:NAME:ring, sp:NAME:ids  the same three for sub-pool NAME and its members
 --   log    list of state transitions, newest first
 --   prober the token of the process whose prober probes the pool, with a TTL
 --   cooled:SITE  set of the addresses with a 'cool|SITE' field, deleted with those fields
@@ -81,7 +82,7 @@ local function digits(n)
   return h .. LOW3[n - hi * 1000]
 end
 
-local NAMES = {'meta', 'url', 'name', 'byurl', 'state', 'due', 'bind', 'log', 'pass', 'ring'}
+local NAMES = {'meta', 'url', 'name', 'byurl', 'state', 'due', 'bind', 'log', 'pass', 'ring', 'ids'}
 local pools = {}
 
 local function keys_of(meta)
@@ -96,8 +97,8 @@ local function keys_of(meta)
   return K
 end
 
--- The selection structures of the whole pool (name '') or of a sub-pool: its `pass` and
--- `ring` zsets and its `meta` counters of offered addresses, keys bound through it and
+-- The selection structures of the whole pool (name '') or of a sub-pool: its `pass`, `ring`
+-- and `ids` zsets and its `meta` counters of offered addresses, keys bound through it and
 -- members (the whole pool's members are the `state` index).
 local function pool_of(K, name)
   local P = K.sub[name]
@@ -105,11 +106,11 @@ local function pool_of(K, name)
   -- Bounded: sub-pool names come from callers.
   if K.sub_n >= 10000 then K.sub, K.sub_n, K.specs = {}, 0, {} end
   if name == '' then
-    P = {name = '', pass = K.pass, ring = K.ring, offered = 'offered', bound = 'bound'}
+    P = {name = '', pass = K.pass, ring = K.ring, ids = K.ids, offered = 'offered', bound = 'bound'}
   else
     local p = K.prefix .. 'sp:' .. name .. ':'
     P = {
-      name = name, pass = p .. 'pass', ring = p .. 'ring', offered = 'offered@' .. name,
+      name = name, pass = p .. 'pass', ring = p .. 'ring', ids = p .. 'ids', offered = 'offered@' .. name,
       bound = 'bound@' .. name, members = 'members@' .. name,
     }
   end
@@ -636,36 +637,63 @@ end
 -- How unwell an offered address is, for least connections' ties (lower is better).
 local UNWELL = {healthy = 0, degraded = 1, probing = 2}
 
--- Least connections by the power of two choices, as `strategy::least_connections`: two
--- random members of pool `P`'s `pass` (offered, below the cap) not cooling for the acquire's
--- site, the one with fewer open leases wins, then the one in the better state; when 16
--- draws (with repetition: a positive count would return a small set whole, in a fixed order)
--- do not turn up two eligible ones, the lightest of all.
-local function least(B, P, lease_deadline)
-  for _ = 1, 3 do
-    local best, best_load, best_m, found, weighed = nil, nil, nil, 0, {}
-    local function weigh(m)
-      local id = split_member(m)[1]
-      if not id or weighed[id] or B.full[id] or cools(B, id) then return end
-      weighed[id] = true
-      local f = redis.call('HMGET', addr(B.K, id), 'n', 's')
-      local load = num(f[1]) * 4 + (UNWELL[f[2]] or 3)
-      if not best_load or load < best_load then best, best_load, best_m = id, load, m end
-      found = found + 1
+-- The draws of least connections from a seed, as `strategy::least_connections::Draws`: a
+-- 32-bit LCG (its products stay below 2^53: exact in doubles), each state scaled to 0..len-1
+-- by its high bits, the product taken in two halves so that it stays exact for any pool size.
+local TWO32, TWO16 = 4294967296, 65536
+local function draw_index(state, len)
+  local hi = math.floor(state / TWO16)
+  return math.floor((hi * len + math.floor((state - hi * TWO16) * len / TWO16)) / TWO16)
+end
+local function next_draw(state) return (state * 1664525 + 1013904223) % TWO32 end
+local TRIES = 16
+
+-- Least connections by the power of two choices, as `strategy::least_connections`: up to
+-- TRIES members of pool `P` drawn by rank in `ids` (its members by id, as memory orders its
+-- slots) from the caller's `seed`, the first two eligible (offered, below the cap, not cooling
+-- for the acquire's site) weighed: the one with fewer open leases wins, then the one in the
+-- better state, then the first drawn. Without two eligible draws, the lightest of all eligible
+-- ones (the first by id among equals).
+local function least(B, P, lease_deadline, seed)
+  local len = redis.call('ZCARD', P.ids)
+  if len == 0 then return 0, 0, 'none' end
+  local best, best_load, best_m
+  -- Whether `id` is eligible; if so it is weighed against the best so far.
+  local function weigh(id)
+    if B.full[id] then return false end
+    local f = redis.call('HMGET', addr(B.K, id), 'n', 's', 'p')
+    local n, s = num(f[1]), f[2]
+    if not OFFERED[s] or n >= B.cap or cools(B, id) then return false end
+    local load = n * 4 + (UNWELL[s] or 3)
+    if not best_load or load < best_load then
+      best, best_load, best_m = id, load, member(id, f[3] or step_text(B.H, s, 0, 0))
     end
-    for _, m in ipairs(redis.call('ZRANDMEMBER', P.pass, '-16')) do
-      weigh(m)
-      if found == 2 then break end
-    end
-    if found < 2 then
-      for _, m in ipairs(redis.call('ZRANGE', P.pass, '0', '-1')) do weigh(m) end
-    end
-    if not best then return 0, 0, 'none' end
-    local lid = take(B, best, best_m, lease_deadline)
-    if lid then return lid, best, 'least' end
-    -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
-    redis.call('ZREM', P.pass, best_m)
+    return true
   end
+  local state, first, pair = tonumber(seed) or 0, nil, false
+  for _ = 1, TRIES do
+    local i = draw_index(state, len)
+    state = next_draw(state)
+    local id = redis.call('ZRANGE', P.ids, digits(i), digits(i))[1]
+    if id and id ~= first and weigh(id) then
+      if first then
+        pair = true
+        break
+      end
+      first = id
+    end
+  end
+  if not pair then
+    best, best_load, best_m = nil, nil, nil
+    -- Every eligible one is in `pass` (cooling aside): weighed in id order.
+    local ids = {}
+    for k, m in ipairs(redis.call('ZRANGE', P.pass, '0', '-1')) do ids[k] = tonumber(split_member(m)[1]) end
+    table.sort(ids)
+    for _, id in ipairs(ids) do weigh(tostring(id)) end
+  end
+  if not best then return 0, 0, 'none' end
+  local lid = take(B, best, best_m, lease_deadline)
+  if lid then return lid, best, 'least' end
   return 0, 0, 'none'
 end
 
@@ -784,7 +812,7 @@ end
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '6'
+local LAYOUT = '7'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -821,10 +849,10 @@ end
 -- One acquire: `key` ('' = keyless) and its ring `point`, in pool `P` with keyless strategy
 -- `strategy` ('w' weighted, 'r' round-robin, 'l' least connections). Returns lease id,
 -- address id and the choice, or 0, address id or 0, and 'busy' | 'broken' | 'none'.
-local function acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, keyless_left)
+local function acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, keyless_left, seed)
   local K, cap = B.K, B.cap
   if key == '' then
-    if strategy == 'l' then return least(B, P, lease_deadline) end
+    if strategy == 'l' then return least(B, P, lease_deadline, seed) end
     return keyless(B, P, lease_deadline, keyless_left, strategy == 'r')
   end
   -- A bound key keeps its address whichever pool the ticket names.
@@ -908,6 +936,9 @@ local function uncool(K, site)
   if #ids < 256 then redis.call('HDEL', K.meta, field) end
 end
 
+-- Arguments per acquire of an `ops` call.
+local ACQUIRE_ARGS = 5
+
 -- Refusals, counted in `meta` by their names.
 local REFUSED = {none = true, broken = true, busy = true, cooling = true}
 
@@ -922,8 +953,8 @@ local function acquire_part(K, now, cap, H, got, cooling, args, from, more)
   local swept = args[2] == '1'
   local lease_deadline, session_deadline, factor = args[5], args[6], tonumber(args[7])
   -- Keyless acquires left in the batch, per pool.
-  local size, keyless_left = (#args - from + 1) / 4, {}
-  for i = from, #args, 4 do
+  local size, keyless_left = (#args - from + 1) / ACQUIRE_ARGS, {}
+  for i = from, #args, ACQUIRE_ARGS do
     if args[i] == '' then keyless_left[args[i + 3]] = (keyless_left[args[i + 3]] or 0) + 1 end
   end
   -- A site's latest cooling over: every cooling there is, and their fields go.
@@ -932,8 +963,8 @@ local function acquire_part(K, now, cap, H, got, cooling, args, from, more)
   end
   local B = new_batch(K, cap, size, H)
   B.now = now
-  for i = from, #args, 4 do
-    local key, point, spec = args[i], args[i + 1], args[i + 3]
+  for i = from, #args, ACQUIRE_ARGS do
+    local key, point, spec, seed = args[i], args[i + 1], args[i + 3], args[i + 4]
     local S = K.specs[spec]
     if not S then
       S = {pool_of(K, string.sub(spec, 2)), string.sub(spec, 1, 1)}
@@ -944,7 +975,7 @@ local function acquire_part(K, now, cap, H, got, cooling, args, from, more)
     local cool_end = got[cooling[B.site]]
     B.site_cools = cool_end and num(cool_end) > now
     local left = keyless_left[spec]
-    local lid, id, tag = acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, left)
+    local lid, id, tag = acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, left, seed)
     if tag == 'none' and not swept then
       -- The batch's pending deadlines first: the sweep must see refreshed bindings as such.
       swept = true
@@ -954,7 +985,7 @@ local function acquire_part(K, now, cap, H, got, cooling, args, from, more)
       if sweep(K, now, args[1], cap, H) == 1 then more = 1 end
       -- Leases the sweep ended may have made room on addresses the batch filled.
       B.full = {}
-      lid, id, tag = acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, left)
+      lid, id, tag = acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, left, seed)
     end
     if key == '' then keyless_left[spec] = left - 1 end
     if REFUSED[tag] then redis.call('HINCRBY', K.meta, tag, '1') end
@@ -1347,7 +1378,7 @@ end
 -- or every 16th success of the address (empty otherwise);
 -- then per acquire: key ('' = keyless), the key's ring point, site ('-' for none),
 -- pool: the keyless strategy's letter (see acquire_one) and the sub-pool's name (none for
--- the whole pool). Replies three elements per acquire (see acquire_one), then the facts the
+-- the whole pool), least connections' seed (see `least`; '0' for other acquires). Replies three elements per acquire (see acquire_one), then the facts the
 -- judge needs of the releases that are news (see `facts`; each led by the release's number,
 -- its address id, class, '1' if excused and its latency flag), `more` and the pool's epoch.
 local function ops(keys, args)
@@ -1359,7 +1390,7 @@ local function ops(keys, args)
   local order = site_fields(args, 12, last_release, 6, fields)
   -- `cooling`: site → index in `got`; `cool_fields` and `cool_at`: the same as two lists.
   local cooling, cool_fields, cool_at = {}, {}, {}
-  for i = last_release + 3, #args, 4 do
+  for i = last_release + 3, #args, ACQUIRE_ARGS do
     local site = args[i]
     if not cooling[site] then
       fields[#fields + 1] = names_of(site)[5]
@@ -1466,6 +1497,7 @@ local function add(keys, args)
   for i, P in ipairs(pools_in(K, sp)) do
     if i > 1 then redis.call('HINCRBY', K.meta, P.members, '1') end
     place(P.ring, id, args, 10)
+    redis.call('ZADD', P.ids, id, id)
   end
   set_state(K, id, 'healthy', 'added (slow start)', now, cap, H)
   -- Last: until here a failed add leaves nothing that says the URL is present.
@@ -1546,6 +1578,7 @@ local function remove(keys, args)
   for i, P in ipairs(in_pools) do
     if i > 1 then redis.call('HINCRBY', K.meta, P.members, '-1') end
     unplace(P.ring, id, num(f[1]))
+    redis.call('ZREM', P.ids, id)
   end
   redis.call('HDEL', K.byurl, args[5])
   redis.call('HDEL', K.state, id)
