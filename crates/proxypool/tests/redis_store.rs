@@ -39,10 +39,17 @@ async fn shared_pool(
         .config(cfg)
         .clock(clock.clone())
         .seed(1)
-        .redis(RedisOptions::new(redis.url(), name))
+        .redis(patient(RedisOptions::new(redis.url(), name)))
         .connect()
         .await
         .unwrap()
+}
+
+/// Far from the default timeout (500 ms), which a debug build on a machine busy with builds
+/// missed now and then: these tests are about what the store does, not when it gives up (the
+/// outage tests set their own).
+fn patient(options: RedisOptions) -> RedisOptions {
+    options.timeout(Duration::from_secs(10))
 }
 
 /// A throwaway server (its files under a directory named after `name`) and a clock at 1 000 s.
@@ -596,7 +603,7 @@ async fn concurrent_batches_keep_a_probing_address_at_its_small_share() {
     let pool = Pool::builder()
         .addresses(addresses(3))
         .clock(clock.clone())
-        .redis(RedisOptions::new(redis.url(), "weights"))
+        .redis(patient(RedisOptions::new(redis.url(), "weights")))
         .connect()
         .await
         .unwrap();
@@ -1450,7 +1457,7 @@ async fn sub_pools_and_strategies_work_like_in_the_memory_store() {
 /// A memory pool and a Redis pool named `name` from one builder.
 async fn both(redis: &RedisServer, name: &str, builder: impl Fn() -> PoolBuilder) -> (Pool, Pool) {
     let shared = builder()
-        .redis(RedisOptions::new(redis.url(), name))
+        .redis(patient(RedisOptions::new(redis.url(), name)))
         .connect()
         .await
         .unwrap();
@@ -1504,7 +1511,8 @@ async fn sub_pools_hold_the_caps_under_concurrency() {
         for (i, address) in addresses(9).into_iter().enumerate() {
             b = b.address_in(address, [&["a"][..], &["b", "c"], &["a", "c"]][i % 3]);
         }
-        b.redis(RedisOptions::new(redis.url(), "race")).connect()
+        b.redis(patient(RedisOptions::new(redis.url(), "race")))
+            .connect()
     };
     let pools = [connect().await.unwrap(), connect().await.unwrap()];
     let held: std::sync::Arc<std::sync::Mutex<HashMap<String, u32>>> = Default::default();
