@@ -22,7 +22,8 @@
 --   name   hash id → redacted URL
 --   byurl  hash full URL → id (present addresses only)
 --   state  hash id → health state (present addresses only; the index for scans)
---   a:ID   hash of one address: s state, n open leases, k bound keys, t state since,
+--   a:ID   hash of one address: s state, n open leases, k bound keys ('bound', 'bound@NAME':
+--          those bound through the whole pool, through sub-pool NAME), t state since,
 --          w outcome window (newest first, kept while it holds a failure or captcha), wt
 --          the time of its newest outcome, ws lifetime successes when it last emptied (we:
 --          when; or the address was added), su
@@ -448,8 +449,13 @@ local function unbind(K, key)
   redis.call('ZREM', K.due, 'b' .. key)
   if not id then return false end
   redis.call('HDEL', K.bind, key)
-  redis.call('HINCRBY', K.meta, pool_of(K, via).bound, '-1')
-  if redis.call('HEXISTS', K.state, id) == 1 then redis.call('HINCRBY', addr(K, id), 'k', '-1') end
+  -- A removed address took its keys out of its pools' counts already (see `remove`).
+  if redis.call('HEXISTS', K.state, id) == 1 then
+    local bound = pool_of(K, via).bound
+    redis.call('HINCRBY', K.meta, bound, '-1')
+    redis.call('HINCRBY', addr(K, id), 'k', '-1')
+    redis.call('HINCRBY', addr(K, id), bound, '-1')
+  end
   return true
 end
 
@@ -888,6 +894,7 @@ local function acquire_one(B, P, strategy, lease_deadline, session_deadline, fac
     local lid = take(B, cid, m, lease_deadline, session_deadline, key)
     redis.call('HSET', K.bind, key, P.name == '' and cid or cid .. ' ' .. P.name)
     redis.call('HINCRBY', addr(K, cid), 'k', '1')
+    redis.call('HINCRBY', addr(K, cid), P.bound, '1')
     redis.call('HINCRBY', K.meta, P.bound, '1')
     return lid, cid, 'hashed'
   end
@@ -1577,6 +1584,9 @@ local function remove(keys, args)
   local in_pools = pools_in(K, f[2])
   for i, P in ipairs(in_pools) do
     if i > 1 then redis.call('HINCRBY', K.meta, P.members, '-1') end
+    -- Its sessions are broken: they no longer weigh on the mean of bounded loads.
+    local bound = num(redis.call('HGET', a, P.bound))
+    if bound > 0 then redis.call('HINCRBY', K.meta, P.bound, digits(-bound)) end
     unplace(P.ring, id, num(f[1]))
     redis.call('ZREM', P.ids, id)
   end

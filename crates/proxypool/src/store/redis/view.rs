@@ -243,9 +243,11 @@ impl SharedView {
                 failed_cycles: u32::try_from(n(&a, "cy")).unwrap_or(u32::MAX),
                 totals: all.totals(),
             };
-            rows.push(row);
+            rows.push((id.parse::<u64>().unwrap_or(u64::MAX), row));
         }
-        rows.sort_by(|a, b| a.address.cmp(&b.address));
+        // In the order they were added, as memory lists its slots (ids are never reused).
+        rows.sort_by_key(|(id, _)| *id);
+        let mut rows: Vec<_> = rows.into_iter().map(|(_, row)| row).collect();
         let sites = sites
             .into_iter()
             .map(|(site, (c, addresses, bad))| SiteSnapshot {
