@@ -14,6 +14,7 @@
 --
 -- Key layout (suffixes of the prefix):
 --   meta   hash: counters (seq, released, expired, …), `bound`, `offered`, `q`, `next_id`,
+--          `orphans` (open leases of removed addresses),
 --          per sub-pool 'offered@NAME', 'bound@NAME', 'members@NAME' (see `pool_of`),
 --          `layout` (see LAYOUT), `frozen` (P9: our side); per site 'w|SITE', 'd|SITE',
 --          't|SITE', 'n|SITE' (see `site_fields`) and 'cool|SITE', the latest end of any
@@ -459,10 +460,13 @@ local function unbind(K, key)
   return true
 end
 
--- An open lease of `id` (state `s`, step `step`, sub-pools `sp`; nil if removed: nothing to
--- count) has ended.
+-- An open lease of `id` (state `s`, step `step`, sub-pools `sp`; nil if removed: one orphan
+-- fewer, see `remove`) has ended.
 local function freed(K, id, s, step, sp, cap, H)
-  if not s then return end
+  if not s then
+    redis.call('HINCRBY', K.meta, 'orphans', '-1')
+    return
+  end
   local n = redis.call('HINCRBY', addr(K, id), 'n', '-1')
   -- Back below the cap: offered for keyless work again.
   if n == cap - 1 and OFFERED[s] then join_passes(K, sp, member(id, step or step_text(H, s, 0, 0))) end
@@ -1590,6 +1594,9 @@ local function remove(keys, args)
     unplace(P.ring, id, num(f[1]))
     redis.call('ZREM', P.ids, id)
   end
+  -- Its open leases still count until they end (as in memory): as orphans, its hash going.
+  local open_leases = num(redis.call('HGET', a, 'n'))
+  if open_leases > 0 then redis.call('HINCRBY', K.meta, 'orphans', digits(open_leases)) end
   redis.call('HDEL', K.byurl, args[5])
   redis.call('HDEL', K.state, id)
   redis.call('DEL', a, K.prefix .. 'c:' .. id)

@@ -280,7 +280,9 @@ impl SharedView {
                 row.reason = (*reason).to_owned();
             }
         }
-        let active_leases = rows.iter().map(|a| u64::from(a.active_leases)).sum();
+        // Open leases of removed addresses count too, as in memory.
+        let active_leases =
+            rows.iter().map(|a| u64::from(a.active_leases)).sum::<u64>() + n(&meta, "orphans");
         // Lease ids of an epoch start at a random `seq0`.
         let acquired = n(&meta, "seq").saturating_sub(n(&meta, "seq0"));
         let (abandoned, expired) = (n(&meta, "abandoned"), n(&meta, "expired"));
