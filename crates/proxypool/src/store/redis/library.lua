@@ -14,7 +14,7 @@
 --
 -- Key layout (suffixes of the prefix):
 --   meta   hash: counters (seq, released, expired, …), `bound`, `offered`, `q`, `next_id`,
---          `orphans` (open leases of removed addresses),
+--          `orphans` (open leases of removed addresses), 'rr', 'rr@NAME' round-robin's cursor,
 --          per sub-pool 'offered@NAME', 'bound@NAME', 'members@NAME' (see `pool_of`),
 --          `layout` (see LAYOUT), `frozen` (P9: our side); per site 'w|SITE', 'd|SITE',
 --          't|SITE', 'n|SITE' (see `site_fields`) and 'cool|SITE', the latest end of any
@@ -108,11 +108,15 @@ local function pool_of(K, name)
   -- Bounded: sub-pool names come from callers.
   if K.sub_n >= 10000 then K.sub, K.sub_n, K.specs = {}, 0, {} end
   if name == '' then
-    P = {name = '', pass = K.pass, ring = K.ring, ids = K.ids, offered = 'offered', bound = 'bound'}
+    P = {
+      name = '', pass = K.pass, ring = K.ring, ids = K.ids, offered = 'offered', bound = 'bound',
+      cursor = 'rr',
+    }
   else
     local p = K.prefix .. 'sp:' .. name .. ':'
     P = {
       name = name, pass = p .. 'pass', ring = p .. 'ring', ids = p .. 'ids', offered = 'offered@' .. name,
+      cursor = 'rr@' .. name,
       bound = 'bound@' .. name, members = 'members@' .. name,
     }
   end
@@ -573,9 +577,9 @@ end
 -- Read again (after writing back) when every candidate is full or the lowest would pass the
 -- bound, where an address not read would be next; candidates cooling for the acquire's site
 -- are passed over. Candidates are flat: id, member, pass (with this batch's picks), changed,
--- step. Round-robin (`even`) is the same with every step 1: each offered address in turn.
+-- step.
 -- Per pool `P` (its state in the batch: `C`).
-local function keyless(B, P, lease_deadline, wanted, even)
+local function keyless(B, P, lease_deadline, wanted)
   local C = B.sel[P]
   if not C then
     C = {}
@@ -596,7 +600,7 @@ local function keyless(B, P, lease_deadline, wanted, even)
       for i = 1, #r, 2 do
         local parts = split_member(r[i])
         c[k + 1], c[k + 2], c[k + 3], c[k + 4] = parts[1], r[i], tonumber(r[i + 1]), false
-        c[k + 5] = even and 1 or parts[2]
+        c[k + 5] = parts[2]
         k = k + 5
       end
       C.cand = c
@@ -632,7 +636,7 @@ local function keyless(B, P, lease_deadline, wanted, even)
               c[k + 3] = true
             end
           end
-          return lid, id, even and 'round_robin' or 'weighted'
+          return lid, id, 'weighted'
         end
         -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
         redis.call('ZREM', P.pass, c[best + 1])
@@ -646,6 +650,36 @@ end
 
 -- How unwell an offered address is, for least connections' ties (lower is better).
 local UNWELL = {healthy = 0, degraded = 1, probing = 2}
+
+-- Whether `id` may be picked for keyless work (offered, below the cap, not cooling for the
+-- acquire's site, as `Candidates::eligible`): its open leases, state and `pass` member if so.
+local function eligible(B, id)
+  if B.full[id] then return nil end
+  local f = redis.call('HMGET', addr(B.K, id), 'n', 's', 'p')
+  local n, s = num(f[1]), f[2]
+  if not OFFERED[s] or n >= B.cap or cools(B, id) then return nil end
+  return n, s, member(id, f[3] or step_text(B.H, s, 0, 0))
+end
+
+-- Round-robin, as `strategy::round_robin`: a cursor (per pool, in `meta`) over the members by
+-- id (`ids`, ordered as memory orders its slots), from which the first eligible one is taken;
+-- the cursor moves past it. (Like memory's, it is an index: a removal shifts those after it.)
+local function round_robin(B, P, lease_deadline)
+  local n = redis.call('ZCARD', P.ids)
+  local cursor = num(redis.call('HGET', B.K.meta, P.cursor))
+  for step = 0, n - 1 do
+    local i = (cursor + step) % n
+    local id = redis.call('ZRANGE', P.ids, digits(i), digits(i))[1]
+    local _, _, m = eligible(B, id)
+    if m then
+      redis.call('HSET', B.K.meta, P.cursor, digits((i + 1) % n))
+      local lid = take(B, id, m, lease_deadline)
+      if lid then return lid, id, 'round_robin' end
+      return 0, 0, 'none'
+    end
+  end
+  return 0, 0, 'none'
+end
 
 -- The draws of least connections from a seed, as `strategy::least_connections::Draws`: a
 -- 32-bit LCG (its products stay below 2^53: exact in doubles), each state scaled to 0..len-1
@@ -670,14 +704,10 @@ local function least(B, P, lease_deadline, seed)
   local best, best_load, best_m
   -- Whether `id` is eligible; if so it is weighed against the best so far.
   local function weigh(id)
-    if B.full[id] then return false end
-    local f = redis.call('HMGET', addr(B.K, id), 'n', 's', 'p')
-    local n, s = num(f[1]), f[2]
-    if not OFFERED[s] or n >= B.cap or cools(B, id) then return false end
+    local n, s, m = eligible(B, id)
+    if not n then return false end
     local load = n * 4 + (UNWELL[s] or 3)
-    if not best_load or load < best_load then
-      best, best_load, best_m = id, load, member(id, f[3] or step_text(B.H, s, 0, 0))
-    end
+    if not best_load or load < best_load then best, best_load, best_m = id, load, m end
     return true
   end
   local state, first, pair = tonumber(seed) or 0, nil, false
@@ -863,7 +893,8 @@ local function acquire_one(B, P, strategy, lease_deadline, session_deadline, fac
   local K, cap = B.K, B.cap
   if key == '' then
     if strategy == 'l' then return least(B, P, lease_deadline, seed) end
-    return keyless(B, P, lease_deadline, keyless_left, strategy == 'r')
+    if strategy == 'r' then return round_robin(B, P, lease_deadline) end
+    return keyless(B, P, lease_deadline, keyless_left)
   end
   -- A bound key keeps its address whichever pool the ticket names.
   local id = binding(redis.call('HGET', K.bind, key))
