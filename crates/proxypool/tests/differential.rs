@@ -4,10 +4,14 @@
 //!
 //! The operations are those where the stores judge alike today (see `suite/behaviours.rs`'s
 //! `not_on_redis!` for the others): keyed acquires (the ring and its bounded loads are one
-//! function of the URLs, so both pick the same address), releases with every outcome class but
-//! rate limits, with or without a named site, clock steps, probe reports, adding and removing
-//! addresses. Backoff jitter is on: both stores draw
-//! it from the pool's seeded generator, in the Rust judge, on a fall only (`judge::fall`).
+//! function of the URLs, so both pick the same address), keyless acquires held in a
+//! least-connections sub-pool (both draw from the pool's seeded generator) and a round-robin
+//! one (one cursor over the members by id), releases with every outcome class (with a named
+//! site: all but rate limits; successes of one latency), clock steps, probe reports, adding and removing
+//! addresses. Backoff jitter is on: both stores draw it from the pool's seeded generator, in
+//! the Rust judge, on a fall only (`judge::fall`). Not yet alike, so left out: weighted keyless
+//! picks (memory's float stride against Redis's whole-number steps), the latency tail (judged
+//! per process in Redis).
 //! Shrunk failures are kept in `differential.proptest-regressions`.
 #![allow(clippy::unwrap_used)]
 
@@ -15,10 +19,21 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestRunner};
-use proxypool::{Decision, ManualClock, Outcome, Pool, PoolConfig, RedisOptions, Snapshot, Ticket};
+use proxypool::{
+    Decision, ManualClock, Outcome, Pool, PoolConfig, RedisOptions, Snapshot, Strategy as Keyless,
+    Ticket,
+};
 use testkit::RedisServer;
 
 const ADDRESSES: usize = 6;
+
+/// The sub-pools (their strategies as named) and the addresses in each: the first
+/// `IN_SUB_POOLS` of the pool, the rest in the whole pool only.
+const SUB_POOLS: [(&str, Keyless); 2] = [
+    ("lc", Keyless::LeastConnections),
+    ("rr", Keyless::RoundRobin),
+];
+const IN_SUB_POOLS: usize = 4;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -32,6 +47,13 @@ enum Op {
         key: u8,
         outcome: u8,
         site: u8,
+    },
+    /// A keyless acquire in sub-pool `pool` (see `SUB_POOLS`), held while `held` more are
+    /// taken the same way, then all released with `outcome`.
+    Keyless {
+        pool: u8,
+        held: u8,
+        outcome: u8,
     },
     Advance {
         ms: u32,
@@ -52,9 +74,11 @@ enum Op {
 fn op(step_ms: u32, membership: bool, sites: bool) -> impl Strategy<Value = Op> {
     let changes = u32::from(membership);
     prop_oneof![
-        8 => (0u8..10, 0u8..8).prop_map(|(key, outcome)| Op::Pair { key, outcome }),
-        8 * u32::from(sites) => (0u8..10, 0u8..9, 0u8..2)
+        8 => (0u8..10, 0u8..OUTCOMES).prop_map(|(key, outcome)| Op::Pair { key, outcome }),
+        8 * u32::from(sites) => (0u8..10, 0u8..OUTCOMES - 1, 0u8..2)
             .prop_map(|(key, outcome, site)| Op::Site { key, outcome, site }),
+        4 => (0u8..SUB_POOLS.len() as u8, 0u8..4, 0u8..OUTCOMES)
+            .prop_map(|(pool, held, outcome)| Op::Keyless { pool, held, outcome }),
         3 => (0..step_ms).prop_map(|ms| Op::Advance { ms }),
         2 => (0u8..ADDRESSES as u8, any::<bool>())
             .prop_map(|(address, passed)| Op::Probe { address, passed }),
@@ -62,6 +86,11 @@ fn op(step_ms: u32, membership: bool, sites: bool) -> impl Strategy<Value = Op> 
             .prop_map(|(address, add)| Op::Membership { address, add }),
     ]
 }
+
+/// Outcomes by number: successes, failures, a captcha, a rate limit. Of one latency: Redis
+/// judges the latency tail per process (`SlowShare`, see ARCHITECTURE.md), memory over the
+/// address's window, so varied latencies part them.
+const OUTCOMES: u8 = 10;
 
 fn outcome(n: u8) -> Outcome {
     match n {
@@ -71,7 +100,10 @@ fn outcome(n: u8) -> Outcome {
         4 | 5 => Outcome::ConnectError,
         6 => Outcome::Timeout,
         7 => Outcome::Captcha,
-        _ => Outcome::Blocked,
+        8 => Outcome::Blocked,
+        _ => Outcome::RateLimited {
+            retry_after: Duration::from_secs(5),
+        },
     }
 }
 
@@ -111,11 +143,18 @@ async fn run(redis: &RedisServer, case: usize, ops: &[Op]) -> Result<(), TestCas
     clock.advance(Duration::from_secs(1_000));
     let cfg = PoolConfig::default();
     let builder = || {
-        Pool::builder()
-            .addresses((0..ADDRESSES).map(address))
+        let mut b = Pool::builder()
             .config(cfg.clone())
             .clock(clock.clone())
-            .seed(1)
+            .seed(1);
+        for (name, strategy) in SUB_POOLS {
+            b = b.sub_pool(name, strategy);
+        }
+        for i in 0..ADDRESSES {
+            let names = SUB_POOLS.map(|(name, _)| name);
+            b = b.address_in(address(i), if i < IN_SUB_POOLS { &names[..] } else { &[] });
+        }
+        b
     };
     let memory = builder().build().unwrap();
     let shared = builder()
@@ -148,6 +187,32 @@ async fn run(redis: &RedisServer, case: usize, ops: &[Op]) -> Result<(), TestCas
                         }
                         Err(e) => Err(e.to_string()),
                     });
+                }
+                prop_assert_eq!(&answers[0], &answers[1], "step {}: {:?}", step, op);
+            }
+            Op::Keyless {
+                pool: p,
+                held,
+                outcome: o,
+            } => {
+                let mut answers = Vec::new();
+                for pool in [&memory, &shared] {
+                    let mut leases = Vec::new();
+                    let mut got = Vec::new();
+                    for _ in 0..=*held {
+                        let ticket = Ticket::new().sub_pool(SUB_POOLS[usize::from(*p)].0);
+                        match pool.acquire(ticket).await {
+                            Ok(lease) => {
+                                got.push(Ok(lease.address().as_str().to_owned()));
+                                leases.push(lease);
+                            }
+                            Err(e) => got.push(Err(e.to_string())),
+                        }
+                    }
+                    for lease in leases {
+                        lease.release(outcome(*o)).await.unwrap();
+                    }
+                    answers.push(got);
                 }
                 prop_assert_eq!(&answers[0], &answers[1], "step {}: {:?}", step, op);
             }
@@ -236,26 +301,46 @@ fn memory_and_redis_decide_alike_with_named_sites() {
 }
 
 /// Shrunk failures found with adds and removes, kept as fixed cases: a removal was logged
-/// `healthy -> removed` in Redis, `healthy -> absent` in memory (fixed: as in memory).
+/// `healthy -> removed` in Redis, `healthy -> absent` in memory (fixed: as in memory); a
+/// removed address's keys still weighed on Redis's mean of bounded loads until each was seen
+/// broken, so a new key was placed elsewhere (fixed: they leave the count at the removal, as
+/// in memory); a re-added address was listed in URL order in Redis's snapshot, in the order
+/// of addition in memory (fixed: by id, as memory lists its slots).
 #[test]
 fn memory_and_redis_decide_alike_on_kept_cases() {
     let (dir, redis, rt) = lab("kept");
-    let cases: &[&[Op]] = &[&[Op::Membership {
-        address: 0,
+    let remove = |address| Op::Membership {
+        address,
         add: false,
-    }]];
+    };
+    let pair = |key, outcome| Op::Pair { key, outcome };
+    let cases: &[&[Op]] = &[
+        &[remove(0)],
+        &[
+            pair(0, 0),
+            pair(1, 0),
+            pair(4, 0),
+            pair(5, 0),
+            remove(0),
+            pair(0, 1),
+            pair(3, 4),
+        ],
+        &[
+            remove(3),
+            Op::Membership {
+                address: 3,
+                add: true,
+            },
+        ],
+    ];
     for (n, ops) in cases.iter().enumerate() {
         rt.block_on(run(&redis, 1_000 + n, ops)).unwrap();
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// With adds and removes. Ignored until the stores agree: after a removal, an unbound key's
-/// bounded-load placement differs (shrunk: keys 0, 1, 4 and 5 bound with successes, address 1
-/// removed, key 0 succeeds again, then key 3 goes to 10.7.0.3 in memory and 10.7.0.4 in Redis).
-/// `cargo test -p proxypool --test differential -- --ignored` runs it.
+/// With adds and removes, within the window's maximum age.
 #[test]
-#[ignore = "the stores disagree: an unbound key's placement after a removal"]
 fn memory_and_redis_decide_alike_with_adds_and_removes() {
     differ(32, 7_000, true, false);
 }

@@ -248,6 +248,8 @@ struct AcquireRequest {
     point: u64,
     /// `-` for tickets without a site.
     site: Arc<str>,
+    /// Least connections' seed, from the pool's generator as in memory (0 for other acquires).
+    seed: u32,
 }
 
 /// One release (or abandon) in a batch.

@@ -1,23 +1,55 @@
 //! Least-connections by the power of two choices: two random candidates, the less loaded wins;
 //! between equally loaded ones, the one in the better state (see `Candidates::load`). Both are
 //! read from the dense selection array, so weighing two candidates touches no record.
-
-use rand::Rng;
-use rand::rngs::StdRng;
+//!
+//! The draws come from one 32-bit seed per pick, taken from the caller's seeded generator, by
+//! [`Draws`]: the Redis library (`least` in `library.lua`) computes the same sequence from the
+//! same seed over the same members (by id, which orders them as slots do), so the two stores
+//! pick alike (held together by `tests/differential.rs`).
 
 use super::{Candidates, Slot};
 
 /// Random draws before falling back to a scan: many ineligible members (at their cap, out of
 /// service) would otherwise make sampling loop long.
-const TRIES: usize = 16;
+pub(crate) const TRIES: usize = 16;
 
-pub(crate) fn pick(members: &[Slot], c: &impl Candidates, rng: &mut StdRng) -> Option<Slot> {
+/// Member indices drawn from a seed: a 32-bit LCG (Numerical Recipes' constants: its products
+/// stay below 2^53, exact in Lua's doubles), each state scaled to `0..len` by its high bits
+/// (multiply and shift, no rejection: with pools of at most millions the bias is below 10^-3).
+pub(crate) struct Draws {
+    state: u32,
+    len: u64,
+}
+
+impl Draws {
+    pub(crate) fn new(seed: u32, len: usize) -> Self {
+        Self {
+            state: seed,
+            len: len as u64,
+        }
+    }
+}
+
+impl Iterator for Draws {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        let index = (u64::from(self.state) * self.len) >> 32;
+        self.state = self
+            .state
+            .wrapping_mul(1_664_525)
+            .wrapping_add(1_013_904_223);
+        Some(index as usize)
+    }
+}
+
+pub(crate) fn pick(members: &[Slot], c: &impl Candidates, seed: u32) -> Option<Slot> {
     if members.is_empty() {
         return None;
     }
     let mut found: [Option<Slot>; 2] = [None, None];
-    for _ in 0..TRIES {
-        let s = members[rng.random_range(0..members.len())];
+    for i in Draws::new(seed, members.len()).take(TRIES) {
+        let s = members[i];
         if !c.eligible(s) || found[0] == Some(s) {
             continue;
         }
@@ -43,7 +75,8 @@ pub(crate) fn pick(members: &[Slot], c: &impl Candidates, rng: &mut StdRng) -> O
 mod tests {
     use super::super::testing::Table;
     use super::*;
-    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+    use rand::{RngCore, SeedableRng};
 
     #[test]
     fn p1_least_connections_prefers_idle_addresses() {
@@ -52,13 +85,13 @@ mod tests {
         t.leases = vec![5, 5, 5, 5, 5, 5, 5, 5, 5, 0];
         let mut rng = StdRng::seed_from_u64(3);
         let idle = (0..1000)
-            .filter(|_| pick(&members, &t, &mut rng) == Some(9))
+            .filter(|_| pick(&members, &t, rng.next_u32()) == Some(9))
             .count();
         // P2C picks the idle one whenever it is one of the two draws: about 1 - (9/10)^2 = 19 %.
         assert!(idle > 120 && idle < 280, "{idle}");
         t.eligible = vec![false; 10];
         t.eligible[4] = true;
-        assert_eq!(pick(&members, &t, &mut rng), Some(4));
+        assert_eq!(pick(&members, &t, rng.next_u32()), Some(4));
     }
 
     #[test]
@@ -68,8 +101,23 @@ mod tests {
         t.unwell = vec![1, 0];
         let mut rng = StdRng::seed_from_u64(5);
         // Equally loaded, both drawn: the healthy one wins every time.
-        assert!((0..100).all(|_| pick(&members, &t, &mut rng) == Some(1)));
+        assert!((0..100).all(|_| pick(&members, &t, rng.next_u32()) == Some(1)));
         t.leases = vec![0, 1];
-        assert!((0..100).all(|_| pick(&members, &t, &mut rng) == Some(0)));
+        assert!((0..100).all(|_| pick(&members, &t, rng.next_u32()) == Some(0)));
+    }
+
+    #[test]
+    fn draws_are_the_lcg_scaled_by_its_high_bits_and_cover_every_index() {
+        // The sequence the Lua library computes too (`least` in library.lua).
+        let d: Vec<usize> = Draws::new(0, 10).take(3).collect();
+        // 0; 1013904223 × 10 ÷ 2^32 = 2.36; (1013904223 × 1664525 + 1013904223) mod 2^32 =
+        // 1196435762, × 10 ÷ 2^32 = 2.79.
+        assert_eq!(d, [0, 2, 2]);
+        assert_eq!(Draws::new(u32::MAX, 7).next(), Some(6));
+        let mut seen = [0usize; 7];
+        for i in Draws::new(12_345, 7).take(7_000) {
+            seen[i] += 1;
+        }
+        assert!(seen.iter().all(|&n| (800..1200).contains(&n)), "{seen:?}");
     }
 }

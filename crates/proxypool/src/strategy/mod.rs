@@ -6,6 +6,7 @@ pub(crate) mod least_connections;
 pub(crate) mod round_robin;
 pub(crate) mod smooth_weighted;
 
+use rand::RngCore;
 use rand::rngs::StdRng;
 
 use crate::config::Strategy;
@@ -55,7 +56,6 @@ impl Keyless {
         }
     }
 
-    /// Picks for a ticket of `site`; `c` answers for that ticket.
     /// The address is no longer avoided on `site`: its turn there comes at once.
     pub(crate) fn forgive(&mut self, slot: Slot, site: u32) {
         if let Self::Weighted(w) = self {
@@ -63,6 +63,7 @@ impl Keyless {
         }
     }
 
+    /// Picks for a ticket of `site`; `c` answers for that ticket.
     pub(crate) fn pick(
         &mut self,
         members: &[Slot],
@@ -73,7 +74,9 @@ impl Keyless {
         match self {
             Self::RoundRobin(rr) => rr.pick(members, c),
             Self::Weighted(w) => w.pick(site, c),
-            Self::LeastConnections => least_connections::pick(members, c, rng),
+            // One seed per pick, whatever it finds: the generator's stream stays aligned with
+            // the Redis store's, which draws it before its call.
+            Self::LeastConnections => least_connections::pick(members, c, rng.next_u32()),
         }
     }
 

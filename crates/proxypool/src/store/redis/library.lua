@@ -14,6 +14,7 @@
 --
 -- Key layout (suffixes of the prefix):
 --   meta   hash: counters (seq, released, expired, …), `bound`, `offered`, `q`, `next_id`,
+--          `orphans` (open leases of removed addresses), 'rr', 'rr@NAME' round-robin's cursor,
 --          per sub-pool 'offered@NAME', 'bound@NAME', 'members@NAME' (see `pool_of`),
 --          `layout` (see LAYOUT), `frozen` (P9: our side); per site 'w|SITE', 'd|SITE',
 --          't|SITE', 'n|SITE', 'sid|SITE' (see `site_fields`) and 'cool|SITE', the latest end
@@ -23,7 +24,8 @@
 --   name   hash id → redacted URL
 --   byurl  hash full URL → id (present addresses only)
 --   state  hash id → health state (present addresses only; the index for scans)
---   a:ID   hash of one address: s state, n open leases, k bound keys, t state since,
+--   a:ID   hash of one address: s state, n open leases, k bound keys ('bound', 'bound@NAME':
+--          those bound through the whole pool, through sub-pool NAME), t state since,
 --          wb the time of its window's newest counted bad outcome (absent once the window is
 --          clean: see `WENTRY`), su failures since suspect (P4), lv backoff level,
 --          cy failed cycles, st success streak, qe quarantine entries, ss stable (healthy)
@@ -50,7 +52,8 @@
 --   pass   zset 'id:step' → pass, of the addresses offered for keyless work and below the cap;
 --          the step is the inverse of the weight (state × ramp share), as text
 --   ring   zset 'id:v' → point, the consistent-hash ring (P1), at the points the client computes
---   sp:NAME:pass, sp:NAME:ring  the same two for sub-pool NAME and its members
+--   ids    zset id → id of the pool's members (least connections draws from it by rank)
+--   sp:NAME:pass, sp:NAME:ring, sp:NAME:ids  the same three for sub-pool NAME and its members
 --   log    list of state transitions, newest first
 --   prober the token of the process whose prober probes the pool, with a TTL
 --   cooled:SITE  set of the addresses with a 'cool|SITE' field, deleted with those fields
@@ -85,7 +88,7 @@ local function digits(n)
   return h .. LOW3[n - hi * 1000]
 end
 
-local NAMES = {'meta', 'url', 'name', 'byurl', 'state', 'due', 'bind', 'log', 'pass', 'ring'}
+local NAMES = {'meta', 'url', 'name', 'byurl', 'state', 'due', 'bind', 'log', 'pass', 'ring', 'ids'}
 local pools = {}
 
 local function keys_of(meta)
@@ -100,8 +103,8 @@ local function keys_of(meta)
   return K
 end
 
--- The selection structures of the whole pool (name '') or of a sub-pool: its `pass` and
--- `ring` zsets and its `meta` counters of offered addresses, keys bound through it and
+-- The selection structures of the whole pool (name '') or of a sub-pool: its `pass`, `ring`
+-- and `ids` zsets and its `meta` counters of offered addresses, keys bound through it and
 -- members (the whole pool's members are the `state` index).
 local function pool_of(K, name)
   local P = K.sub[name]
@@ -109,11 +112,15 @@ local function pool_of(K, name)
   -- Bounded: sub-pool names come from callers.
   if K.sub_n >= 10000 then K.sub, K.sub_n, K.specs = {}, 0, {} end
   if name == '' then
-    P = {name = '', pass = K.pass, ring = K.ring, offered = 'offered', bound = 'bound'}
+    P = {
+      name = '', pass = K.pass, ring = K.ring, ids = K.ids, offered = 'offered', bound = 'bound',
+      cursor = 'rr',
+    }
   else
     local p = K.prefix .. 'sp:' .. name .. ':'
     P = {
-      name = name, pass = p .. 'pass', ring = p .. 'ring', offered = 'offered@' .. name,
+      name = name, pass = p .. 'pass', ring = p .. 'ring', ids = p .. 'ids', offered = 'offered@' .. name,
+      cursor = 'rr@' .. name,
       bound = 'bound@' .. name, members = 'members@' .. name,
     }
   end
@@ -500,15 +507,23 @@ local function unbind(K, key)
   redis.call('ZREM', K.due, 'b' .. key)
   if not id then return false end
   redis.call('HDEL', K.bind, key)
-  redis.call('HINCRBY', K.meta, pool_of(K, via).bound, '-1')
-  if redis.call('HEXISTS', K.state, id) == 1 then redis.call('HINCRBY', addr(K, id), 'k', '-1') end
+  -- A removed address took its keys out of its pools' counts already (see `remove`).
+  if redis.call('HEXISTS', K.state, id) == 1 then
+    local bound = pool_of(K, via).bound
+    redis.call('HINCRBY', K.meta, bound, '-1')
+    redis.call('HINCRBY', addr(K, id), 'k', '-1')
+    redis.call('HINCRBY', addr(K, id), bound, '-1')
+  end
   return true
 end
 
--- An open lease of `id` (state `s`, step `step`, sub-pools `sp`; nil if removed: nothing to
--- count) has ended.
+-- An open lease of `id` (state `s`, step `step`, sub-pools `sp`; nil if removed: one orphan
+-- fewer, see `remove`) has ended.
 local function freed(K, id, s, step, sp, cap, H)
-  if not s then return end
+  if not s then
+    redis.call('HINCRBY', K.meta, 'orphans', '-1')
+    return
+  end
   local n = redis.call('HINCRBY', addr(K, id), 'n', '-1')
   -- Back below the cap: offered for keyless work again.
   if n == cap - 1 and OFFERED[s] then join_passes(K, sp, member(id, step or step_text(H, s, 0, 0))) end
@@ -619,9 +634,9 @@ end
 -- Read again (after writing back) when every candidate is full or the lowest would pass the
 -- bound, where an address not read would be next; candidates cooling for the acquire's site
 -- are passed over. Candidates are flat: id, member, pass (with this batch's picks), changed,
--- step. Round-robin (`even`) is the same with every step 1: each offered address in turn.
+-- step.
 -- Per pool `P` (its state in the batch: `C`).
-local function keyless(B, P, lease_deadline, wanted, even)
+local function keyless(B, P, lease_deadline, wanted)
   local C = B.sel[P]
   if not C then
     C = {}
@@ -642,7 +657,7 @@ local function keyless(B, P, lease_deadline, wanted, even)
       for i = 1, #r, 2 do
         local parts = split_member(r[i])
         c[k + 1], c[k + 2], c[k + 3], c[k + 4] = parts[1], r[i], tonumber(r[i + 1]), false
-        c[k + 5] = even and 1 or parts[2]
+        c[k + 5] = parts[2]
         k = k + 5
       end
       C.cand = c
@@ -678,7 +693,7 @@ local function keyless(B, P, lease_deadline, wanted, even)
               c[k + 3] = true
             end
           end
-          return lid, id, even and 'round_robin' or 'weighted'
+          return lid, id, 'weighted'
         end
         -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
         redis.call('ZREM', P.pass, c[best + 1])
@@ -693,36 +708,89 @@ end
 -- How unwell an offered address is, for least connections' ties (lower is better).
 local UNWELL = {healthy = 0, degraded = 1, probing = 2}
 
--- Least connections by the power of two choices, as `strategy::least_connections`: two
--- random members of pool `P`'s `pass` (offered, below the cap) not cooling for the acquire's
--- site, the one with fewer open leases wins, then the one in the better state; when 16
--- draws (with repetition: a positive count would return a small set whole, in a fixed order)
--- do not turn up two eligible ones, the lightest of all.
-local function least(B, P, lease_deadline)
-  for _ = 1, 3 do
-    local best, best_load, best_m, found, weighed = nil, nil, nil, 0, {}
-    local function weigh(m)
-      local id = split_member(m)[1]
-      if not id or weighed[id] or B.full[id] or cools(B, id) then return end
-      weighed[id] = true
-      local f = redis.call('HMGET', addr(B.K, id), 'n', 's')
-      local load = num(f[1]) * 4 + (UNWELL[f[2]] or 3)
-      if not best_load or load < best_load then best, best_load, best_m = id, load, m end
-      found = found + 1
+-- Whether `id` may be picked for keyless work (offered, below the cap, not cooling for the
+-- acquire's site, as `Candidates::eligible`): its open leases, state and `pass` member if so.
+local function eligible(B, id)
+  if B.full[id] then return nil end
+  local f = redis.call('HMGET', addr(B.K, id), 'n', 's', 'p')
+  local n, s = num(f[1]), f[2]
+  if not OFFERED[s] or n >= B.cap or cools(B, id) then return nil end
+  return n, s, member(id, f[3] or step_text(B.H, s, 0, 0))
+end
+
+-- Round-robin, as `strategy::round_robin`: a cursor (per pool, in `meta`) over the members by
+-- id (`ids`, ordered as memory orders its slots), from which the first eligible one is taken;
+-- the cursor moves past it. (Like memory's, it is an index: a removal shifts those after it.)
+local function round_robin(B, P, lease_deadline)
+  local n = redis.call('ZCARD', P.ids)
+  local cursor = num(redis.call('HGET', B.K.meta, P.cursor))
+  for step = 0, n - 1 do
+    local i = (cursor + step) % n
+    local id = redis.call('ZRANGE', P.ids, digits(i), digits(i))[1]
+    local _, _, m = eligible(B, id)
+    if m then
+      redis.call('HSET', B.K.meta, P.cursor, digits((i + 1) % n))
+      local lid = take(B, id, m, lease_deadline)
+      if lid then return lid, id, 'round_robin' end
+      return 0, 0, 'none'
     end
-    for _, m in ipairs(redis.call('ZRANDMEMBER', P.pass, '-16')) do
-      weigh(m)
-      if found == 2 then break end
-    end
-    if found < 2 then
-      for _, m in ipairs(redis.call('ZRANGE', P.pass, '0', '-1')) do weigh(m) end
-    end
-    if not best then return 0, 0, 'none' end
-    local lid = take(B, best, best_m, lease_deadline)
-    if lid then return lid, best, 'least' end
-    -- At the cap yet in `pass`: only if processes disagree on the cap. Out until a release.
-    redis.call('ZREM', P.pass, best_m)
   end
+  return 0, 0, 'none'
+end
+
+-- The draws of least connections from a seed, as `strategy::least_connections::Draws`: a
+-- 32-bit LCG (its products stay below 2^53: exact in doubles), each state scaled to 0..len-1
+-- by its high bits, the product taken in two halves so that it stays exact for any pool size.
+local TWO32, TWO16 = 4294967296, 65536
+local function draw_index(state, len)
+  local hi = math.floor(state / TWO16)
+  return math.floor((hi * len + math.floor((state - hi * TWO16) * len / TWO16)) / TWO16)
+end
+local function next_draw(state) return (state * 1664525 + 1013904223) % TWO32 end
+local TRIES = 16
+
+-- Least connections by the power of two choices, as `strategy::least_connections`: up to
+-- TRIES members of pool `P` drawn by rank in `ids` (its members by id, as memory orders its
+-- slots) from the caller's `seed`, the first two eligible (offered, below the cap, not cooling
+-- for the acquire's site) weighed: the one with fewer open leases wins, then the one in the
+-- better state, then the first drawn. Without two eligible draws, the lightest of all eligible
+-- ones (the first by id among equals).
+local function least(B, P, lease_deadline, seed)
+  local len = redis.call('ZCARD', P.ids)
+  if len == 0 then return 0, 0, 'none' end
+  local best, best_load, best_m
+  -- Whether `id` is eligible; if so it is weighed against the best so far.
+  local function weigh(id)
+    local n, s, m = eligible(B, id)
+    if not n then return false end
+    local load = n * 4 + (UNWELL[s] or 3)
+    if not best_load or load < best_load then best, best_load, best_m = id, load, m end
+    return true
+  end
+  local state, first, pair = tonumber(seed) or 0, nil, false
+  for _ = 1, TRIES do
+    local i = draw_index(state, len)
+    state = next_draw(state)
+    local id = redis.call('ZRANGE', P.ids, digits(i), digits(i))[1]
+    if id and id ~= first and weigh(id) then
+      if first then
+        pair = true
+        break
+      end
+      first = id
+    end
+  end
+  if not pair then
+    best, best_load, best_m = nil, nil, nil
+    -- Every eligible one is in `pass` (cooling aside): weighed in id order.
+    local ids = {}
+    for k, m in ipairs(redis.call('ZRANGE', P.pass, '0', '-1')) do ids[k] = tonumber(split_member(m)[1]) end
+    table.sort(ids)
+    for _, id in ipairs(ids) do weigh(tostring(id)) end
+  end
+  if not best then return 0, 0, 'none' end
+  local lid = take(B, best, best_m, lease_deadline)
+  if lid then return lid, best, 'least' end
   return 0, 0, 'none'
 end
 
@@ -885,11 +953,12 @@ end
 -- One acquire: `key` ('' = keyless) and its ring `point`, in pool `P` with keyless strategy
 -- `strategy` ('w' weighted, 'r' round-robin, 'l' least connections). Returns lease id,
 -- address id and the choice, or 0, address id or 0, and 'busy' | 'broken' | 'none'.
-local function acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, keyless_left)
+local function acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, keyless_left, seed)
   local K, cap = B.K, B.cap
   if key == '' then
-    if strategy == 'l' then return least(B, P, lease_deadline) end
-    return keyless(B, P, lease_deadline, keyless_left, strategy == 'r')
+    if strategy == 'l' then return least(B, P, lease_deadline, seed) end
+    if strategy == 'r' then return round_robin(B, P, lease_deadline) end
+    return keyless(B, P, lease_deadline, keyless_left)
   end
   -- A bound key keeps its address whichever pool the ticket names.
   local id = binding(redis.call('HGET', K.bind, key))
@@ -924,6 +993,7 @@ local function acquire_one(B, P, strategy, lease_deadline, session_deadline, fac
     local lid = take(B, cid, m, lease_deadline, session_deadline, key)
     redis.call('HSET', K.bind, key, P.name == '' and cid or cid .. ' ' .. P.name)
     redis.call('HINCRBY', addr(K, cid), 'k', '1')
+    redis.call('HINCRBY', addr(K, cid), P.bound, '1')
     redis.call('HINCRBY', K.meta, P.bound, '1')
     return lid, cid, 'hashed'
   end
@@ -972,6 +1042,9 @@ local function uncool(K, site)
   if #ids < 256 then redis.call('HDEL', K.meta, field) end
 end
 
+-- Arguments per acquire of an `ops` call.
+local ACQUIRE_ARGS = 5
+
 -- Refusals, counted in `meta` by their names.
 local REFUSED = {none = true, broken = true, busy = true, cooling = true}
 
@@ -986,8 +1059,8 @@ local function acquire_part(K, now, cap, H, got, cooling, args, from, more)
   local swept = args[2] == '1'
   local lease_deadline, session_deadline, factor = args[5], args[6], tonumber(args[7])
   -- Keyless acquires left in the batch, per pool.
-  local size, keyless_left = (#args - from + 1) / 4, {}
-  for i = from, #args, 4 do
+  local size, keyless_left = (#args - from + 1) / ACQUIRE_ARGS, {}
+  for i = from, #args, ACQUIRE_ARGS do
     if args[i] == '' then keyless_left[args[i + 3]] = (keyless_left[args[i + 3]] or 0) + 1 end
   end
   -- A site's latest cooling over: every cooling there is, and their fields go.
@@ -996,8 +1069,8 @@ local function acquire_part(K, now, cap, H, got, cooling, args, from, more)
   end
   local B = new_batch(K, cap, size, H)
   B.now = now
-  for i = from, #args, 4 do
-    local key, point, spec = args[i], args[i + 1], args[i + 3]
+  for i = from, #args, ACQUIRE_ARGS do
+    local key, point, spec, seed = args[i], args[i + 1], args[i + 3], args[i + 4]
     local S = K.specs[spec]
     if not S then
       S = {pool_of(K, string.sub(spec, 2)), string.sub(spec, 1, 1)}
@@ -1008,7 +1081,7 @@ local function acquire_part(K, now, cap, H, got, cooling, args, from, more)
     local cool_end = got[cooling[B.site]]
     B.site_cools = cool_end and num(cool_end) > now
     local left = keyless_left[spec]
-    local lid, id, tag = acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, left)
+    local lid, id, tag = acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, left, seed)
     if tag == 'none' and not swept then
       -- The batch's pending deadlines first: the sweep must see refreshed bindings as such.
       swept = true
@@ -1018,7 +1091,7 @@ local function acquire_part(K, now, cap, H, got, cooling, args, from, more)
       if sweep(K, now, args[1], cap, H) == 1 then more = 1 end
       -- Leases the sweep ended may have made room on addresses the batch filled.
       B.full = {}
-      lid, id, tag = acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, left)
+      lid, id, tag = acquire_one(B, P, strategy, lease_deadline, session_deadline, factor, key, point, left, seed)
     end
     if key == '' then keyless_left[spec] = left - 1 end
     if REFUSED[tag] then redis.call('HINCRBY', K.meta, tag, '1') end
@@ -1444,7 +1517,7 @@ end
 -- or every 16th success of the address (empty otherwise);
 -- then per acquire: key ('' = keyless), the key's ring point, site ('-' for none),
 -- pool: the keyless strategy's letter (see acquire_one) and the sub-pool's name (none for
--- the whole pool). Replies three elements per acquire (see acquire_one), then the facts the
+-- the whole pool), least connections' seed (see `least`; '0' for other acquires). Replies three elements per acquire (see acquire_one), then the facts the
 -- judge needs of the releases that are news (see `facts`; each led by the release's number,
 -- its address id, class, '1' if excused, its latency flag, its site and '1' if that pair was
 -- avoided), `more` and the pool's epoch.
@@ -1457,7 +1530,7 @@ local function ops(keys, args)
   local order = site_fields(args, 12, last_release, 6, fields)
   -- `cooling`: site → index in `got`; `cool_fields` and `cool_at`: the same as two lists.
   local cooling, cool_fields, cool_at = {}, {}, {}
-  for i = last_release + 3, #args, 4 do
+  for i = last_release + 3, #args, ACQUIRE_ARGS do
     local site = args[i]
     if not cooling[site] then
       fields[#fields + 1] = names_of(site)[5]
@@ -1570,6 +1643,7 @@ local function add(keys, args)
   for i, P in ipairs(pools_in(K, sp)) do
     if i > 1 then redis.call('HINCRBY', K.meta, P.members, '1') end
     place(P.ring, id, args, 10)
+    redis.call('ZADD', P.ids, id, id)
   end
   set_state(K, id, 'healthy', 'added (slow start)', now, cap, H)
   -- Last: until here a failed add leaves nothing that says the URL is present.
@@ -1659,8 +1733,15 @@ local function remove(keys, args)
   local in_pools = pools_in(K, f[2])
   for i, P in ipairs(in_pools) do
     if i > 1 then redis.call('HINCRBY', K.meta, P.members, '-1') end
+    -- Its sessions are broken: they no longer weigh on the mean of bounded loads.
+    local bound = num(redis.call('HGET', a, P.bound))
+    if bound > 0 then redis.call('HINCRBY', K.meta, P.bound, digits(-bound)) end
     unplace(P.ring, id, num(f[1]))
+    redis.call('ZREM', P.ids, id)
   end
+  -- Its open leases still count until they end (as in memory): as orphans, its hash going.
+  local open_leases = num(redis.call('HGET', a, 'n'))
+  if open_leases > 0 then redis.call('HINCRBY', K.meta, 'orphans', digits(open_leases)) end
   redis.call('HDEL', K.byurl, args[5])
   redis.call('HDEL', K.state, id)
   -- Its windows: the address's, and its pairs' (their sites' numbers from its counts).

@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, PoisonError};
 
+use rand::RngCore;
 use redis::Value;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -110,6 +111,15 @@ impl RedisStore {
                 .ok_or_else(|| AcquireError::UnknownSubPool(name.to_string()))?,
         };
         let key = ticket.key.as_deref().unwrap_or("");
+        // Drawn here, in call order, as the memory store draws it when it picks.
+        let seed = if key.is_empty() && pool.starts_with('l') {
+            self.rng
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .next_u32()
+        } else {
+            0
+        };
         let request = AcquireRequest {
             now,
             pool,
@@ -120,6 +130,7 @@ impl RedisStore {
                 key_hash(key) >> TO_52_BITS
             },
             site: ticket.site.clone().unwrap_or_else(|| Arc::from(NO_SITE)),
+            seed,
         };
         // One deadline for the whole acquire: the batch and, the first time an id is seen,
         // reading its address.
@@ -279,7 +290,7 @@ impl RedisStore {
             }
             return;
         };
-        let mut args = Vec::with_capacity(4 + releases.len() * 6 + acquires.len() * 4);
+        let mut args = Vec::with_capacity(4 + releases.len() * 6 + acquires.len() * 5);
         args.extend([
             Arg::Int(now.as_millis().saturating_add(millis(self.cfg.lease_ttl))),
             Arg::Int(now.as_millis().saturating_add(millis(self.cfg.sticky_ttl))),
@@ -305,6 +316,7 @@ impl RedisStore {
                 Arg::Int(r.point),
                 Arg::Str(&r.site),
                 Arg::Str(&r.pool),
+                Arg::Int(u64::from(r.seed)),
             ]);
         }
         let reply = self

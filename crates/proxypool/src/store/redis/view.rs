@@ -288,9 +288,11 @@ impl SharedView {
                 failed_cycles: u32::try_from(n(&a, "cy")).unwrap_or(u32::MAX),
                 totals: all.totals(),
             };
-            rows.push(row);
+            rows.push((id.parse::<u64>().unwrap_or(u64::MAX), row));
         }
-        rows.sort_by(|a, b| a.address.cmp(&b.address));
+        // In the order they were added, as memory lists its slots (ids are never reused).
+        rows.sort_by_key(|(id, _)| *id);
+        let mut rows: Vec<_> = rows.into_iter().map(|(_, row)| row).collect();
         let sites = sites
             .into_iter()
             .map(|(site, (c, addresses, bad))| SiteSnapshot {
@@ -323,7 +325,9 @@ impl SharedView {
                 row.reason = (*reason).to_owned();
             }
         }
-        let active_leases = rows.iter().map(|a| u64::from(a.active_leases)).sum();
+        // Open leases of removed addresses count too, as in memory.
+        let active_leases =
+            rows.iter().map(|a| u64::from(a.active_leases)).sum::<u64>() + n(&meta, "orphans");
         // Lease ids of an epoch start at a random `seq0`.
         let acquired = n(&meta, "seq").saturating_sub(n(&meta, "seq0"));
         let (abandoned, expired) = (n(&meta, "abandoned"), n(&meta, "expired"));
