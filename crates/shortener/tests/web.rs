@@ -6,27 +6,12 @@
 
 mod common;
 
-use common::pg::TestDb;
+use common::pair::{Kind, Pair, cli, new_token};
 use common::web::WebVisitor;
-use common::{Shortener, client, create, get_json, run, token};
+use common::{Shortener, client, create, get_json, token};
 use reqwest::StatusCode;
 use serde_json::json;
 use tempfile::TempDir;
-
-/// `shortener token create` on the store `store` names; the token and its public id.
-fn token_with_id(store: &[&str], user: &str) -> (String, String) {
-    let out = run(&[&["token", "create", "--user", user], store].concat(), &[]);
-    assert!(out.status.success(), "{out:?}");
-    let out = String::from_utf8(out.stdout).unwrap();
-    let id = out
-        .lines()
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .nth(2)
-        .unwrap();
-    (out.lines().last().unwrap().to_owned(), id.to_owned())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_send_a_strict_policy_and_cookies_stay_in_their_lane() {
@@ -242,25 +227,19 @@ async fn attacker_controlled_text_is_escaped_everywhere_it_is_shown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_the_embedded_store_a_session_works_on_every_process_until_its_token_is_revoked() {
-    let dir = TempDir::new().unwrap();
-    let data = dir.path().to_str().unwrap().to_owned();
-    let a = Shortener::start(dir.path(), &[]);
-    let b = Shortener::start(dir.path(), &[]);
-    session_across(&a, &b, &["--data-dir", &data]).await;
+    let pair = Pair::start(Kind::Embedded, &[]).await;
+    session_across(&pair.a, &pair.b, &pair.store()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_postgres_a_session_works_on_every_instance_until_its_token_is_revoked() {
-    let db = TestDb::migrated().await;
-    let dir = TempDir::new().unwrap();
-    let a = Shortener::start(dir.path(), &["--database", &db.url]);
-    let b = Shortener::start(dir.path(), &["--database", &db.url]);
-    session_across(&a, &b, &["--database", &db.url]).await;
+    let pair = Pair::start(Kind::Postgres, &[]).await;
+    session_across(&pair.a, &pair.b, &pair.store()).await;
 }
 
 /// A session made on `a` works on `b` (one store, one key); a revoke ends it on both at once.
 async fn session_across(a: &Shortener, b: &Shortener, store: &[&str]) {
-    let (alice, id) = token_with_id(store, "alice");
+    let (alice, id) = new_token(store, &["--user", "alice"]);
     let mut on_a = WebVisitor::new(a);
     on_a.sign_in(&alice).await;
     assert_eq!(on_a.get("/_/links").await.0, StatusCode::OK);
@@ -271,8 +250,7 @@ async fn session_across(a: &Shortener, b: &Shortener, store: &[&str]) {
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("Signed in as"), "{body}");
 
-    let out = run(&[&["token", "revoke", id.as_str()], store].concat(), &[]);
-    assert!(out.status.success(), "{out:?}");
+    cli(&["token", "revoke", &id], store);
     // Tokens are never cached: the very next request is refused, on both.
     for web in [&mut on_a, &mut on_b] {
         let (status, _) = web.get("/_/links").await;
