@@ -41,12 +41,19 @@ pub(super) fn when(rfc3339: &str) -> String {
     }
 }
 
-/// The signed-in principal, or the response that sends the visitor to sign in.
-fn signed_in(visitor: &Visitor) -> Result<Principal, Fail> {
-    visitor
-        .who
-        .clone()
-        .ok_or_else(|| Fail::new(see_other(visitor, "/_/signin")))
+/// Every handler's start: the visitor, who they are and the link `code` if they may see
+/// it; else the response that sends them to sign in, or the API's 404.
+async fn visit(
+    app: &App,
+    headers: &HeaderMap,
+    code: &str,
+) -> Result<(Visitor, Principal, Link), Fail> {
+    let visitor = Visitor::of(app, headers).await?;
+    let Some(who) = visitor.who.clone() else {
+        return Err(Fail::new(see_other(&visitor, "/_/signin")));
+    };
+    let link = visible_link(app, code, &who).await?;
+    Ok((visitor, who, link))
 }
 
 /// Which form of the page an error belongs to.
@@ -159,9 +166,7 @@ pub(super) async fn show(
     headers: HeaderMap,
     query: Result<Query<Done>, QueryRejection>,
 ) -> Page {
-    let visitor = Visitor::of(&app, &headers).await?;
-    let who = signed_in(&visitor)?;
-    let link = visible_link(&app, &code, &who).await?;
+    let (visitor, _, link) = visit(&app, &headers, &code).await?;
     let notice = match query.ok().and_then(|Query(d)| d.done).as_deref() {
         Some("edited") => Some(
             "The destination is changed; every instance redirects there within about a second.",
@@ -206,9 +211,7 @@ async fn change(
     which: Part,
     make: impl FnOnce(&App, &ChangeForm) -> Result<LinkChange, ApiError>,
 ) -> Page {
-    let visitor = Visitor::of(app, headers).await?;
-    let who = signed_in(&visitor)?;
-    let link = visible_link(app, code, &who).await?;
+    let (visitor, who, link) = visit(app, headers, code).await?;
     let form = form.map(|Form(f)| f).unwrap_or_default();
     let typed = form.long_url.as_deref();
     let refuse = |status: StatusCode, message: String, link: Link| {
@@ -307,9 +310,7 @@ pub(super) async fn qr(
     Path(code): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, Fail> {
-    let visitor = Visitor::of(&app, &headers).await?;
-    let who = signed_in(&visitor)?;
-    let link = visible_link(&app, &code, &who).await?;
+    let (_, _, link) = visit(&app, &headers, &code).await?;
     Ok(super::super::qr::svg(&app, &link)?)
 }
 
@@ -319,9 +320,7 @@ pub(super) async fn csv(
     Path(code): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, Fail> {
-    let visitor = Visitor::of(&app, &headers).await?;
-    let who = signed_in(&visitor)?;
-    let link = visible_link(&app, &code, &who).await?;
+    let (_, _, link) = visit(&app, &headers, &code).await?;
     let today = Day::from_unix(crate::now());
     let analytics = link_analytics(app.store.as_ref(), &link, today, &[])
         .await
