@@ -266,4 +266,42 @@ fn a_replica_needs_a_primary_and_a_postgres_url() {
         &[],
     ));
     assert!(line.contains("replica-max-lag-ms"), "{line}");
+
+    // The environment's comma-separated list and the file's array are read too: a bad
+    // second entry in either is refused the same way.
+    let list = "postgres://x@127.0.0.1/db,mysql://x@127.0.0.1/db";
+    let line = one_line_failure(&run(
+        &["serve", "--database", "postgres://x@127.0.0.1/db"],
+        &[("SHORTENER_DATABASE_REPLICA", list)],
+    ));
+    assert!(
+        line.contains("database-replica: database must be a postgres://"),
+        "{line}"
+    );
+    let config = dir.path().join("shortener.toml");
+    std::fs::write(
+        &config,
+        "database_replica = [\"postgres://x@127.0.0.1/db\", \"mysql://x@127.0.0.1/db\"]\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let line = one_line_failure(&run(
+        &["serve", "--config", config, "--data-dir", data],
+        &[],
+    ));
+    assert!(
+        line.contains("database-replica: database must be a postgres://"),
+        "{line}"
+    );
+    // Without --database the file's replicas have no primary.
+    let good = "database_replica = [\"postgres://x@127.0.0.1/db\"]\n";
+    std::fs::write(config, good).unwrap();
+    let line = one_line_failure(&run(
+        &["serve", "--config", config, "--data-dir", data],
+        &[],
+    ));
+    assert!(
+        line.contains("--database-replica needs --database"),
+        "{line}"
+    );
 }
