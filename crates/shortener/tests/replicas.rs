@@ -278,28 +278,28 @@ fn a_replica_needs_a_primary_and_a_postgres_url() {
         line.contains("database-replica: database must be a postgres://"),
         "{line}"
     );
-    let config = dir.path().join("shortener.toml");
-    std::fs::write(
-        &config,
-        "database_replica = [\"postgres://x@127.0.0.1/db\", \"mysql://x@127.0.0.1/db\"]\n",
-    )
-    .unwrap();
-    let config = config.to_str().unwrap();
-    let line = one_line_failure(&run(
-        &["serve", "--config", config, "--data-dir", data],
-        &[],
-    ));
+    // The start's one line with a config file of `replicas` and no --database.
+    let with_file = |replicas: &str| {
+        let config = dir.path().join("shortener.toml");
+        std::fs::write(&config, format!("database_replica = {replicas}\n")).unwrap();
+        one_line_failure(&run(
+            &[
+                "serve",
+                "--config",
+                config.to_str().unwrap(),
+                "--data-dir",
+                data,
+            ],
+            &[],
+        ))
+    };
+    let line = with_file(r#"["postgres://x@127.0.0.1/db", "mysql://x@127.0.0.1/db"]"#);
     assert!(
         line.contains("database-replica: database must be a postgres://"),
         "{line}"
     );
-    // Without --database the file's replicas have no primary.
-    let good = "database_replica = [\"postgres://x@127.0.0.1/db\"]\n";
-    std::fs::write(config, good).unwrap();
-    let line = one_line_failure(&run(
-        &["serve", "--config", config, "--data-dir", data],
-        &[],
-    ));
+    // Good URLs, but without --database the file's replicas have no primary.
+    let line = with_file(r#"["postgres://x@127.0.0.1/db"]"#);
     assert!(
         line.contains("--database-replica needs --database"),
         "{line}"
