@@ -58,7 +58,7 @@ async fn visit(
 
 /// Which form of the page an error belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Part {
+pub(super) enum Part {
     Destination,
     State,
 }
@@ -200,38 +200,83 @@ pub(super) struct ChangeForm {
 
 const EXPIRED_FORM: &str = "This form had expired, so nothing was changed. Please try again.";
 
-/// Checks the form, makes the change and redirects; a refusal shows the page again with
-/// the error next to its form and nothing changed.
-async fn change(
-    app: &App,
-    peer: SocketAddr,
-    headers: &HeaderMap,
-    code: &str,
+/// One of the page's change forms: where its errors show and the change it asks for.
+pub(super) trait FormAction {
+    const PART: Part;
+    fn change(app: &App, form: &ChangeForm) -> Result<LinkChange, ApiError>;
+}
+
+/// `POST /_/links/{code}/destination`.
+pub(super) struct Destination;
+
+impl FormAction for Destination {
+    const PART: Part = Part::Destination;
+    fn change(app: &App, form: &ChangeForm) -> Result<LinkChange, ApiError> {
+        EditRequest {
+            long_url: Some(
+                form.long_url
+                    .as_deref()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned(),
+            ),
+            expires_at: None,
+            expires_in_days: None,
+        }
+        .change(app, crate::now())
+    }
+}
+
+/// `POST /_/links/{code}/disable`.
+pub(super) struct Disable;
+
+impl FormAction for Disable {
+    const PART: Part = Part::State;
+    fn change(_: &App, form: &ChangeForm) -> Result<LinkChange, ApiError> {
+        disable_change(form.reason.as_deref().unwrap_or_default())
+    }
+}
+
+/// `POST /_/links/{code}/enable`.
+pub(super) struct Enable;
+
+impl FormAction for Enable {
+    const PART: Part = Part::State;
+    fn change(_: &App, _: &ChangeForm) -> Result<LinkChange, ApiError> {
+        Ok(LinkChange::Enable)
+    }
+}
+
+/// Checks the form, makes the change `A` asks for and redirects; a refusal shows the page
+/// again with the error next to its form and nothing changed.
+pub(super) async fn change<A: FormAction>(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
     form: Result<Form<ChangeForm>, FormRejection>,
-    which: Part,
-    make: impl FnOnce(&App, &ChangeForm) -> Result<LinkChange, ApiError>,
 ) -> Page {
-    let (visitor, who, link) = visit(app, headers, code).await?;
+    let (visitor, who, link) = visit(&app, &headers, &code).await?;
     let form = form.map(|Form(f)| f).unwrap_or_default();
     let typed = form.long_url.as_deref();
     let refuse = |status: StatusCode, message: String, link: Link| {
         render(
-            app,
+            &app,
             &visitor,
             link,
             status,
             Extras {
-                error: Some((Some(which), message)),
+                error: Some((Some(A::PART), message)),
                 typed_destination: typed,
                 notice: None,
             },
         )
     };
-    if !visitor.csrf_ok(app, headers, form.csrf.as_deref()) {
+    if !visitor.csrf_ok(&app, &headers, form.csrf.as_deref()) {
         return refuse(StatusCode::FORBIDDEN, EXPIRED_FORM.to_owned(), link).await;
     }
     let mut done = "";
-    let result = match make(app, &form) {
+    let result = match A::change(&app, &form) {
         Ok(change) => {
             done = match change {
                 LinkChange::Edit { .. } => "edited",
@@ -239,8 +284,8 @@ async fn change(
                 LinkChange::Enable => "enabled",
                 LinkChange::Delete => "deleted",
             };
-            let origin = origin(app, peer, headers, Some(&who));
-            apply(app, &link.code, &change, &origin).await
+            let origin = origin(&app, peer, &headers, Some(&who));
+            apply(&app, &link.code, &change, &origin).await
         }
         Err(e) => Err(e),
     };
@@ -255,53 +300,6 @@ async fn change(
         Err(e) if e.status().is_server_error() => Err(e.into()),
         Err(e) => refuse(e.status(), e.message().to_owned(), link).await,
     }
-}
-
-pub(super) async fn edit(
-    State(app): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(code): Path<String>,
-    headers: HeaderMap,
-    form: Result<Form<ChangeForm>, FormRejection>,
-) -> Page {
-    let make = |app: &App, form: &ChangeForm| {
-        EditRequest {
-            long_url: Some(
-                form.long_url
-                    .as_deref()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_owned(),
-            ),
-            expires_at: None,
-            expires_in_days: None,
-        }
-        .change(app, crate::now())
-    };
-    change(&app, peer, &headers, &code, form, Part::Destination, make).await
-}
-
-pub(super) async fn disable(
-    State(app): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(code): Path<String>,
-    headers: HeaderMap,
-    form: Result<Form<ChangeForm>, FormRejection>,
-) -> Page {
-    let make =
-        |_: &App, form: &ChangeForm| disable_change(form.reason.as_deref().unwrap_or_default());
-    change(&app, peer, &headers, &code, form, Part::State, make).await
-}
-
-pub(super) async fn enable(
-    State(app): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(code): Path<String>,
-    headers: HeaderMap,
-    form: Result<Form<ChangeForm>, FormRejection>,
-) -> Page {
-    let make = |_: &App, _: &ChangeForm| Ok(LinkChange::Enable);
-    change(&app, peer, &headers, &code, form, Part::State, make).await
 }
 
 /// The QR code of a link the visitor may see.
