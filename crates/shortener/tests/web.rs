@@ -1,7 +1,7 @@
 //! The web app over plain HTTP against the real binary: security headers and cookie flags,
 //! CSRF refusal, escaping of attacker-controlled text, sessions that end when their token
-//! is revoked (on every process), rate-limited sign-in, and bad form input that changes
-//! nothing.
+//! is revoked (on every process), rate-limited sign-in, "My links" searched and paged
+//! without script, and bad form input that changes nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -391,4 +391,71 @@ async fn bad_form_input_gets_a_clear_error_and_changes_nothing() {
     let (status, body) = web.get("/_/links?cursor=garbage").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("cursor"), "{body}");
+}
+
+/// The codes listed on a "My links" page, in order, and its "Older links" href.
+fn listed(body: &str) -> (Vec<String>, Option<String>) {
+    let codes = body
+        .split("<tr data-code=\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().to_owned())
+        .collect();
+    let next = body
+        .split("rel=\"next\" href=\"")
+        .nth(1)
+        .map(|rest| rest.split('"').next().unwrap().replace("&amp;", "&"));
+    (codes, next)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_links_search_filter_and_pages_work_without_script() {
+    let dir = TempDir::new().unwrap();
+    let server = Shortener::start(dir.path(), &[]);
+    let c = client();
+    let alice = token(dir.path(), "alice", false);
+    let mut made = Vec::new();
+    for i in 0..25 {
+        let body = json!({"long_url": format!("https://example.com/paged/{i}")});
+        let resp = create(&c, &server, body, Some(&alice)).await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let v: serde_json::Value = resp.json().await.unwrap();
+        made.push(v["short_code"].as_str().unwrap().to_owned());
+    }
+    let other = json!({"long_url": "https://example.org/elsewhere"});
+    assert_eq!(
+        create(&c, &server, other, Some(&alice)).await.status(),
+        StatusCode::CREATED
+    );
+    let mut web = WebVisitor::new(&server);
+    web.sign_in(&alice).await;
+
+    // The search keeps to its matches, 20 a page; the next page carries the search along
+    // and ends the list: every match once.
+    let (status, body) = web.get("/_/links?q=paged&status=active").await;
+    assert_eq!(status, StatusCode::OK);
+    let (first, next) = listed(&body);
+    let next = next.expect("a next page");
+    assert!(
+        next.contains("q=paged") && next.contains("status=active"),
+        "{next}"
+    );
+    let (status, body) = web.get(&next).await;
+    assert_eq!(status, StatusCode::OK);
+    let (second, none) = listed(&body);
+    assert_eq!(none, None, "the last page has no next");
+    assert!(body.contains("← Newest"), "{body}");
+    assert_eq!(first.len(), 20);
+    let mut seen = [first, second].concat();
+    seen.sort();
+    seen.dedup();
+    made.sort();
+    assert_eq!(seen, made);
+
+    // A status filter with no match says so.
+    let (status, body) = web.get("/_/links?q=paged&status=disabled").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        listed(&body).0.is_empty() && body.contains("No links match."),
+        "{body}"
+    );
 }
