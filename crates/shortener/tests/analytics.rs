@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::pg::TestDb;
+use common::pair::{Kind, Pair};
 use common::{
     Shortener, client, create, error_code, eventually, one_line_failure, run, today_utc,
     write_geoip,
@@ -14,7 +14,6 @@ use common::{
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::net::IpAddr;
-use std::path::Path;
 use tempfile::TempDir;
 
 const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:131.0) Gecko/20100101 Firefox/131.0";
@@ -252,47 +251,32 @@ async fn people_are_counted_once(a: &Shortener, b: &Shortener, store: &[&str], g
     }
 }
 
-fn serving(dir: &Path, store: &[&str], extra: &[&str]) -> (Shortener, Shortener) {
-    let flags: Vec<&str> = store
-        .iter()
-        .chain(&["--trust-forwarded-for"])
-        .chain(extra)
-        .copied()
-        .collect();
-    (Shortener::start(dir, &flags), Shortener::start(dir, &flags))
+/// Two processes on `kind` taking client addresses from X-Forwarded-For, with a country
+/// database when `countries`.
+async fn on(kind: Kind, countries: bool) {
+    let dir = TempDir::new().unwrap();
+    let geoip = write_geoip(dir.path());
+    let mut flags = vec!["--trust-forwarded-for"];
+    if countries {
+        flags.extend(["--geoip", &geoip]);
+    }
+    let pair = Pair::start_in(dir, kind, &flags).await;
+    people_are_counted_once(&pair.a, &pair.b, &pair.store(), countries).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_the_embedded_store_people_are_counted_once_with_countries() {
-    let dir = TempDir::new().unwrap();
-    let data = dir.path().to_str().unwrap().to_owned();
-    let geoip = write_geoip(dir.path());
-    let (a, b) = serving(dir.path(), &[], &["--geoip", &geoip]);
-    people_are_counted_once(&a, &b, &["--data-dir", &data], true).await;
+    on(Kind::Embedded, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_postgres_people_are_counted_once() {
-    let db = TestDb::migrated().await;
-    let dir = TempDir::new().unwrap();
-    let store = ["--database", db.url.as_str()];
-    let (a, b) = serving(dir.path(), &store, &[]);
-    people_are_counted_once(&a, &b, &store, false).await;
+    on(Kind::Postgres, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_scale_out_people_are_counted_once_through_the_stream() {
-    let db = TestDb::migrated().await;
-    let dir = TempDir::new().unwrap();
-    let redis = testkit::RedisServer::start(dir.path()).unwrap();
-    let geoip = write_geoip(dir.path());
-    let redis_url = redis.url();
-    let (a, b) = serving(
-        dir.path(),
-        &["--database", db.url.as_str()],
-        &["--redis", &redis_url, "--geoip", &geoip],
-    );
-    people_are_counted_once(&a, &b, &["--database", db.url.as_str()], true).await;
+    on(Kind::ScaleOut, true).await;
 }
 
 #[test]

@@ -6,7 +6,7 @@ mod common;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use common::pg::TestDb;
+use common::pair::{Kind, Pair};
 use common::{Shortener, client, error_code, token};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -213,29 +213,16 @@ async fn always_asks_at_once_and_off_never_does() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn in_scale_out_a_solution_is_good_once_across_instances() {
-    let db = TestDb::migrated().await;
-    let dir = TempDir::new().unwrap();
-    let redis = testkit::RedisServer::start(dir.path()).unwrap();
-    let flags = [
-        "--database",
-        db.url.as_str(),
-        "--redis",
-        &redis.url(),
-        "--captcha",
-        "always",
-        "--captcha-max-number",
-        "500",
-    ];
-    let a = Shortener::start(dir.path(), &flags);
-    let b = Shortener::start(dir.path(), &flags);
+    let flags = ["--captcha", "always", "--captcha-max-number", "500"];
+    let Pair { a, b, .. } = &Pair::start(Kind::ScaleOut, &flags).await;
     let c = client();
     // Both instances share the key in the database: a challenge of one solves on the other.
-    let good = solved(&c, &a).await;
+    let good = solved(&c, a).await;
     assert_eq!(
-        create(&c, &b, Some(&good), url(0)).await.status(),
+        create(&c, b, Some(&good), url(0)).await.status(),
         StatusCode::CREATED
     );
-    let resp = create(&c, &a, Some(&good), url(1)).await;
+    let resp = create(&c, a, Some(&good), url(1)).await;
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     assert_eq!(error_code(resp).await, "captcha_invalid");
 }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::pair::{Kind, Pair};
 use common::pg::TestDb;
 use common::{Shortener, client, create, eventually, metric, token, token_in};
 use reqwest::StatusCode;
@@ -168,22 +169,20 @@ async fn ten_thousand_generated_codes_are_distinct_and_survive_a_restart() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_processes_on_one_store_never_collide() {
-    let dir = TempDir::new().unwrap();
-    let flags = ["--id-block-size", "100"];
-    let a = Shortener::start(dir.path(), &flags);
-    let b = Shortener::start(dir.path(), &flags);
-    let admin = token(dir.path(), "ops", true);
+    let pair = Pair::start(Kind::Embedded, &["--id-block-size", "100"]).await;
+    let (a, b) = (&pair.a, &pair.b);
+    let admin = token(pair.dir.path(), "ops", true);
     let c = client();
     let (from_a, from_b) = tokio::join!(
-        create_many(&c, &a, &admin, 1500, 16, "a"),
-        create_many(&c, &b, &admin, 1500, 16, "b"),
+        create_many(&c, a, &admin, 1500, 16, "a"),
+        create_many(&c, b, &admin, 1500, 16, "b"),
     );
     let mut all = from_a;
     all.extend(from_b);
     assert_codes_well_formed_and_distinct(&all);
     // Each process sees the other's links.
     for (code, long_url) in all.iter().step_by(50) {
-        for server in [&a, &b] {
+        for server in [a, b] {
             let resp = c.get(server.url(&format!("/{code}"))).send().await.unwrap();
             assert_eq!(resp.headers()["location"].to_str().unwrap(), long_url);
         }

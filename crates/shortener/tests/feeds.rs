@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::pg::TestDb;
+use common::pair::{Kind, Pair};
 use common::{Shortener, client, create, eventually, follow, get_json, metric, token_in};
 use futures_util::StreamExt;
 use nix::sys::signal::Signal;
@@ -150,16 +150,10 @@ async fn a_reload_sweeps_ten_thousand_links_while_redirects_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_scale_out_one_sweep_disables_each_match_once() {
-    let db = TestDb::migrated().await;
     let dir = TempDir::new().unwrap();
-    let redis = testkit::RedisServer::start(dir.path()).unwrap();
     let feed = dir.path().join("openphish.txt");
     std::fs::write(&feed, "# empty\n").unwrap();
     let flags = [
-        "--database",
-        db.url.as_str(),
-        "--redis",
-        &redis.url(),
         "--threat-feed",
         feed.to_str().unwrap(),
         // 32 creates in flight on a shared 2-core machine: the default 250 ms store deadline
@@ -167,24 +161,24 @@ async fn in_scale_out_one_sweep_disables_each_match_once() {
         "--store-timeout-ms",
         "10000",
     ];
-    let a = Shortener::start(dir.path(), &flags);
-    let b = Shortener::start(dir.path(), &flags);
-    let admin = token_in(&["--database", &db.url], "ops", true);
-    let (evil, good) = links(&a, &admin, 2_000).await;
+    let pair = Pair::start_in(dir, Kind::ScaleOut, &flags).await;
+    let (a, b) = (&pair.a, &pair.b);
+    let admin = token_in(&pair.store(), "ops", true);
+    let (evil, good) = links(a, &admin, 2_000).await;
     let c = client();
 
     std::fs::write(&feed, "evil.example\n").unwrap();
     a.process.signal(Signal::SIGHUP).unwrap();
     b.process.signal(Signal::SIGHUP).unwrap();
-    let total = || async { metric(&c, &a, DISABLED).await + metric(&c, &b, DISABLED).await };
+    let total = || async { metric(&c, a, DISABLED).await + metric(&c, b, DISABLED).await };
     eventually("the sweep to disable every matching link", || async {
         total().await >= evil.len() as f64
     })
     .await;
     // Give a second, late sweep its chance to disable anything twice: it finds nothing.
     eventually("both instances to have reloaded", || async {
-        metric(&c, &a, "shortener_threat_feed_entries").await == 1.0
-            && metric(&c, &b, "shortener_threat_feed_entries").await == 1.0
+        metric(&c, a, "shortener_threat_feed_entries").await == 1.0
+            && metric(&c, b, "shortener_threat_feed_entries").await == 1.0
     })
     .await;
     assert_eq!(total().await, evil.len() as f64);
@@ -193,7 +187,7 @@ async fn in_scale_out_one_sweep_disables_each_match_once() {
     loop {
         let page = get_json(
             &c,
-            &b,
+            b,
             &format!("/api/v1/audit?actor=threat-feed&limit=500{cursor}"),
             &admin,
         )
@@ -205,7 +199,7 @@ async fn in_scale_out_one_sweep_disables_each_match_once() {
         }
     }
     assert_eq!(rows, evil.len());
-    for server in [&a, &b] {
+    for server in [a, b] {
         assert_eq!(follow(&c, server, &evil[0]).await, StatusCode::GONE);
         assert_eq!(follow(&c, server, &good[0]).await, StatusCode::FOUND);
     }

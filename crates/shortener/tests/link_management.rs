@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::pg::TestDb;
+use common::pair::{Kind, Pair};
 use common::{NOTICED_WITHIN, Shortener, client, create, error_code, get_json, token_in};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -398,50 +398,35 @@ async fn editing(a: &Shortener, b: &Shortener, store: &[&str]) {
     assert_eq!(error_code(resp).await, "link_deleted");
 }
 
+/// Two serving processes on `kind`, refusing destinations on [`feed`].
+async fn pair(kind: Kind) -> Pair {
+    let dir = TempDir::new().unwrap();
+    let feed = feed(dir.path());
+    Pair::start_in(dir, kind, &["--threat-feed", &feed]).await
+}
+
+/// Listing, paging and editing on one store.
+async fn listed_and_edited(kind: Kind) {
+    let pair = pair(kind).await;
+    listing(&pair.a, &pair.b, &pair.store()).await;
+    paging_while_creating(&pair.a, &pair.store()).await;
+    editing(&pair.a, &pair.b, &pair.store()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_the_embedded_store_links_are_listed_and_edited_across_processes() {
-    let dir = TempDir::new().unwrap();
-    let data = dir.path().to_str().unwrap().to_owned();
-    let feed = feed(dir.path());
-    let a = Shortener::start(dir.path(), &["--threat-feed", &feed]);
-    let b = Shortener::start(dir.path(), &["--threat-feed", &feed]);
-    let store = ["--data-dir", data.as_str()];
-    listing(&a, &b, &store).await;
-    paging_while_creating(&a, &store).await;
-    editing(&a, &b, &store).await;
+    listed_and_edited(Kind::Embedded).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_postgres_links_are_listed_and_edited_across_instances() {
-    let db = TestDb::migrated().await;
-    let dir = TempDir::new().unwrap();
-    let feed = feed(dir.path());
-    let flags = ["--database", db.url.as_str(), "--threat-feed", &feed];
-    let a = Shortener::start(dir.path(), &flags);
-    let b = Shortener::start(dir.path(), &flags);
-    let store = ["--database", db.url.as_str()];
-    listing(&a, &b, &store).await;
-    paging_while_creating(&a, &store).await;
-    editing(&a, &b, &store).await;
+    listed_and_edited(Kind::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_scale_out_an_edit_reaches_every_instance_and_layer() {
-    let db = TestDb::migrated().await;
-    let dir = TempDir::new().unwrap();
-    let redis = testkit::RedisServer::start(dir.path()).unwrap();
-    let feed = feed(dir.path());
-    let flags = [
-        "--database",
-        db.url.as_str(),
-        "--redis",
-        &redis.url(),
-        "--threat-feed",
-        &feed,
-    ];
-    let a = Shortener::start(dir.path(), &flags);
-    let b = Shortener::start(dir.path(), &flags);
-    editing(&a, &b, &["--database", db.url.as_str()]).await;
+    let pair = pair(Kind::ScaleOut).await;
+    editing(&pair.a, &pair.b, &pair.store()).await;
 }
 
 /// Reads the QR code of a greyscale PNG; its size and text.

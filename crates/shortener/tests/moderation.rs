@@ -5,14 +5,13 @@
 
 mod common;
 
-use common::pg::TestDb;
+use common::pair::{Kind, Pair, cli};
 use common::{
     Shortener, client, create, error_code, follow, get_json, one_line_failure, run, token_in,
     until_status,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use tempfile::TempDir;
 
 async fn post(
     c: &reqwest::Client,
@@ -49,15 +48,6 @@ fn actions(page: &Value) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// `shortener link …` / `shortener audit …` on the store `store` names; stdout.
-fn cli(args: &[&str], store: &[&str]) -> String {
-    let mut all = args.to_vec();
-    all.extend_from_slice(store);
-    let out = run(&all, &[]);
-    assert!(out.status.success(), "{args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The whole story on one store: `a` and `b` are two serving processes on it, `store` the
@@ -292,33 +282,24 @@ async fn disable_enable_delete_and_audit(a: &Shortener, b: &Shortener, store: &[
     assert!(one_line_failure(&out).contains("RFC 3339"));
 }
 
+async fn on(kind: Kind) {
+    let pair = Pair::start(kind, &[]).await;
+    disable_enable_delete_and_audit(&pair.a, &pair.b, &pair.store()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_the_embedded_store_two_processes_and_the_cli_share_changes_and_the_trail() {
-    let dir = TempDir::new().unwrap();
-    let data = dir.path().to_str().unwrap().to_owned();
-    let a = Shortener::start(dir.path(), &[]);
-    let b = Shortener::start(dir.path(), &[]);
-    disable_enable_delete_and_audit(&a, &b, &["--data-dir", &data]).await;
+    on(Kind::Embedded).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_postgres_two_instances_and_the_cli_share_changes_and_the_trail() {
-    let db = TestDb::migrated().await;
-    let dir = TempDir::new().unwrap();
-    let a = Shortener::start(dir.path(), &["--database", &db.url]);
-    let b = Shortener::start(dir.path(), &["--database", &db.url]);
-    disable_enable_delete_and_audit(&a, &b, &["--database", &db.url]).await;
+    on(Kind::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_scale_out_changes_made_without_redis_still_reach_l1_and_l2_everywhere() {
-    let db = TestDb::migrated().await;
-    let dir = TempDir::new().unwrap();
-    let redis = testkit::RedisServer::start(dir.path()).unwrap();
-    let flags = ["--database", db.url.as_str(), "--redis", &redis.url()];
-    let a = Shortener::start(dir.path(), &flags);
-    let b = Shortener::start(dir.path(), &flags);
     // The CLI runs without --redis: the instances must fix their L1 and the shared L2
     // from the store's change sequence alone.
-    disable_enable_delete_and_audit(&a, &b, &["--database", &db.url]).await;
+    on(Kind::ScaleOut).await;
 }

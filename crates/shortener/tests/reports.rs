@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::pg::TestDb;
+use common::pair::{Kind, Pair};
 use common::{Shortener, client, create, error_code, follow, get_json, token_in, until_status};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -269,31 +269,24 @@ async fn the_story(a: &Shortener, b: &Shortener, store: &[&str]) {
     assert_eq!(resp.status(), StatusCode::FORBIDDEN);
 }
 
-fn trusted_file(dir: &TempDir) -> String {
-    let path = dir.path().join("trusted.txt");
-    std::fs::write(&path, "# our partners\ntrusted.example\n").unwrap();
-    path.to_str().unwrap().to_owned()
+/// Two processes on `kind` with [`FLAGS`] and a trusted-domains file.
+async fn on(kind: Kind) {
+    let dir = TempDir::new().unwrap();
+    let trusted = dir.path().join("trusted.txt");
+    std::fs::write(&trusted, "# our partners\ntrusted.example\n").unwrap();
+    let trusted = trusted.to_str().unwrap().to_owned();
+    let mut flags = FLAGS.to_vec();
+    flags.extend(["--trusted-domains", &trusted]);
+    let pair = Pair::start_in(dir, kind, &flags).await;
+    the_story(&pair.a, &pair.b, &pair.store()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reports_disable_links_across_two_processes_on_the_embedded_store() {
-    let dir = TempDir::new().unwrap();
-    let trusted = trusted_file(&dir);
-    let mut flags = FLAGS.to_vec();
-    flags.extend(["--trusted-domains", &trusted]);
-    let a = Shortener::start(dir.path(), &flags);
-    let b = Shortener::start(dir.path(), &flags);
-    the_story(&a, &b, &["--data-dir", dir.path().to_str().unwrap()]).await;
+    on(Kind::Embedded).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reports_disable_links_across_two_instances_on_postgres() {
-    let db = TestDb::migrated().await;
-    let dir = TempDir::new().unwrap();
-    let trusted = trusted_file(&dir);
-    let mut flags = FLAGS.to_vec();
-    flags.extend(["--trusted-domains", &trusted, "--database", &db.url]);
-    let a = Shortener::start(dir.path(), &flags);
-    let b = Shortener::start(dir.path(), &flags);
-    the_story(&a, &b, &["--database", &db.url]).await;
+    on(Kind::Postgres).await;
 }

@@ -6,18 +6,10 @@
 
 mod common;
 
-use common::pg::TestDb;
+use common::pair::{Kind, Pair, cli, new_token};
 use common::{NOTICED_WITHIN, Shortener, client, error_code, one_line_failure, run};
 use reqwest::StatusCode;
 use std::time::{Duration, Instant};
-use tempfile::TempDir;
-
-/// `shortener token …` on the store `store` names; asserts success and returns stdout.
-fn cli(args: &[&str], store: &[&str]) -> String {
-    let out = run(&[args, store].concat(), &[]);
-    assert!(out.status.success(), "{args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// The status `GET /api/v1/links` answers `token` on `server`.
 async fn links_status(c: &reqwest::Client, server: &Shortener, token: &str) -> StatusCode {
@@ -31,24 +23,11 @@ async fn links_status(c: &reqwest::Client, server: &Shortener, token: &str) -> S
 
 async fn create_list_revoke(a: &Shortener, b: &Shortener, store: &[&str]) {
     let c = client();
-    let out = cli(
-        &["token", "create", "--user", "alice", "--name", "ci deploy"],
-        store,
-    );
-    let secret = out.lines().last().unwrap().to_owned();
+    let (secret, id) = new_token(store, &["--user", "alice", "--name", "ci deploy"]);
     // The first line names the token by its public id, which is not the secret.
-    let id = out
-        .lines()
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .nth(2)
-        .unwrap()
-        .to_owned();
-    assert_eq!(id.len(), 12, "{out}");
+    assert_eq!(id.len(), 12, "{id}");
     assert!(!secret.contains(&id));
-    let other = cli(&["token", "create", "--user", "bob", "--admin"], store);
-    let other = other.lines().last().unwrap().to_owned();
+    let (other, _) = new_token(store, &["--user", "bob", "--admin"]);
 
     for server in [a, b] {
         assert_eq!(links_status(&c, server, &secret).await, StatusCode::OK);
@@ -120,31 +99,22 @@ async fn create_list_revoke(a: &Shortener, b: &Shortener, store: &[&str]) {
     );
 }
 
+async fn on(kind: Kind) {
+    let pair = Pair::start(kind, &[]).await;
+    create_list_revoke(&pair.a, &pair.b, &pair.store()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_the_embedded_store_a_revoked_token_is_refused_by_every_process() {
-    let dir = TempDir::new().unwrap();
-    let data = dir.path().to_str().unwrap().to_owned();
-    let a = Shortener::start(dir.path(), &[]);
-    let b = Shortener::start(dir.path(), &[]);
-    create_list_revoke(&a, &b, &["--data-dir", &data]).await;
+    on(Kind::Embedded).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_postgres_a_revoked_token_is_refused_by_every_instance() {
-    let db = TestDb::migrated().await;
-    let dir = TempDir::new().unwrap();
-    let a = Shortener::start(dir.path(), &["--database", &db.url]);
-    let b = Shortener::start(dir.path(), &["--database", &db.url]);
-    create_list_revoke(&a, &b, &["--database", &db.url]).await;
+    on(Kind::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_scale_out_a_revoked_token_is_refused_by_every_instance() {
-    let db = TestDb::migrated().await;
-    let dir = TempDir::new().unwrap();
-    let redis = testkit::RedisServer::start(dir.path()).unwrap();
-    let flags = ["--database", db.url.as_str(), "--redis", &redis.url()];
-    let a = Shortener::start(dir.path(), &flags);
-    let b = Shortener::start(dir.path(), &flags);
-    create_list_revoke(&a, &b, &["--database", &db.url]).await;
+    on(Kind::ScaleOut).await;
 }

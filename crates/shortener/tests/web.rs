@@ -1,14 +1,14 @@
 //! The web app over plain HTTP against the real binary: security headers and cookie flags,
 //! CSRF refusal, escaping of attacker-controlled text, sessions that end when their token
-//! is revoked (on every process), rate-limited sign-in, and bad form input that changes
-//! nothing.
+//! is revoked (on every process), rate-limited sign-in, "My links" searched and paged
+//! without script, and bad form input that changes nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use common::pg::TestDb;
+use common::pair::{Kind, Pair, cli, new_token};
 use common::web::WebVisitor;
-use common::{NOTICED_WITHIN, Shortener, client, create, get_json, run, token, token_with_id};
+use common::{NOTICED_WITHIN, Shortener, client, create, get_json, token};
 use reqwest::StatusCode;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -228,25 +228,19 @@ async fn attacker_controlled_text_is_escaped_everywhere_it_is_shown() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_the_embedded_store_a_session_works_on_every_process_until_its_token_is_revoked() {
-    let dir = TempDir::new().unwrap();
-    let data = dir.path().to_str().unwrap().to_owned();
-    let a = Shortener::start(dir.path(), &[]);
-    let b = Shortener::start(dir.path(), &[]);
-    session_across(&a, &b, &["--data-dir", &data]).await;
+    let pair = Pair::start(Kind::Embedded, &[]).await;
+    session_across(&pair.a, &pair.b, &pair.store()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_postgres_a_session_works_on_every_instance_until_its_token_is_revoked() {
-    let db = TestDb::migrated().await;
-    let dir = TempDir::new().unwrap();
-    let a = Shortener::start(dir.path(), &["--database", &db.url]);
-    let b = Shortener::start(dir.path(), &["--database", &db.url]);
-    session_across(&a, &b, &["--database", &db.url]).await;
+    let pair = Pair::start(Kind::Postgres, &[]).await;
+    session_across(&pair.a, &pair.b, &pair.store()).await;
 }
 
 /// A session made on `a` works on `b` (one store, one key); a revoke ends it on both at once.
 async fn session_across(a: &Shortener, b: &Shortener, store: &[&str]) {
-    let (alice, id) = token_with_id(store, "alice");
+    let (alice, id) = new_token(store, &["--user", "alice"]);
     let mut on_a = WebVisitor::new(a);
     on_a.sign_in(&alice).await;
     assert_eq!(on_a.get("/_/links").await.0, StatusCode::OK);
@@ -257,8 +251,7 @@ async fn session_across(a: &Shortener, b: &Shortener, store: &[&str]) {
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("Signed in as"), "{body}");
 
-    let out = run(&[&["token", "revoke", id.as_str()], store].concat(), &[]);
-    assert!(out.status.success(), "{out:?}");
+    cli(&["token", "revoke", &id], store);
     // Tokens are cached for half a second at most: refused on both soon after.
     for web in [&mut on_a, &mut on_b] {
         let since = Instant::now();
@@ -410,4 +403,71 @@ async fn bad_form_input_gets_a_clear_error_and_changes_nothing() {
     let (status, body) = web.get("/_/links?cursor=garbage").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("cursor"), "{body}");
+}
+
+/// The codes listed on a "My links" page, in order, and its "Older links" href.
+fn listed(body: &str) -> (Vec<String>, Option<String>) {
+    let codes = body
+        .split("<tr data-code=\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().to_owned())
+        .collect();
+    let next = body
+        .split("rel=\"next\" href=\"")
+        .nth(1)
+        .map(|rest| rest.split('"').next().unwrap().replace("&amp;", "&"));
+    (codes, next)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn my_links_search_filter_and_pages_work_without_script() {
+    let dir = TempDir::new().unwrap();
+    let server = Shortener::start(dir.path(), &[]);
+    let c = client();
+    let alice = token(dir.path(), "alice", false);
+    let mut made = Vec::new();
+    for i in 0..25 {
+        let body = json!({"long_url": format!("https://example.com/paged/{i}")});
+        let resp = create(&c, &server, body, Some(&alice)).await;
+        assert_eq!(resp.status(), StatusCode::CREATED);
+        let v: serde_json::Value = resp.json().await.unwrap();
+        made.push(v["short_code"].as_str().unwrap().to_owned());
+    }
+    let other = json!({"long_url": "https://example.org/elsewhere"});
+    assert_eq!(
+        create(&c, &server, other, Some(&alice)).await.status(),
+        StatusCode::CREATED
+    );
+    let mut web = WebVisitor::new(&server);
+    web.sign_in(&alice).await;
+
+    // The search keeps to its matches, 20 a page; the next page carries the search along
+    // and ends the list: every match once.
+    let (status, body) = web.get("/_/links?q=paged&status=active").await;
+    assert_eq!(status, StatusCode::OK);
+    let (first, next) = listed(&body);
+    let next = next.expect("a next page");
+    assert!(
+        next.contains("q=paged") && next.contains("status=active"),
+        "{next}"
+    );
+    let (status, body) = web.get(&next).await;
+    assert_eq!(status, StatusCode::OK);
+    let (second, none) = listed(&body);
+    assert_eq!(none, None, "the last page has no next");
+    assert!(body.contains("← Newest"), "{body}");
+    assert_eq!(first.len(), 20);
+    let mut seen = [first, second].concat();
+    seen.sort();
+    seen.dedup();
+    made.sort();
+    assert_eq!(seen, made);
+
+    // A status filter with no match says so.
+    let (status, body) = web.get("/_/links?q=paged&status=disabled").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        listed(&body).0.is_empty() && body.contains("No links match."),
+        "{body}"
+    );
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use testkit::Process;
 
 pub mod load;
+pub mod pair;
 pub mod pg;
 pub mod web;
 
@@ -92,18 +93,8 @@ pub fn token_with_id(store: &[&str], user: &str) -> (String, String) {
 
 /// `shortener token create` on the store that `store_flags` name (`--database URL`, say).
 pub fn token_in(store_flags: &[&str], user: &str, admin: bool) -> String {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["token", "create", "--user", user])
-        .args(store_flags)
-        .env_remove("SHORTENER_DATABASE")
-        .env("SHORTENER_LOG", "warn");
-    if admin {
-        cmd.arg("--admin");
-    }
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "token create failed: {out:?}");
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    stdout.lines().last().unwrap().to_owned()
+    let admin: &[&str] = if admin { &["--admin"] } else { &[] };
+    pair::new_token(store_flags, &[&["--user", user], admin].concat()).0
 }
 
 /// Creates a link and returns the parsed 201 body.

@@ -42,7 +42,8 @@ pub(super) fn section(code: &str, analytics: &Analytics) -> Markup {
             p.totals {
                 "All time: " strong #total-people { (analytics.total_clicks) } " by people, "
                 strong #total-bots { (analytics.bot_clicks) } " by bots and link previews. "
-                "Last 30 days: " strong #unique-visitors { (analytics.unique_visitors) } " unique visitors."
+                "Last 30 days: " strong #unique-visitors { (analytics.unique_visitors) }
+                @if analytics.unique_visitors == 1 { " unique visitor." } @else { " unique visitors." }
             }
             (chart(&analytics.daily_clicks, &series))
             ul.legend {

@@ -41,17 +41,24 @@ pub(super) fn when(rfc3339: &str) -> String {
     }
 }
 
-/// The signed-in principal, or the response that sends the visitor to sign in.
-fn signed_in(visitor: &Visitor) -> Result<Principal, Fail> {
-    visitor
-        .who
-        .clone()
-        .ok_or_else(|| Fail::new(see_other(visitor, "/_/signin")))
+/// Every handler's start: the visitor, who they are and the link `code` if they may see
+/// it; else the response that sends them to sign in, or the API's 404.
+async fn visit(
+    app: &App,
+    headers: &HeaderMap,
+    code: &str,
+) -> Result<(Visitor, Principal, Link), Fail> {
+    let visitor = Visitor::of(app, headers).await?;
+    let Some(who) = visitor.who.clone() else {
+        return Err(Fail::new(see_other(&visitor, "/_/signin")));
+    };
+    let link = visible_link(app, code, &who).await?;
+    Ok((visitor, who, link))
 }
 
 /// Which form of the page an error belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Part {
+pub(super) enum Part {
     Destination,
     State,
 }
@@ -159,9 +166,7 @@ pub(super) async fn show(
     headers: HeaderMap,
     query: Result<Query<Done>, QueryRejection>,
 ) -> Page {
-    let visitor = Visitor::of(&app, &headers).await?;
-    let who = signed_in(&visitor)?;
-    let link = visible_link(&app, &code, &who).await?;
+    let (visitor, _, link) = visit(&app, &headers, &code).await?;
     let notice = match query.ok().and_then(|Query(d)| d.done).as_deref() {
         Some("edited") => Some(
             "The destination is changed; every instance redirects there within about a second.",
@@ -195,40 +200,83 @@ pub(super) struct ChangeForm {
 
 const EXPIRED_FORM: &str = "This form had expired, so nothing was changed. Please try again.";
 
-/// Checks the form, makes the change and redirects; a refusal shows the page again with
-/// the error next to its form and nothing changed.
-async fn change(
-    app: &App,
-    peer: SocketAddr,
-    headers: &HeaderMap,
-    code: &str,
+/// One of the page's change forms: where its errors show and the change it asks for.
+pub(super) trait FormAction {
+    const PART: Part;
+    fn change(app: &App, form: &ChangeForm) -> Result<LinkChange, ApiError>;
+}
+
+/// `POST /_/links/{code}/destination`.
+pub(super) struct Destination;
+
+impl FormAction for Destination {
+    const PART: Part = Part::Destination;
+    fn change(app: &App, form: &ChangeForm) -> Result<LinkChange, ApiError> {
+        EditRequest {
+            long_url: Some(
+                form.long_url
+                    .as_deref()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned(),
+            ),
+            expires_at: None,
+            expires_in_days: None,
+        }
+        .change(app, crate::now())
+    }
+}
+
+/// `POST /_/links/{code}/disable`.
+pub(super) struct Disable;
+
+impl FormAction for Disable {
+    const PART: Part = Part::State;
+    fn change(_: &App, form: &ChangeForm) -> Result<LinkChange, ApiError> {
+        disable_change(form.reason.as_deref().unwrap_or_default())
+    }
+}
+
+/// `POST /_/links/{code}/enable`.
+pub(super) struct Enable;
+
+impl FormAction for Enable {
+    const PART: Part = Part::State;
+    fn change(_: &App, _: &ChangeForm) -> Result<LinkChange, ApiError> {
+        Ok(LinkChange::Enable)
+    }
+}
+
+/// Checks the form, makes the change `A` asks for and redirects; a refusal shows the page
+/// again with the error next to its form and nothing changed.
+pub(super) async fn change<A: FormAction>(
+    State(app): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(code): Path<String>,
+    headers: HeaderMap,
     form: Result<Form<ChangeForm>, FormRejection>,
-    which: Part,
-    make: impl FnOnce(&App, &ChangeForm) -> Result<LinkChange, ApiError>,
 ) -> Page {
-    let visitor = Visitor::of(app, headers).await?;
-    let who = signed_in(&visitor)?;
-    let link = visible_link(app, code, &who).await?;
+    let (visitor, who, link) = visit(&app, &headers, &code).await?;
     let form = form.map(|Form(f)| f).unwrap_or_default();
     let typed = form.long_url.as_deref();
     let refuse = |status: StatusCode, message: String, link: Link| {
         render(
-            app,
+            &app,
             &visitor,
             link,
             status,
             Extras {
-                error: Some((Some(which), message)),
+                error: Some((Some(A::PART), message)),
                 typed_destination: typed,
                 notice: None,
             },
         )
     };
-    if !visitor.csrf_ok(app, headers, form.csrf.as_deref()) {
+    if !visitor.csrf_ok(&app, &headers, form.csrf.as_deref()) {
         return refuse(StatusCode::FORBIDDEN, EXPIRED_FORM.to_owned(), link).await;
     }
     let mut done = "";
-    let result = match make(app, &form) {
+    let result = match A::change(&app, &form) {
         Ok(change) => {
             done = match change {
                 LinkChange::Edit { .. } => "edited",
@@ -236,8 +284,8 @@ async fn change(
                 LinkChange::Enable => "enabled",
                 LinkChange::Delete => "deleted",
             };
-            let origin = origin(app, peer, headers, Some(&who));
-            apply(app, &link.code, &change, &origin).await
+            let origin = origin(&app, peer, &headers, Some(&who));
+            apply(&app, &link.code, &change, &origin).await
         }
         Err(e) => Err(e),
     };
@@ -254,62 +302,13 @@ async fn change(
     }
 }
 
-pub(super) async fn edit(
-    State(app): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(code): Path<String>,
-    headers: HeaderMap,
-    form: Result<Form<ChangeForm>, FormRejection>,
-) -> Page {
-    let make = |app: &App, form: &ChangeForm| {
-        EditRequest {
-            long_url: Some(
-                form.long_url
-                    .as_deref()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_owned(),
-            ),
-            expires_at: None,
-            expires_in_days: None,
-        }
-        .change(app, crate::now())
-    };
-    change(&app, peer, &headers, &code, form, Part::Destination, make).await
-}
-
-pub(super) async fn disable(
-    State(app): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(code): Path<String>,
-    headers: HeaderMap,
-    form: Result<Form<ChangeForm>, FormRejection>,
-) -> Page {
-    let make =
-        |_: &App, form: &ChangeForm| disable_change(form.reason.as_deref().unwrap_or_default());
-    change(&app, peer, &headers, &code, form, Part::State, make).await
-}
-
-pub(super) async fn enable(
-    State(app): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Path(code): Path<String>,
-    headers: HeaderMap,
-    form: Result<Form<ChangeForm>, FormRejection>,
-) -> Page {
-    let make = |_: &App, _: &ChangeForm| Ok(LinkChange::Enable);
-    change(&app, peer, &headers, &code, form, Part::State, make).await
-}
-
 /// The QR code of a link the visitor may see.
 pub(super) async fn qr(
     State(app): State<AppState>,
     Path(code): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, Fail> {
-    let visitor = Visitor::of(&app, &headers).await?;
-    let who = signed_in(&visitor)?;
-    let link = visible_link(&app, &code, &who).await?;
+    let (_, _, link) = visit(&app, &headers, &code).await?;
     Ok(super::super::qr::svg(&app, &link)?)
 }
 
@@ -319,9 +318,7 @@ pub(super) async fn csv(
     Path(code): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, Fail> {
-    let visitor = Visitor::of(&app, &headers).await?;
-    let who = signed_in(&visitor)?;
-    let link = visible_link(&app, &code, &who).await?;
+    let (_, _, link) = visit(&app, &headers, &code).await?;
     let today = Day::from_unix(crate::now());
     let analytics = link_analytics(app.store.as_ref(), &link, today, &[])
         .await

@@ -63,9 +63,15 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/_/", get(links::home))
         .route("/_/links", get(links::mine).post(links::create))
         .route("/_/links/{code}", get(link::show))
-        .route("/_/links/{code}/destination", post(link::edit))
-        .route("/_/links/{code}/disable", post(link::disable))
-        .route("/_/links/{code}/enable", post(link::enable))
+        .route(
+            "/_/links/{code}/destination",
+            post(link::change::<link::Destination>),
+        )
+        .route(
+            "/_/links/{code}/disable",
+            post(link::change::<link::Disable>),
+        )
+        .route("/_/links/{code}/enable", post(link::change::<link::Enable>))
         .route("/_/links/{code}/qr.svg", get(link::qr))
         .route("/_/links/{code}/analytics.csv", get(link::csv))
         .route("/_/signin", get(links::sign_in_form).post(links::sign_in))
