@@ -4,7 +4,6 @@
 //! the same address at once make one transition, not two.
 #![allow(clippy::unwrap_used)]
 
-use std::process::Command;
 use std::time::Duration;
 
 use proxypool::{Clock, ManualClock, Outcome, Pool, PoolConfig, RedisOptions, Ticket};
@@ -31,34 +30,21 @@ async fn process(redis: &RedisServer, name: &str, clock: &ManualClock) -> Pool {
         .unwrap()
 }
 
-fn cli(redis: &RedisServer, args: &[&str]) -> Vec<String> {
-    let out = Command::new("redis-cli")
-        .arg("-p")
-        .arg(redis.port().to_string())
-        .args(args)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
 /// `apply` by hand, with the common arguments a process passes (the configuration as the pool
 /// recorded it).
 fn apply(redis: &RedisServer, pool: &str, now: u64, args: &[&str]) -> Vec<String> {
-    let functions = cli(redis, &["FUNCTION", "LIST"]);
+    let functions = redis.cli(&["FUNCTION", "LIST"]);
     let function = functions
         .iter()
         .find(|f| f.ends_with("_apply"))
         .unwrap_or_else(|| panic!("{functions:?}"))
         .clone();
     let meta = format!("proxypool:{{{pool}}}:meta");
-    let config = cli(redis, &["HGET", &meta, "config"]).remove(0);
+    let config = redis.cli(&["HGET", &meta, "config"]).remove(0);
     let now = now.to_string();
     let mut call = vec!["FCALL", &function, "1", &meta, &now, "0", "32", &config];
     call.extend_from_slice(args);
-    cli(redis, &call)
+    redis.cli(&call)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,11 +59,13 @@ async fn a_decision_on_an_older_version_or_moved_gate_facts_is_refused() {
         })
         .await
         .unwrap();
-    let id = cli(&redis, &["HGET", "proxypool:{apply}:byurl", &url]).remove(0);
+    let id = redis
+        .cli(&["HGET", "proxypool:{apply}:byurl", &url])
+        .remove(0);
     let a = format!("proxypool:{{apply}}:a:{id}");
-    let version = cli(&redis, &["HGET", &a, "ver"]).remove(0);
+    let version = redis.cli(&["HGET", &a, "ver"]).remove(0);
     let now = clock.now().as_millis();
-    let state = || cli(&redis, &["HGET", &a, "s"]).remove(0);
+    let state = || redis.cli(&["HGET", &a, "s"]).remove(0);
 
     // Another version: refused, nothing written.
     let stale = (version.parse::<u64>().unwrap() + 1).to_string();
@@ -89,11 +77,7 @@ async fn a_decision_on_an_older_version_or_moved_gate_facts_is_refused() {
     );
     assert_eq!(reply, ["0"]);
     assert_eq!(state(), "healthy");
-    assert!(
-        cli(&redis, &["HGET", &a, "su"])
-            .iter()
-            .all(String::is_empty)
-    );
+    assert!(redis.cli(&["HGET", &a, "su"]).iter().all(String::is_empty));
     // Gate facts that no longer hold: refused.
     let reply = apply(
         &redis,
@@ -133,7 +117,7 @@ async fn a_decision_on_an_older_version_or_moved_gate_facts_is_refused() {
     );
     assert_eq!(reply, ["1"]);
     assert_eq!(state(), "degraded");
-    assert_eq!(cli(&redis, &["HGET", &a, "su"]), ["0"]);
+    assert_eq!(redis.cli(&["HGET", &a, "su"]), ["0"]);
     let reply = apply(
         &redis,
         "apply",

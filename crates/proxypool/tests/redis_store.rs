@@ -77,20 +77,6 @@ async fn one_pair(pool: &Pool) {
         .unwrap();
 }
 
-/// `redis-cli` against the test's server, one reply line per element.
-fn cli(redis: &RedisServer, args: &[&str]) -> Vec<String> {
-    let out = Command::new("redis-cli")
-        .arg("-p")
-        .arg(redis.port().to_string())
-        .args(args)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_pools_on_one_redis_share_leases_bindings_and_health() {
     let (redis, clock) = start("share");
@@ -189,7 +175,7 @@ async fn two_pools_on_one_redis_share_leases_bindings_and_health() {
     lease.release(OK).await.unwrap();
 
     // Every key of the pool shares the hash tag (one Cluster slot).
-    let keys = cli(&redis, &["KEYS", "*"]);
+    let keys = redis.cli(&["KEYS", "*"]);
     assert!(!keys.is_empty());
     assert!(
         keys.iter().all(|k| k.starts_with("proxypool:{share}:")),
@@ -356,7 +342,7 @@ fn four_processes_share_one_pool_exactly() {
         }
     }
     // Lease counts exact: every grant was released, none is left open.
-    let meta: Vec<String> = cli(&redis, &["HGETALL", "proxypool:{multi}:meta"]);
+    let meta: Vec<String> = redis.cli(&["HGETALL", "proxypool:{multi}:meta"]);
     let meta: HashMap<&str, u64> = meta
         .chunks(2)
         .map(|p| (p[0].as_str(), p[1].parse().unwrap_or(0)))
@@ -364,16 +350,13 @@ fn four_processes_share_one_pool_exactly() {
     assert_eq!(meta["seq"] - meta["seq0"], grants, "{meta:?}");
     assert_eq!(meta.get("expired"), None, "{meta:?}");
     assert_eq!(meta.get("abandoned"), None, "{meta:?}");
-    let ids = cli(&redis, &["HKEYS", "proxypool:{multi}:state"]);
+    let ids = redis.cli(&["HKEYS", "proxypool:{multi}:state"]);
     assert_eq!(ids.len(), 8, "{ids:?}");
     for id in ids {
-        let open = cli(
-            &redis,
-            &["HGET", &format!("proxypool:{{multi}}:a:{id}"), "n"],
-        );
+        let open = redis.cli(&["HGET", &format!("proxypool:{{multi}}:a:{id}"), "n"]);
         assert_eq!(open, ["0"], "address {id}");
     }
-    let due = cli(&redis, &["ZRANGE", "proxypool:{multi}:due", "0", "-1"]);
+    let due = redis.cli(&["ZRANGE", "proxypool:{multi}:due", "0", "-1"]);
     assert!(
         due.iter().all(|m| !m.starts_with('l')),
         "open leases: {due:?}"
@@ -722,14 +705,15 @@ async fn a_rate_limit_cools_the_address_for_that_site_only() {
         .release(OK)
         .await
         .unwrap();
-    let left: Vec<String> = cli(&redis, &["KEYS", "proxypool:{cooling}:*"])
+    let left: Vec<String> = redis
+        .cli(&["KEYS", "proxypool:{cooling}:*"])
         .into_iter()
         .filter(|k| k.contains(":a:") || k.contains("cooled"))
-        .flat_map(|k| cli(&redis, &["HKEYS", &k]))
+        .flat_map(|k| redis.cli(&["HKEYS", &k]))
         .filter(|f| f.starts_with("cool|"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
-    let sets = cli(&redis, &["KEYS", "proxypool:{cooling}:cooled:*"]);
+    let sets = redis.cli(&["KEYS", "proxypool:{cooling}:cooled:*"]);
     assert!(sets.iter().all(|k| k.is_empty()), "{sets:?}");
 
     // A site asking for forever gets the longest quarantine wait, and breaks nothing.
@@ -754,8 +738,8 @@ async fn a_pool_redis_lost_is_rebuilt_and_old_ids_name_nothing() {
     let held = pool.acquire(Ticket::new()).await.unwrap();
     one_pair(&pool).await;
     // Redis loses everything, as after a restart without persistence: keys and functions.
-    cli(&redis, &["FLUSHALL"]);
-    cli(&redis, &["FUNCTION", "FLUSH"]);
+    redis.cli(&["FLUSHALL"]);
+    redis.cli(&["FUNCTION", "FLUSH"]);
     // The first acquire finds an empty pool of a new epoch; this process adds its addresses
     // again, after which acquires work on the new ids.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -1186,18 +1170,15 @@ async fn sites_are_judged_like_in_the_memory_store() {
 async fn a_pool_of_another_layout_is_refused() {
     let (redis, _clock, pool) = lab("layout").await;
     one_pair(&pool).await;
-    cli(&redis, &["HSET", "proxypool:{layout}:meta", "layout", "1"]);
-    let seq = cli(&redis, &["HGET", "proxypool:{layout}:meta", "seq"]);
+    redis.cli(&["HSET", "proxypool:{layout}:meta", "layout", "1"]);
+    let seq = redis.cli(&["HGET", "proxypool:{layout}:meta", "seq"]);
     match pool.acquire(Ticket::new()).await {
         Err(AcquireError::StoreUnavailable(e)) => {
             assert!(e.contains("another version of proxypool"), "{e}");
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(
-        cli(&redis, &["HGET", "proxypool:{layout}:meta", "seq"]),
-        seq
-    );
+    assert_eq!(redis.cli(&["HGET", "proxypool:{layout}:meta", "seq"]), seq);
 }
 
 /// Every process of a pool judges by one configuration: a process configured otherwise is
@@ -1227,15 +1208,15 @@ async fn a_process_configured_otherwise_or_encoded_otherwise_is_refused() {
     // The same configuration under another name is another pool.
     shared_pool(&redis, "config-2", &clock, PoolConfig::default()).await;
 
-    let library = cli(&redis, &["FUNCTION", "LIST"])
+    let library = redis
+        .cli(&["FUNCTION", "LIST"])
         .into_iter()
         .find(|l| l.starts_with("proxypool_"))
         .unwrap();
     let check = format!("{library}_config");
     let fcall = |config: &str| {
-        cli(
-            &redis,
-            &[
+        redis
+            .cli(&[
                 "FCALL",
                 &check,
                 "1",
@@ -1244,11 +1225,12 @@ async fn a_process_configured_otherwise_or_encoded_otherwise_is_refused() {
                 "0",
                 "1",
                 config,
-            ],
-        )
-        .join(" ")
+            ])
+            .join(" ")
     };
-    let recorded = cli(&redis, &["HGET", "proxypool:{config}:meta", "config"]).join(" ");
+    let recorded = redis
+        .cli(&["HGET", "proxypool:{config}:meta", "config"])
+        .join(" ");
     assert_eq!(fcall(&recorded), "1");
     for (tampered, why) in [
         (
@@ -1567,7 +1549,8 @@ async fn sub_pools_hold_the_caps_under_concurrency() {
     assert!(snap.pool.acquired > 1_000, "{:?}", snap.pool);
 
     // Selection sets: each offered address once in the whole pool's and its sub-pools'.
-    let urls: HashMap<String, String> = cli(&redis, &["HGETALL", "proxypool:{race}:url"])
+    let urls: HashMap<String, String> = redis
+        .cli(&["HGETALL", "proxypool:{race}:url"])
         .chunks(2)
         .map(|p| (p[0].clone(), p[1].clone()))
         .collect();
@@ -1577,7 +1560,8 @@ async fn sub_pools_hold_the_caps_under_concurrency() {
         ("proxypool:{race}:sp:b:pass", Some("b")),
         ("proxypool:{race}:sp:c:pass", Some("c")),
     ] {
-        let mut members: Vec<String> = cli(&redis, &["ZRANGE", set, "0", "-1"])
+        let mut members: Vec<String> = redis
+            .cli(&["ZRANGE", set, "0", "-1"])
             .iter()
             .filter(|m| !m.is_empty())
             .map(|m| urls[m.split(':').next().unwrap()].clone())
@@ -1667,17 +1651,17 @@ async fn latency_weighs_and_a_jump_degrades_like_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rate_limit_holds_for_acquires_in_its_own_call() {
     let (redis, clock, pool) = lab("cool-call").await;
-    cli(&redis, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    redis.cli(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
     let lease = pool.acquire(Ticket::new().site("shop")).await.unwrap();
-    let log = cli(&redis, &["SLOWLOG", "GET", "10"]);
+    let log = redis.cli(&["SLOWLOG", "GET", "10"]);
     let at = (0..log.len() - 1)
         .find(|&i| log[i] == "FCALL" && log[i + 1].ends_with("_ops"))
         .unwrap_or_else(|| panic!("{log:?}"));
     let (function, meta) = (&log[at + 1], &log[at + 3]);
     // The slow log cuts long arguments: the configuration as the pool recorded it.
-    let health = &cli(&redis, &["HGET", meta, "config"])[0];
+    let health = &redis.cli(&["HGET", meta, "config"])[0];
     let url = lease.address().as_str().to_owned();
-    let id = cli(&redis, &["HGET", "proxypool:{cool-call}:byurl", &url])[0].clone();
+    let id = redis.cli(&["HGET", "proxypool:{cool-call}:byurl", &url])[0].clone();
     let now = clock.now().as_millis();
     let (lid, until, later) = (
         lease.id().get().to_string(),
@@ -1692,7 +1676,7 @@ async fn a_rate_limit_holds_for_acquires_in_its_own_call() {
     for _ in 0..12 {
         call.extend(["", "0", "shop", "w", "0"]);
     }
-    let reply = cli(&redis, &call);
+    let reply = redis.cli(&call);
     let granted: Vec<&String> = reply.chunks(3).take(12).map(|r| &r[1]).collect();
     assert_eq!(granted.len(), 12, "{reply:?}");
     assert!(

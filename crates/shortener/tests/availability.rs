@@ -8,10 +8,11 @@ mod common;
 use common::load::{Load, since};
 use common::pg::{TestDb, migrated_on};
 use common::{
-    Shortener, client, create, error_code, eventually, metric, one_line_failure, run, token_in,
+    Shortener, client, create, error_code, eventually, metric, one_line_failure, readiness, run,
+    token_in,
 };
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use testkit::{Postgres, RedisServer};
@@ -20,11 +21,6 @@ use testkit::{Postgres, RedisServer};
 const HOT: usize = 20;
 /// How long each outage lasts under the load.
 const OUTAGE: Duration = Duration::from_secs(3);
-
-async fn readiness(c: &reqwest::Client, server: &Shortener) -> (StatusCode, Value) {
-    let resp = c.get(server.url("/readyz")).send().await.unwrap();
-    (resp.status(), resp.json().await.unwrap())
-}
 
 /// Misses answer 503 `store_unavailable`, within the store timeout (the bound here only
 /// guards against a hang: 250 ms configured).
@@ -278,13 +274,8 @@ async fn a_stopped_redis_loses_no_redirect_of_a_steady_load() {
 fn plant_stale_l2(redis: &RedisServer, code: &str, long_url: &str) {
     let day_ago = time::OffsetDateTime::now_utc().unix_timestamp() - 86_400;
     let value = format!("v1|l|{}|{day_ago}|{long_url}", i64::MAX);
-    let out = std::process::Command::new("redis-cli")
-        .args(["-p", &redis.port().to_string(), "SET"])
-        .arg(format!("shortener:link:{code}"))
-        .arg(value)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    let key = format!("shortener:link:{code}");
+    assert_eq!(redis.cli(&["SET", &key, &value]), ["OK"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -6,7 +6,8 @@ mod common;
 
 use common::pg::{Relay, TestDb};
 use common::{
-    BIN, Shortener, analytics, client, create, eventually, one_line_failure, run, token_in,
+    BIN, Shortener, analytics, client, create, eventually, one_line_failure, readiness, run,
+    token_in,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -348,22 +349,17 @@ async fn postgres_down_cached_links_redirect_misses_fail_fast_and_recovery_is_au
     .await;
     assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
     // Still 200, so that a load balancer keeps an instance that serves cached links.
-    let resp = c.get(server.url("/readyz")).send().await.unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    let body: Value = resp.json().await.unwrap();
-    assert_eq!(body, json!({"status": "degraded", "store": "unavailable"}));
+    assert_eq!(
+        readiness(&c, &server).await,
+        (
+            StatusCode::OK,
+            json!({"status": "degraded", "store": "unavailable"})
+        )
+    );
 
     relay.restore().await;
     eventually("the store is ready again", || async {
-        let body: Value = c
-            .get(server.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        body["status"] == "ready"
+        readiness(&c, &server).await.1["status"] == "ready"
     })
     .await;
     let resp = c.get(server.url("/cold0")).send().await.unwrap();

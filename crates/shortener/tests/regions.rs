@@ -9,7 +9,7 @@ mod common;
 
 use common::load::{Load, since};
 use common::pg::schema_on;
-use common::{BIN, Shortener, client, create, error_code, eventually, token_in};
+use common::{BIN, Shortener, client, create, error_code, eventually, readiness, token_in};
 use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -70,11 +70,7 @@ fn aggregator(database: &str, redis: &RedisServer, name: &str) -> Process {
 /// Entries in a region's click stream: acknowledged ones are deleted, so 0 means every
 /// shipped batch was applied.
 fn stream_length(redis: &RedisServer) -> u64 {
-    let out = Command::new("redis-cli")
-        .args(["-p", &redis.port().to_string(), "XLEN", "shortener:clicks"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    redis.cli(&["XLEN", "shortener:clicks"])[0].parse().unwrap()
 }
 
 /// `n` clicks by people on `server`, spread over `codes`, 16 at a time.
@@ -192,15 +188,7 @@ async fn two_regions_share_links_survive_outages_and_count_clicks_once() {
     let restarted = Instant::now();
     redis_b.restart().unwrap();
     eventually("B ready again", || async {
-        let body: serde_json::Value = c
-            .get(b.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        body["status"] == "ready"
+        readiness(&c, &b).await.1["status"] == "ready"
     })
     .await;
     let ready_after = restarted.elapsed();

@@ -10,7 +10,7 @@ use common::load::{Load, since};
 use common::pg::migrated_on;
 use common::{
     NOTICED_WITHIN, Shortener, analytics, client, create, eventually, metric, one_line_failure,
-    run, token_in, token_with_id,
+    readiness, run, token_in, token_with_id,
 };
 use reqwest::StatusCode;
 use serde_json::json;
@@ -192,19 +192,8 @@ async fn an_instance_starts_with_its_replica_down_and_uses_it_once_it_answers() 
         ],
     );
     let c = client();
-    let readiness = || async {
-        let body: serde_json::Value = c
-            .get(server.url("/readyz"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        body
-    };
     assert_eq!(metric(&c, &server, &healthy).await, 0.0);
-    let body = readiness().await;
+    let body = readiness(&c, &server).await.1;
     assert_eq!(body["status"], "ready", "{body}");
     assert_eq!(body["replicas"][&name], "skipped", "{body}");
     // The primary serves meanwhile.
@@ -229,7 +218,7 @@ async fn an_instance_starts_with_its_replica_down_and_uses_it_once_it_answers() 
         "a replica down at start: in use {:?} after pg_ctl start began",
         started.elapsed()
     );
-    assert_eq!(readiness().await["replicas"][&name], "ok");
+    assert_eq!(readiness(&c, &server).await.1["replicas"][&name], "ok");
     assert_eq!(
         status(&c, &server, "/never-made").await,
         StatusCode::NOT_FOUND

@@ -5,7 +5,9 @@
 mod common;
 
 use common::pg::TestDb;
-use common::{BIN, Shortener, client, create, eventually, follow, metric, today_utc, token_in};
+use common::{
+    BIN, Shortener, client, create, eventually, follow, metric, readiness, today_utc, token_in,
+};
 use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -67,17 +69,6 @@ async fn stored_clicks(db: &TestDb) -> ((i64, i64), (i64, i64)) {
         .await
         .unwrap();
     ((totals.get(0), totals.get(1)), (daily.get(0), daily.get(1)))
-}
-
-/// The body of `/readyz`.
-async fn readiness(c: &reqwest::Client, server: &Shortener) -> Value {
-    c.get(server.url("/readyz"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 /// Deletes `code` as the admin; the status.
@@ -236,7 +227,7 @@ async fn two_instances_and_an_aggregator_count_exactly_and_see_each_others_write
     .await;
     assert_eq!(resp.status(), StatusCode::CREATED);
     within_a_second(&c, &a, "late-alias", StatusCode::FOUND).await;
-    let ready = readiness(&c, &a).await;
+    let ready = readiness(&c, &a).await.1;
     assert_eq!(ready["status"], "ready", "{ready}");
 }
 
@@ -280,7 +271,7 @@ async fn without_redis_an_instance_degrades_and_recovers() {
     .await;
     assert_eq!(resp.status(), StatusCode::CREATED);
     assert!(resp.headers().contains_key("ratelimit-remaining"));
-    let ready = readiness(&c, &server).await;
+    let ready = readiness(&c, &server).await.1;
     assert_eq!(ready["status"], "degraded", "{ready}");
     assert_eq!(ready["redis"], "unreachable");
 
@@ -312,7 +303,7 @@ async fn without_redis_an_instance_degrades_and_recovers() {
     })
     .await;
     eventually("ready again", || async {
-        readiness(&c, &server).await["status"] == "ready"
+        readiness(&c, &server).await.1["status"] == "ready"
     })
     .await;
     // Everything not dropped arrives: 2 before the outage, 2 then 3 000 during it, less drops.

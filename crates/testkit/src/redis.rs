@@ -116,6 +116,22 @@ impl RedisServer {
         self.port
     }
 
+    /// Runs `redis-cli ARGS` against this server: its reply, one line per element (a Redis
+    /// error is a reply line too). Panics if `redis-cli` cannot run: a test without it
+    /// cannot go on.
+    pub fn cli(&self, args: &[&str]) -> Vec<String> {
+        let out = Command::new("redis-cli")
+            .arg("-p")
+            .arg(self.port.to_string())
+            .args(args)
+            .output()
+            .expect("redis-cli runs (Debian package redis-tools)");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)

@@ -162,6 +162,15 @@ pub async fn get_json(
     resp.json().await.unwrap()
 }
 
+/// `GET /readyz`: its status (200 ready or degraded, 503 not ready) and JSON body.
+pub async fn readiness(
+    c: &reqwest::Client,
+    server: &Shortener,
+) -> (reqwest::StatusCode, serde_json::Value) {
+    let resp = c.get(server.url("/readyz")).send().await.unwrap();
+    (resp.status(), resp.json().await.unwrap())
+}
+
 /// Asserts the spec's error shape and returns the error code.
 pub async fn error_code(resp: reqwest::Response) -> String {
     let body: serde_json::Value = resp.json().await.expect("error body is JSON");
