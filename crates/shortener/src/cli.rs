@@ -130,7 +130,7 @@ pub enum TokenCommand {
     /// the secret.
     List(TokenListArgs),
     /// Revoke a token by the id `token create` and `token list` print; every serving
-    /// process refuses it from its next request.
+    /// process refuses it within half a second (tokens are cached ≤ 500 ms).
     Revoke(TokenRevokeArgs),
 }
 
