@@ -7,9 +7,8 @@
 mod common;
 
 use common::pair::{Kind, Pair, cli, new_token};
-use common::{NOTICED_WITHIN, Shortener, client, error_code, one_line_failure, run};
+use common::{Shortener, client, error_code, noticed, one_line_failure, run};
 use reqwest::StatusCode;
-use std::time::{Duration, Instant};
 
 /// The status `GET /api/v1/links` answers `token` on `server`.
 async fn links_status(c: &reqwest::Client, server: &Shortener, token: &str) -> StatusCode {
@@ -41,14 +40,12 @@ async fn create_list_revoke(a: &Shortener, b: &Shortener, store: &[&str]) {
     let fields: Vec<&str> = row.split('\t').collect();
     assert_eq!(&fields[..4], [id.as_str(), "alice", "\"ci deploy\"", "no"]);
     // The requests above recorded a last use (written in the background).
-    let since = Instant::now();
-    while cli(&["token", "list"], store)
-        .lines()
-        .any(|l| l.starts_with(&id) && l.ends_with("never"))
-    {
-        assert!(since.elapsed() < NOTICED_WITHIN, "last use never recorded");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    noticed("the last use recorded", || async {
+        !cli(&["token", "list"], store)
+            .lines()
+            .any(|l| l.starts_with(&id) && l.ends_with("never"))
+    })
+    .await;
 
     let revoked = cli(&["token", "revoke", &id], store);
     assert!(
@@ -56,14 +53,10 @@ async fn create_list_revoke(a: &Shortener, b: &Shortener, store: &[&str]) {
         "{revoked}"
     );
     for server in [a, b] {
-        let since = Instant::now();
-        while links_status(&c, server, &secret).await != StatusCode::UNAUTHORIZED {
-            assert!(
-                since.elapsed() < NOTICED_WITHIN,
-                "revoked token still accepted"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        noticed("the revoked token refused", || async {
+            links_status(&c, server, &secret).await == StatusCode::UNAUTHORIZED
+        })
+        .await;
         let resp = c
             .get(server.url("/api/v1/links"))
             .bearer_auth(&secret)

@@ -229,18 +229,36 @@ pub fn today_utc() -> String {
 }
 
 /// Polls `cond` until it holds; the limit only guards against a hang.
-pub async fn eventually<F, Fut>(what: &str, mut cond: F)
+pub async fn eventually<F, Fut>(what: &str, cond: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    poll(what, Duration::from_secs(30), cond).await;
+}
+
+/// Polls `cond` until it holds, failing past [`NOTICED_WITHIN`]: for a change that must
+/// reach another process within the "about a second".
+pub async fn noticed<F, Fut>(what: &str, cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    poll(what, NOTICED_WITHIN, cond).await;
+}
+
+async fn poll<F, Fut>(what: &str, limit: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
     while !cond().await {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
+            "not within {limit:?}: {what}"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
