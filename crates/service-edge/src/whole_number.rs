@@ -118,4 +118,13 @@ mod tests {
         assert_eq!(int("-9.3e18"), None);
         assert_eq!(int("0.5"), None);
     }
+
+    /// A whole float the document's `integer` allows is read exactly, not one step off
+    /// (serde_json's default float parsing can land an ulp away: found by schemathesis, which
+    /// sent `3874509258295714.0` and was told `3874509258295713.5` is not an integer).
+    #[test]
+    fn large_whole_floats_are_read_exactly() {
+        assert_eq!(whole("3874509258295714.0"), Some(3_874_509_258_295_714));
+        assert_eq!(whole("3874509258295713.5"), None);
+    }
 }
