@@ -352,7 +352,8 @@ fn memory_and_redis_decide_alike_with_adds_and_removes() {
 /// failed probe of a probing address had another reason in Redis (fixed); Redis forgot a site
 /// window whole after the maximum age without outcomes where memory ages it entry by entry
 /// (fixed: entries carry their time); address windows aged whole in Redis (fixed: per entry,
-/// with site and time, as in memory).
+/// with site and time, as in memory); a rate limit at a degraded site judged it again in Redis,
+/// so it could recover there and not in memory (fixed: only outcomes judge a site, as in memory).
 #[test]
 fn memory_and_redis_decide_alike() {
     differ(64, 120_000, false, false);

@@ -1360,7 +1360,8 @@ end
 local function end_sites(K, S, now, H)
   for _, st in pairs(S) do
     materialize(st, now, H)
-    if st.deg then judge_site(K, st, now, H, S) end
+    -- Judged again only after outcomes there: a rate limit is not one (as in memory).
+    if st.deg and st.judged > 0 then judge_site(K, st, now, H, S) end
     local f = names_of(st.name)
     -- The window, traffic times to the second, evidence up to what counts: one HSET for a
     -- batch with outcomes there.
