@@ -238,7 +238,7 @@ impl PoolConfig {
             ),
             (
                 self.judgement.site_window >= self.judgement.site_recent
-                    && self.judgement.site_recent <= crate::state::sites::MAX_RECENT
+                    && self.judgement.site_recent <= crate::judge::sites::MAX_RECENT
                     && self.judgement.site_min_samples > 0,
                 "judgement: site_recent <= min(site_window, 64) and site_min_samples > 0",
             ),

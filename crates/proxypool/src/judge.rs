@@ -2,7 +2,9 @@
 //! (`Standing`, its `Health`), what its windows say (`Evidence`), the configuration and `now`,
 //! passed in — no I/O, no clock reads, no store types. Each function decides a transition
 //! with its reason; the store applies it (and logs it). Random draws (the backoff's jitter)
-//! come from the caller's seeded generator.
+//! come from the caller's seeded generator. Sites and our side: [`sites`].
+
+pub(crate) mod sites;
 
 use rand::Rng;
 

@@ -293,7 +293,7 @@ fn memory_and_redis_decide_alike_while_nothing_ages_out() {
     differ(32, 7_000, false, false);
 }
 
-/// With named sites: site verdicts (in the library), pairs and the address's fall per address
+/// With named sites: site verdicts and our side, pairs and the address's fall per address
 /// × site (the Rust judge), retroactive excuses, with windows aging entry by entry.
 #[test]
 fn memory_and_redis_decide_alike_with_named_sites() {

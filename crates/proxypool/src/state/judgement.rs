@@ -15,6 +15,7 @@ use super::record::AddressRecord;
 use super::sites::NO_SITE;
 
 use super::PoolState;
+use crate::judge::sites::{self, Seen, SiteChange};
 use crate::judge::{self, Evidence, Fall, PairChange, Standing, Thresholds, Verdict};
 
 impl PoolState {
@@ -23,39 +24,31 @@ impl PoolState {
         let Some(s) = self.sites.list.get_mut(site as usize) else {
             return;
         };
-        s.push(slot, class, now, h, j);
-        // A success cannot make a site look worse: it is judged on bad outcomes, and on every
-        // outcome while degraded (to see it recover).
-        if class == Class::Success && !s.degraded {
-            return;
-        }
-        let verdict = s.verdict(h, j);
-        let change = match (s.degraded, verdict) {
-            (false, Some(v)) => Some((true, v.reason, Some(v.from))),
-            (true, None) if now.since(s.since) >= h.min_dwell => Some((
-                false,
-                "failures no longer spread over most addresses".to_owned(),
-                None,
-            )),
-            _ => None,
-        };
-        let Some((degraded, reason, from)) = change else {
+        s.window.push(
+            Seen {
+                slot,
+                class,
+                at: now,
+            },
+            h,
+            j,
+        );
+        let Some(change) = sites::judge_site(&s.window, s.degraded, s.since, class, now, h, j)
+        else {
             return;
         };
-        s.degraded = degraded;
-        s.since = now;
+        let (from_state, to_state) = change.states();
+        (s.degraded, s.since) = (to_state == "degraded", now);
         let subject = Subject::Site {
             site: s.name.to_string(),
         };
-        let (from_state, to_state, reason) = if degraded {
-            let reason = format!("{reason}: failures there are not held against addresses");
-            ("ok", "degraded", reason)
-        } else {
-            ("degraded", "ok", reason)
+        let reason = match change {
+            SiteChange::Degrade { reason, from } => {
+                self.excuse(site, from);
+                reason
+            }
+            SiteChange::Recover(reason) => reason.to_owned(),
         };
-        if let Some(from) = from {
-            self.excuse(site, from);
-        }
         self.decide(now, subject, from_state, to_state, reason);
         self.judge_our_side(now);
     }
@@ -67,7 +60,7 @@ impl PoolState {
         let Some(s) = self.sites.list.get(site as usize) else {
             return;
         };
-        for slot in s.slots_since(from) {
+        for slot in s.window.slots_since(from) {
             if let Some(r) = self.records.get_mut(slot as usize).and_then(Option::as_mut) {
                 r.window.excuse(site, from);
             }
@@ -131,26 +124,15 @@ impl PoolState {
         }
     }
 
-    /// P9: when every site with traffic is degraded, the common factor is our side (network,
-    /// probes): quarantining is frozen until one recovers.
+    /// P9: when every site with traffic is degraded, our side is to blame
+    /// ([`sites::judge_our_side`]).
     fn judge_our_side(&mut self, now: Timestamp) {
-        let j = &self.cfg.judgement;
-        let judged: Vec<_> = self
-            .sites
-            .list
-            .iter()
-            .filter(|s| s.has_evidence(j))
-            .collect();
-        let degraded = judged.iter().filter(|s| s.degraded).count();
-        let frozen = judged.len() >= 2 && degraded == judged.len();
-        if frozen != self.frozen {
+        let (h, j) = (&self.cfg.health, &self.cfg.judgement);
+        let judged = self.sites.list.iter();
+        let judged = judged.map(|s| (s.window.has_evidence(now, h, j), s.degraded));
+        if let Some((frozen, reason)) = sites::judge_our_side(judged, self.frozen) {
             self.frozen = frozen;
-            let reason = format!("{degraded} of {} sites with traffic degraded", judged.len());
-            let (from, to) = if frozen {
-                ("quarantining", "frozen")
-            } else {
-                ("frozen", "quarantining")
-            };
+            let (from, to) = sites::our_side_states(frozen);
             self.decide(now, Subject::Pool, from, to, reason);
         }
     }

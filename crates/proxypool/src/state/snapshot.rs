@@ -39,7 +39,8 @@ impl PoolState {
             c.window.expire(now);
         }
         for site in &mut self.sites.list {
-            site.expire(now, cfg.window_max_age, self.cfg.judgement.site_recent);
+            site.window
+                .expire(now, cfg.window_max_age, self.cfg.judgement.site_recent);
         }
         let ctx = self.ctx(NO_SITE, now);
         let addresses = self

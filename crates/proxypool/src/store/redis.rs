@@ -21,7 +21,7 @@
 //!
 //! Layout: `connection` (connecting, loading the library, one bounded FCALL), `encoding` (the
 //! configuration, arguments and replies as they cross), `operations` (the pool's calls),
-//! `batch` (group commit), `judging` (the judge's facts and its decisions applied), `latency` (this process's latency figures), `prober` (the prober
+//! `batch` (group commit), `judging` (the judge's facts and its decisions applied), `verdicts` (sites and our side judged), `latency` (this process's latency figures), `prober` (the prober
 //! role) and `view` (the snapshot reply read).
 
 use std::collections::HashMap;
@@ -39,6 +39,7 @@ mod latency;
 mod operations;
 #[cfg(feature = "probe")]
 mod prober;
+mod verdicts;
 mod view;
 
 use batch::Queue;
@@ -163,6 +164,8 @@ struct Functions {
     facts: String,
     apply: String,
     pair: String,
+    site: String,
+    our_side: String,
     add: String,
     remove: String,
     end_session: String,

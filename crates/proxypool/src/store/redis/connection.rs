@@ -93,6 +93,8 @@ impl RedisStore {
                 facts: f("facts"),
                 apply: f("apply"),
                 pair: f("pair"),
+                site: f("site"),
+                our_side: f("our_side"),
                 add: f("add"),
                 remove: f("remove"),
                 end_session: f("end_session"),

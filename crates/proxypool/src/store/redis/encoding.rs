@@ -12,6 +12,7 @@ use crate::decision::{Decision, Subject};
 use crate::lease::Choice;
 
 use super::judging::Facts;
+use super::verdicts::SiteFacts;
 
 /// The version of the configuration encoding: `CONFIG_VERSION` in library.lua must match.
 /// Bump both when a field is added, removed or changes meaning.
@@ -218,11 +219,14 @@ pub(super) struct AcquireReply {
 }
 
 /// The `ops` function's reply: three elements per acquire (lease id, address id, tag), then
-/// the facts of the releases that are news for the judge, `more` and the epoch.
+/// the facts of the releases that are news for the judge, those of the sites to judge, `more`
+/// and the epoch.
 pub(super) struct OpsReply {
     pub(super) acquires: Vec<AcquireReply>,
     /// By the release's number in the batch (from 1).
     pub(super) facts: Vec<(usize, Facts)>,
+    /// The sites whose outcomes in the batch are to be judged.
+    pub(super) sites: Vec<SiteFacts>,
     pub(super) more: bool,
     pub(super) epoch: String,
 }
@@ -236,6 +240,8 @@ pub(super) fn parse_ops(reply: redis::Value, n: usize) -> Option<OpsReply> {
     let (redis::Value::Int(more), rest) = rest.split_last()? else {
         return None;
     };
+    let (sites, rest) = rest.split_last()?;
+    let sites = SiteFacts::parse_all(sites)?;
     let (judged, rest) = rest.split_last()?;
     let facts = match judged {
         redis::Value::Array(records) => records
@@ -280,6 +286,7 @@ pub(super) fn parse_ops(reply: redis::Value, n: usize) -> Option<OpsReply> {
     Some(OpsReply {
         acquires: out,
         facts,
+        sites,
         more: *more == 1,
         epoch,
     })

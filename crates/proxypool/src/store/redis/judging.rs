@@ -83,6 +83,8 @@ pub(super) struct Facts {
     slow_degraded: bool,
     /// The gate's facts as the library writes them, for a bad outcome.
     gate: Option<String>,
+    /// The outcome's site changed its verdict after these were read: judged on fresh ones.
+    stale: bool,
 }
 
 fn class_of(letter: &str) -> Option<Class> {
@@ -148,6 +150,7 @@ impl Facts {
             pairs: Vec::new(),
             slow_degraded: false,
             gate: None,
+            stale: false,
         };
         facts.read(rest)?;
         Some((release, facts))
@@ -196,6 +199,13 @@ impl Facts {
         self.slow_degraded = sl == "1";
         self.gate = (!gate.is_empty()).then(|| gate.clone());
         Some(())
+    }
+
+    /// The outcome's site changed its verdict (P9) after these facts were read: it is now
+    /// degraded (`excused`) or not, and the address is judged on its windows read again (a
+    /// conviction excused the stretch in them).
+    pub(super) fn site_changed(&mut self, excused: bool) {
+        (self.excused, self.stale) = (excused, true);
     }
 
     /// The gate as the memory store's `PoolState::gate` builds it, from the library's text.
@@ -421,6 +431,9 @@ impl RedisStore {
     /// Judges `facts` and applies what the judge decides; judged again on fresh facts while
     /// `apply` refuses (another process moved the address first).
     pub(super) async fn judge(&self, mut facts: Facts, now: Timestamp) -> Result<(), String> {
+        if facts.stale && !self.refresh(&mut facts, now).await? {
+            return Ok(());
+        }
         self.judge_pair(&facts, now).await?;
         for _ in 0..ATTEMPTS {
             let plan = {
@@ -454,30 +467,38 @@ impl RedisStore {
                 .call(&self.functions.apply, now, false, &args)
                 .await
                 .map_err(|e| e.to_string())?;
-            if !matches!(reply, Value::Int(0)) {
+            if !matches!(reply, Value::Int(0)) || !self.refresh(&mut facts, now).await? {
                 return Ok(());
             }
-            let need_gate = if facts.gate.is_some() { "1" } else { "0" };
-            let reply = self
-                .call(
-                    &self.functions.facts,
-                    now,
-                    false,
-                    &[Arg::Str(&id), Arg::Str(need_gate)],
-                )
-                .await
-                .map_err(|e| e.to_string())?;
-            let Value::Array(items) = reply else {
-                // Gone meanwhile: nothing left to judge.
-                return Ok(());
-            };
-            (items.len() == FACTS)
-                .then(|| facts.read(&items))
-                .flatten()
-                .ok_or("malformed facts reply")?;
         }
         tracing::warn!(target: "proxypool::redis", id = facts.id, "a decision refused {ATTEMPTS} times; given up");
         Ok(())
+    }
+
+    /// Reads `facts` again (the outcome's pair first); false if the address is gone.
+    async fn refresh(&self, facts: &mut Facts, now: Timestamp) -> Result<bool, String> {
+        let id = facts.id.to_string();
+        // The gate's facts for a bad outcome that is not excused, as `facts` in library.lua.
+        let need_gate = facts.class != Class::Success && !facts.excused;
+        let site = facts.site.as_deref().unwrap_or("");
+        let args = [
+            Arg::Str(&id),
+            Arg::Str(if need_gate { "1" } else { "0" }),
+            Arg::Str(site),
+        ];
+        let reply = self
+            .call(&self.functions.facts, now, false, &args)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Value::Array(items) = reply else {
+            // Gone meanwhile: nothing left to judge.
+            return Ok(false);
+        };
+        (items.len() == FACTS)
+            .then(|| facts.read(&items))
+            .flatten()
+            .ok_or("malformed facts reply")?;
+        Ok(true)
     }
 
     /// Judges the outcome's address × site pair (P9: [`judge::judge_pair`], as the memory

@@ -16,8 +16,8 @@
 --   meta   hash: counters (seq, released, expired, …), `bound`, `offered`, `q`, `next_id`,
 --          `orphans` (open leases of removed addresses), 'rr', 'rr@NAME' round-robin's cursor,
 --          per sub-pool 'offered@NAME', 'bound@NAME', 'members@NAME' (see `pool_of`),
---          `layout` (see LAYOUT), `frozen` (P9: our side); per site 'w|SITE', 'd|SITE',
---          't|SITE', 'n|SITE', 'sid|SITE' (see `site_fields`) and 'cool|SITE', the latest end
+--          `layout` (see LAYOUT), `frozen` (P9: our side) and `sv` (moved by every site's
+--          change, see `site`); per site 'w|SITE', 'd|SITE', 'sid|SITE' (see `site_fields`) and 'cool|SITE', the latest end
 --          of any cooling for it, so acquires for a site without one skip the per-address
 --          check; `site_ids`, the last site number given
 --   url    hash id → full URL (kept after removal: broken sessions name their address)
@@ -173,9 +173,10 @@ local function names_of(site)
   if f then return f end
   -- Bounded: site names come from callers.
   if site_names_n >= 10000 then site_names, site_names_n = {}, 0 end
-  -- [6]: the outcome count fields, by class.
+  -- [6]: the outcome count fields, by class. ([3], [4]: free since layout 8, so that the
+  -- others keep their places.)
   f = {
-    'w|' .. site, 'd|' .. site, 't|' .. site, 'n|' .. site, 'cool|' .. site, {}, 'sid|' .. site,
+    'w|' .. site, 'd|' .. site, false, false, 'cool|' .. site, {}, 'sid|' .. site,
     'av|' .. site, 'pb|' .. site, 'avr|' .. site,
   }
   site_names[site], site_names_n = f, site_names_n + 1
@@ -794,8 +795,6 @@ local function least(B, P, lease_deadline, seed)
   return 0, 0, 'none'
 end
 
-local function percent(x) return string.format('%.0f', x * 100) end
-
 -- What the quarantine gate (P7, P8, P9) reads for address `id` (sub-pools `sp`), as one text:
 -- frozen, addresses, counted against the cap, then offered and members of its pool with the
 -- fewest to spare (P8 in each pool of the address). The judge decides with it (`judge::fall`
@@ -916,7 +915,7 @@ end
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '7'
+local LAYOUT = '8'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -1119,21 +1118,14 @@ local function cool(K, id, site, until_ms)
   end
 end
 
--- P9, the judgement of sites. Each site ('-' for tickets without one) keeps, in `meta`, a
--- window of its last `site_window` outcomes over all addresses ('w|SITE': newest first, one
--- ENTRY per outcome: its class letter, the address id padded to 9 digits and its time in ms
--- padded to 13, so that entries age one by one as in memory), the time it
--- was degraded ('d|SITE', absent when it is not), when it last had a judged outcome
--- ('t|SITE', to the second) and how many it had since it was last idle for the maximum age
--- ('n|SITE', counted up to `site_min_samples`: its evidence, for our side). The window is
--- kept whole, successes before its first bad outcome included, as the memory store's (one
--- that started at the first bad outcome missed convictions memory made), and
--- forgotten whole after the maximum age without outcomes there. Its fields
--- come with the read of `meta` a release batch makes anyway; a batch's entries are added to
--- the window once, at its end, or when a bad outcome judges the site.
+-- P9, the sites' windows (judged by `store/redis/verdicts.rs`). Each site ('-' for tickets
+-- without one) keeps, in `meta`, a window of its last `site_window` outcomes over all
+-- addresses ('w|SITE': newest first, one ENTRY per outcome: its class letter, the address id
+-- padded to 9 digits and its time in ms padded to 13, so that entries age one by one as in
+-- memory) and the time it was degraded ('d|SITE', absent when it is not). Its fields come with
+-- the read of `meta` a release batch makes anyway; a batch's entries are added to the window
+-- once, at its end.
 local ENTRY = 23
--- string.byte('s'), string.byte('c') (the standard library is not reachable while loading)
-local S_BYTE, C_BYTE = 115, 99
 -- Appends the `meta` fields of the distinct sites among `args[from]`, `args[from + step]`, …
 -- (up to `to`) to `fields`; the sites in order.
 local function site_fields(args, from, to, step, fields)
@@ -1144,8 +1136,7 @@ local function site_fields(args, from, to, step, fields)
       known[site] = true
       order[#order + 1] = site
       local f = names_of(site)
-      fields[#fields + 1], fields[#fields + 2], fields[#fields + 3], fields[#fields + 4] = f[1], f[2], f[3], f[4]
-      fields[#fields + 1] = f[7]
+      fields[#fields + 1], fields[#fields + 2], fields[#fields + 3] = f[1], f[2], f[7]
     end
   end
   return order
@@ -1154,14 +1145,11 @@ end
 -- The sites' state from the values of their fields in `got`, from index `at`. (An absent
 -- field reads as false.) A named site gets its number (`sid`, for the outcome windows) on
 -- first sight.
-local function sites_from(K, order, got, at, now, H)
+local function sites_from(K, order, got, at)
   local S = {}
   for _, site in ipairs(order) do
-    local st = {
-      name = site, win = got[at] or nil, deg = got[at + 1] or nil, seen = num(got[at + 2]),
-      n = num(got[at + 3]), pending = nil, judged = 0, changed = false, sid = got[at + 4] or nil,
-    }
-    at = at + 5
+    local st = {name = site, win = got[at] or nil, deg = got[at + 1] or nil, sid = got[at + 2] or nil}
+    at = at + 3
     if site == '-' then
       st.sid = NO_SID
     elseif not st.sid then
@@ -1170,10 +1158,6 @@ local function sites_from(K, order, got, at, now, H)
       local t = digits(n)
       st.sid = string.rep('0', 6 - #t) .. t
       redis.call('HSET', K.meta, names_of(site)[7], st.sid)
-    end
-    if now - st.seen > H.max_age then
-      st.n = 0
-      if st.win then st.win, st.changed = nil, true end
     end
     S[site] = st
   end
@@ -1185,206 +1169,53 @@ local function entry_at(win, i)
   return tonumber(string.sub(win, i * ENTRY + 11, i * ENTRY + ENTRY))
 end
 
--- Adds the batch's pending entries to the site's window (newest first) and drops those older
--- than the maximum age: the oldest is last, so a young last entry (the common case) is one
--- read.
-local function materialize(st, now, H)
+-- An outcome at site `st` ('s', 'f' or 'c') by address `id`, release `j` of the batch (0: a
+-- probe report). Returns whether the site is degraded, when the outcome says nothing about
+-- the address. The site is to be judged after a bad outcome while ok and after any while
+-- degraded (to see it recover).
+local function observe(st, j, id, class, now)
   local pending = st.pending
-  if pending then
-    local parts = {}
-    for i = #pending, 1, -1 do parts[#parts + 1] = pending[i] end
-    parts[#parts + 1] = st.win or ''
-    st.win = string.sub(table.concat(parts), 1, H.site_window * ENTRY)
-    st.pending = nil
-    st.changed = true
+  if not pending then
+    pending = {}
+    st.pending, st.releases = pending, {}
   end
-  local win = st.win
-  if not win or win == '' then return end
-  local horizon, n = now - H.max_age, #win / ENTRY
-  if entry_at(win, n - 1) >= horizon then return end
-  while n > 0 and entry_at(win, n - 1) < horizon do n = n - 1 end
-  st.win = string.sub(win, 1, n * ENTRY)
-  st.changed = true
-end
-
--- Counts over a stretch of a site window, with the distinct addresses and those with a bad
--- outcome there.
-local function tally(T, k, id)
-  T.n = T.n + 1
-  if k == S_BYTE then
-    T.s = T.s + 1
-  elseif k == C_BYTE then
-    T.c = T.c + 1
-  end
-  local had_bad = T.ids[id]
-  if had_bad == nil then T.distinct = T.distinct + 1 end
-  if k ~= S_BYTE and not had_bad then
-    T.bad = T.bad + 1
-    T.ids[id] = true
-  elseif had_bad == nil then
-    T.ids[id] = false
-  end
-end
-
--- Rates that would condemn an address, over enough outcomes to judge.
-local function rates_bad(n, s, c, H)
-  return n >= math.max(H.site_min_samples, 1) and (s < H.min_success * n or c > H.max_captcha * n)
-end
-
--- Why the site should be judged degraded, if it should: over its whole window or its newest
--- `site_recent` outcomes, the success or captcha rate crosses the thresholds an address is
--- judged by and the bad outcomes are spread over most of the addresses seen there (as
--- `Site::verdict` in the memory store), and since when: the oldest bad outcome of the stretch
--- that convicts it. The rates are counted first (ids are digits, so letters are classes); the
--- entries are walked only when one is bad.
-local function site_verdict(win, H)
-  local total = #win / ENTRY
-  local recent = math.min(total, H.site_recent)
-  local head = string.sub(win, 1, recent * ENTRY)
-  local _, ws = string.gsub(win, 's', '')
-  local _, wc = string.gsub(win, 'c', '')
-  local _, hs = string.gsub(head, 's', '')
-  local _, hc = string.gsub(head, 'c', '')
-  if not rates_bad(total, ws, wc, H) and not rates_bad(recent, hs, hc, H) then return nil end
-  local W = {n = 0, s = 0, c = 0, ids = {}, distinct = 0, bad = 0}
-  local R = {n = 0, s = 0, c = 0, ids = {}, distinct = 0, bad = 0}
-  for i = 0, total - 1 do
-    local at = i * ENTRY
-    local k, id = string.byte(win, at + 1), string.sub(win, at + 2, at + 10)
-    tally(W, k, id)
-    if i < recent then tally(R, k, id) end
-    -- Newest first: the last bad one seen is the oldest.
-    if k ~= S_BYTE then
-      W.from = entry_at(win, i)
-      if i < recent then R.from = W.from end
-    end
-  end
-  for _, T in ipairs({W, R}) do
-    if rates_bad(T.n, T.s, T.c, H) and T.distinct >= H.site_min_addresses
-      and T.bad / T.distinct > H.site_spread then
-      return 'success ' .. percent(T.s / T.n) .. '%, captcha ' .. percent(T.c / T.n) ..
-        '% over the last ' .. T.n .. ' outcomes; ' .. T.bad .. ' of ' .. T.distinct .. ' addresses affected',
-        T.from or 0
-    end
-  end
-  return nil
-end
-
--- P9, our side: every site with evidence (at least `site_min_samples` outcomes since it was
--- last idle for the maximum age; at least two such sites) degraded freezes quarantining.
--- `S`, the batch's sites, count with their outcomes so far.
-local function judge_our_side(K, now, H, S)
-  local all = redis.call('HGETALL', K.meta)
-  local fields = {}
-  for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
-  for site, st in pairs(S) do
-    fields['t|' .. site] = now
-    fields['n|' .. site] = st.n + st.judged
-    fields['d|' .. site] = st.deg
-  end
-  local seen, degraded = 0, 0
-  for f, at in pairs(fields) do
-    if string.sub(f, 1, 2) == 't|' and now - tonumber(at) <= H.max_age then
-      local site = string.sub(f, 3)
-      if num(fields['n|' .. site]) >= H.site_min_samples then
-        seen = seen + 1
-        if fields['d|' .. site] then degraded = degraded + 1 end
-      end
-    end
-  end
-  local frozen = seen >= 2 and degraded == seen
-  local was = fields.frozen == '1'
-  if frozen == was then return end
-  redis.call('HSET', K.meta, 'frozen', frozen and '1' or '0')
-  local reason = degraded .. ' of ' .. seen .. ' sites with traffic degraded'
-  if frozen then
-    decide(K, now, '@pool', 'quarantining', 'frozen', reason)
-  else
-    decide(K, now, '@pool', 'frozen', 'quarantining', reason)
-  end
-end
-
--- P9: the outcomes at site `st` since `from` (the stretch that convicted it) say nothing
--- about the addresses: excused in the address and pair windows of the addresses that had
--- them (every such outcome is still in the site window).
-local function excuse(K, st, from)
-  local win, ids = st.win, {}
-  for i = 0, #win / ENTRY - 1 do
-    if entry_at(win, i) < from then break end
-    ids[tonumber(string.sub(win, i * ENTRY + 2, i * ENTRY + 10))] = true
-  end
-  for id in pairs(ids) do
-    local t = digits(id)
-    excuse_window(window_key(K, t), st.sid, from)
-    if st.sid ~= NO_SID then excuse_window(window_key(K, t, st.sid), nil, from) end
-  end
-end
-
--- Judges site `st` now: degraded on a verdict; back to ok when it has none and the dwell
--- has passed.
-local function judge_site(K, st, now, H, S)
-  materialize(st, now, H)
-  local reason, from = nil, nil
-  if st.win and st.win ~= '' then reason, from = site_verdict(st.win, H) end
-  local subject = '@site ' .. st.name
-  if not st.deg and reason then
-    st.deg = tostring(now)
-    excuse(K, st, from)
-    redis.call('HSET', K.meta, names_of(st.name)[2], st.deg)
-    decide(K, now, subject, 'ok', 'degraded', reason .. ': failures there are not held against addresses')
-    judge_our_side(K, now, H, S)
-  elseif st.deg and not reason and now - tonumber(st.deg) >= H.dwell then
-    st.deg = nil
-    redis.call('HDEL', K.meta, names_of(st.name)[2])
-    decide(K, now, subject, 'degraded', 'ok', 'failures no longer spread over most addresses')
-    judge_our_side(K, now, H, S)
-  end
-end
-
--- An outcome at site `st` ('s', 'f' or 'c') by address `id`. Returns whether the site is
--- degraded now, when the outcome says nothing about the address. A bad outcome judges the
--- site at once (so the one that convicts it is excused); a degraded site is judged again
--- once per batch (`end_sites`), to see it recover.
-local function observe(K, S, site, id, class, now, H)
-  local st = S[site]
-  st.judged = st.judged + 1
-  local pending = st.pending or {}
-  st.pending = pending
   local at = tostring(now)
   pending[#pending + 1] = class .. string.rep('0', 9 - #id) .. id .. string.rep('0', 13 - #at) .. at
-  if class ~= 's' and not st.deg then judge_site(K, st, now, H, S) end
+  st.releases[#st.releases + 1] = tostring(j)
+  if class ~= 's' or st.deg then st.judge = true end
   return st.deg ~= nil
 end
 
--- Writes the batch's sites back: windows, traffic times and evidence.
+-- Writes the batch's sites back: their windows with the batch's entries, less those older
+-- than the maximum age (the oldest is last, so a young last entry, the common case, is one
+-- read). Returns what the judge needs of the sites to judge: name, degraded since, the window
+-- before the batch, the batch's entries (oldest first) and their releases.
 local function end_sites(K, S, now, H)
+  local judge = {}
   for _, st in pairs(S) do
-    materialize(st, now, H)
-    -- Judged again only after outcomes there: a rate limit is not one (as in memory).
-    if st.deg and st.judged > 0 then judge_site(K, st, now, H, S) end
-    local f = names_of(st.name)
-    -- The window, traffic times to the second, evidence up to what counts: one HSET for a
-    -- batch with outcomes there.
-    local set = nil
-    if st.changed then
-      if st.win and st.win ~= '' then
-        set = {f[1], st.win}
+    local pending, old = st.pending, st.win or ''
+    if st.judge then
+      judge[#judge + 1] = {st.name, st.deg or '', old, table.concat(pending), st.releases}
+    end
+    local win = old
+    if pending then
+      local parts = {}
+      for i = #pending, 1, -1 do parts[#parts + 1] = pending[i] end
+      parts[#parts + 1] = old
+      win = string.sub(table.concat(parts), 1, H.site_window * ENTRY)
+    end
+    local horizon, n = now - H.max_age, #win / ENTRY
+    while n > 0 and entry_at(win, n - 1) < horizon do n = n - 1 end
+    win = string.sub(win, 1, n * ENTRY)
+    if win ~= old then
+      if win ~= '' then
+        redis.call('HSET', K.meta, names_of(st.name)[1], win)
       else
-        redis.call('HDEL', K.meta, f[1])
+        redis.call('HDEL', K.meta, names_of(st.name)[1])
       end
     end
-    if st.judged > 0 then
-      if now - st.seen >= 1000 then
-        set = set or {}
-        set[#set + 1], set[#set + 2] = f[3], now
-      end
-      if st.n < H.site_min_samples then
-        set = set or {}
-        set[#set + 1], set[#set + 2] = f[4], math.min(st.n + st.judged, H.site_min_samples)
-      end
-    end
-    if set then redis.call('HSET', K.meta, unpack(set)) end
   end
+  return judge
 end
 
 -- The weight of address `id` follows its quality (P1): its latency's level and, while its
@@ -1477,7 +1308,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
         if k ~= 'r' then
           local st = S[site]
           -- At a degraded site, outcomes say nothing about the address (P9).
-          local excused = observe(K, S, site, id, k, now, H)
+          local excused = observe(st, j, id, k, now)
           local entry = (excused and EXCUSED[k] or k) .. st.sid .. now13
           local bad = k ~= 's' and not excused
           push_entry(window_key(K, id), entry, H)
@@ -1521,7 +1352,7 @@ end
 -- the whole pool), least connections' seed (see `least`; '0' for other acquires). Replies three elements per acquire (see acquire_one), then the facts the
 -- judge needs of the releases that are news (see `facts`; each led by the release's number,
 -- its address id, class, '1' if excused, its latency flag, its site and '1' if that pair was
--- avoided), `more` and the pool's epoch.
+-- avoided), the sites to judge (see `end_sites`), `more` and the pool's epoch.
 local function ops(keys, args)
   local releases = tonumber(args[8]) or 0
   local last_release = 8 + releases * 6
@@ -1541,11 +1372,11 @@ local function ops(keys, args)
   end
   local K, now, cap, more, H, got = open(keys, args, fields)
   cooled_in_call = false
-  local judged = {}
+  local judged, sites = {}, {}
   if releases > 0 then
-    local S = sites_from(K, order, got, 5, now, H)
+    local S = sites_from(K, order, got, 5)
     release_part(K, now, cap, H, got, S, args, 9, last_release, judged)
-    end_sites(K, S, now, H)
+    sites = end_sites(K, S, now, H)
   end
   if cooled_in_call and #cool_fields > 0 then
     -- The releases cooled an address: the acquires after them read the sites' ends again.
@@ -1555,40 +1386,43 @@ local function ops(keys, args)
   local out, n
   out, n, more = acquire_part(K, now, cap, H, got, cooling, args, last_release + 1, more)
   out[n + 1] = judged
-  out[n + 2] = more
+  out[n + 2] = sites
+  out[n + 3] = more
   -- Which incarnation of the pool answered (see `add`): a client that sees it change knows
   -- its cached ids are stale.
-  out[n + 3] = got[2] or ''
+  out[n + 4] = got[2] or ''
   return out
 end
 
 -- probe report: ARGV[5] url, [6] '1' passed / '0' failed. In service, a failure is one
 -- failed outcome without a site, as a release would be (counts, windows, weight, the site '-'); a pass
 -- there is not news (replies 1). Otherwise replies the facts the judge needs (see `facts`:
--- the judge decides as `PoolState::report_probe` does). Replies 0 if unknown.
+-- the judge decides as `PoolState::report_probe` does) and the site to judge, if any (see
+-- `end_sites`). Replies 0 if unknown.
 local function probe(keys, args)
   local fields = {'layout', 'epoch'}
   local order = site_fields({'-'}, 1, 1, 1, fields)
   local K, now, _, _, H, got = open(keys, args, fields)
   local id = redis.call('HGET', K.byurl, args[5])
   if not id then return 0 end
-  local s, passed, excused = redis.call('HGET', addr(K, id), 's'), args[6] == '1', false
+  local s, passed, excused, sites = redis.call('HGET', addr(K, id), 's'), args[6] == '1', false, {}
   if passed and s ~= 'probing' and s ~= 'dead' then return 1 end
   if not passed and (s == 'healthy' or s == 'degraded') then
     -- Counted ('p': a failure without a lease), windowed and weighed as a siteless release's
     -- failure is (`release_part`).
     redis.call('HINCRBY', counts_key(K, id), '-|p', '1')
-    local S = sites_from(K, order, got, 3, now, H)
-    excused = observe(K, S, '-', id, 'f', now, H)
+    local S = sites_from(K, order, got, 3)
+    excused = observe(S['-'], 0, id, 'f', now)
     local now13 = pad13(now)
     push_entry(window_key(K, id), (excused and 'F' or 'f') .. NO_SID .. now13, H)
     if not excused then redis.call('HSET', addr(K, id), 'wb', now13) end
     reweigh(K, id, nil, nil, now, H, true)
-    end_sites(K, S, now, H)
+    sites = end_sites(K, S, now, H)
   end
   local class = passed and 's' or 'f'
   local bad = not passed and not excused
-  return facts(K, id, bad, H, {'', id, class, excused and '1' or '0', '', '-', '0'}, now, nil, bad) or 0
+  local record = facts(K, id, bad, H, {'', id, class, excused and '1' or '0', '', '-', '0'}, now, nil, bad)
+  return record and {record, sites} or 0
 end
 
 -- Adds ring points `args[from..]` of address `id` to `ring`, or removes them; in chunks:
@@ -1853,11 +1687,15 @@ local function config(keys, args)
   return CONFIG_VERSION
 end
 
--- facts: ARGV[5] address id, [6] '1' to include the gate's. The judge's facts again, after
--- `apply` refused a decision taken on older ones (see `facts`); 0 if the address is gone.
+-- facts: ARGV[5] address id, [6] '1' to include the gate's, [7] the outcome's site ('' or '-'
+-- for none: its pair's window comes first). The judge's facts again, after `apply` refused a
+-- decision taken on older ones or the site changed its verdict (see `facts`); 0 if the
+-- address is gone.
 local function refacts(keys, args)
   local K, now, _, _, H = open(keys, args)
-  return facts(K, args[5], args[6] == '1', H, {}, now, nil, true) or 0
+  local site, sid = args[7], nil
+  if site ~= '' and site ~= '-' then sid = redis.call('HGET', K.meta, names_of(site)[7]) or nil end
+  return facts(K, args[5], args[6] == '1', H, {}, now, sid, true) or 0
 end
 
 -- The fields of an address a decided transition may write (see `apply`).
@@ -1920,7 +1758,76 @@ local function pair(keys, args)
   return 1
 end
 
+-- P9: the outcomes at site `site` since `from` (the stretch that convicted it) say nothing
+-- about the addresses: excused in the address and pair windows of the addresses that had
+-- them (every such outcome is still in the site window).
+local function excuse(K, site, from)
+  local names = names_of(site)
+  local f = redis.call('HMGET', K.meta, names[1], names[7])
+  local win, sid, ids = f[1] or '', site == '-' and NO_SID or f[2], {}
+  for i = 0, #win / ENTRY - 1 do
+    if entry_at(win, i) < from then break end
+    ids[tonumber(string.sub(win, i * ENTRY + 2, i * ENTRY + 10))] = true
+  end
+  for id in pairs(ids) do
+    local t = digits(id)
+    excuse_window(window_key(K, t), sid, from)
+    if sid ~= NO_SID then excuse_window(window_key(K, t, sid), nil, from) end
+  end
+end
+
+-- site: the judge's change of a site's verdict (P9, `judge::sites::judge_site`). ARGV[5] the
+-- site, [6] its 'd|SITE' the change was decided on ('' if ok), [7] '1' to degrade it (its
+-- outcomes since [9], ms, excused), '0' to clear it, [8] the reason. Refused when the site's
+-- state moved meanwhile (another process decided: its decision stands). Replies '1' if
+-- applied, the site's 'd|SITE' now, then what our side is judged on: `sv`, `frozen` and per
+-- site its window and '1' if degraded.
+local function site(keys, args)
+  local K, now = open(keys, args)
+  local name = args[5]
+  local field = names_of(name)[2]
+  local d = redis.call('HGET', K.meta, field) or ''
+  if d ~= args[6] then return {'0', d, '', '', {}} end
+  if args[7] == '1' then
+    d = args[1]
+    redis.call('HSET', K.meta, field, d)
+    excuse(K, name, tonumber(args[9]))
+    decide(K, now, '@site ' .. name, 'ok', 'degraded', args[8])
+  else
+    d = ''
+    redis.call('HDEL', K.meta, field)
+    decide(K, now, '@site ' .. name, 'degraded', 'ok', args[8])
+  end
+  local version = redis.call('HINCRBY', K.meta, 'sv', '1')
+  local all, fields, sites = redis.call('HGETALL', K.meta), {}, {}
+  for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
+  for f, win in pairs(fields) do
+    if string.sub(f, 1, 2) == 'w|' then
+      sites[#sites + 1] = win
+      sites[#sites + 1] = fields['d|' .. string.sub(f, 3)] and '1' or '0'
+    end
+  end
+  return {'1', d, tostring(version), fields.frozen or '0', sites}
+end
+
+-- our_side: the judge's change of our side (P9, `judge::sites::judge_our_side`). ARGV[5] the
+-- `sv` it was judged at, [6] '1' to freeze quarantining, '0' to end the freeze, [7] the
+-- reason. Refused (0) when a site changed since: that change's process judges again.
+local function our_side(keys, args)
+  local K, now = open(keys, args)
+  if (redis.call('HGET', K.meta, 'sv') or '0') ~= args[5] then return 0 end
+  redis.call('HSET', K.meta, 'frozen', args[6])
+  if args[6] == '1' then
+    decide(K, now, '@pool', 'quarantining', 'frozen', args[7])
+  else
+    decide(K, now, '@pool', 'frozen', 'quarantining', args[7])
+  end
+  return 1
+end
+
 redis.register_function('__LIB___pair', pair)
+redis.register_function('__LIB___site', site)
+redis.register_function('__LIB___our_side', our_side)
 redis.register_function('__LIB___ops', ops)
 redis.register_function('__LIB___facts', refacts)
 redis.register_function('__LIB___apply', apply)

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::batch::{Job, Queue};
 use super::encoding::{Arg, parse_ops, text};
+use super::verdicts::SiteFacts;
 
 use crate::address::ProxyAddress;
 use crate::clock::{Timestamp, millis};
@@ -333,6 +334,23 @@ impl RedisStore {
                         *slot = Some(Box::new(f));
                     }
                 }
+                // Sites first, as in memory: a conviction excuses the outcomes of its stretch,
+                // and the addresses that had them are judged on their windows read again.
+                if !ops.sites.is_empty() {
+                    match self.judge_sites(&ops.sites, now).await {
+                        Ok(again) => {
+                            for (j, excused) in again {
+                                let f = j.checked_sub(1).and_then(|j| facts.get_mut(j));
+                                if let Some(f) = f.and_then(Option::as_mut) {
+                                    f.site_changed(excused);
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(target: "proxypool::redis", error = %e, "sites not judged");
+                        }
+                    }
+                }
                 for ((_, reply), facts) in releases.into_iter().zip(facts) {
                     let _ = reply.send(Ok(Answer::Released(facts)));
                 }
@@ -503,9 +521,21 @@ impl RedisStore {
         match reply {
             Value::Int(1) => Ok(()),
             Value::Int(_) => Err(PoolError::UnknownAddress(address.clone())),
-            record => {
-                let (_, facts) = Facts::parse(&record)
-                    .ok_or_else(|| PoolError::StoreUnavailable("malformed probe reply".into()))?;
+            reply => {
+                let malformed = || PoolError::StoreUnavailable("malformed probe reply".into());
+                let Value::Array(items) = reply else {
+                    return Err(malformed());
+                };
+                let [record, sites] = items.as_slice() else {
+                    return Err(malformed());
+                };
+                let (_, mut facts) = Facts::parse(record).ok_or_else(malformed)?;
+                let sites = SiteFacts::parse_all(sites).ok_or_else(malformed)?;
+                // A failure in service is an outcome at the site of tickets without one.
+                let again = self.judge_sites(&sites, now).await;
+                if let Some((_, excused)) = again.map_err(PoolError::StoreUnavailable)?.first() {
+                    facts.site_changed(*excused);
+                }
                 self.judge(facts, now)
                     .await
                     .map_err(PoolError::StoreUnavailable)
