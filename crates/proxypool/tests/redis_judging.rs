@@ -33,10 +33,15 @@ async fn process(redis: &RedisServer, name: &str, clock: &ManualClock) -> Pool {
 /// `apply` by hand, with the common arguments a process passes (the configuration as the pool
 /// recorded it).
 fn apply(redis: &RedisServer, pool: &str, now: u64, args: &[&str]) -> Vec<String> {
+    by_hand(redis, "_apply", pool, now, args)
+}
+
+/// The library's function named `…suffix` by hand, as `apply`.
+fn by_hand(redis: &RedisServer, suffix: &str, pool: &str, now: u64, args: &[&str]) -> Vec<String> {
     let functions = redis.cli(&["FUNCTION", "LIST"]);
     let function = functions
         .iter()
-        .find(|f| f.ends_with("_apply"))
+        .find(|f| f.ends_with(suffix))
         .unwrap_or_else(|| panic!("{functions:?}"))
         .clone();
     let meta = format!("proxypool:{{{pool}}}:meta");
@@ -138,6 +143,45 @@ async fn a_decision_on_an_older_version_or_moved_gate_facts_is_refused() {
 /// sharing a batch bring facts of the same version, so each of those with three failures in
 /// the window decides a quarantine; whichever applies first wins, the others are refused and
 /// judged again (nothing left to decide), so the address enters quarantine once.
+/// A site's change is applied only on the state it was decided on (another process decided
+/// first otherwise: its decision stands), and our side only while no site changed since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_change_on_a_moved_state_is_refused() {
+    let (redis, clock) = start("site");
+    let _pool = process(&redis, "site", &clock).await;
+    let now = clock.now().as_millis();
+    let meta = "proxypool:{site}:meta";
+    let degraded = || redis.cli(&["HGET", meta, "d|shop"]);
+    let site = |guard: &str, to: &str| {
+        by_hand(
+            &redis,
+            "_site",
+            "site",
+            now,
+            &["shop", guard, to, "by hand", "0"],
+        )
+    };
+    // Decided on a degraded site that is ok: refused, nothing written.
+    assert_eq!(site("5", "0")[0], "0");
+    assert!(degraded().iter().all(String::is_empty));
+    let reply = site("", "1");
+    assert_eq!(reply[..2], ["1".to_owned(), now.to_string()]);
+    assert_eq!(degraded(), [now.to_string()]);
+    // A second process that judged the site ok meanwhile: refused, told the state now.
+    assert_eq!(site("", "1")[..2], ["0".to_owned(), now.to_string()]);
+    let version = reply[2].clone();
+    let our_side = |sv: &str| by_hand(&redis, "_our_side", "site", now, &[sv, "1", "by hand"]);
+    assert_eq!(our_side("0"), ["0"]);
+    assert!(
+        redis
+            .cli(&["HGET", meta, "frozen"])
+            .iter()
+            .all(String::is_empty)
+    );
+    assert_eq!(our_side(&version), ["1"]);
+    assert_eq!(redis.cli(&["HGET", meta, "frozen"]), ["1"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_judgements_of_one_address_make_one_transition() {
     let (redis, clock) = start("race");
