@@ -1181,7 +1181,7 @@ local function observe(st, j, id, class, now)
   end
   local at = tostring(now)
   pending[#pending + 1] = class .. string.rep('0', 9 - #id) .. id .. string.rep('0', 13 - #at) .. at
-  st.releases[#st.releases + 1] = tostring(j)
+  st.releases[#st.releases + 1] = j
   if class ~= 's' or st.deg then st.judge = true end
   return st.deg ~= nil
 end
@@ -1205,8 +1205,9 @@ local function end_sites(K, S, now, H)
       win = string.sub(table.concat(parts), 1, H.site_window * ENTRY)
     end
     local horizon, n = now - H.max_age, #win / ENTRY
-    while n > 0 and entry_at(win, n - 1) < horizon do n = n - 1 end
-    win = string.sub(win, 1, n * ENTRY)
+    local young = n
+    while young > 0 and entry_at(win, young - 1) < horizon do young = young - 1 end
+    if young < n then win = string.sub(win, 1, young * ENTRY) end
     if win ~= old then
       if win ~= '' then
         redis.call('HSET', K.meta, names_of(st.name)[1], win)
