@@ -1,6 +1,7 @@
 //! A Redis server that stops answering (SIGSTOP) and thaws: it then runs the calls that queued
 //! up meanwhile, acquires whose callers were told `StoreUnavailable` among them. Their grants
-//! must go back at once, not hold the caps until the lease TTL.
+//! must go back at once, not hold the caps until the lease TTL, and until they are back no
+//! caller is refused for want of what they hold.
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
@@ -52,7 +53,22 @@ async fn acquires_abandoned_during_a_pause_leave_no_lease_after_the_thaw() {
         let err = acquire.await.unwrap().unwrap_err();
         assert!(matches!(err, AcquireError::StoreUnavailable(_)), "{err:?}");
     }
+    // Asked across the thaw: Redis runs them after the queued grants, before those are back.
+    // Served, or told the store is recovering — never refused for want of an address, which
+    // would be false (no caller holds those grants).
+    let across: Vec<_> = (0..4)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.acquire(Ticket::new()).await.map(drop) })
+        })
+        .collect();
     redis.resume().unwrap();
+    for acquire in across {
+        match acquire.await.unwrap() {
+            Ok(()) | Err(AcquireError::StoreUnavailable(_)) => {}
+            Err(e) => panic!("across the thaw: {e:?}"),
+        }
+    }
 
     // The thawed server grants what the queued calls asked for; those grants come back.
     let deadline = Instant::now() + HANG;

@@ -21,8 +21,10 @@
 //!
 //! Layout: `connection` (connecting, loading the library, one bounded FCALL), `encoding` (the
 //! configuration, arguments and replies as they cross), `operations` (the pool's calls),
-//! `batch` (group commit), `judging` (the judge's facts and its decisions applied), `verdicts` (sites and our side judged), `latency` (this process's latency figures), `prober` (the prober
-//! role) and `view` (the snapshot reply read).
+//! `batch` (group commit), `stale` (grants whose callers left, going back), `judging` (the
+//! judge's facts and its decisions applied), `verdicts` (sites and our side judged), `latency`
+//! (this process's latency figures), `prober` (the prober role) and `view` (the snapshot reply
+//! read).
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -39,6 +41,7 @@ mod latency;
 mod operations;
 #[cfg(feature = "probe")]
 mod prober;
+mod stale;
 mod verdicts;
 mod view;
 
@@ -221,6 +224,8 @@ pub(crate) struct RedisStore {
     logged: AtomicU64,
     /// Acquires and releases, sent together in batches (`ops_batch`).
     ops: Queue<Op, Result<Answer, String>>,
+    /// Grants for callers that left, being given back.
+    stale: Arc<stale::Stale>,
 }
 
 /// One operation in a batch.

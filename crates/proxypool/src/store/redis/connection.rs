@@ -124,6 +124,7 @@ impl RedisStore {
             #[cfg(feature = "probe")]
             logged: AtomicU64::new(0),
             ops: batch::spawn(me.clone(), |op| matches!(op, Op::Settle), Self::ops_batch),
+            stale: Arc::default(),
         });
         store
             .by(store.deadline(), store.load())

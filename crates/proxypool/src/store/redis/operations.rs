@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::batch::{Job, Queue};
 use super::encoding::{Arg, parse_ops, text};
+use super::stale::{Open, RECOVERING};
 use super::verdicts::SiteFacts;
 
 use crate::address::ProxyAddress;
@@ -247,10 +248,36 @@ impl RedisStore {
     /// From `Drop`: queued with the releases, unanswered. Should it be lost (no runtime, Redis
     /// down), the lease TTL frees the slot.
     pub(crate) fn abandon(&self, lease: LeaseRef, slot: u32, now: Timestamp) {
-        let (reply, _) = oneshot::channel();
+        drop(self.queue_abandon(lease.id.0, slot, now));
+    }
+
+    /// Gives back grants made for callers that left; `open` is finished once the batches
+    /// carrying them have run (or failed: then only the lease TTL frees them).
+    fn give_back(&self, grants: Vec<(u64, u32)>, now: Timestamp, open: Open) {
+        let answers: Vec<_> = grants
+            .into_iter()
+            .map(|(lease, slot)| self.queue_abandon(lease, slot, now))
+            .collect();
+        tokio::spawn(async move {
+            for answer in answers {
+                let _ = answer.await;
+            }
+            drop(open);
+        });
+    }
+
+    /// Queues the abandon of `lease` with the releases; the receiver hears when its batch is
+    /// done.
+    fn queue_abandon(
+        &self,
+        lease: u64,
+        slot: u32,
+        now: Timestamp,
+    ) -> oneshot::Receiver<Result<Answer, String>> {
+        let (reply, answer) = oneshot::channel();
         let request = ReleaseRequest {
             now,
-            lease: lease.id.0,
+            lease,
             id: slot,
             class: "a",
             site: Arc::from(NO_SITE),
@@ -261,6 +288,7 @@ impl RedisStore {
             request: Op::Release(request),
             reply,
         });
+        answer
     }
 
     /// One FCALL for a batch of releases and acquires (releases first: they may free what
@@ -320,6 +348,8 @@ impl RedisStore {
                 Arg::Int(u64::from(r.seed)),
             ]);
         }
+        // Before the call leaves: whether grants for callers that left may precede it.
+        let mark = self.stale.mark();
         let reply = self
             .late_safe_call(&args, now, acquires.len())
             .await
@@ -354,13 +384,28 @@ impl RedisStore {
                 for ((_, reply), facts) in releases.into_iter().zip(facts) {
                     let _ = reply.send(Ok(Answer::Released(facts)));
                 }
+                let mut left = Vec::new();
+                let mut refused = Vec::new();
                 for ((_, reply), r) in acquires.into_iter().zip(ops.acquires) {
-                    // A caller that left meanwhile: its grant goes straight back.
-                    if let Err(Ok(Answer::Acquired(r))) = reply.send(Ok(Answer::Acquired(r)))
-                        && r.choice.is_some()
+                    if r.choice.is_none() {
+                        refused.push((reply, r));
+                    } else if let Err(Ok(Answer::Acquired(r))) = reply.send(Ok(Answer::Acquired(r)))
                     {
-                        self.abandon(LeaseRef::shared(LeaseId(r.lease)), r.id, now);
+                        // A caller that left meanwhile: its grant goes straight back.
+                        left.push((r.lease, r.id));
                     }
+                }
+                if !left.is_empty() {
+                    self.give_back(left, now, self.stale.open());
+                }
+                // Once every grant of the batch is delivered or going back: a refusal for
+                // want of a free address may be the doing of grants not back yet.
+                let suspect = self.stale.suspect(mark);
+                for (reply, r) in refused {
+                    let _ = reply.send(match r.refusal {
+                        Some("none" | "busy") if suspect => Err(RECOVERING.to_owned()),
+                        _ => Ok(Answer::Acquired(r)),
+                    });
                 }
             }
             Err(e) => {
@@ -383,8 +428,9 @@ impl RedisStore {
     /// The batch's FCALL, bounded by the timeout. A reply coming later is still read, by a
     /// task the call moves to: a server that was paused runs the calls queued meanwhile when
     /// it thaws, and the grants in them, whose callers were told the store is unavailable, go
-    /// straight back instead of holding caps until their TTL. (That task keeps the store
-    /// alive until the reply or the connection's response timeout, the lease TTL.)
+    /// straight back instead of holding caps until their TTL; until they are back, refusals
+    /// are suspect (see `stale`). (That task keeps the store alive until the reply or the
+    /// connection's response timeout, the lease TTL.)
     async fn late_safe_call(
         self: &Arc<Self>,
         args: &[Arg<'_>],
@@ -399,14 +445,14 @@ impl RedisStore {
             Err(_) => {
                 if acquires > 0 {
                     let me = Arc::clone(self);
+                    let open = self.stale.open();
                     tokio::spawn(async move {
                         let Ok(late) = call.await else { return };
                         let Some(ops) = parse_ops(late, acquires) else {
                             return;
                         };
-                        for r in ops.acquires.into_iter().filter(|r| r.choice.is_some()) {
-                            me.abandon(LeaseRef::shared(LeaseId(r.lease)), r.id, now);
-                        }
+                        let grants = ops.acquires.into_iter().filter(|r| r.choice.is_some());
+                        me.give_back(grants.map(|r| (r.lease, r.id)).collect(), now, open);
                     });
                 }
                 Err(format!("no answer within {:?}", self.timeout))
