@@ -1,17 +1,22 @@
 //! asyncio awaitables whose Rust side runs on the tokio runtime, handed over and completed in
 //! batches.
 //!
-//! A call creates an asyncio future on the running loop and queues its Rust work on the loop's
-//! bridge; the first call of a loop iteration schedules `flush` (`loop.call_soon`), which
-//! hands everything queued to the runtime at once. The work's result goes, with its future,
-//! to an inbox that no Python thread state guards; the first result into an empty inbox writes
-//! one byte to a socket the loop watches (`loop.add_reader`), and the loop's callback drains
-//! the inbox, converting each result under the GIL it already holds. Runtime threads never
+//! A call creates a `Call` (an asyncio-compatible future, see `call`) on the running loop and
+//! queues its Rust work on the loop's bridge; the first call of a loop iteration schedules
+//! `flush` (`loop.call_soon`), which hands everything queued to the runtime at once. The
+//! work's result goes, with its call, to an inbox that no Python thread state guards; the
+//! first result into an empty inbox writes one byte to a socket the loop watches
+//! (`loop.add_reader`), and the loop's callback drains the inbox, converting each result under
+//! the GIL it already holds and resuming the tasks waiting on them. Runtime threads never
 //! take the GIL: per-future GIL hand-offs from foreign threads and a wake-up per future are
 //! what made `pyo3-async-runtimes` 8 times slower than the Rust caller in the Redis bench
 //! (benches/bench.py); one hand-off to the runtime per iteration instead of one per call cut
 //! the runtime threads' CPU per acquire + release pair by about a tenth, and one task driving
 //! an iteration's calls instead of a task per call by about half again.
+//!
+//! The loop thread is the larger part of a pair's CPU, much of it asyncio's Python code: `Call`
+//! instead of `loop.create_future()` and a `call_soon` per completion cut that thread's
+//! instructions per pair by about a fifth (callgrind, 42 000 -> 34 000).
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
@@ -21,11 +26,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use pyo3::IntoPyObjectExt;
-use pyo3::exceptions::asyncio::InvalidStateError;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
+use crate::call::Call;
 use crate::runtime;
 
 /// How a result becomes a Python object, run on the loop's thread.
@@ -41,17 +46,17 @@ where
     Box::new(move |py| result.map_err(error)?.into_py_any(py))
 }
 
-/// Results waiting for the loop, each with its asyncio future, and the socket that wakes it.
+/// Results waiting for the loop, each with its call, and the socket that wakes it.
 struct Inbox {
-    done: Mutex<Vec<(Py<PyAny>, Finish)>>,
+    done: Mutex<Vec<(Py<Call>, Finish)>>,
     wake: UnixStream,
 }
 
 impl Inbox {
-    fn push(&self, future: Py<PyAny>, finish: Finish) {
+    fn push(&self, call: Py<Call>, finish: Finish) {
         let was_empty = {
             let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
-            done.push((future, finish));
+            done.push((call, finish));
             done.len() == 1
         };
         if was_empty {
@@ -107,7 +112,7 @@ impl Completions {
         self.ready.as_raw_fd()
     }
 
-    /// The loop's reader callback: completes every future whose result arrived.
+    /// The loop's reader callback: completes every call whose result arrived.
     fn drain(&self, py: Python<'_>) -> PyResult<()> {
         let mut bytes = [0u8; 256];
         while matches!((&self.ready).read(&mut bytes), Ok(n) if n > 0) {}
@@ -118,17 +123,15 @@ impl Completions {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
-        for (future, finish) in done {
-            let future = future.bind(py);
-            let set = match finish(py) {
-                Ok(value) => future.call_method1(intern!(py, "set_result"), (value,)),
-                Err(e) => future.call_method1(intern!(py, "set_exception"), (e.into_value(py),)),
-            };
-            // A cancelled future takes no result (a lease in it is dropped: abandoned). Asking
-            // first would cost every future a call.
-            match set {
-                Err(e) if !e.is_instance_of::<InvalidStateError>(py) => return Err(e),
-                _ => {}
+        let mut done = done.into_iter();
+        while let Some((call, finish)) = done.next() {
+            if let Err(e) = Call::complete(call.bind(py), finish) {
+                // A KeyboardInterrupt or SystemExit leaves as from any loop callback; the
+                // other results wait for the next drain.
+                for (call, finish) in done {
+                    self.inbox.push(call, finish);
+                }
+                return Err(e);
             }
         }
         Ok(())
@@ -153,8 +156,8 @@ where
             .call1((&event_loop,))?,
     };
     let bridge = bridge.cast_into::<Completions>()?;
-    let future = event_loop.call_method0(intern!(py, "create_future"))?;
-    let (inbox, done) = (Arc::clone(&bridge.get().inbox), future.clone().unbind());
+    let call = Bound::new(py, Call::new(event_loop.clone().unbind()))?;
+    let (inbox, done) = (Arc::clone(&bridge.get().inbox), call.clone().unbind());
     let first = {
         let mut outbox = bridge
             .get()
@@ -171,5 +174,5 @@ where
         let flush = bridge.getattr(intern!(py, "flush"))?;
         event_loop.call_method1(intern!(py, "call_soon"), (flush,))?;
     }
-    Ok(future)
+    Ok(call.into_any())
 }

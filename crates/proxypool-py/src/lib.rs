@@ -8,6 +8,7 @@
 //! threads.
 
 mod aio;
+mod call;
 mod config;
 mod errors;
 mod lease;
@@ -21,6 +22,12 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
 use pyo3::prelude::*;
+
+// The Rust side's allocations (boxed calls, results, Redis buffers) are often made on one thread
+// and freed on another: under callgrind glibc's malloc and free were about 6 000 of an asyncio
+// pair's 57 000 instructions through Redis; mimalloc cut the pair to about 51 000.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Completes a future that never waits (the in-memory store's calls) by polling it once.
 fn ready<F: Future>(f: F) -> PyResult<F::Output> {
@@ -37,6 +44,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pool::Pool>()?;
     m.add_class::<lease::Lease>()?;
     m.add_class::<aio::Completions>()?;
+    m.add_class::<call::Call>()?;
     m.add_function(wrap_pyfunction!(runtime::after_fork_in_child, m)?)?;
     errors::register(m)?;
     Ok(())

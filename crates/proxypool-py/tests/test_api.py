@@ -1,6 +1,7 @@
 """The API's contract: arguments, typed errors, the snapshot's shape, tunables."""
 
 import asyncio
+import contextvars
 import pathlib
 import re
 import socket
@@ -143,6 +144,53 @@ def test_a_cancelled_acquire_leaves_no_lease_behind():
 
     lease = asyncio.run(main())
     assert lease.address == A[0]
+
+
+def test_an_async_call_is_an_asyncio_future():
+    # The call object completes the waiting task in place (not through asyncio.Future): what
+    # asyncio does with futures must still hold.
+    pool = proxypool.Pool(A[:1], max_leases_per_address=1)
+    var = contextvars.ContextVar("var")
+    roomy = proxypool.Pool(A)
+
+    async def in_context(value):
+        var.set(value)
+        lease = await roomy.acquire_async()
+        seen = var.get()
+        await lease.release_async()
+        return seen
+
+    async def main():
+        assert await asyncio.gather(*(in_context(v) for v in range(5))) == list(range(5))
+        call = pool.acquire_async()
+        assert asyncio.isfuture(call) and not call.done()
+        seen = []
+        call.add_done_callback(seen.append)
+        lease = await asyncio.wait_for(asyncio.shield(call), 30)
+        assert call.done() and call.result() is lease and call.exception() is None
+        await asyncio.sleep(0)
+        assert seen == [call]
+        # The one slot is taken: the error reaches the task through the call.
+        with pytest.raises(proxypool.NoAddressAvailable):
+            await pool.acquire_async()
+        await lease.release_async()
+        # A task cancelled while it waits on a call: the call is cancelled with it.
+        calls = []
+
+        async def waits():
+            calls.append(pool.acquire_async())
+            return await calls[0]
+
+        task = asyncio.create_task(waits())
+        await asyncio.sleep(0)
+        task.cancel("stop")
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert calls[0].cancelled() and calls[0]._cancel_message == "stop"
+        with pytest.raises(asyncio.CancelledError, match="stop"):
+            calls[0].result()
+
+    asyncio.run(main())
 
 
 def test_probe_results_quarantine_and_bring_back_an_address():

@@ -15,6 +15,7 @@ from . import _native
 from ._native import (
     BoundAddressBusy,
     BoundAddressCooling,
+    Call,
     DuplicateAddress,
     InvalidAddress,
     InvalidConfig,
@@ -63,6 +64,7 @@ __all__ = [
     "BoundAddressBusy",
     "BoundAddressCooling",
     "CAPTCHA_MARKERS",
+    "Call",
     "DuplicateAddress",
     "InvalidAddress",
     "InvalidConfig",
