@@ -5,13 +5,14 @@
 //! The operations are those where the stores judge alike today (see `suite/behaviours.rs`'s
 //! `not_on_redis!` for the others): keyed acquires (the ring and its bounded loads are one
 //! function of the URLs, so both pick the same address), keyless acquires held in a
-//! least-connections sub-pool (both draw from the pool's seeded generator) and a round-robin
-//! one (one cursor over the members by id), releases with every outcome class (with a named
-//! site: all but rate limits; successes of one latency), clock steps, probe reports, adding and removing
-//! addresses. Backoff jitter is on: both stores draw it from the pool's seeded generator, in
-//! the Rust judge, on a fall only (`judge::fall`). Not yet alike, so left out: weighted keyless
-//! picks (memory's float stride against Redis's whole-number steps), the latency tail (judged
-//! per process in Redis).
+//! least-connections sub-pool (both draw from the pool's seeded generator), a round-robin
+//! one (one cursor over the members by id) and a weighted one (the same whole-number steps,
+//! `health::weight::step`, and tie order), releases with every outcome class (with a named
+//! site: all but rate limits; successes of one latency), clock steps, probe reports, adding
+//! and removing addresses. Backoff jitter is on: both stores draw it from the pool's seeded
+//! generator, in the Rust judge, on a fall only (`judge::fall`). Not yet alike, so left out:
+//! the latency tail and mean (judged per process in Redis), keyless acquires naming a site
+//! (memory weighs the address × site pair there, Redis passes avoided pairs over).
 //! Shrunk failures are kept in `differential.proptest-regressions`.
 #![allow(clippy::unwrap_used)]
 
@@ -29,9 +30,10 @@ const ADDRESSES: usize = 6;
 
 /// The sub-pools (their strategies as named) and the addresses in each: the first
 /// `IN_SUB_POOLS` of the pool, the rest in the whole pool only.
-const SUB_POOLS: [(&str, Keyless); 2] = [
+const SUB_POOLS: [(&str, Keyless); 3] = [
     ("lc", Keyless::LeastConnections),
     ("rr", Keyless::RoundRobin),
+    ("w", Keyless::Weighted),
 ];
 const IN_SUB_POOLS: usize = 4;
 
@@ -111,17 +113,21 @@ fn address(i: usize) -> String {
     format!("http://10.7.0.{}:3128", i + 1)
 }
 
-/// Each address with its state.
-type States = Vec<(String, String)>;
+/// Each address with its state and weight.
+type States = Vec<(String, String, String)>;
 /// Each decision as subject, from, to, reason.
 type Decisions = Vec<(String, String, String, String)>;
 
-/// What must be alike after a step: each address's state, and the decision log.
+/// What must be alike after a step: each address's state and weight (the stores take the
+/// same whole-number steps of it), and the decision log.
 fn judged(s: &Snapshot) -> (States, Decisions) {
     let states = s
         .addresses
         .iter()
-        .map(|a| (a.address.clone(), a.state.as_str().to_owned()))
+        .map(|a| {
+            let state = a.state.as_str().to_owned();
+            (a.address.clone(), state, format!("{:.6}", a.weight))
+        })
         .collect();
     let decisions = s
         .decisions

@@ -1564,7 +1564,12 @@ async fn sub_pools_hold_the_caps_under_concurrency() {
             .cli(&["ZRANGE", set, "0", "-1"])
             .iter()
             .filter(|m| !m.is_empty())
-            .map(|m| urls[m.split(':').next().unwrap()].clone())
+            // A member is 'RANK:step', RANK the id scrambled (`smooth_weighted::tie`): the
+            // inverse multiplication gives the id back.
+            .map(|m| {
+                let rank = u32::from_str_radix(m.split(':').next().unwrap(), 16).unwrap();
+                urls[&rank.wrapping_mul(0x0E8B_2F51).to_string()].clone()
+            })
             .collect();
         members.sort();
         let mut expected: Vec<String> = snap

@@ -23,7 +23,12 @@ pub(crate) fn share(
     }
     // The last step is full weight, reached when the ramp ends.
     let ramping = steps.len() - 1;
-    let step = (u128::from(elapsed) * ramping as u128 / u128::from(duration)) as usize;
+    // In 64 bits when it fits (always, for durations below millions of years): a 128-bit
+    // division is a library call.
+    let step = match elapsed.checked_mul(ramping as u64) {
+        Some(x) => (x / duration) as usize,
+        None => (u128::from(elapsed) * ramping as u128 / u128::from(duration)) as usize,
+    };
     steps.get(step.min(ramping - 1)).copied()
 }
 

@@ -295,11 +295,17 @@ impl PoolState {
         self.by_state[from as usize] -= 1;
         self.by_state[to as usize] += 1;
         if from.is_offered() != to.is_offered() {
+            let below_cap = self
+                .hot
+                .get(slot as usize)
+                .is_some_and(|h| h.active_leases < self.cfg.max_leases_per_address);
             for &sp in &rec.sub_pools {
                 let p = &mut self.sub_pools[sp as usize];
                 if to.is_offered() {
                     p.offered += 1;
-                    p.keyless.join(slot);
+                    if below_cap {
+                        p.keyless.join(slot);
+                    }
                 } else {
                     p.offered -= 1;
                     p.keyless.leave(slot);

@@ -4,8 +4,8 @@
 use crate::address::ProxyAddress;
 use crate::clock::{Timestamp, millis};
 use crate::error::PoolError;
-use crate::health::HealthState;
 use crate::health::window::{Class, Entry};
+use crate::health::{HealthState, weight};
 use crate::lease::Outcome;
 use crate::snapshot::Totals;
 use crate::store::Release;
@@ -39,6 +39,9 @@ impl PoolState {
             Outcome::ConnectError | Outcome::Timeout | Outcome::Blocked => (Class::Failure, None),
             Outcome::Captcha => (Class::Captcha, None),
             Outcome::RateLimited { retry_after } => {
+                // Not health, but an outcome all the same: the weight follows the window's age.
+                let had_bad = self.record(slot).is_some_and(|r| r.bad_in_window);
+                self.reweigh(slot, true, had_bad, now);
                 self.cool(slot, site, now.after(retry_after), outcome);
                 return;
             }
@@ -54,6 +57,7 @@ impl PoolState {
         let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
             return;
         };
+        let had_bad = rec.bad_in_window;
         if site != NO_SITE {
             let cell = self
                 .sites
@@ -73,8 +77,49 @@ impl PoolState {
             }
         }
         self.judge_site(site, slot, class, now);
+        // After the site's judgement, which may have excused this very outcome.
+        if let Some(rec) = self.record_mut(slot)
+            && class != Class::Success
+            && rec
+                .window
+                .newest_first(now)
+                .next()
+                .is_some_and(|e| !e.excused)
+        {
+            rec.bad_in_window = true;
+        }
+        self.reweigh(slot, class != Class::Success, had_bad, now);
         self.judge_cell(slot, site, now);
         self.evaluate(slot, site, class, latency_ms, now);
+    }
+
+    /// The address's quality level (its weight for tickets without a site, P1) follows an
+    /// outcome that may have moved it: any but a success (`moved`), a success that moved its
+    /// latency's level, or any while its window holds a counted bad outcome (`had_bad`; cleared
+    /// once it is clean). Successes of a clean window, the common case, leave it be. The Redis
+    /// library weighs at the same outcomes (`reweigh`), so the stores' steps agree.
+    fn reweigh(&mut self, slot: Slot, moved: bool, had_bad: bool, now: Timestamp) {
+        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let (all, counted) = rec.window.tallies(now);
+        let seen = (all.mean_latency_ms(), self.reference_latency_ms);
+        let latency = if moved || seen == rec.latency_seen {
+            rec.latency_level
+        } else {
+            rec.latency_seen = seen;
+            weight::latency_level(seen.0, seen.1) as i8
+        };
+        if !(moved || had_bad || latency != rec.latency_level) {
+            return;
+        }
+        if had_bad && counted.n == counted.successes {
+            rec.bad_in_window = false;
+        }
+        rec.latency_level = latency;
+        if let Some(h) = self.hot.get_mut(slot as usize) {
+            h.level = weight::level(i32::from(latency), &all);
+        }
     }
 
     /// A rate limit: the address cools for that site only; it is not health (no window).
@@ -116,8 +161,17 @@ impl PoolState {
             return;
         };
         h.active_leases = h.active_leases.saturating_sub(1);
+        let back = h.active_leases + 1 == self.cfg.max_leases_per_address && h.offered();
         if let Some(r) = self.records.get(slot as usize).and_then(Option::as_ref) {
             r.metrics.active(h.active_leases);
+            if back {
+                // Below its cap again: it takes turns from the lowest pass.
+                for &sp in &r.sub_pools {
+                    if let Some(p) = self.sub_pools.get_mut(sp as usize) {
+                        p.keyless.join(slot);
+                    }
+                }
+            }
         }
     }
 

@@ -28,6 +28,14 @@ pub(crate) struct AddressRecord {
     pub(crate) bound_in: Vec<u64>,
     /// Until when a rate limit keeps it from tickets without a site (they have no cell).
     pub(crate) cooling_unsited: Timestamp,
+    /// The latency's quality level its weight last followed (see `PoolState::reweigh`), and
+    /// the mean and reference latencies it was last taken from (most successes change
+    /// neither: no logarithm then).
+    pub(crate) latency_level: i8,
+    pub(crate) latency_seen: (Option<f64>, Option<f64>),
+    /// Its window held a counted bad outcome when last weighed, or got one since: its weight
+    /// follows every outcome until the window is clean.
+    pub(crate) bad_in_window: bool,
 }
 
 impl AddressRecord {
@@ -73,6 +81,9 @@ impl AddressRecord {
             bound_keys: 0,
             cooling_unsited: Timestamp::default(),
             totals: Totals::default(),
+            latency_level: 0,
+            latency_seen: (None, None),
+            bad_in_window: false,
         }
     }
 }
@@ -89,6 +100,9 @@ pub(crate) struct Hot {
     /// The latest end of a rate-limit cooling on any site: before it, eligibility must look
     /// at the site's own cooling; after it, nothing cools and the lookup is skipped.
     pub(crate) cooling_until: Timestamp,
+    /// Its quality level for tickets without a site (see `health::weight`), as of its last
+    /// outcome that could move it.
+    pub(crate) level: i8,
 }
 
 impl Hot {
@@ -97,6 +111,7 @@ impl Hot {
             state: Some(HealthState::Healthy),
             active_leases: 0,
             cooling_until: Timestamp::default(),
+            level: 0,
         }
     }
 

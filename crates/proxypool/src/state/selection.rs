@@ -28,7 +28,6 @@ pub(super) struct Ctx<'a> {
     cfg: &'a PoolConfig,
     /// The ticket's site.
     site: u32,
-    reference_ms: Option<f64>,
     now: Timestamp,
 }
 
@@ -37,19 +36,21 @@ impl Ctx<'_> {
         self.records.get(slot as usize).and_then(Option::as_ref)
     }
 
-    /// Success rate ÷ normalised latency for the ticket's site (P1, P9): nothing when the
-    /// address × site pair alone looks bad (the address is avoided there), the pair's window
-    /// when it has enough samples, else the address's own window. Weights read every outcome,
-    /// excused ones included: a site-wide spike lowers every address alike, while an address
-    /// that fails for its own reasons during one must still lose traffic.
-    fn quality(&self, slot: Slot, r: &AddressRecord) -> f64 {
+    /// The quality level for the ticket's site (P1, P9, see `health::weight`): none when the
+    /// address × site pair alone looks bad (the address is avoided there, at the lowest
+    /// weight), the pair's window's when it has enough samples, else the address's own, as of
+    /// its last outcome that could move it (`PoolState::reweigh`, as the Redis store keeps it).
+    /// Weights read every outcome, excused ones included: a site-wide spike lowers every
+    /// address alike, while an address that fails for its own reasons during one must still
+    /// lose traffic.
+    fn level(&self, slot: Slot, h: &Hot) -> Option<i8> {
         let health = &self.cfg.health;
         let pair = (self.site != NO_SITE)
             .then(|| self.sites.get(slot, self.site))
             .flatten();
         if let Some(window) = pair.map(|c| &c.window) {
             if signals::fall(window, health, self.now, &[]).is_some() {
-                return 0.0;
+                return None;
             }
             let t = window.tallies(self.now).0;
             if t.n as usize >= health.min_samples {
@@ -58,10 +59,28 @@ impl Ctx<'_> {
                     .list
                     .get(self.site as usize)
                     .and_then(|s| s.reference_ms);
-                return weight::quality(&t, reference);
+                return Some(weight::level(
+                    weight::latency_level(t.mean_latency_ms(), reference),
+                    &t,
+                ));
             }
         }
-        weight::quality(&r.window.tallies(self.now).0, self.reference_ms)
+        Some(h.level)
+    }
+
+    /// The weight for the ticket's site (for snapshots; picks use its step).
+    pub(super) fn weight(&self, slot: Slot) -> f64 {
+        let (Some(r), Some(h)) = (self.record(slot), self.hot.get(slot as usize)) else {
+            return 0.0;
+        };
+        // Its other lines load while the weight is computed (what is weighed is what gets
+        // picked).
+        std::hint::black_box(r.prefetch());
+        match self.level(slot, h) {
+            Some(level) => weight::weight(level, &r.health, &self.cfg.health, self.now),
+            None if r.health.state.is_offered() => weight::MIN_WEIGHT,
+            None => 0.0,
+        }
     }
 }
 
@@ -74,13 +93,8 @@ impl Candidates for Ctx<'_> {
         })
     }
 
-    fn weight(&self, slot: Slot) -> f64 {
-        self.record(slot).map_or(0.0, |r| {
-            // Its other lines load while the weight is computed (what is weighed is what
-            // gets picked, or one of two candidates).
-            std::hint::black_box(r.prefetch());
-            weight::weight(self.quality(slot, r), &r.health, &self.cfg.health, self.now)
-        })
+    fn step(&self, slot: Slot) -> u32 {
+        weight::step(self.weight(slot))
     }
 
     fn load(&self, slot: Slot) -> (u32, u8) {
@@ -146,7 +160,6 @@ impl PoolState {
             sites: &self.sites,
             cfg: &self.cfg,
             site,
-            reference_ms: self.reference_latency_ms,
             now,
         }
     }
@@ -237,7 +250,6 @@ impl PoolState {
             sites: &self.sites,
             cfg: &self.cfg,
             site,
-            reference_ms: self.reference_latency_ms,
             now,
         };
         let SubPool {
@@ -274,6 +286,15 @@ impl PoolState {
         h.active_leases += 1;
         rec.totals.leases += 1;
         rec.metrics.active(h.active_leases);
+        if h.active_leases == self.cfg.max_leases_per_address {
+            // At its cap: out of the weighted schedules until a lease ends (as the Redis
+            // store takes it out of `pass`).
+            for &sp in &rec.sub_pools {
+                if let Some(p) = self.sub_pools.get_mut(sp as usize) {
+                    p.keyless.leave(slot);
+                }
+            }
+        }
         Ok(Grant {
             lease,
             slot,

@@ -5,7 +5,7 @@ use crate::health::ramp;
 use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolCounts, Snapshot, SnapshotParts, Totals};
 #[cfg(feature = "probe")]
 use crate::store::ProbeTarget;
-use crate::strategy::{Candidates, Slot};
+use crate::strategy::Slot;
 
 use super::sites::{self, NO_SITE};
 

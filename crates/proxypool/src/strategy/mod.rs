@@ -19,8 +19,9 @@ pub(crate) type Slot = u32;
 pub(crate) trait Candidates {
     /// Offered, below its lease cap, not cooling down for the ticket's site.
     fn eligible(&self, slot: Slot) -> bool;
-    /// The weight for the ticket's site (see `health::weight`).
-    fn weight(&self, slot: Slot) -> f64;
+    /// The whole-number step of a weighted pick for the ticket's site: the inverse of its
+    /// weight (see `health::weight::step`).
+    fn step(&self, slot: Slot) -> u32;
     /// Active leases, then how unwell (0 healthy, 1 degraded, 2 probing): lower is lighter.
     fn load(&self, slot: Slot) -> (u32, u8);
 }
@@ -117,8 +118,8 @@ pub(crate) mod testing {
         fn eligible(&self, slot: Slot) -> bool {
             self.eligible[slot as usize]
         }
-        fn weight(&self, slot: Slot) -> f64 {
-            self.weight[slot as usize]
+        fn step(&self, slot: Slot) -> u32 {
+            crate::health::weight::step(self.weight[slot as usize])
         }
         fn load(&self, slot: Slot) -> (u32, u8) {
             (self.leases[slot as usize], self.unwell[slot as usize])

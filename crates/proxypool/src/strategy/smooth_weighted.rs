@@ -1,10 +1,18 @@
 //! Smooth weighted selection by stride scheduling, one schedule per target site.
 //!
-//! Each offered address carries a virtual "pass"; the lowest pass is picked and advances by
-//! `SCALE / weight`. Over any stretch an address's share is proportional to its weight and it
-//! is never picked twice in a row while another address is due (smooth, like nginx's SWRR),
-//! but a pick costs one sift of a 4-ary heap, O(log n), instead of SWRR's O(n) scan.
-//! Weights are read at pick time, so they may change between picks at no cost.
+//! Each address in a schedule carries a virtual "pass"; the lowest pass is picked and advances
+//! by its step, the whole-number inverse of its weight (`health::weight::step`). Over any
+//! stretch an address's share is proportional to its weight and it is never picked twice in a
+//! row while another address is due (smooth, like nginx's SWRR), but a pick costs one sift of
+//! a 4-ary heap, O(log n), instead of SWRR's O(n) scan. Weights are read at pick time, so they
+//! may change between picks at no cost.
+//!
+//! A schedule holds the addresses offered and below their lease cap (the caller says when one
+//! joins or leaves); one joins at the lowest pass, so it gets no burst of catch-up picks. One
+//! that cannot take the ticket at hand (cooling for its site) is passed over and brought up to
+//! the pick's pass: it does not bank the turns it missed. Equal passes go in the order of
+//! [`tie`]. The Redis library's `keyless` follows the same rules over its `pass` sorted set,
+//! so both stores pick alike.
 //!
 //! Weights depend on the ticket's site (an address bad on one site is avoided there only), so
 //! each site has its own schedule: with one shared schedule an address's turns would be spread
@@ -14,19 +22,30 @@ use rustc_hash::FxHashMap;
 
 use super::{Candidates, Slot};
 
-const SCALE: f64 = 1_000_000.0;
-/// The pass of an address that is not offered.
+/// The pass of an address that is not in the schedule.
 const ABSENT: u64 = u64::MAX;
 /// Schedules kept per sub-pool. Past this the least recently used one is dropped (and rebuilt,
 /// its history forgotten, when its site comes back), so memory stays bounded however many
 /// sites callers name.
 const MAX_SCHEDULES: usize = 64;
 
-/// Ties (a batch of addresses joining at once) go in a scrambled but fixed order of slots, an
-/// invertible multiplication: a list sorted by provider or subnet would otherwise put its
-/// first block in front of all the early traffic.
+/// Ties (a batch of addresses joining at once) go in a scrambled but fixed order, an
+/// invertible multiplication of the address's number (its slot + 1: the Redis store's id): a
+/// list sorted by provider or subnet would otherwise put its first block in front of all the
+/// early traffic.
 const SCRAMBLE: u32 = 0x9E37_79B1;
 const UNSCRAMBLE: u32 = inverse(SCRAMBLE);
+
+/// The tie-break rank of `slot` among equal passes, lowest first. The library writes it as
+/// the 8 hex digits its `pass` members begin with (`member` in `library.lua`), so the sorted
+/// set orders equal passes alike.
+pub(crate) fn tie(slot: Slot) -> u32 {
+    slot.wrapping_add(1).wrapping_mul(SCRAMBLE)
+}
+
+fn untie(rank: u32) -> Slot {
+    rank.wrapping_mul(UNSCRAMBLE).wrapping_sub(1)
+}
 
 /// The multiplicative inverse of an odd number modulo 2^32 (Newton's iteration).
 const fn inverse(m: u32) -> u32 {
@@ -61,9 +80,6 @@ struct Heap {
 #[repr(align(32))]
 struct Block([u64; 4]);
 
-/// The longest stride a pick may take, so that relative passes fit in 32 bits.
-const MAX_STRIDE: f64 = (1u64 << 31) as f64;
-
 impl Heap {
     fn len(&self) -> usize {
         self.len
@@ -86,7 +102,7 @@ impl Heap {
     }
 
     fn unkey(&self, k: u64) -> (u64, Slot) {
-        (self.base + (k >> 32), (k as u32).wrapping_mul(UNSCRAMBLE))
+        (self.base + (k >> 32), untie(k as u32))
     }
 
     /// The key of `(pass, slot)`, moving the base up first if `pass` would not fit.
@@ -95,9 +111,10 @@ impl Heap {
             let top = self.peek().map_or(pass, |(p, _)| p);
             self.rebase(top.min(pass));
         }
-        // Live passes lie within MAX_STRIDE of the minimum, so this fits after a rebase.
+        // Live passes lie within one step (at most 10 000) of the minimum, so this fits after
+        // a rebase.
         let relative = pass.saturating_sub(self.base).min(u64::from(u32::MAX));
-        (relative << 32) | u64::from(slot.wrapping_mul(SCRAMBLE))
+        (relative << 32) | u64::from(tie(slot))
     }
 
     fn rebase(&mut self, to: u64) {
@@ -210,15 +227,26 @@ struct Schedule {
     /// when they surface, so leaving costs O(1).
     pass: Vec<u64>,
     live: usize,
-    /// Pass of the last pick: newcomers join here, so they get no burst of catch-up picks.
-    vtime: u64,
+    /// Passed over by the pick under way (reused, so picks do not allocate).
+    passed: Vec<(u64, Slot)>,
     last_used: u64,
 }
 
 impl Schedule {
-    /// The virtual time to (re)join at: the last pick's pass, never below the heap's base.
-    fn now(&self) -> u64 {
-        self.vtime.max(self.heap.base)
+    /// The lowest live pass (stale entries on top are dropped), where an address (re)joins.
+    fn head(&mut self) -> Option<(u64, Slot)> {
+        while let Some((pass, slot)) = self.heap.peek() {
+            if self.pass.get(slot as usize) == Some(&pass) {
+                return Some((pass, slot));
+            }
+            self.heap.pop();
+        }
+        None
+    }
+
+    /// Where an address joins: at the lowest pass (the heap's base when there is none).
+    fn now(&mut self) -> u64 {
+        self.head().map_or(self.heap.base, |(pass, _)| pass)
     }
 
     fn join(&mut self, slot: Slot) {
@@ -248,7 +276,7 @@ impl Schedule {
         }
     }
 
-    /// Brings an offered address's turn forward to now (never back).
+    /// Brings an address's turn forward to now (never back).
     fn forgive(&mut self, slot: Slot) {
         let now = self.now();
         if let Some(p) = self.pass.get_mut(slot as usize)
@@ -261,56 +289,59 @@ impl Schedule {
     }
 
     fn pick(&mut self, c: &impl Candidates) -> Option<Slot> {
-        let mut tries = self.live;
-        while tries > 0 {
-            let (pass, slot) = self.heap.peek()?;
-            if self.pass.get(slot as usize) != Some(&pass) {
+        let mut picked = None;
+        while let Some((pass, slot)) = self.head() {
+            if !c.eligible(slot) {
+                // Passed over for this ticket only: out of the heap until the pick is made.
+                self.passed.push((pass, slot));
                 self.heap.pop();
                 continue;
             }
-            tries -= 1;
-            let stride = (SCALE / c.weight(slot).max(f64::MIN_POSITIVE)).min(MAX_STRIDE) as u64;
-            let next = pass.saturating_add(stride.max(1));
+            let next = pass + u64::from(c.step(slot));
             self.pass[slot as usize] = next;
             self.heap.replace_top(next, slot);
-            // An address that cannot take the ticket (at its lease cap, cooling for the site)
-            // loses its turn rather than banking it: no burst of picks when it is back.
-            if c.eligible(slot) {
-                self.vtime = pass;
-                return Some(slot);
-            }
+            picked = Some((pass, slot));
+            break;
         }
-        None
+        // Those passed over come back at the pick's pass (or their own, with none).
+        while let Some((own, slot)) = self.passed.pop() {
+            let at = picked.map_or(own, |(pass, _)| pass);
+            self.pass[slot as usize] = at;
+            self.heap.push(at, slot);
+        }
+        picked.map(|(_, slot)| slot)
     }
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct SmoothWeighted {
     schedules: FxHashMap<u32, Schedule>,
-    /// Offered members by slot: the seed of a new site's schedule.
-    offered: Vec<bool>,
+    /// Members in the schedules by slot: the seed of a new site's schedule.
+    present: Vec<bool>,
     picks: u64,
 }
 
 impl SmoothWeighted {
+    /// The address is offered and below its lease cap: it takes turns.
     pub(crate) fn join(&mut self, slot: Slot) {
         let i = slot as usize;
-        if self.offered.len() <= i {
-            self.offered.resize(i + 1, false);
+        if self.present.len() <= i {
+            self.present.resize(i + 1, false);
         }
-        self.offered[i] = true;
+        self.present[i] = true;
         self.schedules.values_mut().for_each(|s| s.join(slot));
     }
 
+    /// The address stopped being offered, reached its lease cap or left the pool.
     pub(crate) fn leave(&mut self, slot: Slot) {
-        if let Some(o) = self.offered.get_mut(slot as usize) {
+        if let Some(o) = self.present.get_mut(slot as usize) {
             *o = false;
         }
         self.schedules.values_mut().for_each(|s| s.leave(slot));
     }
 
     /// The address is no longer avoided on `site`: it takes its turn there at once instead of
-    /// waiting out the long stride its lowest weight gave it.
+    /// waiting out the long step its lowest weight gave it.
     pub(crate) fn forgive(&mut self, slot: Slot, site: u32) {
         if let Some(s) = self.schedules.get_mut(&site) {
             s.forgive(slot);
@@ -331,7 +362,7 @@ impl SmoothWeighted {
                 self.schedules.remove(&lru);
             }
             let mut s = Schedule::default();
-            for (slot, _) in self.offered.iter().enumerate().filter(|(_, o)| **o) {
+            for (slot, _) in self.present.iter().enumerate().filter(|(_, o)| **o) {
                 s.join(slot as Slot);
             }
             self.schedules.insert(site, s);
@@ -436,7 +467,7 @@ mod tests {
             .enumerate()
             .map(|(i, p)| (*p, i as Slot))
             .collect();
-        expected.sort_unstable_by_key(|(p, s)| (*p, s.wrapping_mul(SCRAMBLE)));
+        expected.sort_unstable_by_key(|(p, s)| (*p, tie(*s)));
         assert_eq!(out, expected);
         assert_eq!(SCRAMBLE.wrapping_mul(UNSCRAMBLE), 1);
     }
@@ -466,7 +497,7 @@ mod tests {
         t.weight = vec![100.0, 0.01];
         let mut w = SmoothWeighted::default();
         (0..2).for_each(|s| w.join(s));
-        // 600 000 picks: the light address's pass passes 2^32 several times over.
+        // 600 000 picks: steps of 1 and 10 000.
         let light = (0..600_000).filter(|_| w.pick(0, &t) == Some(1)).count();
         assert!((55..=65).contains(&light), "{light}");
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::clock::Timestamp;
 use crate::config::HealthConfig;
-use crate::health::weight::LATENCY_NOISE_MS;
+use crate::health::weight::{self, LATENCY_NOISE_MS};
 use crate::state::REFERENCE_LATENCY_ALPHA;
 
 /// Running figures of the addresses this process released, by id, and of all of them.
@@ -38,9 +38,6 @@ struct Running {
 /// dwell).
 const RESEND_EVERY: u32 = 16;
 const RESEND_AFTER: Duration = Duration::from_secs(1);
-
-/// Quality levels are half octaves, within the memory store's weight bounds.
-const LEVELS: f64 = 13.0;
 
 impl Latencies {
     /// Notes a success of address `id` that took `ms`, at `now`. Returns the hint the script
@@ -77,8 +74,7 @@ impl Latencies {
         r.tail += alpha * (slow - r.tail);
         r.mean_ms += alpha * (ms - r.mean_ms);
         r.seen = r.seen.saturating_add(1);
-        let latency = ((r.mean_ms + LATENCY_NOISE_MS) / (reference + LATENCY_NOISE_MS)).max(0.05);
-        let level = (-2.0 * latency.log2()).round().clamp(-LEVELS, LEVELS) as i64;
+        let level = i64::from(weight::latency_level(Some(r.mean_ms), Some(reference)));
         let flag = if r.seen < cfg.min_samples {
             0
         } else if r.tail > 0.05 {

@@ -250,9 +250,10 @@ end
 -- Keyless selection is stride scheduling (smooth weighted): the member of `pass` with the
 -- lowest pass wins and its pass grows by its step, the inverse of its weight — state × ramp
 -- share (stage `k`, 0 at full weight) × quality (2^(level / 2), see `rate_level`), within
--- the memory store's bounds [0.01, 100]. Steps are whole numbers (STRIDE at weight 1), so
--- that passes stay whole (cheap to write, see `digits`). The step is in the member's name
--- so that picking needs no second read; made once per state, stage and level.
+-- [0.01, 100]: the arithmetic of `health::weight::{scaled, step}`, in the same order, so
+-- that both stores take the same whole-number steps (STRIDE at weight 1; whole passes are
+-- also cheap to write, see `digits`). The step is in the member's name so that picking needs
+-- no second read; made once per state, stage and level.
 local STRIDE = 100
 local function step_text(H, s, k, level)
   local by_stage = H.text[s]
@@ -321,24 +322,40 @@ end
 -- half-octave levels (-13 … 13; a level moves the step only when quality changes by a fifth
 -- or more): the latency's level as the releasing processes report it (`qlat`, see `ops`),
 -- plus the success rate's over every entry of the young window `win` (excused ones too, as
--- memory's weights; smoothed with two virtual successes), in `ql`.
+-- memory's weights; smoothed with two virtual successes), in `ql`: `health::weight::level`.
 local LN2 = 0.6931471805599453
 local function rate_level(win)
   local _, successes = string.gsub(win, '[sS]', '')
   return math.floor(2 * math.log((successes + 2) / (#win / WENTRY + 2)) / LN2 + 0.5)
 end
 
-local function member(id, step) return id .. ':' .. step end
+-- A `pass` member is 'RANK:step': the address's tie-break rank among equal passes as 8 hex
+-- digits, so that the sorted set orders equal passes as `smooth_weighted::tie` does (id ×
+-- 0x9E3779B1 mod 2^32, an invertible scramble: the id comes back from it), then its step.
+-- Products are taken in 16-bit halves so that they stay exact in doubles.
+local function mul32(x, hi, lo)
+  return (x * lo + ((x * hi) % 65536) * 65536) % 4294967296
+end
+local ranks, ranks_n = {}, 0
+local function member(id, step)
+  local r = ranks[id]
+  if not r then
+    if ranks_n >= 100000 then ranks, ranks_n = {}, 0 end
+    r = string.format('%08x', mul32(tonumber(id), 40503, 31153))
+    ranks[id], ranks_n = r, ranks_n + 1
+  end
+  return r .. ':' .. step
+end
 
 -- A `pass` member's address id and step (a number), made once per member (and server): a
--- keyless batch reads a few dozen of them.
+-- keyless batch reads a few dozen of them. The inverse of 0x9E3779B1 is 0x0E8B2F51.
 local members, members_n = {}, 0
 local function split_member(m)
   local parts = members[m]
   if parts then return parts end
   if members_n >= 100000 then members, members_n = {}, 0 end
-  local id, step = string.match(m, '^(%d+):(.+)$')
-  parts = {id, tonumber(step)}
+  local rank, step = string.match(m, '^(%x+):(.+)$')
+  parts = {digits(mul32(tonumber(rank, 16), 3723, 12113)), tonumber(step)}
   members[m], members_n = parts, members_n + 1
   return parts
 end
@@ -629,13 +646,14 @@ local function cools(B, id)
   return c
 end
 
--- Keyless, stride scheduling: a batch reads the lowest passes once (`wanted` of them, plus
--- the next one's pass as a bound) and then picks, each time, the candidate whose pass plus
--- its steps taken in this batch is lowest; the passes are written back when the batch ends.
--- Read again (after writing back) when every candidate is full or the lowest would pass the
--- bound, where an address not read would be next; candidates cooling for the acquire's site
--- are passed over. Candidates are flat: id, member, pass (with this batch's picks), changed,
--- step.
+-- Keyless, stride scheduling, as `strategy::smooth_weighted`: a batch reads the lowest
+-- passes once (`wanted` of them, plus the next one as a bound) and then picks, each time, the
+-- candidate whose pass plus its steps taken in this batch is lowest (equal passes in member
+-- order, as the sorted set orders them); the passes are written back when the batch ends.
+-- Read again (after writing back) when every candidate is full or the lowest would come after
+-- the bound, where an address not read would be next; candidates cooling for the acquire's
+-- site are passed over. Candidates are flat: id, member, pass (with this batch's picks),
+-- changed, step.
 -- Per pool `P` (its state in the batch: `C`).
 local function keyless(B, P, lease_deadline, wanted)
   local C = B.sel[P]
@@ -649,9 +667,9 @@ local function keyless(B, P, lease_deadline, wanted)
       local n = attempt == 1 and wanted or attempt == 2 and wanted + 32 or -1
       local c = {}
       local r = redis.call('ZRANGE', P.pass, '0', digits(n), 'WITHSCORES')
-      C.bound = nil
+      C.bound, C.bound_m = nil, nil
       if n >= 0 and #r > 2 * n then
-        C.bound = tonumber(r[#r])
+        C.bound, C.bound_m = tonumber(r[#r]), r[#r - 1]
         r[#r], r[#r - 1] = nil, nil
       end
       local k = 0
@@ -664,23 +682,25 @@ local function keyless(B, P, lease_deadline, wanted)
       C.cand = c
     end
     local c = C.cand
-    local cooling, skipped = {}, false
+    local cooling = {}
     while true do
-      local best, best_pass = nil, nil
+      local best, best_pass, best_m = nil, nil, nil
       local full = B.full
       for i = 1, #c, 5 do
         local p = c[i + 2]
-        if (not best_pass or p < best_pass) and not full[c[i]] and not cooling[i] then
-          best, best_pass = i, p
+        if (not best_pass or p < best_pass or (p == best_pass and c[i + 1] < best_m))
+          and not full[c[i]] and not cooling[i] then
+          best, best_pass, best_m = i, p, c[i + 1]
         end
       end
-      -- Past the bound an address not read would be next — unless cooling ones were passed
-      -- over, when any candidate left is better than none.
-      if not best or (C.bound and best_pass > C.bound and not skipped) then break end
+      -- After the bound an address not read would be next.
+      if not best or (C.bound and (best_pass > C.bound or (best_pass == C.bound and best_m > C.bound_m))) then
+        break
+      end
       local id = c[best]
       if cools(B, id) then
         -- Rate limited for this acquire's site: the next best, for this acquire only.
-        cooling[best], skipped = true, true
+        cooling[best] = true
       else
         local lid = take(B, id, c[best + 1], lease_deadline)
         if lid then

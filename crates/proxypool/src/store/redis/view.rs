@@ -13,7 +13,7 @@ use crate::config::{HealthConfig, PoolConfig};
 use crate::decision::{Decision, Subject};
 use crate::health::signals;
 use crate::health::window::{Tally, Window};
-use crate::health::{HealthState, ramp};
+use crate::health::{HealthState, ramp, weight};
 use crate::snapshot::{
     AddressSnapshot, CellSnapshot, PoolCounts, SiteSnapshot, Snapshot, SnapshotParts, Totals,
 };
@@ -260,17 +260,18 @@ impl SharedView {
                 state_since_ms: n(&a, "t"),
                 reason: String::new(),
                 // The library's keyless step is the inverse of this weight: state × ramp share
-                // × quality (its level in half octaves), within the memory store's bounds.
-                weight: (match st {
-                    HealthState::Healthy => 1.0,
-                    HealthState::Degraded => cfg.health.degraded_weight,
-                    HealthState::Probing => cfg.health.probing_weight,
-                    HealthState::Quarantined | HealthState::Dead => 0.0,
-                } * ramp_share.unwrap_or(1.0)
-                    * a.get("ql")
-                        .and_then(|l| l.parse::<i32>().ok())
-                        .map_or(1.0, |l| 2f64.powf(f64::from(l) / 2.0)))
-                .clamp(if st.is_offered() { 0.01 } else { 0.0 }, 100.0),
+                // × quality (its level in half octaves), as `health::weight` has it.
+                weight: if st.is_offered() {
+                    let by_state = match st {
+                        HealthState::Degraded => cfg.health.degraded_weight,
+                        HealthState::Probing => cfg.health.probing_weight,
+                        _ => 1.0,
+                    };
+                    let level = a.get("ql").and_then(|l| l.parse::<i8>().ok());
+                    weight::scaled(by_state * ramp_share.unwrap_or(1.0), level.unwrap_or(0))
+                } else {
+                    0.0
+                },
                 ramp_share,
                 active_leases: u32::try_from(n(&a, "n")).unwrap_or(u32::MAX),
                 bound_keys: n(&a, "k"),
