@@ -76,19 +76,17 @@ impl PoolState {
                 follow(&mut s.reference_ms, ms);
             }
         }
-        self.judge_site(site, slot, class, now);
-        // After the site's judgement, which may have excused this very outcome.
-        if let Some(rec) = self.record_mut(slot)
-            && class != Class::Success
-            && rec
-                .window
-                .newest_first(now)
-                .next()
-                .is_some_and(|e| !e.excused)
+        // Weighed before the site is judged, as the Redis library weighs before the judge's
+        // verdict comes back: a site convicted by this outcome excuses it afterwards (which
+        // leaves the level alone, counted over every outcome) and the flag clears at the next.
+        if class != Class::Success
+            && !entry.excused
+            && let Some(rec) = self.record_mut(slot)
         {
             rec.bad_in_window = true;
         }
         self.reweigh(slot, class != Class::Success, had_bad, now);
+        self.judge_site(site, slot, class, now);
         self.judge_cell(slot, site, now);
         self.evaluate(slot, site, class, latency_ms, now);
     }
