@@ -2,8 +2,10 @@
 //! (credentials, the JSON body reader, the store) are added once, to every operation, so that
 //! a new operation gets them too.
 
-use utoipa::openapi::path::Operation;
-use utoipa::openapi::{ContentBuilder, OpenApi, Ref, ResponseBuilder};
+use utoipa::openapi::extensions::Extensions;
+use utoipa::openapi::link::Link;
+use utoipa::openapi::path::{Operation, ParameterIn};
+use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr, ResponseBuilder};
 
 /// Every operation of the document, with its path.
 pub fn operations_mut(doc: &mut OpenApi) -> impl Iterator<Item = (&str, &mut Operation)> {
@@ -43,4 +45,43 @@ pub fn add_error_answer(operation: &mut Operation, status: &str, description: &s
                 .build()
                 .into()
         });
+}
+
+/// Links the answer `status` of operation `from` to each of `to` (`(operation id, parameter,
+/// runtime expression)`): what a client, or a fuzzer's stateful sequences, may call next with
+/// a value that answer gave. Each link is named after its target operation.
+pub fn add_links<'a>(
+    doc: &mut OpenApi,
+    from: &str,
+    status: &str,
+    to: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+) {
+    let Some(RefOr::T(response)) = operations_mut(doc)
+        .find(|(_, op)| op.operation_id.as_deref() == Some(from))
+        .and_then(|(_, op)| op.responses.responses.get_mut(status))
+    else {
+        return;
+    };
+    for (operation, parameter, value) in to {
+        // Through the extensions: utoipa 5.5 writes `Link::operation_id` as `operation_id`,
+        // which the OpenAPI schema refuses (it is `operationId`).
+        let link = Link::builder()
+            .extensions(Some(Extensions::from_iter([("operationId", operation)])))
+            .parameter(parameter, value)
+            .build();
+        response.links.insert(operation.to_owned(), RefOr::T(link));
+    }
+}
+
+/// The ids of the operations that take `name` as a path parameter.
+pub fn operations_on(doc: &mut OpenApi, name: &str) -> Vec<String> {
+    operations_mut(doc)
+        .filter(|(_, op)| {
+            op.parameters
+                .iter()
+                .flatten()
+                .any(|p| p.name == name && matches!(p.parameter_in, ParameterIn::Path))
+        })
+        .filter_map(|(_, op)| op.operation_id.clone())
+        .collect()
 }

@@ -1,5 +1,5 @@
-//! Property tests of the parsers that take outside input: destination URLs and custom
-//! aliases. The suite runs proptest's default 256 cases; `PROPTEST_CASES=100000 cargo test -p
+//! Property tests of the parsers that take outside input: destination URLs, custom aliases
+//! and threat feed files. The suite runs proptest's default 256 cases; `PROPTEST_CASES=100000 cargo test -p
 //! shortener-core --test outside_input` is the long run.
 
 #![allow(clippy::unwrap_used)]
@@ -7,6 +7,7 @@
 use proptest::prelude::*;
 use shortener_core::alias::{MAX_LEN, MIN_LEN, could_be_code, validate_alias};
 use shortener_core::long_url::{UrlPolicy, validate_long_url};
+use shortener_core::threat::{Feed, ThreatMatcher};
 
 /// URL-ish text: schemes, hosts, separators and any characters, so cases reach every rule.
 fn url_like() -> impl Strategy<Value = String> {
@@ -71,5 +72,54 @@ proptest! {
     fn well_formed_aliases_pass_unless_reserved_or_offensive(alias in "[a-z]{2}[0-9]{2,8}-[A-Z0-9]{0,10}") {
         // Digits after two letters keep them off the word lists.
         prop_assert!(validate_alias(&alias).is_ok(), "{}", alias);
+    }
+}
+
+/// A well-formed domain, which a feed must keep and match.
+const DOMAIN: &str = "[a-z][a-z0-9]{0,8}(\\.[a-z][a-z0-9]{0,8}){1,3}";
+
+/// A line of a feed file, and whether it is one of the formats (then `Some` of the URL it must
+/// match) or anything else (comments, garbage, lines that merely look like entries).
+fn feed_line() -> impl Strategy<Value = (String, Option<String>)> {
+    prop_oneof![
+        DOMAIN.prop_map(|d| (d.to_uppercase(), Some(format!("https://www.{d}/any")))),
+        DOMAIN.prop_map(|d| (format!("0.0.0.0 {d} # ads"), Some(format!("http://{d}/")))),
+        (DOMAIN, "(/[a-z0-9]{0,8}){0,3}").prop_map(|(d, p)| {
+            let url = format!("http://{d}{p}");
+            (url.clone(), Some(url))
+        }),
+        "#\\PC{0,20}".prop_map(|t| (t, None)),
+        "\\PC{0,30}".prop_map(|t| (t, None)),
+        "(0\\.0\\.0\\.0|10\\.0\\.0\\.1|::1) \\PC{0,12}".prop_map(|t| (t, None)),
+        "(https?|ftp)://\\PC{0,16}".prop_map(|t| (t, None)),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn a_feed_keeps_every_entry_and_names_every_line_it_skips(
+        lines in proptest::collection::vec(feed_line(), 0..24),
+    ) {
+        let text: Vec<&str> = lines.iter().map(|(l, _)| l.as_str()).collect();
+        let text = text.join("\n");
+        let (feed, skipped) = Feed::parse("feed", &text);
+        // Skipped lines come in order, each a line that is neither blank nor a comment.
+        let numbers: Vec<usize> = skipped.iter().map(|s| s.line).collect();
+        prop_assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{:?}", numbers);
+        let content: Vec<&str> = text.lines().map(str::trim).collect();
+        for &n in &numbers {
+            let line = content[n - 1];
+            prop_assert!(!line.is_empty() && !line.starts_with('#'), "line {}: {:?}", n, line);
+        }
+        let entries = content.iter().filter(|l| !l.is_empty() && !l.starts_with('#')).count();
+        prop_assert!(feed.len() + skipped.len() <= entries);
+        // Every well-formed entry is kept and matches (domains: their subdomains too).
+        for (i, (line, must_match)) in lines.iter().enumerate() {
+            if let Some(url) = must_match {
+                prop_assert!(!numbers.contains(&(i + 1)), "skipped {:?}", line);
+                let url = url::Url::parse(url).unwrap();
+                prop_assert_eq!(feed.find(&url), Some("feed"), "{:?} for {}", line, url);
+            }
+        }
     }
 }

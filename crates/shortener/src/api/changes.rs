@@ -11,6 +11,7 @@ use crate::new_link;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
+use serde_json::json;
 use service_edge::Integer;
 use shortener_core::alias::could_be_code;
 use shortener_core::audit::Origin;
@@ -19,6 +20,7 @@ use shortener_core::link::{Link, LinkChange, MAX_REASON_CHARS, Refusal};
 use shortener_core::store::ChangeOutcome;
 use std::net::SocketAddr;
 use utoipa::ToSchema;
+use utoipa::openapi::schema::Object;
 
 /// Why a link is disabled.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -173,7 +175,6 @@ pub(super) async fn enable(
 /// each other.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(min_properties = 1)]
 pub(super) struct EditRequest {
     /// The new destination, validated like a create's (threat feeds included; see
     /// `long_url` of a create for what the pattern leaves out).
@@ -192,6 +193,32 @@ pub(super) struct EditRequest {
 }
 
 impl EditRequest {
+    /// The rules of `change` beyond the fields' own, in the body's schema: a field that is not
+    /// null, and not both expiry fields. (Through the extensions: utoipa 5.5 has no `not`, and
+    /// writes `min_properties` as `maxProperties`.)
+    pub(super) fn document_rules(schema: &mut Object) {
+        let given = |field: &str, kind: &str| json!({"required": [field], "properties": {field: {"type": kind}}});
+        let both = json!({
+            "required": ["expires_at", "expires_in_days"],
+            "properties": {"expires_at": {"type": "string"}, "expires_in_days": {"type": "integer"}},
+        });
+        let rules = [
+            (
+                "anyOf",
+                json!([
+                    given("long_url", "string"),
+                    given("expires_at", "string"),
+                    given("expires_in_days", "integer"),
+                ]),
+            ),
+            ("not", both),
+        ];
+        schema
+            .extensions
+            .get_or_insert_with(Default::default)
+            .extend(rules.map(|(k, v)| (k.to_owned(), v)));
+    }
+
     /// The change this request asks for at `now`, or why it is refused.
     pub(super) fn change(&self, app: &App, now: UnixSeconds) -> Result<LinkChange, ApiError> {
         let expires_at = match (&self.expires_at, self.expires_in_days) {

@@ -1,6 +1,7 @@
 //! The OpenAPI document, generated from the handlers' annotations.
 
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::openapi::{RefOr, Schema};
 use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
@@ -25,7 +26,7 @@ use utoipa::{Modify, OpenApi};
         super::redirect::follow,
     ),
     components(schemas(super::error::ErrorBody, super::error::ErrorDetail)),
-    modifiers(&BearerAuth, &StoreUnavailable),
+    modifiers(&BearerAuth, &StoreUnavailable, &Links, &EditRules),
 )]
 struct ApiDoc;
 
@@ -53,6 +54,50 @@ impl Modify for StoreUnavailable {
                 "503",
                 "`store_unavailable`: the store is away; try again shortly",
             );
+        }
+    }
+}
+
+/// What a client may call next with a value an answer gave (stateful sequences follow these):
+/// a created link's code reaches every operation on a code, a disable its enable, a filed
+/// report its resolution.
+struct Links;
+
+impl Modify for Links {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use service_edge::openapi::{add_links, operations_on};
+        let on_code = operations_on(openapi, "code");
+        let code = "$response.body#/short_code";
+        add_links(
+            openapi,
+            "create",
+            "201",
+            on_code.iter().map(|op| (op.as_str(), "code", code)),
+        );
+        add_links(
+            openapi,
+            "disable",
+            "200",
+            [("enable", "code", "$request.path.code")],
+        );
+        add_links(
+            openapi,
+            "file",
+            "202",
+            [("resolve", "id", "$response.body#/id")],
+        );
+    }
+}
+
+/// A PATCH body's rules beyond its fields (see `EditRequest::document_rules`).
+struct EditRules;
+
+impl Modify for EditRules {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let schemas = openapi.components.as_mut().map(|c| &mut c.schemas);
+        if let Some(RefOr::T(Schema::Object(edit))) = schemas.and_then(|s| s.get_mut("EditRequest"))
+        {
+            super::changes::EditRequest::document_rules(edit);
         }
     }
 }
