@@ -166,12 +166,21 @@ impl HttpLimits {
         Ok(limits)
     }
 
-    /// An HTTP/1.1 connection builder with the head limits and the head timer.
+    /// An HTTP/1.1 connection builder with the head limits and hyper's head timer.
     pub fn http1(&self) -> http1::Builder {
-        let mut builder = http1::Builder::new();
+        let mut builder = self.http1_untimed();
         builder
             .timer(TokioTimer::new())
-            .header_read_timeout(self.header_timeout)
+            .header_read_timeout(self.header_timeout);
+        builder
+    }
+
+    /// The head limits without hyper's head timer, for a server that times heads itself
+    /// ([`crate::serve_connections`]).
+    pub(crate) fn http1_untimed(&self) -> http1::Builder {
+        let mut builder = http1::Builder::new();
+        builder
+            .header_read_timeout(None)
             .max_buf_size(self.max_header_bytes);
         builder
     }

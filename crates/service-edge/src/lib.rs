@@ -17,6 +17,7 @@
 //! assert_eq!(file.port, None);
 //! ```
 
+mod head_watch;
 mod http_limits;
 mod json_body;
 pub mod openapi;

@@ -2,6 +2,7 @@
 //! connections under [`HttpLimits`], graceful drain at shutdown; and the one way a request
 //! reaches an axum router there (its request budget and time limit).
 
+use crate::head_watch::{HeadWatch, Watched};
 use crate::{HttpLimits, RequestBudget, close_after};
 use axum::Router;
 use axum::extract::ConnectInfo;
@@ -19,25 +20,28 @@ use tower::ServiceExt;
 /// How long in-flight requests may take to finish once shutdown begins.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
-type Connection<S> = hyper::server::conn::http1::Connection<TokioIo<TcpStream>, S>;
+type Connection<S> = hyper::server::conn::http1::Connection<TokioIo<TcpStream>, Watched<S>>;
 
 /// Serves until `shutdown` resolves, each connection (past the `--max-connections` gate)
-/// with the service `service(peer, budget)` makes; then stops accepting and waits (up to
-/// [`DRAIN_TIMEOUT`]) for in-flight requests; idle keep-alive connections are closed.
-pub async fn serve_connections<M, S>(
+/// with the service `service(peer, budget)` makes and the head timeout of `head_watch.rs`;
+/// then stops accepting and waits (up to [`DRAIN_TIMEOUT`]) for in-flight requests; idle
+/// keep-alive connections are closed.
+pub async fn serve_connections<M, S, B>(
     listener: TcpListener,
     limits: &HttpLimits,
     service: M,
     shutdown: impl Future<Output = ()>,
 ) where
     M: Fn(SocketAddr, Arc<RequestBudget>) -> S,
-    S: hyper::service::HttpService<Incoming>,
-    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     Connection<S>: GracefulConnection + Send + 'static,
     <Connection<S> as Future>::Output: Send,
 {
     let graceful = GracefulShutdown::new();
-    let http = limits.http1();
+    let http = limits.http1_untimed();
     let gate = limits.gate();
     tokio::pin!(shutdown);
     loop {
@@ -60,11 +64,21 @@ pub async fn serve_connections<M, S>(
         };
         // Small responses: send them at once rather than waiting to coalesce.
         let _ = stream.set_nodelay(true);
-        let connection =
-            http.serve_connection(TokioIo::new(stream), service(peer, limits.requests()));
-        let connection = graceful.watch(connection);
+        let watch = HeadWatch::new();
+        let service = Watched {
+            inner: service(peer, limits.requests()),
+            watch: watch.clone(),
+        };
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let header_timeout = limits.header_timeout;
         tokio::spawn(async move {
-            let _ = connection.await;
+            // A head awaited past the timeout (slowloris, an idle keep-alive) drops the
+            // connection, which closes it.
+            tokio::select! {
+                biased;
+                _ = connection => {}
+                () = watch.expired(header_timeout) => {}
+            }
             drop(permit);
         });
     }

@@ -216,11 +216,12 @@ fn audit_query_sql(
     (sql, values)
 }
 
-/// The link page query with only the set filters, newest first, with the store's
-/// placeholders and substring function (`instr` / `strpos`, both haystack first), and its
-/// values in placeholder order.
+/// The link page query over `from` (the store's links as read) with only the set filters,
+/// newest first, with the store's placeholders and substring function (`instr` / `strpos`,
+/// both haystack first), and its values in placeholder order.
 fn link_page_sql(
     query: &LinkQuery,
+    from: &str,
     placeholder: fn(usize) -> String,
     substring_fn: &str,
 ) -> (String, Vec<SqlValue>) {
@@ -270,7 +271,7 @@ fn link_page_sql(
         i64::try_from(query.limit).unwrap_or(i64::MAX),
     ));
     let sql = format!(
-        "SELECT {LINK_COLUMNS} FROM links WHERE {} ORDER BY created_at DESC, code DESC LIMIT {limit}",
+        "SELECT {LINK_COLUMNS} FROM {from} WHERE {} ORDER BY created_at DESC, code DESC LIMIT {limit}",
         filters.join(" AND ")
     );
     (sql, values)

@@ -962,7 +962,7 @@ impl LinkStore for PgStore {
     }
 
     async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
-        let (sql, values) = link_page_sql(query, placeholder, "strpos");
+        let (sql, values) = link_page_sql(query, "links", placeholder, "strpos");
         let rows = self.query_built(&sql, &values).await?;
         rows.iter()
             .map(link_from_row)

@@ -43,6 +43,8 @@ use writer::{Op, WriteOp};
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "shortener.db";
 
+/// Links as read: `links` with the click totals of `link_clicks` added (schema v7).
+const COUNTED_LINKS: &str = "counted_links";
 /// Most writes folded into one transaction.
 const MAX_GROUP: usize = 512;
 /// Reader threads; SQLite reads are short, and misses are all that reach them.
@@ -124,9 +126,27 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
+        self.write_op(run, false).await
+    }
+
+    /// As [`Self::write`], committed in a transaction of its own (see [`WriteOp::alone`]).
+    async fn write_alone<T, F>(&self, run: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.write_op(run, true).await
+    }
+
+    async fn write_op<T, F>(&self, run: F, alone: bool) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
         let (reply, rx) = oneshot::channel();
         let op = Box::new(Op {
             run: Some(run),
+            alone,
             result: None,
             reply,
         });
@@ -180,12 +200,20 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreErro
 }
 
 /// Adds click deltas to daily rows and link totals (inside the caller's transaction).
+///
+/// Totals go to `link_clicks`, not to `links`: its rows are a code and two counts, so a batch
+/// over many codes dirties a few dense pages instead of one page of `links` per code.
 fn add_clicks(c: &Connection, mut deltas: Vec<ClickDelta>) -> rusqlite::Result<()> {
     // In key order, consecutive updates land on the same or the next B-tree leaf: a batch
     // over many codes reads each page once instead of once per code.
     deltas.sort_unstable_by(|a, b| (&a.code, a.day).cmp(&(&b.code, b.day)));
     let mut total = c.prepare_cached(
-        "UPDATE links SET clicks = clicks + ?2, bot_clicks = bot_clicks + ?3 WHERE code = ?1",
+        "UPDATE link_clicks SET clicks = clicks + ?2, bot_clicks = bot_clicks + ?3 \
+         WHERE code = ?1",
+    )?;
+    let mut first_total = c.prepare_cached(
+        "INSERT INTO link_clicks (code, clicks, bot_clicks) \
+         SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM links WHERE code = ?1)",
     )?;
     let mut daily = c.prepare_cached(
         "INSERT INTO daily_clicks (code, day, clicks, bot_clicks) VALUES (?1, ?2, ?3, ?4) \
@@ -200,7 +228,9 @@ fn add_clicks(c: &Connection, mut deltas: Vec<ClickDelta>) -> rusqlite::Result<(
     for d in &deltas {
         let (human, bot) = (to_i64(d.human), to_i64(d.bot));
         // Unknown codes (deleted from the file by hand, say) count nowhere.
-        if total.execute(params![d.code, human, bot])? == 1 {
+        let counted = total.execute(params![d.code, human, bot])? == 1
+            || first_total.execute(params![d.code, human, bot])? == 1;
+        if counted {
             daily.execute(params![d.code, d.day.number(), human, bot])?;
             if !d.people.is_empty() {
                 let stored = read_people.query_row(params![d.code, d.day.number()], |r| {
@@ -321,9 +351,11 @@ fn bound(values: Vec<SqlValue>) -> rusqlite::ParamsFromIter<Vec<rusqlite::types:
 }
 
 fn read_link(c: &Connection, code: &str) -> rusqlite::Result<Option<Link>> {
-    c.prepare_cached(&format!("SELECT {LINK_COLUMNS} FROM links WHERE code = ?1"))?
-        .query_row([code], link_from_row)
-        .optional()
+    c.prepare_cached(&format!(
+        "SELECT {LINK_COLUMNS} FROM {COUNTED_LINKS} WHERE code = ?1"
+    ))?
+    .query_row([code], link_from_row)
+    .optional()
 }
 
 /// Appends one row to the audit trail (inside the caller's transaction).
@@ -524,7 +556,7 @@ impl LinkStore for SqliteStore {
     }
 
     async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
-        let (sql, values) = link_page_sql(query, placeholder, "instr");
+        let (sql, values) = link_page_sql(query, COUNTED_LINKS, placeholder, "instr");
         self.read(move |c| {
             c.prepare_cached(&sql)?
                 .query_map(bound(values), link_from_row)?
@@ -819,13 +851,13 @@ impl LinkStore for SqliteStore {
 impl ClickSink for SqliteStore {
     async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError> {
         let deltas = deltas.to_vec();
-        self.write(move |c| add_clicks(c, deltas)).await
+        self.write_alone(move |c| add_clicks(c, deltas)).await
     }
 
     async fn apply_click_batches(&self, batches: &[ClickBatch]) -> Result<usize, StoreError> {
         let batches = batches.to_vec();
         let today = Day::from_unix(crate::now()).number();
-        self.write(move |c| {
+        self.write_alone(move |c| {
             let mut mark = c.prepare_cached(
                 "INSERT INTO applied_click_batches (id, day) VALUES (?1, ?2) \
                  ON CONFLICT (id) DO NOTHING",

@@ -28,6 +28,9 @@ const SYNCERS: usize = 3;
 pub(super) trait WriteOp: Send {
     /// Runs inside the group's transaction; `false` means it failed and is rolled back alone.
     fn apply(&mut self, conn: &Connection) -> bool;
+    /// Committed in a transaction of its own: a large write (a click batch) that would
+    /// otherwise copy every page it changes into the savepoint's sub-journal.
+    fn alone(&self) -> bool;
     /// Replies once the group's commit is known (and, if it committed, synced); `Err` says
     /// why it is not durable.
     fn finish(self: Box<Self>, durable: Result<(), &str>);
@@ -35,6 +38,7 @@ pub(super) trait WriteOp: Send {
 
 pub(super) struct Op<T, F> {
     pub(super) run: Option<F>,
+    pub(super) alone: bool,
     pub(super) result: Option<rusqlite::Result<T>>,
     pub(super) reply: oneshot::Sender<Result<T, StoreError>>,
 }
@@ -49,6 +53,10 @@ where
         let ok = matches!(result, Some(Ok(_)));
         self.result = result;
         ok
+    }
+
+    fn alone(&self) -> bool {
+        self.alone
     }
 
     fn finish(self: Box<Self>, durable: Result<(), &str>) {
@@ -162,10 +170,16 @@ fn write_loop(
     rx: &crossbeam_channel::Receiver<Box<dyn WriteOp>>,
     unsynced: &Unsynced,
 ) {
-    while let Ok(first) = rx.recv() {
+    // A write that goes alone, taken while a group was being gathered: the next group.
+    let mut next: Option<Box<dyn WriteOp>> = None;
+    while let Some(first) = next.take().or_else(|| rx.recv().ok()) {
         let mut group = vec![first];
-        while group.len() < MAX_GROUP {
+        while !group[0].alone() && group.len() < MAX_GROUP {
             match rx.try_recv() {
+                Ok(op) if op.alone() => {
+                    next = Some(op);
+                    break;
+                }
                 Ok(op) => group.push(op),
                 Err(_) => break,
             }
@@ -185,6 +199,15 @@ fn write_loop(
 
 fn run_group(conn: &Connection, group: &mut [Box<dyn WriteOp>]) -> rusqlite::Result<()> {
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+    if let [only] = group {
+        // Alone, a write needs no savepoint: if it fails, the whole transaction goes.
+        let end = if only.apply(conn) {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        return conn.prepare_cached(end)?.execute([]).map(drop);
+    }
     // Prepared once: a group of hundreds of writes parses no SQL of its own.
     let mut savepoint = conn.prepare_cached("SAVEPOINT op")?;
     let mut release = conn.prepare_cached("RELEASE op")?;
@@ -231,6 +254,7 @@ mod tests {
         let (reply, answer) = oneshot::channel();
         let op = Op {
             run: Some(move |c: &Connection| c.execute("INSERT INTO t (v) VALUES (?1)", [value])),
+            alone: false,
             result: None,
             reply,
         };
@@ -266,6 +290,35 @@ mod tests {
         ));
         open.send(()).unwrap();
         assert_eq!(answer.blocking_recv().unwrap().unwrap(), 1);
+    }
+
+    #[test]
+    fn a_lone_write_that_fails_leaves_nothing_and_the_next_one_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, reader) = store(dir.path());
+        let (tx, rx) = crossbeam_channel::unbounded();
+        start(writer, Arc::new(|| Ok(())), rx).unwrap();
+        let (reply, failed) = oneshot::channel();
+        let op = Op {
+            run: Some(|c: &Connection| {
+                c.execute("INSERT INTO t (v) VALUES (1)", [])?;
+                c.execute("INSERT INTO missing (v) VALUES (1)", [])
+            }),
+            alone: true,
+            result: None,
+            reply,
+        };
+        tx.send(Box::new(op)).unwrap();
+        assert!(failed.blocking_recv().unwrap().is_err());
+        assert_eq!(insert(&tx, 2).blocking_recv().unwrap().unwrap(), 1);
+        let values: Vec<i64> = reader
+            .prepare("SELECT v FROM t")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(values, [2]);
     }
 
     #[test]
