@@ -97,8 +97,7 @@ impl SqliteStore {
             StoreError::Unavailable(format!("cannot open {}: {e}", wal_path.display()).into())
         })?;
         let (writer, write_rx) = crossbeam_channel::unbounded::<Box<dyn WriteOp>>();
-        let checkpointer = open_connection(&path, false)?;
-        writer::start(writer_conn, checkpointer, writer::wal_sync(wal), write_rx)
+        writer::start(writer_conn, writer::wal_sync(wal), write_rx)
             .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
 
         let (readers, read_rx) = crossbeam_channel::unbounded::<ReadJob>();

@@ -12,12 +12,6 @@
 //! copying the WAL into the database, the database after, the WAL header on reuse), so a
 //! synced commit survives a checkpoint and a WAL restart. Readers may see a commit before
 //! its sync; nobody is told it happened until after.
-//!
-//! Checkpoints run on a thread of their own, not inside the writer's commits (SQLite's
-//! automatic checkpoint is off on its connection): a checkpoint syncs the WAL and the
-//! database file and copies every page written since the last one, which inside a commit
-//! stalled every write queued behind it, and more so as the B-trees grew (random codes dirty
-//! more distinct pages per group). A passive checkpoint never takes the write lock.
 
 use super::{MAX_GROUP, classify};
 use rusqlite::Connection;
@@ -29,10 +23,6 @@ use tokio::sync::oneshot;
 /// Sync threads: each takes the commits made since the last one started. Two or three
 /// overlapping `fdatasync`s keep the disk's flush queue busy without a thread per commit.
 const SYNCERS: usize = 3;
-/// Least time between two checkpoints: each costs two syncs, so commits made meanwhile are
-/// copied together (SQLite's own default checkpoints every 1 000 pages, here tens of times a
-/// second under load).
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A write queued for the writer thread.
 pub(super) trait WriteOp: Send {
@@ -128,21 +118,13 @@ pub(super) fn wal_sync(wal: File) -> Sync {
     Arc::new(move || wal.sync_data())
 }
 
-/// Starts the writer thread over `conn`, the sync threads and the checkpointer over
-/// `checkpointer` (another connection to the same file); the writer ends when every sender
-/// of `rx` is gone, the syncers and the checkpointer after it.
+/// Starts the writer thread over `conn` and the sync threads; the writer ends when every
+/// sender of `rx` is gone, the syncers after it.
 pub(super) fn start(
     conn: Connection,
-    checkpointer: Connection,
     sync: Sync,
     rx: crossbeam_channel::Receiver<Box<dyn WriteOp>>,
 ) -> std::io::Result<()> {
-    conn.pragma_update(None, "wal_autocheckpoint", 0)
-        .map_err(std::io::Error::other)?;
-    let (committed, commits) = crossbeam_channel::bounded(1);
-    std::thread::Builder::new()
-        .name("sqlite-checkpoint".into())
-        .spawn(move || checkpoint_loop(&checkpointer, &commits))?;
     let unsynced = Arc::new(Unsynced::default());
     for i in 0..SYNCERS {
         let (unsynced, sync) = (unsynced.clone(), sync.clone());
@@ -153,7 +135,7 @@ pub(super) fn start(
     std::thread::Builder::new()
         .name("sqlite-writer".into())
         .spawn(move || {
-            write_loop(&conn, &rx, &unsynced, &committed);
+            write_loop(&conn, &rx, &unsynced);
             unsynced.close();
         })?;
     Ok(())
@@ -175,25 +157,10 @@ fn sync_loop(
     }
 }
 
-/// Copies the WAL into the database after commits, at most every [`CHECKPOINT_EVERY`].
-fn checkpoint_loop(conn: &Connection, commits: &crossbeam_channel::Receiver<()>) {
-    while commits.recv().is_ok() {
-        let started = std::time::Instant::now();
-        // PASSIVE: copies what no reader still needs, waits for nobody.
-        let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-        if let Err(e) = done {
-            // Another process's checkpoint may hold the lock; the next commit tries again.
-            tracing::debug!(error = %e, "checkpoint skipped");
-        }
-        std::thread::sleep(CHECKPOINT_EVERY.saturating_sub(started.elapsed()));
-    }
-}
-
 fn write_loop(
     conn: &Connection,
     rx: &crossbeam_channel::Receiver<Box<dyn WriteOp>>,
     unsynced: &Unsynced,
-    committed: &crossbeam_channel::Sender<()>,
 ) {
     while let Ok(first) = rx.recv() {
         let mut group = vec![first];
@@ -204,11 +171,7 @@ fn write_loop(
             }
         }
         match run_group(conn, &mut group) {
-            Ok(()) => {
-                unsynced.push(group);
-                // Full: the checkpointer has a wake-up pending already.
-                let _ = committed.try_send(());
-            }
+            Ok(()) => unsynced.push(group),
             Err(e) => {
                 let _ = conn.execute_batch("ROLLBACK");
                 let failed = format!("commit failed: {e}");
@@ -275,23 +238,21 @@ mod tests {
         answer
     }
 
-    /// The writer's connection, a checkpointer's and a reader's.
-    fn store(dir: &std::path::Path) -> (Connection, Connection, Connection) {
+    fn store(dir: &std::path::Path) -> (Connection, Connection) {
         let path = dir.join("w.db");
         let writer = Connection::open(&path).unwrap();
         writer.pragma_update(None, "journal_mode", "WAL").unwrap();
         writer.execute_batch("CREATE TABLE t (v INTEGER)").unwrap();
-        let open = || Connection::open(&path).unwrap();
-        (writer, open(), open())
+        (writer, Connection::open(&path).unwrap())
     }
 
     #[test]
     fn a_write_is_answered_only_after_a_sync_that_began_after_its_commit() {
         let dir = tempfile::tempdir().unwrap();
-        let (writer, checkpointer, reader) = store(dir.path());
+        let (writer, reader) = store(dir.path());
         let (sync, on_start, open) = gated(|| Ok(()));
         let (tx, rx) = crossbeam_channel::unbounded();
-        start(writer, checkpointer, sync, rx).unwrap();
+        start(writer, sync, rx).unwrap();
         let mut answer = insert(&tx, 7);
         on_start.recv().unwrap();
         // Committed (another connection sees it), not yet answered.
@@ -310,33 +271,16 @@ mod tests {
     #[test]
     fn a_failed_sync_answers_unavailable() {
         let dir = tempfile::tempdir().unwrap();
-        let (writer, checkpointer, _reader) = store(dir.path());
+        let (writer, _reader) = store(dir.path());
         let (sync, on_start, open) = gated(|| Err(std::io::Error::other("disk gone")));
         let (tx, rx) = crossbeam_channel::unbounded();
-        start(writer, checkpointer, sync, rx).unwrap();
+        start(writer, sync, rx).unwrap();
         let answer = insert(&tx, 1);
         on_start.recv().unwrap();
         open.send(()).unwrap();
         match answer.blocking_recv().unwrap() {
             Err(StoreError::Unavailable(e)) => assert!(e.to_string().contains("disk gone"), "{e}"),
             other => panic!("expected Unavailable, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn commits_reach_the_database_file_through_the_checkpointer() {
-        let dir = tempfile::tempdir().unwrap();
-        let (writer, checkpointer, _reader) = store(dir.path());
-        let (tx, rx) = crossbeam_channel::unbounded();
-        start(writer, checkpointer, Arc::new(|| Ok(())), rx).unwrap();
-        insert(&tx, 1).blocking_recv().unwrap().unwrap();
-        // In WAL mode the database file gets pages only from a checkpoint, and the writer
-        // runs none of its own: the checkpointer has copied them (schema page and table).
-        let db = dir.path().join("w.db");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::fs::metadata(&db).unwrap().len() < 2 * 4096 {
-            assert!(std::time::Instant::now() < deadline, "never checkpointed");
-            std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
 }
