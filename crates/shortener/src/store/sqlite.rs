@@ -6,6 +6,7 @@
 //! its code runs on the caller's thread instead (`point_reads.rs`).
 
 mod import;
+mod multi_row;
 mod point_reads;
 mod schema;
 mod writer;
@@ -360,21 +361,7 @@ fn read_link(c: &Connection, code: &str) -> rusqlite::Result<Option<Link>> {
 
 /// Appends one row to the audit trail (inside the caller's transaction).
 fn insert_audit(c: &Connection, r: &AuditRecord) -> rusqlite::Result<()> {
-    c.prepare_cached(&format!(
-        "INSERT INTO audit ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
-    ))?
-    .execute(params![
-        r.at,
-        r.actor,
-        r.ip,
-        r.user_agent,
-        r.action.as_str(),
-        r.code,
-        r.old_url,
-        r.new_url,
-        r.detail
-    ])
-    .map(drop)
+    multi_row::insert_audit_rows(c, std::slice::from_ref(r))
 }
 
 /// Writes a link's new state, its change note and its audit row (inside the caller's

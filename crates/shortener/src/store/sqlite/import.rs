@@ -1,54 +1,85 @@
-//! `shortener import`'s batches on the embedded store: one transaction of prepared inserts.
+//! `shortener import`'s batches on the embedded store: one transaction of multi-row inserts.
 
-use super::{insert_audit, to_i64};
-use rusqlite::{Connection, params};
+use super::multi_row::{chunks, insert_audit_rows, insert_sql};
+use super::to_i64;
+use rusqlite::types::ToSql;
+use rusqlite::{Connection, params, params_from_iter};
 use shortener_core::audit::AuditRecord;
+use shortener_core::link::Link;
 use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome};
+use std::collections::HashSet;
 
 /// Page cache of an importing writer (256 MiB): a B-tree keyed by random codes is touched
 /// all over, and a page read back from the file costs far more than one kept.
 pub(super) const IMPORT_CACHE_KIB: i64 = 256 * 1024;
+
+/// The columns an import writes; the others keep their defaults.
+const COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, expires_at, created_ip, \
+                       version, owner_admin";
 
 /// Writes one batch inside the writer's transaction (see [`LinkStore::import_links`]).
 ///
 /// [`LinkStore::import_links`]: shortener_core::store::LinkStore::import_links
 pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Result<ImportOutcome> {
     // In code order each insert lands on the same or the next B-tree leaf as the previous one.
-    let mut order: Vec<usize> = (0..batch.links.len()).collect();
-    order.sort_by(|&a, &b| batch.links[a].code.cmp(&batch.links[b].code));
+    let mut sorted: Vec<&Link> = batch.links.iter().collect();
+    sorted.sort_unstable_by(|a, b| a.code.cmp(&b.code));
     c.execute_batch("SAVEPOINT import")?;
-    let mut insert = c.prepare_cached(
-        "INSERT INTO links (code, long_url, owner, custom_alias, created_at, expires_at, \
-         created_ip, version, owner_admin) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
-         ON CONFLICT (code) DO NOTHING",
-    )?;
-    let mut outcomes = vec![InsertOutcome::CodeTaken; batch.links.len()];
-    let mut generated_taken = Vec::new();
-    for i in order {
-        let link = &batch.links[i];
-        let inserted = insert.execute(params![
-            link.code,
-            link.long_url,
-            link.owner,
-            link.custom_alias,
-            link.created_at,
-            link.expires_at,
-            link.created_ip,
-            to_i64(link.version),
-            link.owner_admin,
-        ])?;
-        if inserted == 1 {
-            insert_audit(c, &AuditRecord::created(link, &batch.origin))?;
-            outcomes[i] = InsertOutcome::Inserted;
-        } else if !link.custom_alias {
-            generated_taken.push(i);
+    let mut stored: HashSet<&str> = HashSet::with_capacity(sorted.len());
+    for chunk in chunks(&sorted) {
+        let mut insert = c.prepare_cached(&insert_sql(
+            "links",
+            COLUMNS,
+            chunk.len(),
+            "ON CONFLICT (code) DO NOTHING RETURNING code",
+        ))?;
+        let versions: Vec<i64> = chunk.iter().map(|l| to_i64(l.version)).collect();
+        let values = chunk
+            .iter()
+            .zip(&versions)
+            .flat_map(|(l, v)| -> [&dyn ToSql; 9] {
+                [
+                    &l.code,
+                    &l.long_url,
+                    &l.owner,
+                    &l.custom_alias,
+                    &l.created_at,
+                    &l.expires_at,
+                    &l.created_ip,
+                    v,
+                    &l.owner_admin,
+                ]
+            });
+        let mut rows = insert.query(params_from_iter(values))?;
+        while let Some(row) = rows.next()? {
+            // Codes are distinct within a batch: a returned code names one link of it.
+            let code = row.get_ref(0)?.as_str()?;
+            if let Some(link) = chunk.iter().find(|l| l.code == code) {
+                stored.insert(&link.code);
+            }
         }
     }
+    let outcomes: Vec<InsertOutcome> = batch
+        .links
+        .iter()
+        .map(|l| match stored.contains(l.code.as_str()) {
+            true => InsertOutcome::Inserted,
+            false => InsertOutcome::CodeTaken,
+        })
+        .collect();
+    let generated_taken: Vec<usize> = (0..batch.links.len())
+        .filter(|&i| outcomes[i] == InsertOutcome::CodeTaken && !batch.links[i].custom_alias)
+        .collect();
     if !generated_taken.is_empty() {
-        generated_taken.sort_unstable();
         c.execute_batch("ROLLBACK TO import; RELEASE import")?;
         return Ok(ImportOutcome::GeneratedTaken(generated_taken));
     }
+    let audits: Vec<AuditRecord> = sorted
+        .iter()
+        .filter(|l| stored.contains(l.code.as_str()))
+        .map(|l| AuditRecord::created(l, &batch.origin))
+        .collect();
+    insert_audit_rows(c, &audits)?;
     c.prepare_cached(
         "INSERT INTO meta (key, value) VALUES (?1, ?2) \
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",

@@ -1,0 +1,83 @@
+//! Multi-row inserts: many rows per statement execution, so that the per-statement costs —
+//! binding setup, the statement's reset, AUTOINCREMENT's counter read and write — are paid
+//! once per chunk instead of once per row.
+
+use super::AUDIT_COLUMNS;
+use rusqlite::types::ToSql;
+use rusqlite::{Connection, params_from_iter};
+use shortener_core::audit::AuditRecord;
+
+/// Most rows per statement. Chunks are powers of two up to this, so a connection caches
+/// at most seven statements per table whatever the batch sizes (its statement cache holds 64).
+const MAX_ROWS: usize = 64;
+
+/// Splits `rows` into chunks whose lengths are powers of two, largest first.
+pub(super) fn chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        if rows.is_empty() {
+            return None;
+        }
+        let n = MAX_ROWS.min(1 << rows.len().ilog2());
+        let (chunk, rest) = rows.split_at(n);
+        rows = rest;
+        Some(chunk)
+    })
+}
+
+/// `INSERT INTO {table} ({columns}) VALUES (?, …), …` for `rows` rows, then `tail`.
+pub(super) fn insert_sql(table: &str, columns: &str, rows: usize, tail: &str) -> String {
+    let per_row = columns.split(',').count();
+    let row = format!("({})", vec!["?"; per_row].join(", "));
+    format!(
+        "INSERT INTO {table} ({columns}) VALUES {} {tail}",
+        vec![row.as_str(); rows].join(", ")
+    )
+}
+
+/// Appends audit rows (inside the caller's transaction), ids in slice order.
+pub(super) fn insert_audit_rows(c: &Connection, records: &[AuditRecord]) -> rusqlite::Result<()> {
+    for chunk in chunks(records) {
+        let mut insert = c.prepare_cached(&insert_sql("audit", AUDIT_COLUMNS, chunk.len(), ""))?;
+        let actions: Vec<&str> = chunk.iter().map(|r| r.action.as_str()).collect();
+        let values = chunk
+            .iter()
+            .zip(&actions)
+            .flat_map(|(r, action)| -> [&dyn ToSql; 9] {
+                [
+                    &r.at,
+                    &r.actor,
+                    &r.ip,
+                    &r.user_agent,
+                    action,
+                    &r.code,
+                    &r.old_url,
+                    &r.new_url,
+                    &r.detail,
+                ]
+            });
+        insert.execute(params_from_iter(values))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_powers_of_two_that_cover_every_row_in_order() {
+        let rows: Vec<usize> = (0..203).collect();
+        let lens: Vec<usize> = chunks(&rows).map(<[usize]>::len).collect();
+        assert_eq!(lens, [64, 64, 64, 8, 2, 1]);
+        assert_eq!(chunks(&rows).flatten().copied().collect::<Vec<_>>(), rows);
+        assert_eq!(chunks::<u8>(&[]).count(), 0);
+    }
+
+    #[test]
+    fn the_sql_has_a_placeholder_per_column_and_row() {
+        assert_eq!(
+            insert_sql("t", "a, b", 2, "RETURNING a"),
+            "INSERT INTO t (a, b) VALUES (?, ?), (?, ?) RETURNING a"
+        );
+    }
+}
