@@ -190,14 +190,21 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), MigrationError> {
 mod tests {
     use super::*;
 
+    /// A store as a build of schema `version` left it.
+    #[allow(clippy::unwrap_used)]
+    fn at_version(version: usize) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..version] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", version).unwrap();
+        conn
+    }
+
     #[test]
     #[allow(clippy::unwrap_used)]
     fn tokens_issued_before_v5_keep_working_and_are_listed() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        for sql in &MIGRATIONS[..4] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 4).unwrap();
+        let mut conn = at_version(4);
         conn.execute(
             "INSERT INTO tokens (hash, user_name, admin, created_at) VALUES (?1, 'old', 0, 5)",
             [&[7u8; 32][..]],
@@ -217,11 +224,7 @@ mod tests {
     #[test]
     #[allow(clippy::unwrap_used)]
     fn days_counted_before_v6_keep_their_counts_and_have_no_visitors_yet() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        for sql in &MIGRATIONS[..5] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 5).unwrap();
+        let mut conn = at_version(5);
         conn.execute(
             "INSERT INTO daily_clicks (code, day, clicks, bot_clicks) VALUES ('old', 20000, 7, 2)",
             [],
@@ -245,11 +248,7 @@ mod tests {
     #[test]
     #[allow(clippy::unwrap_used)]
     fn totals_counted_before_v7_are_kept_and_added_to() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        for sql in &MIGRATIONS[..6] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 6).unwrap();
+        let mut conn = at_version(6);
         conn.execute(
             "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at, clicks, bot_clicks) \
              VALUES ('old', 'https://example.com/', 0, 1, 9, 7, 2)",
