@@ -1,6 +1,6 @@
 //! `shortener import`'s batches on the embedded store: one transaction of multi-row inserts.
 
-use super::multi_row::{chunks, insert_audit_rows, insert_sql};
+use super::multi_row::{MultiInsert, chunks, insert_audit_rows};
 use super::to_i64;
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, params, params_from_iter};
@@ -8,6 +8,7 @@ use shortener_core::audit::AuditRecord;
 use shortener_core::link::Link;
 use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome};
 use std::collections::HashSet;
+use std::sync::LazyLock;
 
 /// Page cache of an importing writer (256 MiB): a B-tree keyed by random codes is touched
 /// all over, and a page read back from the file costs far more than one kept.
@@ -16,6 +17,14 @@ pub(super) const IMPORT_CACHE_KIB: i64 = 256 * 1024;
 /// The columns an import writes; the others keep their defaults.
 const COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, expires_at, created_ip, \
                        version, owner_admin";
+
+static LINKS: LazyLock<MultiInsert> = LazyLock::new(|| {
+    MultiInsert::new(
+        "links",
+        COLUMNS,
+        "ON CONFLICT (code) DO NOTHING RETURNING code",
+    )
+});
 
 /// Writes one batch inside the writer's transaction (see [`LinkStore::import_links`]).
 ///
@@ -27,12 +36,7 @@ pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Resu
     c.execute_batch("SAVEPOINT import")?;
     let mut stored: HashSet<&str> = HashSet::with_capacity(sorted.len());
     for chunk in chunks(&sorted) {
-        let mut insert = c.prepare_cached(&insert_sql(
-            "links",
-            COLUMNS,
-            chunk.len(),
-            "ON CONFLICT (code) DO NOTHING RETURNING code",
-        ))?;
+        let mut insert = c.prepare_cached(LINKS.sql(chunk.len()))?;
         let versions: Vec<i64> = chunk.iter().map(|l| to_i64(l.version)).collect();
         let values = chunk
             .iter()

@@ -6,6 +6,7 @@ use super::AUDIT_COLUMNS;
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, params_from_iter};
 use shortener_core::audit::AuditRecord;
+use std::sync::LazyLock;
 
 /// Most rows per statement. Chunks are powers of two up to this, so a connection caches
 /// at most seven statements per table whatever the batch sizes (its statement cache holds 64).
@@ -24,8 +25,30 @@ pub(super) fn chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
     })
 }
 
+/// The statements of one multi-row insert, one per chunk length, written once (a create's
+/// audit row would otherwise format its SQL every time).
+pub(super) struct MultiInsert {
+    sql: [String; MAX_ROWS.ilog2() as usize + 1],
+}
+
+impl MultiInsert {
+    pub(super) fn new(table: &str, columns: &str, tail: &str) -> Self {
+        Self {
+            sql: std::array::from_fn(|i| insert_sql(table, columns, 1 << i, tail)),
+        }
+    }
+
+    /// The statement for a chunk of `rows` rows (a power of two, see [`chunks`]).
+    pub(super) fn sql(&self, rows: usize) -> &str {
+        &self.sql[rows.ilog2() as usize]
+    }
+}
+
+static AUDIT: LazyLock<MultiInsert> =
+    LazyLock::new(|| MultiInsert::new("audit", AUDIT_COLUMNS, ""));
+
 /// `INSERT INTO {table} ({columns}) VALUES (?, …), …` for `rows` rows, then `tail`.
-pub(super) fn insert_sql(table: &str, columns: &str, rows: usize, tail: &str) -> String {
+fn insert_sql(table: &str, columns: &str, rows: usize, tail: &str) -> String {
     let per_row = columns.split(',').count();
     let row = format!("({})", vec!["?"; per_row].join(", "));
     format!(
@@ -37,7 +60,7 @@ pub(super) fn insert_sql(table: &str, columns: &str, rows: usize, tail: &str) ->
 /// Appends audit rows (inside the caller's transaction), ids in slice order.
 pub(super) fn insert_audit_rows(c: &Connection, records: &[AuditRecord]) -> rusqlite::Result<()> {
     for chunk in chunks(records) {
-        let mut insert = c.prepare_cached(&insert_sql("audit", AUDIT_COLUMNS, chunk.len(), ""))?;
+        let mut insert = c.prepare_cached(AUDIT.sql(chunk.len()))?;
         let actions: Vec<&str> = chunk.iter().map(|r| r.action.as_str()).collect();
         let values = chunk
             .iter()
@@ -71,6 +94,10 @@ mod tests {
         assert_eq!(lens, [64, 64, 64, 8, 2, 1]);
         assert_eq!(chunks(&rows).flatten().copied().collect::<Vec<_>>(), rows);
         assert_eq!(chunks::<u8>(&[]).count(), 0);
+        for rows in chunks(&rows) {
+            let sql = AUDIT.sql(rows.len());
+            assert_eq!(sql.matches('(').count(), rows.len() + 1, "{sql}");
+        }
     }
 
     #[test]
