@@ -33,6 +33,7 @@ use pyo3::IntoPyObjectExt;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use tokio::runtime::Runtime;
 
 use crate::call::Call;
 use crate::runtime;
@@ -99,29 +100,28 @@ impl Task {
     }
 
     /// Polls the future in the runtime's context; its result once it has one.
-    fn step(self: &Arc<Self>, py: Python<'_>) -> PyResult<Option<Finish>> {
+    fn step(self: &Arc<Self>, rt: &Runtime) -> Option<Finish> {
         // Cleared before the poll: a wake-up during it queues the task again.
         self.queued.store(false, Ordering::Release);
         let mut stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner);
         match stage.take() {
             Some(Stage::Running(mut work)) => {
                 let waker = Waker::from(Arc::clone(self));
-                let rt = runtime::runtime(py)?;
                 let polled = {
                     let _context = rt.enter();
                     work.as_mut().poll(&mut Context::from_waker(&waker))
                 };
-                Ok(match polled {
+                match polled {
                     Poll::Ready(finish) => Some(finish),
                     Poll::Pending => {
                         *stage = Some(Stage::Running(work));
                         None
                     }
-                })
+                }
             }
-            Some(Stage::Finished(finish)) => Ok(Some(finish)),
+            Some(Stage::Finished(finish)) => Some(finish),
             // Woken after it finished: nothing left.
-            None => Ok(None),
+            None => None,
         }
     }
 }
@@ -168,6 +168,7 @@ impl Completions {
 
     /// The loop's reader callback: polls every woken task, completing the calls that finished.
     fn drain(&self, py: Python<'_>) -> PyResult<()> {
+        let rt = runtime::runtime(py)?;
         let mut bytes = [0u8; 256];
         while matches!((&self.ready).read(&mut bytes), Ok(n) if n > 0) {}
         let woken = std::mem::take(
@@ -179,14 +180,12 @@ impl Completions {
         );
         let mut woken = woken.into_iter();
         while let Some(task) = woken.next() {
-            let done = match task.step(py) {
-                Ok(Some(finish)) => Call::complete(task.call.bind(py), finish),
-                Ok(None) => Ok(()),
-                Err(e) => Err(e),
+            let Some(finish) = task.step(&rt) else {
+                continue;
             };
-            if let Err(e) = done {
-                // A KeyboardInterrupt or SystemExit leaves as from any loop callback (and a
-                // runtime that cannot start); the other tasks wait for the next drain.
+            if let Err(e) = Call::complete(task.call.bind(py), finish) {
+                // A KeyboardInterrupt or SystemExit leaves as from any loop callback; the
+                // other tasks wait for the next drain.
                 for task in woken {
                     self.inbox.push(task);
                 }
@@ -222,7 +221,8 @@ where
         queued: AtomicBool::new(false),
         inbox: Arc::clone(&bridge.get().inbox),
     });
-    if let Some(finish) = task.step(py)? {
+    let rt = runtime::runtime(py)?;
+    if let Some(finish) = task.step(&rt) {
         *task.stage.lock().unwrap_or_else(PoisonError::into_inner) = Some(Stage::Finished(finish));
         task.queue();
     }
