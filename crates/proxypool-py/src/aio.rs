@@ -18,8 +18,10 @@
 //! its calls) came next; `Call` instead of `loop.create_future()` cut the loop thread's
 //! instructions per pair by about a fifth. Polling on the loop's thread replaced the hand-off:
 //! the loop's calls then reached the batch worker in a herd once per iteration, so one batch
-//! was out at a time and Redis waited while the loop ran; now they reach it as they are made,
-//! and no spawn, runtime task or `call_soon` per iteration is left.
+//! was out at a time and Redis waited while the loop ran; now they reach it as they are made
+//! (pairs per FCALL about 20 -> 9, the Rust caller's 12), and no spawn, runtime task or
+//! `call_soon` per iteration is left. Instructions per pair did not change (about 46 000): the
+//! library's polls moved from the runtime's threads to the loop's.
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
