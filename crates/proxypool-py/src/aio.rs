@@ -1,34 +1,41 @@
-//! asyncio awaitables whose Rust side runs on the tokio runtime, handed over and completed in
+//! asyncio awaitables whose Rust side is polled on the loop's own thread and completed in
 //! batches.
 //!
-//! A call creates a `Call` (an asyncio-compatible future, see `call`) on the running loop and
-//! queues its Rust work on the loop's bridge; the first call of a loop iteration schedules
-//! `flush` (`loop.call_soon`), which hands everything queued to the runtime at once. The
-//! work's result goes, with its call, to an inbox that no Python thread state guards; the
-//! first result into an empty inbox writes one byte to a socket the loop watches
-//! (`loop.add_reader`), and the loop's callback drains the inbox, converting each result under
-//! the GIL it already holds and resuming the tasks waiting on them. Runtime threads never
-//! take the GIL: per-future GIL hand-offs from foreign threads and a wake-up per future are
-//! what made `pyo3-async-runtimes` 8 times slower than the Rust caller in the Redis bench
-//! (benches/bench.py); one hand-off to the runtime per iteration instead of one per call cut
-//! the runtime threads' CPU per acquire + release pair by about a tenth, and one task driving
-//! an iteration's calls instead of a task per call by about half again.
+//! A call creates a `Call` (an asyncio-compatible future, see `call`) and a `Task` holding its
+//! Rust future, which it polls at once on the loop's thread, in the runtime's context (timers
+//! and spawns reach the runtime's threads). The library's calls poll in microseconds: they
+//! queue an operation for the store's batch worker, a runtime task that does the Redis I/O, and
+//! wait for its answer. The answer wakes the task on a runtime thread: the waker puts it in the
+//! loop's inbox, which no Python thread state guards, and the first task into an empty inbox
+//! writes one byte to a socket the loop watches (`loop.add_reader`). The loop's callback drains
+//! the inbox, polls each task again under the GIL it already holds, converts the results and
+//! resumes the tasks waiting on them in place. Runtime threads never take the GIL, and the
+//! GIL is never held across I/O (a poll does not wait).
 //!
-//! The loop thread is the larger part of a pair's CPU, much of it asyncio's Python code: `Call`
-//! instead of `loop.create_future()` and a `call_soon` per completion cut that thread's
-//! instructions per pair by about a fifth (callgrind, 42 000 -> 34 000).
+//! History (benches/bench.py, 50 tasks through Redis): per-future GIL hand-offs from foreign
+//! threads and a wake-up per future made `pyo3-async-runtimes` 8 times slower than the Rust
+//! caller. Batched hand-offs to the runtime (one `flush` per loop iteration, one task driving
+//! its calls) came next; `Call` instead of `loop.create_future()` cut the loop thread's
+//! instructions per pair by about a fifth. Polling on the loop's thread replaced the hand-off:
+//! the loop's calls then reached the batch worker in a herd once per iteration, so one batch
+//! was out at a time and Redis waited while the loop ran; now they reach it as they are made
+//! (pairs per FCALL about 20 -> 9, the Rust caller's 12), and no spawn, runtime task or
+//! `call_soon` per iteration is left. Instructions per pair did not change (about 46 000): the
+//! library's polls moved from the runtime's threads to the loop's.
 
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use pyo3::IntoPyObjectExt;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use tokio::runtime::Runtime;
 
 use crate::call::Call;
 use crate::runtime;
@@ -46,18 +53,18 @@ where
     Box::new(move |py| result.map_err(error)?.into_py_any(py))
 }
 
-/// Results waiting for the loop, each with its call, and the socket that wakes it.
+/// Tasks to poll (woken, or finished at their first poll), and the socket that wakes the loop.
 struct Inbox {
-    done: Mutex<Vec<(Py<Call>, Finish)>>,
+    woken: Mutex<Vec<Arc<Task>>>,
     wake: UnixStream,
 }
 
 impl Inbox {
-    fn push(&self, call: Py<Call>, finish: Finish) {
+    fn push(&self, task: Arc<Task>) {
         let was_empty = {
-            let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
-            done.push((call, finish));
-            done.len() == 1
+            let mut woken = self.woken.lock().unwrap_or_else(PoisonError::into_inner);
+            woken.push(task);
+            woken.len() == 1
         };
         if was_empty {
             // Full means a wake-up is already pending: the loop drains everything then.
@@ -66,16 +73,78 @@ impl Inbox {
     }
 }
 
-/// A call's Rust side, waiting to be spawned with the others of its loop iteration.
-type Work = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+/// A call's Rust side.
+type Work = Pin<Box<dyn Future<Output = Finish> + Send>>;
+
+enum Stage {
+    Running(Work),
+    /// Done at its first poll: completed by the next drain all the same, so that a call is
+    /// never done when made (one can still cancel it, or add callbacks, as with any future).
+    Finished(Finish),
+}
+
+/// A call's future, polled on the loop's thread and woken from any.
+struct Task {
+    call: Py<Call>,
+    /// Locked on the loop's thread only (the lock makes the task shareable with its waker).
+    stage: Mutex<Option<Stage>>,
+    /// In the inbox already: a second wake-up before the poll adds nothing.
+    queued: AtomicBool,
+    inbox: Arc<Inbox>,
+}
+
+impl Task {
+    fn queue(self: Arc<Self>) {
+        if !self.queued.swap(true, Ordering::AcqRel) {
+            let inbox = Arc::clone(&self.inbox);
+            inbox.push(self);
+        }
+    }
+
+    /// Polls the future in the runtime's context; its result once it has one.
+    fn step(self: &Arc<Self>, rt: &Runtime) -> Option<Finish> {
+        // Cleared before the poll: a wake-up during it queues the task again.
+        self.queued.store(false, Ordering::Release);
+        let mut stage = self.stage.lock().unwrap_or_else(PoisonError::into_inner);
+        match stage.take() {
+            Some(Stage::Running(mut work)) => {
+                let waker = Waker::from(Arc::clone(self));
+                let polled = {
+                    let _context = rt.enter();
+                    work.as_mut().poll(&mut Context::from_waker(&waker))
+                };
+                match polled {
+                    Poll::Ready(finish) => Some(finish),
+                    Poll::Pending => {
+                        *stage = Some(Stage::Running(work));
+                        None
+                    }
+                }
+            }
+            Some(Stage::Finished(finish)) => Some(finish),
+            // Woken after it finished: nothing left.
+            None => None,
+        }
+    }
+}
+
+impl Wake for Task {
+    fn wake(self: Arc<Self>) {
+        self.queue();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.queued.load(Ordering::Acquire) {
+            Arc::clone(self).queue();
+        }
+    }
+}
 
 /// The bridge of one event loop (made by `proxypool._aio.bridge`).
 #[pyclass(module = "proxypool", frozen)]
 pub(crate) struct Completions {
     inbox: Arc<Inbox>,
     ready: UnixStream,
-    /// Calls made since the last `flush`; touched with the GIL held only.
-    outbox: Mutex<Vec<Work>>,
 }
 
 #[pymethods]
@@ -87,24 +156,11 @@ impl Completions {
         wake.set_nonblocking(true)?;
         Ok(Self {
             inbox: Arc::new(Inbox {
-                done: Mutex::new(Vec::new()),
+                woken: Mutex::new(Vec::new()),
                 wake,
             }),
             ready,
-            outbox: Mutex::new(Vec::new()),
         })
-    }
-
-    /// Hands the calls made since the last flush to the runtime: one hand-off per loop
-    /// iteration instead of one per call, and one task driving them all instead of a task
-    /// per call (each woken call alone is polled).
-    fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        let mut calls: FuturesUnordered<Work> =
-            std::mem::take(&mut *self.outbox.lock().unwrap_or_else(PoisonError::into_inner))
-                .into_iter()
-                .collect();
-        runtime::runtime(py)?.spawn(async move { while calls.next().await.is_some() {} });
-        Ok(())
     }
 
     /// The descriptor the loop watches.
@@ -112,24 +168,28 @@ impl Completions {
         self.ready.as_raw_fd()
     }
 
-    /// The loop's reader callback: completes every call whose result arrived.
+    /// The loop's reader callback: polls every woken task, completing the calls that finished.
     fn drain(&self, py: Python<'_>) -> PyResult<()> {
+        let rt = runtime::runtime(py)?;
         let mut bytes = [0u8; 256];
         while matches!((&self.ready).read(&mut bytes), Ok(n) if n > 0) {}
-        let done = std::mem::take(
+        let woken = std::mem::take(
             &mut *self
                 .inbox
-                .done
+                .woken
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
         );
-        let mut done = done.into_iter();
-        while let Some((call, finish)) = done.next() {
-            if let Err(e) = Call::complete(call.bind(py), finish) {
+        let mut woken = woken.into_iter();
+        while let Some(task) = woken.next() {
+            let Some(finish) = task.step(&rt) else {
+                continue;
+            };
+            if let Err(e) = Call::complete(task.call.bind(py), finish) {
                 // A KeyboardInterrupt or SystemExit leaves as from any loop callback; the
-                // other results wait for the next drain.
-                for (call, finish) in done {
-                    self.inbox.push(call, finish);
+                // other tasks wait for the next drain.
+                for task in woken {
+                    self.inbox.push(task);
                 }
                 return Err(e);
             }
@@ -156,23 +216,17 @@ where
             .call1((&event_loop,))?,
     };
     let bridge = bridge.cast_into::<Completions>()?;
-    let call = Bound::new(py, Call::new(event_loop.clone().unbind()))?;
-    let (inbox, done) = (Arc::clone(&bridge.get().inbox), call.clone().unbind());
-    let first = {
-        let mut outbox = bridge
-            .get()
-            .outbox
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        outbox.push(Box::pin(async move {
-            let finish = work.await;
-            inbox.push(done, finish);
-        }));
-        outbox.len() == 1
-    };
-    if first {
-        let flush = bridge.getattr(intern!(py, "flush"))?;
-        event_loop.call_method1(intern!(py, "call_soon"), (flush,))?;
+    let call = Bound::new(py, Call::new(event_loop.unbind()))?;
+    let task = Arc::new(Task {
+        call: call.clone().unbind(),
+        stage: Mutex::new(Some(Stage::Running(Box::pin(work)))),
+        queued: AtomicBool::new(false),
+        inbox: Arc::clone(&bridge.get().inbox),
+    });
+    let rt = runtime::runtime(py)?;
+    if let Some(finish) = task.step(&rt) {
+        *task.stage.lock().unwrap_or_else(PoisonError::into_inner) = Some(Stage::Finished(finish));
+        task.queue();
     }
     Ok(call.into_any())
 }

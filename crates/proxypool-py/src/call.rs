@@ -6,7 +6,7 @@
 //! `loop.call_soon` (Python frames and a `Handle` per future), so the task it wakes runs one loop
 //! iteration later. The bridge completes calls from a loop callback, outside any task, and runs
 //! their callbacks there in their contexts: the waiting task resumes at once, and its next call
-//! joins the same hand-off to the runtime. Callbacks added after completion, and those of a
+//! is on its way to Redis before the next task of the drain resumes. Callbacks added after completion, and those of a
 //! cancel (made from inside some task), go through `call_soon` as asyncio's own do.
 
 use pyo3::exceptions::asyncio::{CancelledError, InvalidStateError};

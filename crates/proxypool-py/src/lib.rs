@@ -3,7 +3,8 @@
 //! process, in memory or sharing state with every other process through Redis.
 //!
 //! Blocking calls release the GIL around their Redis round trips; the `*_async` methods return
-//! asyncio futures whose Rust side runs on a tokio runtime of this process (see `aio`). A fork bumps a
+//! asyncio futures whose Rust side is polled on the loop's thread, the I/O done by a tokio
+//! runtime of this process (see `aio`). A fork bumps a
 //! generation (see `runtime`): the child connects anew instead of waiting on the parent's
 //! threads.
 

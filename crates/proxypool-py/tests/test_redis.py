@@ -156,6 +156,54 @@ def test_fifty_asyncio_tasks_through_redis_keep_the_cap(redis_url, pool_name):
     assert successes(pool) == 300
 
 
+def active_leases(pool):
+    return sum(a["active_leases"] for a in pool.snapshot()["addresses"])
+
+
+def test_answers_of_one_batch_resume_every_task_and_cancelled_calls_free_their_leases(
+    redis_url, pool_name
+):
+    # Calls are polled on the loop's thread and their answers come back in batches: every task
+    # of a batch resumes, and one cancelled by a task resumed earlier in the same drain takes
+    # no lease (it is dropped, abandoned).
+    pool = proxypool.Pool(
+        ADDRESSES, redis=redis_url, name=pool_name, max_leases_per_address=100, redis_timeout=5
+    )
+    calls = 150
+
+    async def main():
+        pending = [pool.acquire_async(site="shop.example") for _ in range(calls)]
+        cancelled = []
+
+        async def waits(i):
+            lease = await pending[i]
+            # The next call's answer may be in this very batch, not yet delivered.
+            if i + 1 < calls and i % 3 == 0 and pending[i + 1].cancel():
+                cancelled.append(i + 1)
+            return lease
+
+        tasks = [asyncio.create_task(waits(i)) for i in range(calls)]
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        leases = [d for d in done if isinstance(d, proxypool.Lease)]
+        assert all(isinstance(done[i], asyncio.CancelledError) for i in cancelled)
+        assert len(leases) + len(cancelled) == calls
+        assert len({lease.id for lease in leases}) == len(leases)
+        deadline = time.monotonic() + HANG
+        while active_leases(pool) != len(leases):
+            assert time.monotonic() < deadline, "a cancelled call's lease was never freed"
+            await asyncio.sleep(0.001)
+        await asyncio.gather(*(lease.release_async("success", latency=0.02) for lease in leases))
+        # An error found before any Redis round trip still arrives through the loop.
+        call = pool.acquire_async(sub_pool="nope")
+        assert not call.done()
+        with pytest.raises(proxypool.UnknownSubPool):
+            await call
+        return len(cancelled)
+
+    assert asyncio.run(asyncio.wait_for(main(), HANG)) > 0
+    assert active_leases(pool) == 0
+
+
 def test_sticky_sessions_are_shared_between_pools_on_one_redis(redis_url, pool_name):
     a = shared_pool(redis_url, pool_name)
     b = shared_pool(redis_url, pool_name)
