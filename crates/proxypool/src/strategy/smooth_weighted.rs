@@ -351,24 +351,26 @@ impl SmoothWeighted {
     /// Picks for a ticket of `site` (`c` weighs addresses for that site).
     pub(crate) fn pick(&mut self, site: u32, c: &impl Candidates) -> Option<Slot> {
         self.picks += 1;
-        if !self.schedules.contains_key(&site) {
-            if self.schedules.len() >= MAX_SCHEDULES
-                && let Some(lru) = self
-                    .schedules
-                    .iter()
-                    .min_by_key(|(_, s)| s.last_used)
-                    .map(|(k, _)| *k)
-            {
-                self.schedules.remove(&lru);
-            }
-            let mut s = Schedule::default();
-            for (slot, _) in self.present.iter().enumerate().filter(|(_, o)| **o) {
-                s.join(slot as Slot);
-            }
-            self.schedules.insert(site, s);
+        // One lookup when the site has its schedule (the common case).
+        if let Some(s) = self.schedules.get_mut(&site) {
+            s.last_used = self.picks;
+            return s.pick(c);
         }
-        let s = self.schedules.get_mut(&site)?;
+        if self.schedules.len() >= MAX_SCHEDULES
+            && let Some(lru) = self
+                .schedules
+                .iter()
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(k, _)| *k)
+        {
+            self.schedules.remove(&lru);
+        }
+        let mut s = Schedule::default();
+        for (slot, _) in self.present.iter().enumerate().filter(|(_, o)| **o) {
+            s.join(slot as Slot);
+        }
         s.last_used = self.picks;
+        let s = self.schedules.entry(site).or_insert(s);
         s.pick(c)
     }
 }
