@@ -3,38 +3,22 @@
 //!
 //! `valgrind --tool=callgrind --toggle-collect='pairs::timed' target/release/examples/pairs
 //! weighted 10000 21000` — the case (weighted, round-robin, least-connections, keyed), the
-//! number of addresses and of counted pairs (their mean time is printed, for a rough look); the pairs before them (one per address, or per key
-//! when keyed) warm the pool up and are not counted.
+//! number of addresses and of counted pairs (their mean time is printed, for a rough look);
+//! the pairs before them (one per address, or per key when keyed) warm the pool up and are
+//! not counted.
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+#[path = "../benches/support/mod.rs"]
+#[allow(
+    dead_code,
+    reason = "the bench's helpers for placements are not needed here"
+)]
+mod support;
 
-use proxypool::{ManualClock, Outcome, Pool, Strategy, Ticket};
+use proxypool::{Pool, Strategy, Ticket};
+use support::{pair, pool};
 
 const KEYS: usize = 100_000;
-
-const OK: Outcome = Outcome::Success {
-    latency: Duration::from_millis(120),
-};
-
-fn ready<F: Future>(f: F) -> F::Output {
-    match pin!(f)
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(v) => v,
-        Poll::Pending => panic!("the in-memory store never waits"),
-    }
-}
-
-fn pair(pool: &Pool, ticket: Ticket) {
-    ready(async {
-        let lease = pool.acquire(ticket).await.unwrap();
-        lease.release(OK).await.unwrap();
-    });
-}
 
 /// The counted pairs: callgrind collects inside this function only.
 #[inline(never)]
@@ -60,19 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "keyed" => (Strategy::Weighted, true),
         other => return Err(format!("unknown case {other}").into()),
     };
-    let pool = Pool::builder()
-        .addresses((0..n).map(|i| {
-            format!(
-                "http://10.{}.{}.{}:3128",
-                i / 65536,
-                (i / 256) % 256,
-                i % 256
-            )
-        }))
-        .strategy(strategy)
-        .clock(ManualClock::new())
-        .seed(1)
-        .build()?;
+    let pool = pool(n, strategy);
     let tickets: Vec<Ticket> = if keyed {
         (0..KEYS)
             .map(|k| Ticket::new().key(format!("account-{k}")))
