@@ -171,14 +171,18 @@ impl Heap {
 
     fn sift_from_top(&mut self, k: u64) {
         let n = self.len;
-        let mut i = 0;
+        // The hole as (block, lane): node 0 is lane 3 of block 0, and a child moved up leaves
+        // its hole at lane `best` of block `i + 1`, so no index is recomputed per level.
+        let (mut i, mut hole) = (0, (0, 3));
         loop {
             let first = 4 * i + 1;
             if first >= n {
                 break;
             }
             // The children are the lanes of block i + 1; past the end they are not nodes.
-            let lanes = &self.blocks[i + 1].0;
+            let Some(Block(lanes)) = self.blocks.get(i + 1) else {
+                break;
+            };
             let best = if n - first >= 4 {
                 // A full block: a tournament, three comparisons.
                 let low = usize::from(lanes[1] < lanes[0]);
@@ -194,7 +198,10 @@ impl Heap {
                 })
             };
             let child = lanes[best];
-            self.set(i, child);
+            if let Some(b) = self.blocks.get_mut(hole.0) {
+                b.0[hole.1] = child;
+            }
+            hole = (i + 1, best);
             i = first + best;
         }
         self.sift_up(i, k);
