@@ -90,7 +90,7 @@ pub(crate) struct Binding {
 /// meanwhile, so a renewal costs O(1).
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
-    /// Hashed with foldhash, seeded per map: SipHash was a third of a renewal's instructions.
+    /// Hashed with foldhash, seeded per map: SipHash was a third of a renewal's acquire.
     /// Keys come from callers, so the seed (not a fixed function like Fx) keeps collisions
     /// from being precomputed.
     map: HashMap<Key, Binding, foldhash::fast::RandomState>,
