@@ -6,55 +6,12 @@
 //! Run: `cargo bench -p proxypool --bench pool`
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+mod support;
 
-use proxypool::{ManualClock, Outcome, Pool, Strategy, Ticket};
+use proxypool::{ManualClock, Pool, Strategy, Ticket};
+use support::{OK, pair, pool, ready, url};
 
 const KEYS: usize = 100_000;
-
-const OK: Outcome = Outcome::Success {
-    latency: Duration::from_millis(120),
-};
-
-fn url(i: usize) -> String {
-    format!(
-        "http://10.{}.{}.{}:3128",
-        i / 65536,
-        (i / 256) % 256,
-        i % 256
-    )
-}
-
-fn pool(n: usize, strategy: Strategy) -> Pool {
-    Pool::builder()
-        .addresses((0..n).map(url))
-        .strategy(strategy)
-        .clock(ManualClock::new())
-        .seed(1)
-        .build()
-        .unwrap()
-}
-
-/// The in-memory store never waits: one poll with a no-op waker runs a call to completion,
-/// so the timings are the pool's and not an executor's.
-fn ready<F: Future>(f: F) -> F::Output {
-    match pin!(f)
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(v) => v,
-        Poll::Pending => panic!("the in-memory store never waits"),
-    }
-}
-
-fn pair(pool: &Pool, ticket: Ticket) {
-    ready(async {
-        let lease = pool.acquire(ticket).await.unwrap();
-        lease.release(OK).await.unwrap();
-    });
-}
 
 #[divan::bench(args = [1_000, 10_000], sample_count = 100, sample_size = 1000)]
 fn keyless_weighted(b: divan::Bencher, n: usize) {

@@ -264,11 +264,19 @@ impl Window {
 
     /// The sums over (all, counted) entries as of `now`: outcomes that aged out since the
     /// window last changed are left out without mutating it (usually none, so O(1)).
+    #[inline]
     pub(crate) fn tallies(&self, now: Timestamp) -> (Tally, Tally) {
-        let (mut all, mut counted) = (self.all, self.counted);
         if now.as_millis() < self.horizon_ms {
-            return (all, counted);
+            return (self.all, self.counted);
         }
+        self.tallies_aged(now)
+    }
+
+    /// [`Window::tallies`] once some entry may have aged out: kept out of line, so the
+    /// common case inlines to a comparison and two copies.
+    #[inline(never)]
+    fn tallies_aged(&self, now: Timestamp) -> (Tally, Tally) {
+        let (mut all, mut counted) = (self.all, self.counted);
         for e in self.entries.iter().take_while(|e| self.expired(e, now)) {
             all.sub(e);
             if !e.excused {

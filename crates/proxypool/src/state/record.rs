@@ -10,7 +10,8 @@ use crate::telemetry::AddressMetrics;
 /// Laid out (C order, cache-line aligned) so that an acquire + release pair touches few
 /// lines of a record it reaches at random: the address shares the first line with the metric
 /// handles of every pair (lease gauge, latency, successes); then the totals, the
-/// state-machine fields of every outcome, the window's header and sums, one line each.
+/// state-machine fields of every outcome, the window's header and sums, one line each, and
+/// the weighing fields beside the end of the window's histogram.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct AddressRecord {
@@ -19,6 +20,15 @@ pub(crate) struct AddressRecord {
     pub(crate) totals: Totals,
     pub(crate) health: Health,
     pub(crate) window: Window,
+    /// The latency's quality level its weight last followed (see `PoolState::reweigh`), and
+    /// the mean and reference latencies it was last taken from (most successes change
+    /// neither: no logarithm then). Read by every release: right after the window, on the
+    /// line of its histogram's count, which every success touches anyway.
+    pub(crate) latency_level: i8,
+    /// Its window held a counted bad outcome when last weighed, or got one since: its weight
+    /// follows every outcome until the window is clean.
+    pub(crate) bad_in_window: bool,
+    pub(crate) latency_seen: (Option<f64>, Option<f64>),
     pub(crate) fingerprint: u64,
     pub(crate) bound_keys: u64,
     /// Indices of the sub-pools it belongs to; always includes 0, the whole pool.
@@ -28,14 +38,6 @@ pub(crate) struct AddressRecord {
     pub(crate) bound_in: Vec<u64>,
     /// Until when a rate limit keeps it from tickets without a site (they have no cell).
     pub(crate) cooling_unsited: Timestamp,
-    /// The latency's quality level its weight last followed (see `PoolState::reweigh`), and
-    /// the mean and reference latencies it was last taken from (most successes change
-    /// neither: no logarithm then).
-    pub(crate) latency_level: i8,
-    pub(crate) latency_seen: (Option<f64>, Option<f64>),
-    /// Its window held a counted bad outcome when last weighed, or got one since: its weight
-    /// follows every outcome until the window is clean.
-    pub(crate) bad_in_window: bool,
 }
 
 impl AddressRecord {
@@ -48,6 +50,7 @@ impl AddressRecord {
             ^ self.window.prefetch()
             ^ self.totals.successes
             ^ self.address.as_str().len() as u64
+            ^ self.latency_level as u64
     }
 
     /// Counts one more (`add`) or one fewer key bound through sub-pool `sp` on this address.

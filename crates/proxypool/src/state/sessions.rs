@@ -90,7 +90,10 @@ pub(crate) struct Binding {
 /// meanwhile, so a renewal costs O(1).
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
-    map: HashMap<Key, Binding>,
+    /// Hashed with foldhash, seeded per map: SipHash was a third of a renewal's acquire.
+    /// Keys come from callers, so the seed (not a fixed function like Fx) keeps collisions
+    /// from being precomputed.
+    map: HashMap<Key, Binding, foldhash::fast::RandomState>,
     expiry: BinaryHeap<Reverse<(Timestamp, u64, Key)>>,
     next_generation: u64,
 }

@@ -171,14 +171,18 @@ impl Heap {
 
     fn sift_from_top(&mut self, k: u64) {
         let n = self.len;
-        let mut i = 0;
+        // The hole as (block, lane): node 0 is lane 3 of block 0, and a child moved up leaves
+        // its hole at lane `best` of block `i + 1`, so no index is recomputed per level.
+        let (mut i, mut hole) = (0, (0, 3));
         loop {
             let first = 4 * i + 1;
             if first >= n {
                 break;
             }
             // The children are the lanes of block i + 1; past the end they are not nodes.
-            let lanes = &self.blocks[i + 1].0;
+            let Some(Block(lanes)) = self.blocks.get(i + 1) else {
+                break;
+            };
             let best = if n - first >= 4 {
                 // A full block: a tournament, three comparisons.
                 let low = usize::from(lanes[1] < lanes[0]);
@@ -194,7 +198,10 @@ impl Heap {
                 })
             };
             let child = lanes[best];
-            self.set(i, child);
+            if let Some(b) = self.blocks.get_mut(hole.0) {
+                b.0[hole.1] = child;
+            }
+            hole = (i + 1, best);
             i = first + best;
         }
         self.sift_up(i, k);
@@ -351,24 +358,26 @@ impl SmoothWeighted {
     /// Picks for a ticket of `site` (`c` weighs addresses for that site).
     pub(crate) fn pick(&mut self, site: u32, c: &impl Candidates) -> Option<Slot> {
         self.picks += 1;
-        if !self.schedules.contains_key(&site) {
-            if self.schedules.len() >= MAX_SCHEDULES
-                && let Some(lru) = self
-                    .schedules
-                    .iter()
-                    .min_by_key(|(_, s)| s.last_used)
-                    .map(|(k, _)| *k)
-            {
-                self.schedules.remove(&lru);
-            }
-            let mut s = Schedule::default();
-            for (slot, _) in self.present.iter().enumerate().filter(|(_, o)| **o) {
-                s.join(slot as Slot);
-            }
-            self.schedules.insert(site, s);
+        // One lookup when the site has its schedule (the common case).
+        if let Some(s) = self.schedules.get_mut(&site) {
+            s.last_used = self.picks;
+            return s.pick(c);
         }
-        let s = self.schedules.get_mut(&site)?;
+        if self.schedules.len() >= MAX_SCHEDULES
+            && let Some(lru) = self
+                .schedules
+                .iter()
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(k, _)| *k)
+        {
+            self.schedules.remove(&lru);
+        }
+        let mut s = Schedule::default();
+        for (slot, _) in self.present.iter().enumerate().filter(|(_, o)| **o) {
+            s.join(slot as Slot);
+        }
         s.last_used = self.picks;
+        let s = self.schedules.entry(site).or_insert(s);
         s.pick(c)
     }
 }
