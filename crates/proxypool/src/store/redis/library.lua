@@ -1290,6 +1290,9 @@ local function reweigh(K, id, q, latency, now, H, had_bad)
   if level ~= num(q[2]) or latency ~= num(q[1]) then requalify(K, id, level, latency, now, H) end
 end
 
+-- Arguments per release of an `ops` call.
+local RELEASE_ARGS = 5
+
 -- The releases of an `ops` call, ARGV[from..to] (see `ops`): a lease no longer open frees
 -- nothing; its outcome is judged if it was granted in this epoch (expired), not if it comes
 -- from before Redis lost the pool (its address id may name another address). Releases whose
@@ -1298,9 +1301,9 @@ end
 local function release_part(K, now, cap, H, got, S, args, from, to, judged)
   local now13 = pad13(now)
   local leases, count = {}, 0
-  for i = from, to, 6 do
+  for i = from, to, RELEASE_ARGS do
     count = count + 1
-    leases[count] = 'l' .. args[i] .. ':' .. args[i + 1]
+    leases[count] = args[i]
   end
   -- Which are still open, and close them: two calls for the whole batch.
   local scores = redis.call('ZMSCORE', K.due, unpack(leases, 1, count))
@@ -1317,14 +1320,14 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
   -- from before a loss names nothing.
   local first, last = num(got[3]), num(got[4])
   for j = 1, count do
-    local i = from + (j - 1) * 6
-    local lid = not scores[j] and tonumber(args[i])
+    local i = from + (j - 1) * RELEASE_ARGS
+    local lid = not scores[j] and tonumber(string.match(args[i], '^l(%d+):'))
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 3]
       local names = names_of(site)
       -- A success's latency, as its process judged it from its own successes, when that
       -- changed (see `ops`); with the quality levels it may move.
-      local hint = class == 's' and tonumber(args[i + 5])
+      local hint = class == 's' and tonumber(args[i + 4])
       -- One read of what the release needs: state, newest bad outcome, suspect since; the
       -- pair's avoidance and newest bad outcome only for a named site (tickets without one
       -- have no pair); the quality levels (`q`: latency's, whole) only with a hint.
@@ -1406,13 +1409,13 @@ end
 
 -- ops: a batch of releases, then a batch of acquires, in one call (a call's fixed cost is a
 -- large share of a small operation's). ARGV[5] the leases' deadline, [6] the sessions'
--- deadline (ms), [7] load factor, [8] the number of releases; then per release: lease id,
--- address id, outcome class ('a' for a lease dropped unreleased: no outcome), site ('-' for
--- none), for a rate limit ('r') the end of the cooling it asks for
--- (ms), for a success its latency as its process judged it from the successes it released
+-- deadline (ms), [7] load factor, [8] the number of releases; then per release: the lease's
+-- member in `due` ('l<lease>:<id>'), address id, outcome class ('a' for a lease dropped
+-- unreleased: no outcome), site ('-' for none), and for a rate limit ('r') the end of the
+-- cooling it asks for (ms), for a success its latency as its process judged it from the successes it released
 -- (a sample of the address's traffic: the quality level of its latency × 4, + 2 if its tail
 -- jumped against its own norm, + 1 if not, + 0 while too few were seen), when that changed
--- or every 16th success of the address (empty otherwise);
+-- or every 16th success of the address (empty otherwise, and for other outcomes);
 -- then per acquire: key ('' = keyless), the key's ring point, site ('-' for none),
 -- pool: the keyless strategy's letter (see acquire_one) and the sub-pool's name (none for
 -- the whole pool), least connections' seed (see `least`; '0' for other acquires). Replies three elements per acquire (see acquire_one), then the facts the
@@ -1421,11 +1424,11 @@ end
 -- avoided), the sites to judge (see `end_sites`), `more` and the pool's epoch.
 local function ops(keys, args)
   local releases = tonumber(args[8]) or 0
-  local last_release = 8 + releases * 6
+  local last_release = 8 + releases * RELEASE_ARGS
   -- What the batch needs of `meta` comes with the context: the epoch's lease ids, the
   -- judgement of the releases' sites (P9), the latest cooling end of the acquires' sites.
   local fields = {'layout', 'epoch', 'seq0', 'seq'}
-  local order = site_fields(args, 12, last_release, 6, fields)
+  local order = site_fields(args, 12, last_release, RELEASE_ARGS, fields)
   -- `cooling`: site → index in `got`; `cool_fields` and `cool_at`: the same as two lists.
   local cooling, cool_fields, cool_at = {}, {}, {}
   for i = last_release + 3, #args, ACQUIRE_ARGS do
