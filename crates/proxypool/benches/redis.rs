@@ -149,15 +149,19 @@ fn main() {
             cli(redis.port(), &["CONFIG", "RESETSTAT"]);
             let cpu = server_cpu(redis.port());
             let rate = rt.block_on(pairs_per_second(&pool, keyed, RUN));
-            let busy = (server_cpu(redis.port()) - cpu) / RUN.as_secs_f64();
-            // Script time per pair: the server's cost of a pair, less noisy than the rate.
-            let per_pair = script_usec(redis.port()) / (rate * RUN.as_secs_f64());
+            let cpu = server_cpu(redis.port()) - cpu;
+            let busy = cpu / RUN.as_secs_f64();
+            // The server's cost of a pair, less noisy than the rate: its CPU time (what a
+            // loaded machine moves least) and the script's time.
+            let pairs = rate * RUN.as_secs_f64();
+            let cpu_per_pair = cpu * 1e6 / pairs;
+            let per_pair = script_usec(redis.port()) / pairs;
             let ratio = rate / ceiling;
             ratios[i].push(ratio);
             println!(
                 "round {round}: redis-benchmark EVALSHA \"return 1\" (50 connections) {ceiling:.0} calls/s; \
                  acquire+release, {TASKS} tasks, 50 addresses, {}: {rate:.0} pairs/s, ratio {ratio:.2} \
-                 (server busy {:.0} % of one core, script {per_pair:.1} µs per pair)",
+                 (server busy {:.0} % of one core, CPU {cpu_per_pair:.1} µs and script {per_pair:.1} µs per pair)",
                 if keyed {
                     "keyed (2 000 keys)"
                 } else {

@@ -1674,10 +1674,11 @@ async fn a_rate_limit_holds_for_acquires_in_its_own_call() {
         (now + 300_000).to_string(),
     );
     let now = now.to_string();
+    let member = format!("l{lid}:{id}");
     let mut call = vec![
         "FCALL", function, "1", meta, &now, "0", "32", health, &later, &later, "1.25", "1",
     ];
-    call.extend([lid.as_str(), &id, "r", "shop", &until, ""]);
+    call.extend([member.as_str(), &id, "r", "shop", &until]);
     for _ in 0..12 {
         call.extend(["", "0", "shop", "w", "0"]);
     }

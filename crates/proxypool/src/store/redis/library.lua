@@ -17,7 +17,7 @@
 --          `orphans` (open leases of removed addresses), 'rr', 'rr@NAME' round-robin's cursor,
 --          per sub-pool 'offered@NAME', 'bound@NAME', 'members@NAME' (see `pool_of`),
 --          `layout` (see LAYOUT), `frozen` (P9: our side) and `sv` (moved by every site's
---          change, see `site`); per site 'w|SITE', 'd|SITE', 'sid|SITE' (see `site_fields`) and 'cool|SITE', the latest end
+--          change, see `site`); per site 'd|SITE', 'sid|SITE' (see `site_fields`) and 'cool|SITE', the latest end
 --          of any cooling for it, so acquires for a site without one skip the per-address
 --          check; `site_ids`, the last site number given
 --   url    hash id → full URL (kept after removal: broken sessions name their address)
@@ -58,6 +58,7 @@
 --   prober the token of the process whose prober probes the pool, with a TTL
 --   cooled:SITE  set of the addresses with a 'cool|SITE' field, deleted with those fields
 --          once the site's latest cooling is over
+--   sw:SITE  the site's outcome window (see `site_fields`)
 
 -- A field's value as a number, 0 when absent.
 local function num(v)
@@ -96,7 +97,8 @@ local function keys_of(meta)
   if K then return K end
   local prefix = string.sub(meta, 1, -5)
   K = {
-    prefix = prefix, sub = {}, sub_n = 0, specs = {}, lists = {}, lists_n = 0, a = {}, c = {}, a_n = 0,
+    prefix = prefix, sub = {}, sub_n = 0, specs = {}, lists = {}, lists_n = 0, a = {}, c = {}, w = {}, a_n = 0,
+    sw = {}, sw_n = 0,
   }
   for _, n in ipairs(NAMES) do K[n] = prefix .. n end
   pools[meta] = K
@@ -147,12 +149,13 @@ local function members_of(K, P)
   return redis.call('HLEN', K.state)
 end
 
--- The keys of an address's hash and of its outcome counts, made once per address (and
--- server): most operations name one or both.
+-- The keys of an address's hash, outcome counts and window, made once per address (and
+-- server): most operations name one or more, and a string made in Lua costs about as much as a
+-- command.
 local function remember(K, id)
-  if K.a_n >= 100000 then K.a, K.c, K.a_n = {}, {}, 0 end
+  if K.a_n >= 100000 then K.a, K.c, K.w, K.a_n = {}, {}, {}, 0 end
   local a = K.prefix .. 'a:' .. id
-  K.a[id], K.c[id], K.a_n = a, K.prefix .. 'c:' .. id, K.a_n + 1
+  K.a[id], K.c[id], K.w[id], K.a_n = a, K.prefix .. 'c:' .. id, K.prefix .. 'w:' .. id, K.a_n + 1
   return a
 end
 
@@ -173,10 +176,10 @@ local function names_of(site)
   if f then return f end
   -- Bounded: site names come from callers.
   if site_names_n >= 10000 then site_names, site_names_n = {}, 0 end
-  -- [6]: the outcome count fields, by class. ([3], [4]: free since layout 8, so that the
-  -- others keep their places.)
+  -- [6]: the outcome count fields, by class. ([3], [4]: free since layout 8, [1] since layout
+  -- 9, so that the others keep their places.)
   f = {
-    'w|' .. site, 'd|' .. site, false, false, 'cool|' .. site, {}, 'sid|' .. site,
+    false, 'd|' .. site, false, false, 'cool|' .. site, {}, 'sid|' .. site,
     'av|' .. site, 'pb|' .. site, 'avr|' .. site,
   }
   site_names[site], site_names_n = f, site_names_n + 1
@@ -288,14 +291,33 @@ local function pad13(at)
 end
 
 local function window_key(K, id, sid)
-  if sid then return K.prefix .. 'w:' .. id .. ':' .. sid end
-  return K.prefix .. 'w:' .. id
+  local w = K.w[id]
+  if not w then
+    remember(K, id)
+    w = K.w[id]
+  end
+  if sid then return w .. ':' .. sid end
+  return w
 end
 
-local function push_entry(key, entry, H)
-  local len = redis.call('APPEND', key, entry)
-  local keep = H.window * WENTRY
+-- Appends `text` to the window at `key`, which is cut back to its last `keep` bytes once it
+-- holds twice that: one APPEND per push, the window read only at a cut.
+local function append_cut(key, text, keep)
+  local len = redis.call('APPEND', key, text)
   if len > 2 * keep then redis.call('SET', key, redis.call('GETRANGE', key, -keep, -1)) end
+end
+
+local function push_entry(key, entry, H) append_cut(key, entry, H.window * WENTRY) end
+
+-- The key of a site's window ('sw:SITE', see `end_sites`), made once per site (and server).
+local function site_window_key(K, site)
+  local key = K.sw[site]
+  if key then return key end
+  -- Bounded: site names come from callers.
+  if K.sw_n >= 10000 then K.sw, K.sw_n = {}, 0 end
+  key = K.prefix .. 'sw:' .. site
+  K.sw[site], K.sw_n = key, K.sw_n + 1
+  return key
 end
 
 local function entry_time(win, i)
@@ -535,23 +557,27 @@ local function unbind(K, key)
   return true
 end
 
--- An open lease of `id` (state `s`, step `step`, sub-pools `sp`; nil if removed: one orphan
--- fewer, see `remove`) has ended.
-local function freed(K, id, s, step, sp, cap, H)
+-- An open lease of `id` (state `s`; nil if removed: one orphan fewer, see `remove`) has
+-- ended. Its step and sub-pools are read only when it comes back below the cap (rarely: a
+-- field a hash lacks costs a scan of all of it).
+local function freed(K, id, s, cap, H)
   if not s then
     redis.call('HINCRBY', K.meta, 'orphans', '-1')
     return
   end
-  local n = redis.call('HINCRBY', addr(K, id), 'n', '-1')
+  local a = addr(K, id)
+  local n = redis.call('HINCRBY', a, 'n', '-1')
   -- Back below the cap: offered for keyless work again.
-  if n == cap - 1 and OFFERED[s] then join_passes(K, sp, member(id, step or step_text(H, s, 0, 0))) end
+  if n == cap - 1 and OFFERED[s] then
+    local f = redis.call('HMGET', a, 'p', 'sp')
+    join_passes(K, f[2], member(id, f[1] or step_text(H, s, 0, 0)))
+  end
 end
 
 -- Frees the slot of an open lease; false if it was closed or expired already.
 local function close_lease(K, lid, id, cap, H)
   if redis.call('ZREM', K.due, 'l' .. lid .. ':' .. id) == 0 then return false end
-  local f = redis.call('HMGET', addr(K, id), 's', 'p', 'sp')
-  freed(K, id, f[1], f[2], f[3], cap, H)
+  freed(K, id, redis.call('HGET', addr(K, id), 's'), cap, H)
   return true
 end
 
@@ -567,8 +593,9 @@ local function new_batch(K, cap, size, H)
   }
 end
 
--- Takes one more lease on `id` (`m` its `pass` member) if the cap allows; its deadline (and
--- the binding's, for a key) is set when the batch ends. Returns the lease id, or nil at the cap.
+-- Takes one more lease on `id` (`m` its `pass` member, false: read when needed, at the cap)
+-- if the cap allows; its deadline (and the binding's, for a key) is set when the batch ends.
+-- Returns the lease id, or nil at the cap.
 local function take(B, id, m, lease_deadline, session_deadline, key)
   local a = addr(B.K, id)
   local n = redis.call('HINCRBY', a, 'n', '1')
@@ -579,7 +606,9 @@ local function take(B, id, m, lease_deadline, session_deadline, key)
   end
   if n == B.cap then
     B.full[id] = true
-    for _, P in ipairs(pools_in(B.K, redis.call('HGET', a, 'sp'))) do redis.call('ZREM', P.pass, m) end
+    local f = redis.call('HMGET', a, 'sp', 's', 'p')
+    m = m or member(id, f[3] or step_text(B.H, f[2], 0, 0))
+    for _, P in ipairs(pools_in(B.K, f[1])) do redis.call('ZREM', P.pass, m) end
   end
   local lid = B.next_lid
   B.next_lid = lid + 1
@@ -682,14 +711,15 @@ local function keyless(B, P, lease_deadline, wanted)
       C.cand = c
     end
     local c = C.cand
-    local cooling = {}
+    -- Candidates passed over for this acquire (made on first need: most acquire none).
+    local cooling = nil
     while true do
       local best, best_pass, best_m = nil, nil, nil
       local full = B.full
       for i = 1, #c, 5 do
         local p = c[i + 2]
         if (not best_pass or p < best_pass or (p == best_pass and c[i + 1] < best_m))
-          and not full[c[i]] and not cooling[i] then
+          and not full[c[i]] and not (cooling and cooling[i]) then
           best, best_pass, best_m = i, p, c[i + 1]
         end
       end
@@ -700,6 +730,7 @@ local function keyless(B, P, lease_deadline, wanted)
       local id = c[best]
       if cools(B, id) then
         -- Rate limited for this acquire's site: the next best, for this acquire only.
+        cooling = cooling or {}
         cooling[best] = true
       else
         local lid = take(B, id, c[best + 1], lease_deadline)
@@ -708,10 +739,12 @@ local function keyless(B, P, lease_deadline, wanted)
           c[best + 3] = true
           -- Those passed over for cooling do not bank the turns they missed: no burst at
           -- the site when their cooling ends.
-          for k in pairs(cooling) do
-            if c[k + 2] < best_pass then
-              c[k + 2] = best_pass
-              c[k + 3] = true
+          if cooling then
+            for k in pairs(cooling) do
+              if c[k + 2] < best_pass then
+                c[k + 2] = best_pass
+                c[k + 3] = true
+              end
             end
           end
           return lid, id, 'weighted'
@@ -935,7 +968,7 @@ end
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '8'
+local LAYOUT = '9'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -983,18 +1016,18 @@ local function acquire_one(B, P, strategy, lease_deadline, session_deadline, fac
   local id = binding(redis.call('HGET', K.bind, key))
   if id then
     -- The address's cooling end for the site only when the site has one.
-    local f
+    local s, cool_end
     if B.site_cools then
-      f = redis.call('HMGET', addr(K, id), 's', 'p', names_of(B.site)[5])
+      local f = redis.call('HMGET', addr(K, id), 's', names_of(B.site)[5])
+      s, cool_end = f[1], f[2]
     else
-      f = redis.call('HMGET', addr(K, id), 's', 'p')
+      s = redis.call('HGET', addr(K, id), 's')
     end
-    local s = f[1]
     if s == 'healthy' or s == 'degraded' then
       -- Rate limited there: the session is kept; the caller learns until when (in the lease
       -- id's place).
-      if num(f[3]) > B.now then return tonumber(f[3]), id, 'cooling' end
-      local lid = take(B, id, member(id, f[2] or step_text(B.H, s, 0, 0)), lease_deadline, session_deadline, key)
+      if num(cool_end) > B.now then return tonumber(cool_end), id, 'cooling' end
+      local lid = take(B, id, false, lease_deadline, session_deadline, key)
       if not lid then return 0, id, 'busy' end
       return lid, id, 'bound'
     end
@@ -1139,12 +1172,14 @@ local function cool(K, id, site, until_ms)
 end
 
 -- P9, the sites' windows (judged by `store/redis/verdicts.rs`). Each site ('-' for tickets
--- without one) keeps, in `meta`, a window of its last `site_window` outcomes over all
--- addresses ('w|SITE': newest first, one ENTRY per outcome: its class letter, the address id
--- padded to 9 digits and its time in ms padded to 13, so that entries age one by one as in
--- memory) and the time it was degraded ('d|SITE', absent when it is not). Its fields come with
--- the read of `meta` a release batch makes anyway; a batch's entries are added to the window
--- once, at its end.
+-- without one) keeps a window of its outcomes over all addresses ('sw:SITE': oldest first,
+-- one ENTRY per outcome: its class letter, the address id padded to 9 digits and its time in
+-- ms padded to 13, so that entries age one by one as in memory), of which the last
+-- `site_window` count, and in `meta` the time it was degraded ('d|SITE', absent when it is
+-- not). A batch's entries are appended once, at its end, and the window is read only when the
+-- judge needs it: aged entries are left for the judge to drop (as memory's window drops them
+-- when the next outcome comes) and for the next cut (see `append_cut`). The `meta` fields
+-- come with the read of `meta` a release batch makes anyway.
 local ENTRY = 23
 -- Appends the `meta` fields of the distinct sites among `args[from]`, `args[from + step]`, …
 -- (up to `to`) to `fields`; the sites in order.
@@ -1156,7 +1191,7 @@ local function site_fields(args, from, to, step, fields)
       known[site] = true
       order[#order + 1] = site
       local f = names_of(site)
-      fields[#fields + 1], fields[#fields + 2], fields[#fields + 3] = f[1], f[2], f[7]
+      fields[#fields + 1], fields[#fields + 2] = f[2], f[7]
     end
   end
   return order
@@ -1168,8 +1203,8 @@ end
 local function sites_from(K, order, got, at)
   local S = {}
   for _, site in ipairs(order) do
-    local st = {name = site, win = got[at] or nil, deg = got[at + 1] or nil, sid = got[at + 2] or nil}
-    at = at + 3
+    local st = {name = site, deg = got[at] or nil, sid = got[at + 1] or nil}
+    at = at + 2
     if site == '-' then
       st.sid = NO_SID
     elseif not st.sid then
@@ -1189,51 +1224,50 @@ local function entry_at(win, i)
   return tonumber(string.sub(win, i * ENTRY + 11, i * ENTRY + ENTRY))
 end
 
+-- An address id padded to 9 digits, made once per id (and server).
+local padded_ids, padded_n = {}, 0
+local function pad9(id)
+  local p = padded_ids[id]
+  if p then return p end
+  if padded_n >= 100000 then padded_ids, padded_n = {}, 0 end
+  p = string.rep('0', 9 - #id) .. id
+  padded_ids[id], padded_n = p, padded_n + 1
+  return p
+end
+
 -- An outcome at site `st` ('s', 'f' or 'c') by address `id`, release `j` of the batch (0: a
--- probe report). Returns whether the site is degraded, when the outcome says nothing about
--- the address. The site is to be judged after a bad outcome while ok and after any while
--- degraded (to see it recover).
-local function observe(st, j, id, class, now)
+-- probe report), at `now13` (the time padded to 13 digits). Returns whether the site is
+-- degraded, when the outcome says nothing about the address. The site is to be judged after
+-- a bad outcome while ok and after any while degraded (to see it recover).
+local function observe(st, j, id, class, now13)
   local pending = st.pending
   if not pending then
     pending = {}
     st.pending, st.releases = pending, {}
   end
-  local at = tostring(now)
-  pending[#pending + 1] = class .. string.rep('0', 9 - #id) .. id .. string.rep('0', 13 - #at) .. at
+  pending[#pending + 1] = class .. pad9(id) .. now13
   st.releases[#st.releases + 1] = j
   if class ~= 's' or st.deg then st.judge = true end
   return st.deg ~= nil
 end
 
--- Writes the batch's sites back: their windows with the batch's entries, less those older
--- than the maximum age (the oldest is last, so a young last entry, the common case, is one
--- read). Returns what the judge needs of the sites to judge: name, degraded since, the window
--- before the batch, the batch's entries (oldest first) and their releases.
-local function end_sites(K, S, now, H)
+-- Adds the batch's entries to its sites' windows. Returns what the judge needs of the sites
+-- to judge: name, degraded since, the window before the batch (its last `site_window`
+-- entries: aged ones the judge drops, as memory's window does when the next outcome comes),
+-- the batch's entries (oldest first) and their releases.
+local function end_sites(K, S, H)
   local judge = {}
+  local keep = H.site_window * ENTRY
   for _, st in pairs(S) do
-    local pending, old = st.pending, st.win or ''
-    if st.judge then
-      judge[#judge + 1] = {st.name, st.deg or '', old, table.concat(pending), st.releases}
-    end
-    local win = old
+    local pending = st.pending
     if pending then
-      local parts = {}
-      for i = #pending, 1, -1 do parts[#parts + 1] = pending[i] end
-      parts[#parts + 1] = old
-      win = string.sub(table.concat(parts), 1, H.site_window * ENTRY)
-    end
-    local horizon, n = now - H.max_age, #win / ENTRY
-    local young = n
-    while young > 0 and entry_at(win, young - 1) < horizon do young = young - 1 end
-    if young < n then win = string.sub(win, 1, young * ENTRY) end
-    if win ~= old then
-      if win ~= '' then
-        redis.call('HSET', K.meta, names_of(st.name)[1], win)
-      else
-        redis.call('HDEL', K.meta, names_of(st.name)[1])
+      local key = site_window_key(K, st.name)
+      local batch = table.concat(pending)
+      if st.judge then
+        local old = redis.call('GETRANGE', key, -keep, -1)
+        judge[#judge + 1] = {st.name, st.deg or '', old, batch, st.releases}
       end
+      append_cut(key, batch, keep)
     end
   end
   return judge
@@ -1256,6 +1290,9 @@ local function reweigh(K, id, q, latency, now, H, had_bad)
   if level ~= num(q[2]) or latency ~= num(q[1]) then requalify(K, id, level, latency, now, H) end
 end
 
+-- Arguments per release of an `ops` call.
+local RELEASE_ARGS = 5
+
 -- The releases of an `ops` call, ARGV[from..to] (see `ops`): a lease no longer open frees
 -- nothing; its outcome is judged if it was granted in this epoch (expired), not if it comes
 -- from before Redis lost the pool (its address id may name another address). Releases whose
@@ -1264,9 +1301,9 @@ end
 local function release_part(K, now, cap, H, got, S, args, from, to, judged)
   local now13 = pad13(now)
   local leases, count = {}, 0
-  for i = from, to, 6 do
+  for i = from, to, RELEASE_ARGS do
     count = count + 1
-    leases[count] = 'l' .. args[i] .. ':' .. args[i + 1]
+    leases[count] = args[i]
   end
   -- Which are still open, and close them: two calls for the whole batch.
   local scores = redis.call('ZMSCORE', K.due, unpack(leases, 1, count))
@@ -1283,20 +1320,35 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
   -- from before a loss names nothing.
   local first, last = num(got[3]), num(got[4])
   for j = 1, count do
-    local i = from + (j - 1) * 6
-    local lid = not scores[j] and tonumber(args[i])
+    local i = from + (j - 1) * RELEASE_ARGS
+    local lid = not scores[j] and tonumber(string.match(args[i], '^l(%d+):'))
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 3]
       local names = names_of(site)
-      -- The pair's avoidance and newest bad outcome (6, 7) only for a named site: tickets
-      -- without one have no pair.
-      local a, f = addr(K, id), nil
+      -- A success's latency, as its process judged it from its own successes, when that
+      -- changed (see `ops`); with the quality levels it may move.
+      local hint = class == 's' and tonumber(args[i + 4])
+      -- One read of what the release needs: state, newest bad outcome, suspect since; the
+      -- pair's avoidance and newest bad outcome only for a named site (tickets without one
+      -- have no pair); the quality levels (`q`: latency's, whole) only with a hint.
+      local a, f, av, pb, q = addr(K, id), nil, nil, nil, nil
       if site == '-' then
-        f = redis.call('HMGET', a, 's', 'wb', 'p', 'sp', 'su')
+        if hint then
+          f = redis.call('HMGET', a, 's', 'wb', 'su', 'qlat', 'ql')
+          q = {f[4], f[5]}
+        else
+          f = redis.call('HMGET', a, 's', 'wb', 'su')
+        end
       else
-        f = redis.call('HMGET', a, 's', 'wb', 'p', 'sp', 'su', names[8], names[9])
+        if hint then
+          f = redis.call('HMGET', a, 's', 'wb', 'su', names[8], names[9], 'qlat', 'ql')
+          q = {f[6], f[7]}
+        else
+          f = redis.call('HMGET', a, 's', 'wb', 'su', names[8], names[9])
+        end
+        av, pb = f[4], f[5]
       end
-      if scores[j] then freed(K, id, f[1], f[3], f[4], cap, H) end
+      if scores[j] then freed(K, id, f[1], cap, H) end
       if class == 'a' then
         if scores[j] then
           abandoned = abandoned + 1
@@ -1312,13 +1364,9 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
         end
         redis.call('HINCRBY', counts_key(K, id), cell, '1')
         if class == 'r' then cool(K, id, site, args[i + 4]) end
-        -- A success's latency, as its process judged it from its own successes, when that
-        -- changed (see `ops`); with the quality levels it may move (`q`: latency's, whole).
-        local hint = class == 's' and tonumber(args[i + 5])
         -- `slow`: '2' its tail jumped, '1' not, '' unknown (see `ops`).
-        local q, latency, slow, moved = nil, nil, '', class ~= 's'
+        local latency, slow, moved = nil, '', class ~= 's'
         if hint then
-          q = redis.call('HMGET', a, 'qlat', 'ql')
           local flag = hint % 4
           latency = (hint - flag) / 4
           if latency ~= num(q[1]) then moved = true end
@@ -1329,7 +1377,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
         if k ~= 'r' then
           local st = S[site]
           -- At a degraded site, outcomes say nothing about the address (P9).
-          local excused = observe(st, j, id, k, now)
+          local excused = observe(st, j, id, k, now13)
           local entry = (excused and EXCUSED[k] or k) .. st.sid .. now13
           local bad = k ~= 's' and not excused
           push_entry(window_key(K, id), entry, H)
@@ -1342,11 +1390,11 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
           -- The judge is asked about every outcome but a success of a healthy address that
           -- is not suspect, at a pair neither avoided nor recently bad (the common case: no
           -- news for the address, whose signals only a bad outcome raises, nor for the pair).
-          local pair_news = site ~= '-' and (k ~= 's' or f[6] or (f[7] and now - tonumber(f[7]) <= H.max_age))
-          if pair_news or not (k == 's' and f[1] == 'healthy' and not f[5] and slow ~= '2') then
+          local pair_news = site ~= '-' and (k ~= 's' or av or (pb and now - tonumber(pb) <= H.max_age))
+          if pair_news or not (k == 's' and f[1] == 'healthy' and not f[3] and slow ~= '2') then
             judged[#judged + 1] = facts(K, id, bad, H,
-              {tostring(j), id, k, excused and '1' or '0', slow, site, f[6] and '1' or '0'},
-              now, st.sid, bad or f[5] ~= nil)
+              {tostring(j), id, k, excused and '1' or '0', slow, site, av and '1' or '0'},
+              now, st.sid, bad or f[3] ~= nil)
           end
         end
         -- Only a latency level that moved, or an outcome that found a bad window or may
@@ -1361,13 +1409,13 @@ end
 
 -- ops: a batch of releases, then a batch of acquires, in one call (a call's fixed cost is a
 -- large share of a small operation's). ARGV[5] the leases' deadline, [6] the sessions'
--- deadline (ms), [7] load factor, [8] the number of releases; then per release: lease id,
--- address id, outcome class ('a' for a lease dropped unreleased: no outcome), site ('-' for
--- none), for a rate limit ('r') the end of the cooling it asks for
--- (ms), for a success its latency as its process judged it from the successes it released
+-- deadline (ms), [7] load factor, [8] the number of releases; then per release: the lease's
+-- member in `due` ('l<lease>:<id>'), address id, outcome class ('a' for a lease dropped
+-- unreleased: no outcome), site ('-' for none), and for a rate limit ('r') the end of the
+-- cooling it asks for (ms), for a success its latency as its process judged it from the successes it released
 -- (a sample of the address's traffic: the quality level of its latency × 4, + 2 if its tail
 -- jumped against its own norm, + 1 if not, + 0 while too few were seen), when that changed
--- or every 16th success of the address (empty otherwise);
+-- or every 16th success of the address (empty otherwise, and for other outcomes);
 -- then per acquire: key ('' = keyless), the key's ring point, site ('-' for none),
 -- pool: the keyless strategy's letter (see acquire_one) and the sub-pool's name (none for
 -- the whole pool), least connections' seed (see `least`; '0' for other acquires). Replies three elements per acquire (see acquire_one), then the facts the
@@ -1376,11 +1424,11 @@ end
 -- avoided), the sites to judge (see `end_sites`), `more` and the pool's epoch.
 local function ops(keys, args)
   local releases = tonumber(args[8]) or 0
-  local last_release = 8 + releases * 6
+  local last_release = 8 + releases * RELEASE_ARGS
   -- What the batch needs of `meta` comes with the context: the epoch's lease ids, the
   -- judgement of the releases' sites (P9), the latest cooling end of the acquires' sites.
   local fields = {'layout', 'epoch', 'seq0', 'seq'}
-  local order = site_fields(args, 12, last_release, 6, fields)
+  local order = site_fields(args, 12, last_release, RELEASE_ARGS, fields)
   -- `cooling`: site → index in `got`; `cool_fields` and `cool_at`: the same as two lists.
   local cooling, cool_fields, cool_at = {}, {}, {}
   for i = last_release + 3, #args, ACQUIRE_ARGS do
@@ -1397,7 +1445,7 @@ local function ops(keys, args)
   if releases > 0 then
     local S = sites_from(K, order, got, 5)
     release_part(K, now, cap, H, got, S, args, 9, last_release, judged)
-    sites = end_sites(K, S, now, H)
+    sites = end_sites(K, S, H)
   end
   if cooled_in_call and #cool_fields > 0 then
     -- The releases cooled an address: the acquires after them read the sites' ends again.
@@ -1433,12 +1481,12 @@ local function probe(keys, args)
     -- failure is (`release_part`).
     redis.call('HINCRBY', counts_key(K, id), '-|p', '1')
     local S = sites_from(K, order, got, 3)
-    excused = observe(S['-'], 0, id, 'f', now)
     local now13 = pad13(now)
+    excused = observe(S['-'], 0, id, 'f', now13)
     push_entry(window_key(K, id), (excused and 'F' or 'f') .. NO_SID .. now13, H)
     if not excused then redis.call('HSET', addr(K, id), 'wb', now13) end
     reweigh(K, id, nil, nil, now, H, true)
-    sites = end_sites(K, S, now, H)
+    sites = end_sites(K, S, H)
   end
   local class = passed and 's' or 'f'
   local bad = not passed and not excused
@@ -1782,11 +1830,13 @@ end
 -- P9: the outcomes at site `site` since `from` (the stretch that convicted it) say nothing
 -- about the addresses: excused in the address and pair windows of the addresses that had
 -- them (every such outcome is still in the site window).
-local function excuse(K, site, from)
-  local names = names_of(site)
-  local f = redis.call('HMGET', K.meta, names[1], names[7])
-  local win, sid, ids = f[1] or '', site == '-' and NO_SID or f[2], {}
-  for i = 0, #win / ENTRY - 1 do
+local function excuse(K, site, from, H)
+  local keep = H.site_window * ENTRY
+  local win = redis.call('GETRANGE', site_window_key(K, site), -keep, -1)
+  local sid = site == '-' and NO_SID or redis.call('HGET', K.meta, names_of(site)[7])
+  local ids = {}
+  -- Newest first, back to the stretch's start.
+  for i = #win / ENTRY - 1, 0, -1 do
     if entry_at(win, i) < from then break end
     ids[tonumber(string.sub(win, i * ENTRY + 2, i * ENTRY + 10))] = true
   end
@@ -1804,7 +1854,7 @@ end
 -- applied, the site's 'd|SITE' now, then what our side is judged on: `sv`, `frozen` and per
 -- site its window and '1' if degraded.
 local function site(keys, args)
-  local K, now = open(keys, args)
+  local K, now, _, _, H = open(keys, args)
   local name = args[5]
   local field = names_of(name)[2]
   local d = redis.call('HGET', K.meta, field) or ''
@@ -1812,7 +1862,7 @@ local function site(keys, args)
   if args[7] == '1' then
     d = args[1]
     redis.call('HSET', K.meta, field, d)
-    excuse(K, name, tonumber(args[9]))
+    excuse(K, name, tonumber(args[9]), H)
     decide(K, now, '@site ' .. name, 'ok', 'degraded', args[8])
   else
     d = ''
@@ -1820,12 +1870,24 @@ local function site(keys, args)
     decide(K, now, '@site ' .. name, 'degraded', 'ok', args[8])
   end
   local version = redis.call('HINCRBY', K.meta, 'sv', '1')
-  local all, fields, sites = redis.call('HGETALL', K.meta), {}, {}
-  for i = 1, #all, 2 do fields[all[i]] = all[i + 1] end
-  for f, win in pairs(fields) do
-    if string.sub(f, 1, 2) == 'w|' then
-      sites[#sites + 1] = win
-      sites[#sites + 1] = fields['d|' .. string.sub(f, 3)] and '1' or '0'
+  -- Every site: '-' and those given a number.
+  local all, fields, names = redis.call('HGETALL', K.meta), {}, {'-'}
+  for i = 1, #all, 2 do
+    fields[all[i]] = all[i + 1]
+    if string.sub(all[i], 1, 4) == 'sid|' then names[#names + 1] = string.sub(all[i], 5) end
+  end
+  local keep, sites = H.site_window * ENTRY, {}
+  -- Their windows, in chunks (Lua's unpack has a limit of a few thousand values).
+  for from = 1, #names, 512 do
+    local to, wkeys = math.min(from + 511, #names), {}
+    for i = from, to do wkeys[#wkeys + 1] = site_window_key(K, names[i]) end
+    local wins = redis.call('MGET', unpack(wkeys))
+    for i = from, to do
+      local win = wins[i - from + 1]
+      if win and win ~= '' then
+        sites[#sites + 1] = #win > keep and string.sub(win, -keep) or win
+        sites[#sites + 1] = fields[names_of(names[i])[2]] and '1' or '0'
+      end
     end
   end
   return {'1', d, tostring(version), fields.frozen or '0', sites}

@@ -319,23 +319,30 @@ impl RedisStore {
             }
             return;
         };
-        let mut args = Vec::with_capacity(4 + releases.len() * 6 + acquires.len() * 5);
+        let mut args = Vec::with_capacity(4 + releases.len() * 5 + acquires.len() * 5);
         args.extend([
             Arg::Int(now.as_millis().saturating_add(millis(self.cfg.lease_ttl))),
             Arg::Int(now.as_millis().saturating_add(millis(self.cfg.sticky_ttl))),
             Arg::Float(self.cfg.load_factor),
             Arg::Int(releases.len() as u64),
         ]);
-        for (r, _) in &releases {
+        // Each lease's member in `due`, made here rather than in the script (where a string
+        // costs about as much as a command).
+        let members: Vec<String> = releases
+            .iter()
+            .map(|(r, _)| format!("l{}:{}", r.lease, r.id))
+            .collect();
+        for ((r, _), member) in releases.iter().zip(&members) {
             args.extend([
-                Arg::Int(r.lease),
+                Arg::Str(member),
                 Arg::Int(u64::from(r.id)),
                 Arg::Str(r.class),
                 Arg::Str(&r.site),
-                Arg::Int(r.cool_until),
-                match r.latency {
-                    Some(hint) => Arg::Signed(hint),
-                    None => Arg::Str(""),
+                // A rate limit's cooling end or a success's latency hint: never both.
+                match (r.class, r.latency) {
+                    ("r", _) => Arg::Int(r.cool_until),
+                    (_, Some(hint)) => Arg::Signed(hint),
+                    _ => Arg::Str(""),
                 },
             ]);
         }

@@ -1,5 +1,5 @@
 //! The Redis store's judgement of sites and of our side (P9): the library keeps each site's
-//! window (`w|SITE` in `meta`) and returns it, with the batch's outcomes there, when they must
+//! window (key `sw:SITE`) and returns it, with the batch's outcomes there, when they must
 //! be judged (a bad outcome at a site that is ok; any outcome at a degraded one). The judge
 //! replays them into the memory store's [`SiteWindow`] and decides with the functions the
 //! memory store calls ([`crate::judge::sites`]); `site` applies a change unless the site's
@@ -21,10 +21,9 @@ use crate::judge::sites::{self, Seen, SiteChange, SiteWindow};
 /// address id in 9 digits, the time in 13.
 const ENTRY: usize = 23;
 
-/// A site window's text, newest first, as entries oldest first.
+/// A site window's text, oldest first, as entries.
 fn entries(text: &str) -> Option<Vec<Seen>> {
-    let mut out = text
-        .as_bytes()
+    text.as_bytes()
         .chunks(ENTRY)
         .map(|e| {
             let class = match e.first()? {
@@ -40,12 +39,11 @@ fn entries(text: &str) -> Option<Vec<Seen>> {
                 at: Timestamp::from_millis(field(10..ENTRY)?.parse().ok()?),
             })
         })
-        .collect::<Option<Vec<_>>>()?;
-    out.reverse();
-    Some(out)
+        .collect()
 }
 
-/// The window the library's text holds, as the memory store's.
+/// The window the library's text holds, as the memory store's: replayed, so that entries the
+/// library kept past the maximum age or the window's length drop out as memory's do.
 fn window_of(text: &str, cfg: &PoolConfig) -> Option<SiteWindow> {
     let mut w = SiteWindow::default();
     for seen in entries(text)? {
@@ -60,7 +58,7 @@ pub(super) struct SiteFacts {
     name: String,
     /// When it was degraded (`d|SITE`, empty while ok): the guard of `site`.
     degraded: String,
-    /// Its window before the batch, newest first.
+    /// Its window before the batch, oldest first.
     window: String,
     /// The batch's outcomes there, in order, each with the number of its release in the batch
     /// (0: a probe report).
@@ -80,8 +78,7 @@ impl SiteFacts {
         let Value::Array(releases) = releases else {
             return None;
         };
-        let mut batch = entries(&text(batch)?)?;
-        batch.reverse();
+        let batch = entries(&text(batch)?)?;
         let releases = releases.iter().map(|r| text(r)?.parse().ok());
         let releases = releases.collect::<Option<Vec<usize>>>()?;
         (releases.len() == batch.len()).then_some(())?;
@@ -189,7 +186,7 @@ impl RedisStore {
         if applied != "1" {
             return Ok((degraded, false));
         }
-        // Our side, over every site's window and state (`w|SITE`, '1' if degraded).
+        // Our side, over every site's window and state (`sw:SITE`, '1' if degraded).
         let (h, j) = (&self.cfg.health, &self.cfg.judgement);
         let mut judged = Vec::with_capacity(all.len() / 2);
         for site in all.chunks(2) {
@@ -228,9 +225,8 @@ mod tests {
     #[test]
     fn a_batch_is_replayed_into_the_window_and_convicts_at_its_outcome() {
         let cfg = PoolConfig::default();
-        // Nine addresses failed once each, newest first, then a tenth fails in the batch.
+        // Nine addresses failed once each, then a tenth fails in the batch.
         let window: String = (0..9)
-            .rev()
             .map(|i| entry('f', i, 1_000 + u64::from(i)))
             .collect();
         let batch = Value::BulkString(entry('f', 9, 2_000).into_bytes());
