@@ -6,7 +6,8 @@
 //! Feedback is recorded only for a session the gateway has bound to an upstream: the run
 //! starts with a working upstream (tinyproxy) and a gateway request under the session the
 //! document's feedback example names, so the example reaches the success path (204); the
-//! run's HAR report shows that schemathesis reached it too.
+//! run's HAR report shows that schemathesis reached it too, and the success path of every
+//! operation the document's links lead to (a release of an acquired lease).
 
 #![allow(clippy::unwrap_used)]
 
@@ -116,4 +117,10 @@ fn every_operation_keeps_to_the_document() {
         feedback.len(),
         feedback.iter().collect::<std::collections::BTreeSet<_>>()
     );
+    // The document's links (an acquire's lease to its release, an added address to its
+    // removal) reached their targets' success paths.
+    match fuzz.links_reached() {
+        Ok(report) => println!("{report}"),
+        Err(report) => panic!("{report}"),
+    }
 }

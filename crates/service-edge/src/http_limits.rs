@@ -24,7 +24,15 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// hyper's smallest read buffer; a head must fit the buffer.
-const MIN_HEADER_BYTES: usize = 8192;
+pub const MIN_HEADER_BYTES: usize = 8192;
+
+// The defaults, written once: `HttpLimits::resolve` falls back to them and the flags' help
+// texts (`http_limit_args!`) name them.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: u64 = 1000;
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
+pub const DEFAULT_HEADER_TIMEOUT_S: u64 = 30;
+pub const DEFAULT_REQUEST_TIMEOUT_S: u64 = 60;
 
 /// The limits, resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,23 +68,36 @@ macro_rules! http_limit_args {
         /// What one client may hold or send (each flag also an environment variable).
         #[derive(Debug, Clone, Default, clap::Args)]
         pub struct $name {
-            /// Open client connections at most; more are closed at once [default: 10000].
-            #[arg(long, env = concat!($prefix, "MAX_CONNECTIONS"), value_name = "N")]
+            // Help texts name the defaults from the consts `resolve` falls back to, so
+            // `--help` cannot drift from them.
+            #[arg(long, env = concat!($prefix, "MAX_CONNECTIONS"), value_name = "N", help = format!(
+                "Open client connections at most; more are closed at once [default: {}].",
+                $crate::http_limits::DEFAULT_MAX_CONNECTIONS
+            ))]
             pub max_connections: Option<usize>,
-            /// Requests per client connection; the last answer closes it [default: 1000].
-            #[arg(long, env = concat!($prefix, "MAX_REQUESTS_PER_CONNECTION"), value_name = "N")]
+            #[arg(long, env = concat!($prefix, "MAX_REQUESTS_PER_CONNECTION"), value_name = "N", help = format!(
+                "Requests per client connection; the last answer closes it [default: {}].",
+                $crate::http_limits::DEFAULT_MAX_REQUESTS_PER_CONNECTION
+            ))]
             pub max_requests_per_connection: Option<u64>,
-            /// Largest request head (request line and headers) in bytes, at least 8192; larger
-            /// answers 431 [default: 16384].
-            #[arg(long, env = concat!($prefix, "MAX_HEADER_BYTES"), value_name = "BYTES")]
+            #[arg(long, env = concat!($prefix, "MAX_HEADER_BYTES"), value_name = "BYTES", help = format!(
+                "Largest request head (request line and headers) in bytes, at least {}; larger \
+                 answers 431 [default: {}].",
+                $crate::http_limits::MIN_HEADER_BYTES,
+                $crate::http_limits::DEFAULT_MAX_HEADER_BYTES
+            ))]
             pub max_header_bytes: Option<usize>,
-            /// Seconds for a request head to arrive once the server waits for one: slow heads
-            /// (slowloris) and idle keep-alive connections are closed after it [default: 30].
-            #[arg(long, env = concat!($prefix, "HEADER_TIMEOUT"), value_name = "SECONDS")]
+            #[arg(long, env = concat!($prefix, "HEADER_TIMEOUT"), value_name = "SECONDS", help = format!(
+                "Seconds for a request head to arrive once the server waits for one: slow heads \
+                 (slowloris) and idle keep-alive connections are closed after it [default: {}].",
+                $crate::http_limits::DEFAULT_HEADER_TIMEOUT_S
+            ))]
             pub header_timeout: Option<u64>,
-            /// Seconds for one request, its body included (slow bodies); slower answers 408 and
-            /// closes the connection [default: 60].
-            #[arg(long, env = concat!($prefix, "REQUEST_TIMEOUT"), value_name = "SECONDS")]
+            #[arg(long, env = concat!($prefix, "REQUEST_TIMEOUT"), value_name = "SECONDS", help = format!(
+                "Seconds for one request, its body included (slow bodies); slower answers 408 and \
+                 closes the connection [default: {}].",
+                $crate::http_limits::DEFAULT_REQUEST_TIMEOUT_S
+            ))]
             pub request_timeout: Option<u64>,
             #[arg(
                 long,
@@ -131,20 +152,24 @@ impl HttpLimits {
             max_connections: args
                 .max_connections
                 .or(file.max_connections)
-                .unwrap_or(10_000),
+                .unwrap_or(DEFAULT_MAX_CONNECTIONS),
             max_requests_per_connection: args
                 .max_requests_per_connection
                 .or(file.max_requests_per_connection)
-                .unwrap_or(1000),
+                .unwrap_or(DEFAULT_MAX_REQUESTS_PER_CONNECTION),
             max_header_bytes: args
                 .max_header_bytes
                 .or(file.max_header_bytes)
-                .unwrap_or(16 * 1024),
+                .unwrap_or(DEFAULT_MAX_HEADER_BYTES),
             header_timeout: Duration::from_secs(
-                args.header_timeout.or(file.header_timeout).unwrap_or(30),
+                args.header_timeout
+                    .or(file.header_timeout)
+                    .unwrap_or(DEFAULT_HEADER_TIMEOUT_S),
             ),
             request_timeout: Duration::from_secs(
-                args.request_timeout.or(file.request_timeout).unwrap_or(60),
+                args.request_timeout
+                    .or(file.request_timeout)
+                    .unwrap_or(DEFAULT_REQUEST_TIMEOUT_S),
             ),
             max_body_bytes: args
                 .max_body_bytes

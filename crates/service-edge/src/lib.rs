@@ -18,7 +18,7 @@
 //! ```
 
 mod head_watch;
-mod http_limits;
+pub mod http_limits;
 mod json_body;
 pub mod openapi;
 mod serve;

@@ -47,14 +47,24 @@ pub fn add_error_answer(operation: &mut Operation, status: &str, description: &s
         });
 }
 
-/// Links the answer `status` of operation `from` to each of `to` (`(operation id, parameter,
-/// runtime expression)`): what a client, or a fuzzer's stateful sequences, may call next with
-/// a value that answer gave. Each link is named after its target operation.
+/// What a link hands its target operation from the answer it leaves.
+#[derive(Debug, Clone)]
+pub enum LinkValue<'a> {
+    /// A parameter of the target (path, query): its name and a runtime expression.
+    Parameter(&'a str, &'a str),
+    /// Fields of the target's JSON body, each a runtime expression; a client supplies the
+    /// rest (schemathesis evaluates the expressions inside and merges in generated fields).
+    Body(serde_json::Value),
+}
+
+/// Links the answer `status` of operation `from` to each of `to` (target operation id and
+/// what it is given): what a client, or a fuzzer's stateful sequences, may call next with a
+/// value that answer gave. Each link is named after its target operation.
 pub fn add_links<'a>(
     doc: &mut OpenApi,
     from: &str,
     status: &str,
-    to: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+    to: impl IntoIterator<Item = (&'a str, LinkValue<'a>)>,
 ) {
     let Some(RefOr::T(response)) = operations_mut(doc)
         .find(|(_, op)| op.operation_id.as_deref() == Some(from))
@@ -62,13 +72,18 @@ pub fn add_links<'a>(
     else {
         return;
     };
-    for (operation, parameter, value) in to {
-        // Through the extensions: utoipa 5.5 writes `Link::operation_id` as `operation_id`,
-        // which the OpenAPI schema refuses (it is `operationId`).
-        let link = Link::builder()
-            .extensions(Some(Extensions::from_iter([("operationId", operation)])))
-            .parameter(parameter, value)
-            .build();
+    for (operation, value) in to {
+        // Through the extensions: utoipa 5.5 writes `Link::operation_id` and `request_body`
+        // in snake case, which the OpenAPI schema refuses (`operationId`, `requestBody`).
+        let mut extensions = Extensions::from_iter([("operationId", operation)]);
+        let mut link = Link::builder();
+        match value {
+            LinkValue::Parameter(name, expression) => link = link.parameter(name, expression),
+            LinkValue::Body(fields) => {
+                extensions.insert("requestBody".to_owned(), fields);
+            }
+        }
+        let link = link.extensions(Some(extensions)).build();
         response.links.insert(operation.to_owned(), RefOr::T(link));
     }
 }

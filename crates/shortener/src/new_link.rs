@@ -19,6 +19,11 @@ pub(crate) enum Refused {
     InvalidAlias(String),
     #[error("{0}")]
     InvalidExpiry(String),
+    /// A well-formed instant the clock rules out (past, or too far away): the same code, but
+    /// not a malformed request (the API answers 422, which its document can state where no
+    /// schema can say "in the future").
+    #[error("{0}")]
+    ExpiryOutOfWindow(String),
 }
 
 impl Refused {
@@ -27,7 +32,7 @@ impl Refused {
             Self::InvalidUrl(_) => "invalid_url",
             Self::UrlBlocked(_) => "url_blocked",
             Self::InvalidAlias(_) => "invalid_alias",
-            Self::InvalidExpiry(_) => "invalid_expiry",
+            Self::InvalidExpiry(_) | Self::ExpiryOutOfWindow(_) => "invalid_expiry",
         }
     }
 }
@@ -72,12 +77,16 @@ pub(crate) fn expiry_in_days(now: UnixSeconds, days: i64) -> Result<UnixSeconds,
 /// An absolute expiry: an RFC 3339 instant after `now`, at most the longest lifetime away.
 pub(crate) fn expiry_at(now: UnixSeconds, text: &str) -> Result<UnixSeconds, Refused> {
     let latest = now + i64::from(*EXPIRES_IN_DAYS.end()) * 86_400;
-    match parse_rfc3339(text) {
-        Some(at) if at > now && at <= latest => Ok(at),
-        _ => Err(Refused::InvalidExpiry(format!(
+    let window = || {
+        format!(
             "expires_at must be an RFC 3339 instant in the future, at most {} days away",
             EXPIRES_IN_DAYS.end()
-        ))),
+        )
+    };
+    match parse_rfc3339(text) {
+        Some(at) if at > now && at <= latest => Ok(at),
+        Some(_) => Err(Refused::ExpiryOutOfWindow(window())),
+        None => Err(Refused::InvalidExpiry(window())),
     }
 }
 

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::pg::{Relay, TestDb};
+use common::pg::TestDb;
 use common::{
     BIN, Shortener, analytics, client, create, eventually, one_line_failure, readiness, run,
     token_in,
@@ -306,9 +306,9 @@ async fn a_bad_database_fails_at_start_with_one_line() {
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_down_cached_links_redirect_misses_fail_fast_and_recovery_is_automatic() {
     let db = TestDb::migrated().await;
-    let mut relay = Relay::start().await;
+    let mut relay = common::pg::relay().await;
     let dir = TempDir::new().unwrap();
-    let url = relay.url_for(&db.url);
+    let url = common::pg::url_through(&relay, &db.url);
     let admin = token_in(&["--database", &url], "ops", true);
     let server = serve(&dir, &url, &[]);
     let c = client();
@@ -357,7 +357,7 @@ async fn postgres_down_cached_links_redirect_misses_fail_fast_and_recovery_is_au
         )
     );
 
-    relay.restore().await;
+    relay.restore().await.unwrap();
     eventually("the store is ready again", || async {
         readiness(&c, &server).await.1["status"] == "ready"
     })

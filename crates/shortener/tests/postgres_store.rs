@@ -448,8 +448,8 @@ async fn open_refuses_a_missing_or_newer_schema() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_database_is_unavailable_not_an_error() {
     let db = TestDb::migrated().await;
-    let mut relay = common::pg::Relay::start().await;
-    let url = relay.url_for(&db.url).parse().unwrap();
+    let mut relay = common::pg::relay().await;
+    let url = common::pg::url_through(&relay, &db.url).parse().unwrap();
     let store = PgStore::open(&url, 2).await.unwrap();
     store
         .insert_link(&link("kept", "https://example.com/"), &origin())
@@ -479,6 +479,6 @@ async fn an_unreachable_database_is_unavailable_not_an_error() {
     );
 
     // Back up: the pool reconnects by itself.
-    relay.restore().await;
+    relay.restore().await.unwrap();
     assert!(store.get_link("kept").await.unwrap().is_some());
 }

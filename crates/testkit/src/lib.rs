@@ -22,6 +22,7 @@ mod process;
 pub mod raw_http;
 mod redis;
 mod regions;
+mod relay;
 pub mod schemathesis;
 
 pub use browser::Browser;
@@ -29,6 +30,7 @@ pub use postgres::Postgres;
 pub use process::Process;
 pub use redis::{RedisCluster, RedisServer};
 pub use regions::Regions;
+pub use relay::Relay;
 pub use schemathesis::ApiFuzz;
 
 /// Asserts that `--help` output names each `(flag, env var, default)`: the flag's entry carries

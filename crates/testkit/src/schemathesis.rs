@@ -8,6 +8,7 @@
 //! `crates/testkit/python/requirements.txt`), created on first use. The run is bounded by
 //! `OPENAPI_FUZZ_SECONDS` (default 40 per service); set it higher for a long run.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -103,6 +104,90 @@ impl ApiFuzz {
             .collect())
     }
 
+    /// Whether the last run reached the success path (2xx, 3xx) of every operation the
+    /// document's links lead to, not only their refusals: what a link hands on must work.
+    /// Either way a report of the statuses each operation got (methods a path does not have,
+    /// all 405, left out); `Err` names the operations never reached.
+    pub fn links_reached(&self) -> Result<String, String> {
+        let statuses = self.statuses_by_operation()?;
+        let mut report = String::new();
+        for (operation, seen) in statuses.iter().filter(|(_, s)| s.iter().any(|&s| s != 405)) {
+            report.push_str(&format!("{operation}: {seen:?}\n"));
+        }
+        let unreached = self.unreached_link_targets(&statuses)?;
+        if unreached.is_empty() {
+            Ok(report)
+        } else {
+            Err(format!(
+                "{report}linked, yet never answered 2xx/3xx in the run: {unreached:?}"
+            ))
+        }
+    }
+
+    /// The statuses each operation (`METHOD /template`, matched by the document's paths)
+    /// got in the last run.
+    fn statuses_by_operation(&self) -> Result<BTreeMap<String, BTreeSet<u16>>, String> {
+        let doc = self.document()?;
+        let templates: Vec<&str> = doc["paths"]
+            .as_object()
+            .map(|p| p.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        let mut out: BTreeMap<String, BTreeSet<u16>> = BTreeMap::new();
+        for e in self.exchanges()? {
+            let path = template_of(&templates, &e.path).unwrap_or(&e.path);
+            out.entry(format!("{} {path}", e.method))
+                .or_default()
+                .insert(e.status);
+        }
+        Ok(out)
+    }
+
+    /// The operations the document's links lead to (`METHOD /template`) that never answered
+    /// 2xx or 3xx in the last run (`statuses`).
+    fn unreached_link_targets(
+        &self,
+        statuses: &BTreeMap<String, BTreeSet<u16>>,
+    ) -> Result<Vec<String>, String> {
+        let doc = self.document()?;
+        let mut by_id = BTreeMap::new();
+        let mut targets = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+            for (method, op) in item.as_object().into_iter().flatten() {
+                if let Some(id) = op["operationId"].as_str() {
+                    by_id.insert(id, format!("{} {path}", method.to_uppercase()));
+                }
+                let responses = op["responses"].as_object().into_iter().flatten();
+                for (_, response) in responses {
+                    let links = response["links"].as_object().into_iter().flatten();
+                    targets.extend(links.filter_map(|(_, l)| l["operationId"].as_str()));
+                }
+            }
+        }
+        targets
+            .into_iter()
+            .map(|id| {
+                by_id
+                    .get(id)
+                    .cloned()
+                    .ok_or_else(|| format!("a link leads to the unknown operation {id}"))
+            })
+            .filter(|op| {
+                op.as_ref().map_or(true, |op| {
+                    !statuses
+                        .get(op)
+                        .is_some_and(|seen| seen.iter().any(|s| (200..400).contains(s)))
+                })
+            })
+            .collect()
+    }
+
+    /// The document as the last run fetched it.
+    fn document(&self) -> Result<serde_json::Value, String> {
+        let text = std::fs::read_to_string(self.work_dir.join("openapi.json"))
+            .map_err(|e| format!("the fetched document: {e}"))?;
+        serde_json::from_str(&text).map_err(|e| format!("the fetched document: {e}"))
+    }
+
     fn har(&self) -> PathBuf {
         self.work_dir.join("schemathesis.har")
     }
@@ -129,6 +214,34 @@ pub struct Exchange {
     /// Without the base URL and the query.
     pub path: String,
     pub status: u16,
+}
+
+/// The path template of `templates` that `path` is a request of: segments equal, or a
+/// `{parameter}`; of several, the one with the most literal segments (`/healthz` before
+/// `/{code}`).
+fn template_of<'a>(templates: &[&'a str], path: &str) -> Option<&'a str> {
+    let parts: Vec<&str> = path.split('/').collect();
+    templates
+        .iter()
+        .filter_map(|t| {
+            let segments: Vec<&str> = t.split('/').collect();
+            if segments.len() != parts.len() {
+                return None;
+            }
+            let mut literal = 0;
+            for (s, p) in segments.iter().zip(&parts) {
+                if s.starts_with('{') && s.ends_with('}') && !p.is_empty() {
+                    continue;
+                }
+                if s != p {
+                    return None;
+                }
+                literal += 1;
+            }
+            Some((literal, *t))
+        })
+        .max_by_key(|(literal, _)| *literal)
+        .map(|(_, t)| t)
 }
 
 /// Runs a command; its combined output, as `Err` when it fails.
@@ -184,4 +297,27 @@ fn venv() -> Result<PathBuf, String> {
         let _ = std::fs::remove_dir_all(&building);
     }
     Ok(venv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::template_of;
+
+    #[test]
+    fn a_path_takes_the_most_literal_template_that_fits() {
+        let templates = [
+            "/{code}",
+            "/healthz",
+            "/api/v1/links/{code}",
+            "/api/v1/links/{code}/qr",
+        ];
+        assert_eq!(template_of(&templates, "/healthz"), Some("/healthz"));
+        assert_eq!(template_of(&templates, "/abc"), Some("/{code}"));
+        assert_eq!(
+            template_of(&templates, "/api/v1/links/x/qr"),
+            Some("/api/v1/links/{code}/qr")
+        );
+        assert_eq!(template_of(&templates, "/api/v1/links/x/y"), None);
+        assert_eq!(template_of(&templates, "/"), None);
+    }
 }

@@ -3,7 +3,7 @@
 //! here once, from the layers that produce them, so a new operation gets them too.
 
 use crate::config::DEFAULT_API_MAX_BODY_BYTES;
-use service_edge::openapi::{add_error_answer, operations_mut};
+use service_edge::openapi::{LinkValue, add_error_answer, add_links, operations_mut};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -27,7 +27,7 @@ use utoipa::{Modify, OpenApi};
         super::ops::metrics,
     ),
     components(schemas(super::error::ErrorBody, super::error::ErrorDetail)),
-    modifiers(&SharedAnswers)
+    modifiers(&SharedAnswers, &Links)
 )]
 struct ApiDoc;
 
@@ -64,6 +64,29 @@ impl Modify for SharedAnswers {
                 add_error_answer(operation, "415", "body is not `application/json`");
             }
         }
+    }
+}
+
+/// What a client may call next with a value an answer gave (stateful sequences follow these):
+/// an acquired lease's release, an added address's removal. (Feedback names a gateway
+/// session, which no API answer gives.)
+struct Links;
+
+impl Modify for Links {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let lease = serde_json::json!({"lease_id": "$response.body#/lease_id"});
+        add_links(
+            openapi,
+            "acquire",
+            "200",
+            [("release", LinkValue::Body(lease))],
+        );
+        add_links(
+            openapi,
+            "add",
+            "201",
+            [("remove", LinkValue::Parameter("id", "$response.body#/id"))],
+        );
     }
 }
 

@@ -21,7 +21,8 @@
 //!
 //! Layout: `connection` (connecting, loading the library, one bounded FCALL), `encoding` (the
 //! configuration, arguments and replies as they cross), `operations` (the pool's calls),
-//! `batch` (group commit), `stale` (grants whose callers left, going back), `judging` (the
+//! `batch` (group commit), `stale` (grants whose callers left, going back), `lost` (this
+//! process's lease ids, and grants whose reply was lost found by them), `judging` (the
 //! judge's facts and its decisions applied), `verdicts` (sites and our side judged), `latency`
 //! (this process's latency figures), `prober` (the prober role) and `view` (the snapshot reply
 //! read).
@@ -38,6 +39,7 @@ mod connection;
 mod encoding;
 mod judging;
 mod latency;
+mod lost;
 mod operations;
 #[cfg(feature = "probe")]
 mod prober;
@@ -163,6 +165,8 @@ const TO_52_BITS: u32 = 12;
 /// The library's functions, by their full names.
 struct Functions {
     ops: String,
+    reserve: String,
+    reclaim: String,
     probe: String,
     facts: String,
     apply: String,
@@ -226,6 +230,8 @@ pub(crate) struct RedisStore {
     ops: Queue<Op, Result<Answer, String>>,
     /// Grants for callers that left, being given back.
     stale: Arc<stale::Stale>,
+    /// The lease ids this process reserved and has not used yet.
+    lease_ids: Mutex<lost::LeaseIds>,
 }
 
 /// One operation in a batch.

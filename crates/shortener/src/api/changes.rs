@@ -125,6 +125,7 @@ pub(super) async fn delete(
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
         (status = 409, description = "The link is deleted (`link_deleted`)", body = ErrorBody),
+        (status = 422, description = "`expires_at` is an RFC 3339 instant, but not in the future or more than 3650 days away (`invalid_expiry`): a bound that moves with the clock, so no schema states it", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),
@@ -156,6 +157,7 @@ pub(super) async fn disable(
         (status = 403, description = "The owner may not enable a link an admin or the system disabled", body = ErrorBody),
         (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
         (status = 409, description = "The link is deleted (`link_deleted`)", body = ErrorBody),
+        (status = 422, description = "`expires_at` is an RFC 3339 instant, but not in the future or more than 3650 days away (`invalid_expiry`): a bound that moves with the clock, so no schema states it", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),
     )
 )]
@@ -184,7 +186,7 @@ pub(super) struct EditRequest {
         pattern = r"^https?://([A-Za-z0-9]+(-[A-Za-z0-9]+)*\.)*[A-Za-z][A-Za-z0-9]*(-[A-Za-z0-9]+)*(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?/[A-Za-z0-9._~!$&'()*+,;=:@/-]*(\?[A-Za-z0-9._~!$&()*+,;=:@/?-]*)?$"
     )]
     pub long_url: Option<String>,
-    /// The new expiry, RFC 3339, in the future and at most 3650 days away.
+    /// The new expiry, RFC 3339, in the future and at most 3650 days away (else 422).
     #[schema(example = "2027-06-01T00:00:00Z", format = DateTime)]
     pub expires_at: Option<String>,
     /// The new lifetime, 1 to 3650 days counted from now.
@@ -259,10 +261,11 @@ impl EditRequest {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Edited (also when it changed nothing)", body = LinkInfo),
-        (status = 400, description = "An empty body or unknown field (`invalid_body`), an invalid destination (`invalid_url`) or one on a threat feed (`url_blocked`), a bad expiry or both expiry fields (`invalid_expiry`)", body = ErrorBody),
+        (status = 400, description = "An empty body or unknown field (`invalid_body`), an invalid destination (`invalid_url`) or one on a threat feed (`url_blocked`), an expiry off its schema or both expiry fields (`invalid_expiry`)", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
         (status = 409, description = "The link is deleted (`link_deleted`)", body = ErrorBody),
+        (status = 422, description = "`expires_at` is an RFC 3339 instant, but not in the future or more than 3650 days away (`invalid_expiry`): a bound that moves with the clock, so no schema states it", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),

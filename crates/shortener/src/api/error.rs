@@ -39,7 +39,11 @@ pub(super) struct ApiError {
 
 impl From<crate::new_link::Refused> for ApiError {
     fn from(refused: crate::new_link::Refused) -> Self {
-        Self::bad_request(refused.code(), refused.to_string())
+        let status = match refused {
+            crate::new_link::Refused::ExpiryOutOfWindow(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            _ => StatusCode::BAD_REQUEST,
+        };
+        Self::new(status, refused.code(), refused.to_string())
     }
 }
 

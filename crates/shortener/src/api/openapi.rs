@@ -65,26 +65,26 @@ struct Links;
 
 impl Modify for Links {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use service_edge::openapi::{add_links, operations_on};
+        use service_edge::openapi::{LinkValue::Parameter, add_links, operations_on};
         let on_code = operations_on(openapi, "code");
-        let code = "$response.body#/short_code";
+        let code = Parameter("code", "$response.body#/short_code");
         add_links(
             openapi,
             "create",
             "201",
-            on_code.iter().map(|op| (op.as_str(), "code", code)),
+            on_code.iter().map(|op| (op.as_str(), code.clone())),
         );
         add_links(
             openapi,
             "disable",
             "200",
-            [("enable", "code", "$request.path.code")],
+            [("enable", Parameter("code", "$request.path.code"))],
         );
         add_links(
             openapi,
             "file",
             "202",
-            [("resolve", "id", "$response.body#/id")],
+            [("resolve", Parameter("id", "$response.body#/id"))],
         );
     }
 }

@@ -2,9 +2,6 @@
 //! relay in front of the server that a test can cut to play an outage.
 
 use shortener::store::postgres::{DatabaseUrl, PgStore};
-use std::net::SocketAddr;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::{JoinHandle, JoinSet};
 
 /// Where the admin connection goes; `scripts/test` starts a server there if none answers.
 pub const ADMIN_URL_VAR: &str = "SHORTENER_TEST_POSTGRES_URL";
@@ -107,84 +104,24 @@ impl Drop for TestDb {
     }
 }
 
-/// A TCP relay to PostgreSQL that can be cut (listener closed, every relayed connection
-/// reset) and restored on the same port.
-pub struct Relay {
-    pub addr: SocketAddr,
-    target: SocketAddr,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Relay {
-    pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let target = postgres_addr();
-        Self {
-            addr,
-            target,
-            task: Some(tokio::spawn(relay(listener, target))),
-        }
-    }
-
-    /// `url` with its host and port replaced by the relay's.
-    pub fn url_for(&self, url: &str) -> String {
-        let mut url = url::Url::parse(url).unwrap();
-        url.set_ip_host(self.addr.ip()).unwrap();
-        url.set_port(Some(self.addr.port())).unwrap();
-        url.to_string()
-    }
-
-    /// PostgreSQL "goes down": new connections are refused, open ones are closed.
-    pub async fn cut(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-
-    /// PostgreSQL "comes back" on the same address.
-    pub async fn restore(&mut self) {
-        let listener = TcpListener::bind(self.addr).await.unwrap();
-        self.task = Some(tokio::spawn(relay(listener, self.target)));
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
-
-fn postgres_addr() -> SocketAddr {
+/// A relay to the test PostgreSQL server (see `testkit::Relay`).
+pub async fn relay() -> testkit::Relay {
     let url = url::Url::parse(&admin_url()).unwrap();
     let host = url.host_str().unwrap_or("127.0.0.1");
     let port = url.port().unwrap_or(5432);
-    std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+    let target = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
         .unwrap()
         .next()
-        .unwrap()
+        .unwrap();
+    testkit::Relay::start(target).await.unwrap()
 }
 
-/// Relays every accepted connection; aborting this task drops the listener and the
-/// `JoinSet`, which aborts (and so closes) every relayed connection.
-async fn relay(listener: TcpListener, target: SocketAddr) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((mut inbound, _)) = accepted else { continue };
-                connections.spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-            }
-            Some(_) = connections.join_next() => {}
-        }
-    }
+/// `url` with its host and port replaced by the relay's.
+pub fn url_through(relay: &testkit::Relay, url: &str) -> String {
+    let mut url = url::Url::parse(url).unwrap();
+    url.set_ip_host(relay.addr.ip()).unwrap();
+    url.set_port(Some(relay.addr.port())).unwrap();
+    url.to_string()
 }
 
 /// A database `shortener` with the current schema on a private server; its URL.

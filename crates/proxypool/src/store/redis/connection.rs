@@ -89,6 +89,8 @@ impl RedisStore {
             library: LIBRARY.replace("__LIB__", &name),
             functions: Functions {
                 ops: f("ops"),
+                reserve: f("reserve"),
+                reclaim: f("reclaim"),
                 probe: f("probe"),
                 facts: f("facts"),
                 apply: f("apply"),
@@ -125,6 +127,7 @@ impl RedisStore {
             logged: AtomicU64::new(0),
             ops: batch::spawn(me.clone(), |op| matches!(op, Op::Settle), Self::ops_batch),
             stale: Arc::default(),
+            lease_ids: Mutex::default(),
         });
         store
             .by(store.deadline(), store.load())

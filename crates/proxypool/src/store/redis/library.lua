@@ -13,8 +13,8 @@
 -- `more`: 1 when the sweep stopped at its limit and the caller should sweep again.
 --
 -- Key layout (suffixes of the prefix):
---   meta   hash: counters (seq, released, expired, …), `bound`, `offered`, `q`, `next_id`,
---          `orphans` (open leases of removed addresses), 'rr', 'rr@NAME' round-robin's cursor,
+--   meta   hash: counters (seq, reserved, granted, released, expired, …), `bound`, `offered`,
+--          `q`, `next_id`, `orphans` (open leases of removed addresses), 'rr', 'rr@NAME' round-robin's cursor,
 --          per sub-pool 'offered@NAME', 'bound@NAME', 'members@NAME' (see `pool_of`),
 --          `layout` (see LAYOUT), `frozen` (P9: our side) and `sv` (moved by every site's
 --          change, see `site`); per site 'd|SITE', 'sid|SITE' (see `site_fields`) and 'cool|SITE', the latest end
@@ -584,12 +584,15 @@ end
 -- A batch of acquires shares what does not depend on one acquire: one reservation of lease
 -- ids, one ZADD of the deadlines, one read of the keyless candidates (the lowest passes) and
 -- one write of their new passes. (Arguments to redis.call are strings where possible: Lua 5.1
--- turns each number into one with sprintf.)
-local function new_batch(K, cap, size, H)
-  local last = redis.call('HINCRBY', K.meta, 'seq', digits(size))
+-- turns each number into one with sprintf.) `first`: the caller's own ids (see `reserve`),
+-- acquire k of the batch taking `first + k` whether granted or not; without them the batch
+-- reserves ids here and gives back those it did not grant.
+local function new_batch(K, cap, size, H, first)
+  local own = first ~= nil
+  if not own then first = redis.call('HINCRBY', K.meta, 'seq', digits(size)) - size + 1 end
   return {
-    K = K, cap = cap, H = H, next_lid = last - size + 1, last_lid = last, due = {}, ndue = 0,
-    full = {}, cool_memo = {}, sel = {},
+    K = K, cap = cap, H = H, own = own, first = first, next_lid = first, granted = 0,
+    last_lid = first + size - 1, due = {}, ndue = 0, full = {}, cool_memo = {}, sel = {},
   }
 end
 
@@ -612,6 +615,7 @@ local function take(B, id, m, lease_deadline, session_deadline, key)
   end
   local lid = B.next_lid
   B.next_lid = lid + 1
+  B.granted = B.granted + 1
   local due, k = B.due, B.ndue
   due[k + 1] = lease_deadline
   due[k + 2] = 'l' .. digits(lid) .. ':' .. id
@@ -651,8 +655,13 @@ end
 local function end_batch(B)
   flush_passes(B)
   if B.ndue > 0 then redis.call('ZADD', B.K.due, unpack(B.due, 1, B.ndue)) end
-  local unused = B.last_lid - B.next_lid + 1
-  if unused > 0 then redis.call('HINCRBY', B.K.meta, 'seq', tostring(-unused)) end
+  -- Grants count as `seq` - `seq0` - `reserved` + `granted` (see `reserve`).
+  if B.own then
+    if B.granted > 0 then redis.call('HINCRBY', B.K.meta, 'granted', digits(B.granted)) end
+  else
+    local unused = B.last_lid - B.next_lid + 1
+    if unused > 0 then redis.call('HINCRBY', B.K.meta, 'seq', tostring(-unused)) end
+  end
 end
 
 -- Whether `id` cools for the current acquire's site, or is avoided there (P9: keyless work
@@ -1104,8 +1113,8 @@ local REFUSED = {none = true, broken = true, busy = true, cooling = true}
 -- `cooling` gives the index in `got` of each of their sites' latest cooling end. Returns
 -- three reply elements per acquire (see acquire_one), their count, and `more`. An acquire
 -- that finds nothing sweeps first if the call did not (expired leases may be what holds the
--- capacity).
-local function acquire_part(K, now, cap, H, got, cooling, args, from, more)
+-- capacity). `first`: the caller's lease ids (see `new_batch`).
+local function acquire_part(K, now, cap, H, got, cooling, args, from, more, first)
   local out, n = {}, 0
   if from > #args then return out, n, more end
   local swept = args[2] == '1'
@@ -1119,9 +1128,10 @@ local function acquire_part(K, now, cap, H, got, cooling, args, from, more)
   for site, at in pairs(cooling) do
     if got[at] and num(got[at]) + CLOCK_SLACK <= now then uncool(K, site) end
   end
-  local B = new_batch(K, cap, size, H)
+  local B = new_batch(K, cap, size, H, first)
   B.now = now
   for i = from, #args, ACQUIRE_ARGS do
+    if B.own then B.next_lid = B.first + (i - from) / ACQUIRE_ARGS end
     local key, point, spec, seed = args[i], args[i + 1], args[i + 3], args[i + 4]
     local S = K.specs[spec]
     if not S then
@@ -1409,10 +1419,12 @@ end
 
 -- ops: a batch of releases, then a batch of acquires, in one call (a call's fixed cost is a
 -- large share of a small operation's). ARGV[5] the leases' deadline, [6] the sessions'
--- deadline (ms), [7] load factor, [8] the number of releases; then per release: the lease's
--- member in `due` ('l<lease>:<id>'), address id, outcome class ('a' for a lease dropped
--- unreleased: no outcome), site ('-' for none), and for a rate limit ('r') the end of the
--- cooling it asks for (ms), for a success its latency as its process judged it from the successes it released
+-- deadline (ms), [7] load factor, [8] the number of releases, [9] the first of the caller's
+-- lease ids for the acquires ('0': none) and [10] the epoch they were reserved in (see
+-- `reserve`; ids of another epoch are not used); then per release: the lease's member in
+-- `due` ('l<lease>:<id>'), address id, outcome class ('a' for a lease dropped unreleased: no
+-- outcome), site ('-' for none), and for a rate limit ('r') the end of the cooling it asks
+-- for (ms), for a success its latency as its process judged it from the successes it released
 -- (a sample of the address's traffic: the quality level of its latency × 4, + 2 if its tail
 -- jumped against its own norm, + 1 if not, + 0 while too few were seen), when that changed
 -- or every 16th success of the address (empty otherwise, and for other outcomes);
@@ -1424,11 +1436,11 @@ end
 -- avoided), the sites to judge (see `end_sites`), `more` and the pool's epoch.
 local function ops(keys, args)
   local releases = tonumber(args[8]) or 0
-  local last_release = 8 + releases * RELEASE_ARGS
+  local last_release = 10 + releases * RELEASE_ARGS
   -- What the batch needs of `meta` comes with the context: the epoch's lease ids, the
   -- judgement of the releases' sites (P9), the latest cooling end of the acquires' sites.
   local fields = {'layout', 'epoch', 'seq0', 'seq'}
-  local order = site_fields(args, 12, last_release, RELEASE_ARGS, fields)
+  local order = site_fields(args, 14, last_release, RELEASE_ARGS, fields)
   -- `cooling`: site → index in `got`; `cool_fields` and `cool_at`: the same as two lists.
   local cooling, cool_fields, cool_at = {}, {}, {}
   for i = last_release + 3, #args, ACQUIRE_ARGS do
@@ -1444,7 +1456,7 @@ local function ops(keys, args)
   local judged, sites = {}, {}
   if releases > 0 then
     local S = sites_from(K, order, got, 5)
-    release_part(K, now, cap, H, got, S, args, 9, last_release, judged)
+    release_part(K, now, cap, H, got, S, args, 11, last_release, judged)
     sites = end_sites(K, S, H)
   end
   if cooled_in_call and #cool_fields > 0 then
@@ -1452,14 +1464,43 @@ local function ops(keys, args)
     local fresh = redis.call('HMGET', K.meta, unpack(cool_fields))
     for k, i in ipairs(cool_at) do got[i] = fresh[k] end
   end
+  local first = args[9] ~= '0' and args[10] == got[2] and tonumber(args[9]) or nil
   local out, n
-  out, n, more = acquire_part(K, now, cap, H, got, cooling, args, last_release + 1, more)
+  out, n, more = acquire_part(K, now, cap, H, got, cooling, args, last_release + 1, more, first)
   out[n + 1] = judged
   out[n + 2] = sites
   out[n + 3] = more
   -- Which incarnation of the pool answered (see `add`): a client that sees it change knows
   -- its cached ids are stale.
   out[n + 4] = got[2] or ''
+  return out
+end
+
+-- reserve: ARGV[5] how many lease ids. Reserves them for the caller, which numbers its
+-- acquires with them (see `ops`): it then knows the ids of grants whose reply it lost, and
+-- can find them (`reclaim`). Replies the first id and the pool's epoch; nil before the
+-- first add (the epoch sets where ids start).
+local function reserve(keys, args)
+  local K, _, _, _, _, got = open(keys, args)
+  if not got[2] then return false end
+  local last = redis.call('HINCRBY', K.meta, 'seq', args[5])
+  redis.call('HINCRBY', K.meta, 'reserved', args[5])
+  return {last - tonumber(args[5]) + 1, got[2]}
+end
+
+-- reclaim: ARGV[5] the leases' deadline of an `ops` call whose reply was lost, [6] its first
+-- lease id, [7] its number of acquires. Replies the leases it granted that are still open
+-- (`l<lease>:<address id>`, as in `due`: every grant of the call is due at that deadline),
+-- for the caller to give back.
+local function reclaim(keys, args)
+  local K = open(keys, args)
+  local first = tonumber(args[6])
+  local last = first + tonumber(args[7]) - 1
+  local out = {}
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', K.due, args[5], args[5])) do
+    local lid = tonumber(string.match(m, '^l(%d+):'))
+    if lid and lid >= first and lid <= last then out[#out + 1] = m end
+  end
   return out
 end
 
@@ -1912,6 +1953,8 @@ redis.register_function('__LIB___pair', pair)
 redis.register_function('__LIB___site', site)
 redis.register_function('__LIB___our_side', our_side)
 redis.register_function('__LIB___ops', ops)
+redis.register_function('__LIB___reserve', reserve)
+redis.register_function('__LIB___reclaim', reclaim)
 redis.register_function('__LIB___facts', refacts)
 redis.register_function('__LIB___apply', apply)
 redis.register_function('__LIB___probe', probe)

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::batch::{Job, Queue};
 use super::encoding::{Arg, parse_ops, text};
+use super::lost::Lost;
 use super::stale::{Open, RECOVERING};
 use super::verdicts::SiteFacts;
 
@@ -253,7 +254,7 @@ impl RedisStore {
 
     /// Gives back grants made for callers that left; `open` is finished once the batches
     /// carrying them have run (or failed: then only the lease TTL frees them).
-    fn give_back(&self, grants: Vec<(u64, u32)>, now: Timestamp, open: Open) {
+    pub(super) fn give_back(&self, grants: Vec<(u64, u32)>, now: Timestamp, open: Open) {
         let answers: Vec<_> = grants
             .into_iter()
             .map(|(lease, slot)| self.queue_abandon(lease, slot, now))
@@ -319,12 +320,20 @@ impl RedisStore {
             }
             return;
         };
-        let mut args = Vec::with_capacity(4 + releases.len() * 5 + acquires.len() * 5);
+        // The acquires' lease ids, this process's own: a lost reply can be looked up by them.
+        let ids = match acquires.len() {
+            0 => None,
+            n => self.lease_ids(n as u64, now).await,
+        };
+        let lease_deadline = now.as_millis().saturating_add(millis(self.cfg.lease_ttl));
+        let mut args = Vec::with_capacity(6 + releases.len() * 5 + acquires.len() * 5);
         args.extend([
-            Arg::Int(now.as_millis().saturating_add(millis(self.cfg.lease_ttl))),
+            Arg::Int(lease_deadline),
             Arg::Int(now.as_millis().saturating_add(millis(self.cfg.sticky_ttl))),
             Arg::Float(self.cfg.load_factor),
             Arg::Int(releases.len() as u64),
+            Arg::Int(ids.as_ref().map_or(0, |ids| ids.first)),
+            Arg::Str(ids.as_ref().map_or("", |ids| &ids.epoch)),
         ]);
         // Each lease's member in `due`, made here rather than in the script (where a string
         // costs about as much as a command).
@@ -357,8 +366,13 @@ impl RedisStore {
         }
         // Before the call leaves: whether grants for callers that left may precede it.
         let mark = self.stale.mark();
+        // (A clone: `args` borrows the epoch.)
+        let lost = ids.clone().map(|ids| Lost {
+            ids,
+            lease_deadline,
+        });
         let reply = self
-            .late_safe_call(&args, now, acquires.len())
+            .late_safe_call(&args, now, acquires.len(), lost)
             .await
             .and_then(|v| parse_ops(v, acquires.len()).ok_or_else(|| "malformed ops reply".into()));
         match reply {
@@ -437,29 +451,42 @@ impl RedisStore {
     /// it thaws, and the grants in them, whose callers were told the store is unavailable, go
     /// straight back instead of holding caps until their TTL; until they are back, refusals
     /// are suspect (see `stale`). (That task keeps the store alive until the reply or the
-    /// connection's response timeout, the lease TTL.)
+    /// connection's response timeout, the lease TTL.) A call that fails, at once or late, may
+    /// have run all the same: its grants (`lost`, by their ids) are looked for and given back
+    /// once Redis answers again (see `lost`).
     async fn late_safe_call(
         self: &Arc<Self>,
         args: &[Arg<'_>],
         now: Timestamp,
         acquires: usize,
+        lost: Option<Lost>,
     ) -> Result<Value, String> {
         let cmd = self.fcall(&self.functions.ops, now, self.claim_sweep(now), args);
         let me = Arc::clone(self);
         let mut call = Box::pin(async move { me.send(&cmd).await });
         match tokio::time::timeout_at(self.deadline(), &mut call).await {
-            Ok(reply) => reply.map_err(|e| unavailable(&e)),
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => {
+                if let Some(lost) = lost {
+                    self.reclaim(lost, now, self.stale.open());
+                }
+                Err(unavailable(&e))
+            }
             Err(_) => {
                 if acquires > 0 {
                     let me = Arc::clone(self);
                     let open = self.stale.open();
                     tokio::spawn(async move {
-                        let Ok(late) = call.await else { return };
-                        let Some(ops) = parse_ops(late, acquires) else {
-                            return;
-                        };
-                        let grants = ops.acquires.into_iter().filter(|r| r.choice.is_some());
-                        me.give_back(grants.map(|r| (r.lease, r.id)).collect(), now, open);
+                        let ops = call.await.ok().and_then(|late| parse_ops(late, acquires));
+                        match (ops, lost) {
+                            (Some(ops), _) => {
+                                let grants =
+                                    ops.acquires.into_iter().filter(|r| r.choice.is_some());
+                                me.give_back(grants.map(|r| (r.lease, r.id)).collect(), now, open);
+                            }
+                            (None, Some(lost)) => me.reclaim(lost, now, open),
+                            (None, None) => {}
+                        }
                     });
                 }
                 Err(format!("no answer within {:?}", self.timeout))

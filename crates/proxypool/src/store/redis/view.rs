@@ -329,8 +329,10 @@ impl SharedView {
         // Open leases of removed addresses count too, as in memory.
         let active_leases =
             rows.iter().map(|a| u64::from(a.active_leases)).sum::<u64>() + n(&meta, "orphans");
-        // Lease ids of an epoch start at a random `seq0`.
-        let acquired = n(&meta, "seq").saturating_sub(n(&meta, "seq0"));
+        // Lease ids of an epoch start at a random `seq0`; those reserved by processes count
+        // as they are granted (see `reserve` in library.lua).
+        let acquired = (n(&meta, "seq") + n(&meta, "granted"))
+            .saturating_sub(n(&meta, "seq0") + n(&meta, "reserved"));
         let (abandoned, expired) = (n(&meta, "abandoned"), n(&meta, "expired"));
         let counts = PoolCounts {
             quarantine_entries: n(&meta, "q_entries"),
