@@ -90,18 +90,44 @@ pub fn window_days(today: Day) -> impl Iterator<Item = Day> {
 /// assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
 /// ```
 pub fn rfc3339(secs: UnixSeconds) -> String {
-    match OffsetDateTime::from_unix_timestamp(secs) {
-        Ok(t) => format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second()
-        ),
-        Err(_) => String::from("invalid-time"),
+    let Ok(t) = OffsetDateTime::from_unix_timestamp(secs) else {
+        return String::from("invalid-time");
+    };
+    // `time` knows years up to 9999: only negative ones need more than four digits.
+    let Ok(year) = u32::try_from(t.year()) else {
+        return formatted(t);
+    };
+    // Digits put in place: every create answers with two instants, and `format!` cost more
+    // than the rest of its JSON.
+    let mut out = *b"0000-00-00T00:00:00Z";
+    let fields = [
+        (0..4, year),
+        (5..7, u32::from(u8::from(t.month()))),
+        (8..10, u32::from(t.day())),
+        (11..13, u32::from(t.hour())),
+        (14..16, u32::from(t.minute())),
+        (17..19, u32::from(t.second())),
+    ];
+    for (at, mut n) in fields {
+        for digit in out[at].iter_mut().rev() {
+            *digit = b'0' + u8::try_from(n % 10).unwrap_or(0);
+            n /= 10;
+        }
     }
+    out.iter().map(|&b| char::from(b)).collect()
+}
+
+/// [`rfc3339`] of a year before 0 (four digits and a sign).
+fn formatted(t: OffsetDateTime) -> String {
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
 }
 
 /// Parses an RFC 3339 instant (any offset) into Unix seconds, dropping fractions.
@@ -121,6 +147,32 @@ pub fn parse_rfc3339(text: &str) -> Option<UnixSeconds> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_writes_what_format_writes_and_parses_back() {
+        let instants = [
+            0,
+            1,
+            59,
+            951_782_400 + 86_399, // 2000-02-29T23:59:59Z
+            1_764_633_600,
+            4_102_444_799,
+            -62_135_596_800,                // 0001-01-01
+            253_402_300_799,                // 9999-12-31T23:59:59Z
+            -62_167_219_200 - 86_400 * 366, // year -1: the fallback
+        ];
+        for secs in instants
+            .into_iter()
+            .chain((0..400).map(|i| i * 7_919_993 - 1_000_000_000))
+        {
+            let t = OffsetDateTime::from_unix_timestamp(secs).unwrap();
+            assert_eq!(rfc3339(secs), formatted(t), "{secs}");
+            if (0..=9999).contains(&t.year()) {
+                assert_eq!(parse_rfc3339(&rfc3339(secs)), Some(secs), "{secs}");
+            }
+        }
+        assert_eq!(rfc3339(i64::MAX), "invalid-time");
+    }
 
     #[test]
     fn day_boundaries_are_utc_midnight() {

@@ -36,16 +36,24 @@ use shortener_core::store::{
 use shortener_core::token::{Principal, TOKEN_ID_BYTES, TokenHash, TokenId};
 use std::ops::Range;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
-use writer::{Op, WriteOp};
+use writer::{Isolation, Op, WriteOp};
 
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "shortener.db";
 
 /// Links as read: `links` with the click totals of `link_clicks` added (schema v7).
 const COUNTED_LINKS: &str = "counted_links";
+/// A create's insert, written once (formatting it cost a create more than binding it).
+static INSERT_LINK: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO links ({LINK_COLUMNS}) VALUES \
+         (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+         ON CONFLICT (code) DO NOTHING"
+    )
+});
 /// Most writes folded into one transaction.
 const MAX_GROUP: usize = 512;
 /// Reader threads; SQLite reads are short, and misses are all that reach them.
@@ -127,19 +135,25 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.write_op(run, false).await
+        self.write_op(run, Isolation::Savepoint, |_| true).await
     }
 
-    /// As [`Self::write`], committed in a transaction of its own (see [`WriteOp::alone`]).
-    async fn write_alone<T, F>(&self, run: F) -> Result<T, StoreError>
+    /// As [`Self::write`], committed in a transaction of its own (see [`Isolation::Alone`]);
+    /// a result that `keep` refuses is answered, and the transaction rolled back.
+    async fn write_alone<T, F>(&self, run: F, keep: fn(&T) -> bool) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.write_op(run, true).await
+        self.write_op(run, Isolation::Alone, keep).await
     }
 
-    async fn write_op<T, F>(&self, run: F, alone: bool) -> Result<T, StoreError>
+    async fn write_op<T, F>(
+        &self,
+        run: F,
+        isolation: Isolation,
+        keep: fn(&T) -> bool,
+    ) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -147,7 +161,8 @@ impl SqliteStore {
         let (reply, rx) = oneshot::channel();
         let op = Box::new(Op {
             run: Some(run),
-            alone,
+            isolation,
+            keep,
             result: None,
             reply,
         });
@@ -483,45 +498,46 @@ impl LinkStore for SqliteStore {
     async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
         let link = link.clone();
         let audit = AuditRecord::created(&link, origin);
-        self.write(move |c| {
+        // Shared: a conditional insert and its audit row fail only when the store does.
+        let insert = move |c: &Connection| {
             let d = link.disabled.as_ref();
-            let inserted = c
-                .prepare_cached(&format!(
-                    "INSERT INTO links ({LINK_COLUMNS}) VALUES \
-                     (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
-                     ON CONFLICT (code) DO NOTHING"
-                ))?
-                .execute(params![
-                    link.code,
-                    link.long_url,
-                    link.owner,
-                    link.custom_alias,
-                    link.created_at,
-                    link.expires_at,
-                    d.map(|d| d.at),
-                    to_i64(link.clicks),
-                    to_i64(link.bot_clicks),
-                    link.created_ip,
-                    to_i64(link.version),
-                    d.map(|d| d.reason.as_str()),
-                    d.map(|d| d.by.as_str()),
-                    d.map(|d| d.by_kind.as_str()),
-                    link.deleted_at,
-                    link.owner_admin,
-                ])?;
+            let inserted = c.prepare_cached(&INSERT_LINK)?.execute(params![
+                link.code,
+                link.long_url,
+                link.owner,
+                link.custom_alias,
+                link.created_at,
+                link.expires_at,
+                d.map(|d| d.at),
+                to_i64(link.clicks),
+                to_i64(link.bot_clicks),
+                link.created_ip,
+                to_i64(link.version),
+                d.map(|d| d.reason.as_str()),
+                d.map(|d| d.by.as_str()),
+                d.map(|d| d.by_kind.as_str()),
+                link.deleted_at,
+                link.owner_admin,
+            ])?;
             if inserted == 1 {
                 insert_audit(c, &audit)?;
                 Ok(InsertOutcome::Inserted)
             } else {
                 Ok(InsertOutcome::CodeTaken)
             }
-        })
-        .await
+        };
+        self.write_op(insert, Isolation::Shared, |_| true).await
     }
 
     async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError> {
         let batch = batch.clone();
-        self.write(move |c| import::write_batch(c, &batch)).await
+        // Alone: in a group's savepoint, every page the batch touched would first be copied
+        // into the savepoint's journal. A batch refused for a taken code is rolled back whole.
+        self.write_alone(
+            move |c| import::write_batch(c, &batch),
+            |outcome| matches!(outcome, ImportOutcome::Committed(_)),
+        )
+        .await
     }
 
     async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -656,8 +672,10 @@ impl LinkStore for SqliteStore {
         let batch = to_i64(batch as u64);
         self.write(move |c| {
             c.prepare_cached(
+                // In `at` order the `audit_at` index finds the batch; in id order SQLite
+                // scanned the whole table in the writer, at every prune, to find none.
                 "DELETE FROM audit WHERE id IN \
-                 (SELECT id FROM audit WHERE at < ?1 ORDER BY id LIMIT ?2)",
+                 (SELECT id FROM audit WHERE at < ?1 ORDER BY at, id LIMIT ?2)",
             )?
             .execute(params![at, batch])
             .map(|n| n as u64)
@@ -838,27 +856,31 @@ impl LinkStore for SqliteStore {
 impl ClickSink for SqliteStore {
     async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError> {
         let deltas = deltas.to_vec();
-        self.write_alone(move |c| add_clicks(c, deltas)).await
+        self.write_alone(move |c| add_clicks(c, deltas), |_| true)
+            .await
     }
 
     async fn apply_click_batches(&self, batches: &[ClickBatch]) -> Result<usize, StoreError> {
         let batches = batches.to_vec();
         let today = Day::from_unix(crate::now()).number();
-        self.write_alone(move |c| {
-            let mut mark = c.prepare_cached(
-                "INSERT INTO applied_click_batches (id, day) VALUES (?1, ?2) \
+        self.write_alone(
+            move |c| {
+                let mut mark = c.prepare_cached(
+                    "INSERT INTO applied_click_batches (id, day) VALUES (?1, ?2) \
                  ON CONFLICT (id) DO NOTHING",
-            )?;
-            let (mut fresh, mut deltas) = (0, Vec::new());
-            for batch in batches {
-                if mark.execute(params![batch.id, today])? == 1 {
-                    fresh += 1;
-                    deltas.extend(batch.deltas);
+                )?;
+                let (mut fresh, mut deltas) = (0, Vec::new());
+                for batch in batches {
+                    if mark.execute(params![batch.id, today])? == 1 {
+                        fresh += 1;
+                        deltas.extend(batch.deltas);
+                    }
                 }
-            }
-            add_clicks(c, deltas)?;
-            Ok(fresh)
-        })
+                add_clicks(c, deltas)?;
+                Ok(fresh)
+            },
+            |_| true,
+        )
         .await
     }
 

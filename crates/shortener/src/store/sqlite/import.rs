@@ -26,14 +26,14 @@ static LINKS: LazyLock<MultiInsert> = LazyLock::new(|| {
     )
 });
 
-/// Writes one batch inside the writer's transaction (see [`LinkStore::import_links`]).
+/// Writes one batch as the writer's transaction (see [`LinkStore::import_links`]); the
+/// caller rolls it back unless it returns [`ImportOutcome::Committed`].
 ///
 /// [`LinkStore::import_links`]: shortener_core::store::LinkStore::import_links
 pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Result<ImportOutcome> {
     // In code order each insert lands on the same or the next B-tree leaf as the previous one.
     let mut sorted: Vec<&Link> = batch.links.iter().collect();
     sorted.sort_unstable_by(|a, b| a.code.cmp(&b.code));
-    c.execute_batch("SAVEPOINT import")?;
     let mut stored: HashSet<&str> = HashSet::with_capacity(sorted.len());
     for chunk in chunks(&sorted) {
         let mut insert = c.prepare_cached(LINKS.sql(chunk.len()))?;
@@ -75,7 +75,6 @@ pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Resu
         .filter(|&i| outcomes[i] == InsertOutcome::CodeTaken && !batch.links[i].custom_alias)
         .collect();
     if !generated_taken.is_empty() {
-        c.execute_batch("ROLLBACK TO import; RELEASE import")?;
         return Ok(ImportOutcome::GeneratedTaken(generated_taken));
     }
     let audits: Vec<AuditRecord> = sorted
@@ -89,7 +88,6 @@ pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Resu
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
     )?
     .execute(params![batch.progress_key, batch.progress])?;
-    c.execute_batch("RELEASE import")?;
     Ok(ImportOutcome::Committed(outcomes))
 }
 

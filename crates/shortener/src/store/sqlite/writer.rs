@@ -26,19 +26,36 @@ const SYNCERS: usize = 3;
 
 /// A write queued for the writer thread.
 pub(super) trait WriteOp: Send {
-    /// Runs inside the group's transaction; `false` means it failed and is rolled back alone.
+    /// Runs inside the group's transaction; `false` means it failed (or refused its result)
+    /// and is rolled back alone.
     fn apply(&mut self, conn: &Connection) -> bool;
-    /// Committed in a transaction of its own: a large write (a click batch) that would
-    /// otherwise copy every page it changes into the savepoint's sub-journal.
-    fn alone(&self) -> bool;
+    /// How it shares the group's transaction.
+    fn isolation(&self) -> Isolation;
     /// Replies once the group's commit is known (and, if it committed, synced); `Err` says
     /// why it is not durable.
     fn finish(self: Box<Self>, durable: Result<(), &str>);
 }
 
+/// How a write shares a group's transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Isolation {
+    /// In a savepoint of its own: if it fails, it alone is rolled back.
+    Savepoint,
+    /// Without a savepoint (its pages are not copied into a savepoint's journal first): if
+    /// it fails, the whole group is rolled back and every write of it fails. For writes that
+    /// fail only when the store does (a create: a conditional insert and its audit row).
+    Shared,
+    /// In a transaction of its own: a large write (a click batch, an import batch) that
+    /// would otherwise copy every page it changes into the savepoint's journal.
+    Alone,
+}
+
 pub(super) struct Op<T, F> {
     pub(super) run: Option<F>,
-    pub(super) alone: bool,
+    pub(super) isolation: Isolation,
+    /// Whether a result is to be committed; one it refuses is answered but rolled back
+    /// (an import batch whose generated codes clash with aliases, say).
+    pub(super) keep: fn(&T) -> bool,
     pub(super) result: Option<rusqlite::Result<T>>,
     pub(super) reply: oneshot::Sender<Result<T, StoreError>>,
 }
@@ -50,13 +67,13 @@ where
 {
     fn apply(&mut self, conn: &Connection) -> bool {
         let result = self.run.take().map(|run| run(conn));
-        let ok = matches!(result, Some(Ok(_)));
+        let ok = matches!(&result, Some(Ok(value)) if (self.keep)(value));
         self.result = result;
         ok
     }
 
-    fn alone(&self) -> bool {
-        self.alone
+    fn isolation(&self) -> Isolation {
+        self.isolation
     }
 
     fn finish(self: Box<Self>, durable: Result<(), &str>) {
@@ -174,9 +191,9 @@ fn write_loop(
     let mut next: Option<Box<dyn WriteOp>> = None;
     while let Some(first) = next.take().or_else(|| rx.recv().ok()) {
         let mut group = vec![first];
-        while !group[0].alone() && group.len() < MAX_GROUP {
+        while group[0].isolation() != Isolation::Alone && group.len() < MAX_GROUP {
             match rx.try_recv() {
-                Ok(op) if op.alone() => {
+                Ok(op) if op.isolation() == Isolation::Alone => {
                     next = Some(op);
                     break;
                 }
@@ -197,7 +214,16 @@ fn write_loop(
     }
 }
 
-fn run_group(conn: &Connection, group: &mut [Box<dyn WriteOp>]) -> rusqlite::Result<()> {
+/// Why a group did not commit.
+#[derive(Debug, thiserror::Error)]
+enum GroupError {
+    #[error(transparent)]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("a write that shares the group's transaction failed")]
+    SharedWriteFailed,
+}
+
+fn run_group(conn: &Connection, group: &mut [Box<dyn WriteOp>]) -> Result<(), GroupError> {
     conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
     if let [only] = group {
         // Alone, a write needs no savepoint: if it fails, the whole transaction goes.
@@ -206,13 +232,19 @@ fn run_group(conn: &Connection, group: &mut [Box<dyn WriteOp>]) -> rusqlite::Res
         } else {
             "ROLLBACK"
         };
-        return conn.prepare_cached(end)?.execute([]).map(drop);
+        return Ok(conn.prepare_cached(end)?.execute([]).map(drop)?);
     }
     // Prepared once: a group of hundreds of writes parses no SQL of its own.
     let mut savepoint = conn.prepare_cached("SAVEPOINT op")?;
     let mut release = conn.prepare_cached("RELEASE op")?;
     let mut rollback = conn.prepare_cached("ROLLBACK TO op")?;
     for op in group.iter_mut() {
+        if op.isolation() == Isolation::Shared {
+            if !op.apply(conn) {
+                return Err(GroupError::SharedWriteFailed);
+            }
+            continue;
+        }
         savepoint.execute([])?;
         if !op.apply(conn) {
             rollback.execute([])?;
@@ -251,10 +283,22 @@ mod tests {
         tx: &crossbeam_channel::Sender<Box<dyn WriteOp>>,
         value: i64,
     ) -> oneshot::Receiver<Result<usize, StoreError>> {
+        insert_into(tx, "t", value, Isolation::Savepoint)
+    }
+
+    fn insert_into(
+        tx: &crossbeam_channel::Sender<Box<dyn WriteOp>>,
+        table: &'static str,
+        value: i64,
+        isolation: Isolation,
+    ) -> oneshot::Receiver<Result<usize, StoreError>> {
         let (reply, answer) = oneshot::channel();
         let op = Op {
-            run: Some(move |c: &Connection| c.execute("INSERT INTO t (v) VALUES (?1)", [value])),
-            alone: false,
+            run: Some(move |c: &Connection| {
+                c.execute(&format!("INSERT INTO {table} (v) VALUES (?1)"), [value])
+            }),
+            isolation,
+            keep: |_| true,
             result: None,
             reply,
         };
@@ -304,21 +348,63 @@ mod tests {
                 c.execute("INSERT INTO t (v) VALUES (1)", [])?;
                 c.execute("INSERT INTO missing (v) VALUES (1)", [])
             }),
-            alone: true,
+            isolation: Isolation::Alone,
+            keep: |_| true,
             result: None,
             reply,
         };
         tx.send(Box::new(op)).unwrap();
         assert!(failed.blocking_recv().unwrap().is_err());
         assert_eq!(insert(&tx, 2).blocking_recv().unwrap().unwrap(), 1);
-        let values: Vec<i64> = reader
-            .prepare("SELECT v FROM t")
+        assert_eq!(values(&reader), [2]);
+    }
+
+    fn values(reader: &Connection) -> Vec<i64> {
+        reader
+            .prepare("SELECT v FROM t ORDER BY v")
             .unwrap()
             .query_map([], |r| r.get(0))
             .unwrap()
             .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(values, [2]);
+            .unwrap()
+    }
+
+    #[test]
+    fn a_failed_write_in_a_savepoint_is_rolled_back_alone_and_a_failed_shared_one_fails_its_group()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, reader) = store(dir.path());
+        let (tx, rx) = crossbeam_channel::unbounded();
+        // Queued before the writer starts, so each trio is one group.
+        let answers = [
+            insert_into(&tx, "t", 1, Isolation::Shared),
+            insert_into(&tx, "missing", 2, Isolation::Savepoint),
+            insert_into(&tx, "t", 3, Isolation::Savepoint),
+        ];
+        start(writer, Arc::new(|| Ok(())), rx).unwrap();
+        let [one, two, three] = answers.map(|a| a.blocking_recv().unwrap());
+        assert_eq!((one.unwrap(), three.unwrap()), (1, 1));
+        assert!(matches!(two, Err(StoreError::Backend(_))), "{two:?}");
+        assert_eq!(values(&reader), [1, 3]);
+
+        // A group whose shared write fails: every write of it fails, none is stored.
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let answers = [
+            insert_into(&tx, "t", 4, Isolation::Savepoint),
+            insert_into(&tx, "missing", 5, Isolation::Shared),
+            insert_into(&tx, "t", 6, Isolation::Shared),
+        ];
+        let writer = Connection::open(dir.path().join("w.db")).unwrap();
+        start(writer, Arc::new(|| Ok(())), rx).unwrap();
+        for answer in answers {
+            match answer.blocking_recv().unwrap() {
+                Err(StoreError::Unavailable(e)) => {
+                    assert!(e.to_string().contains("commit failed"), "{e}")
+                }
+                other => panic!("expected Unavailable, got {other:?}"),
+            }
+        }
+        assert_eq!(values(&reader), [1, 3]);
     }
 
     #[test]
