@@ -22,6 +22,7 @@ pub mod http_limits;
 mod json_body;
 pub mod openapi;
 mod serve;
+mod supervise;
 mod whole_number;
 
 pub use http_limits::{ConnectionGate, HttpLimits, HttpLimitsFile, RequestBudget, close_after};

@@ -3,13 +3,14 @@
 //! reaches an axum router there (its request budget and time limit).
 
 use crate::head_watch::{HeadWatch, Watched};
+use crate::supervise::Supervised;
 use crate::{HttpLimits, RequestBudget, close_after};
 use axum::Router;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
+use hyper_util::server::graceful::GracefulConnection;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,7 +41,9 @@ pub async fn serve_connections<M, S, B>(
     Connection<S>: GracefulConnection + Send + 'static,
     <Connection<S> as Future>::Output: Send,
 {
-    let graceful = GracefulShutdown::new();
+    // Every connection holds a receiver until it ends: a send starts their drains, and
+    // `closed()` is when the last one ended.
+    let (drain, _) = tokio::sync::watch::channel(());
     let http = limits.http1_untimed();
     let gate = limits.gate();
     tokio::pin!(shutdown);
@@ -69,21 +72,28 @@ pub async fn serve_connections<M, S, B>(
             inner: service(peer, limits.requests()),
             watch: watch.clone(),
         };
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let connection = http.serve_connection(TokioIo::new(stream), service);
         let header_timeout = limits.header_timeout;
+        let mut drained = drain.subscribe();
         tokio::spawn(async move {
             // A head awaited past the timeout (slowloris, an idle keep-alive) drops the
             // connection, which closes it.
-            tokio::select! {
-                biased;
-                _ = connection => {}
-                () = watch.expired(header_timeout) => {}
-            }
+            let _ = Supervised::new(
+                connection,
+                async move {
+                    let _ = drained.changed().await;
+                    drained
+                },
+                async move { watch.expired(header_timeout).await },
+                GracefulConnection::graceful_shutdown,
+            )
+            .await;
             drop(permit);
         });
     }
     drop(listener);
-    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+    drain.send_replace(());
+    if tokio::time::timeout(DRAIN_TIMEOUT, drain.closed())
         .await
         .is_err()
     {

@@ -266,12 +266,10 @@ impl LinkCache {
         now < slot.stale_until && slot.generation == generation.load(Ordering::Acquire)
     }
 
-    /// The link with this code (`None`: no such link) as of `now`, from cache when possible.
-    pub(crate) async fn get(
-        &self,
-        code: &str,
-        now: UnixSeconds,
-    ) -> Result<Option<CachedLink>, StoreError> {
+    /// What the cache alone answers for `code` (`Some(None)`: known unknown), or `None` when
+    /// the store must be asked ([`Self::read`]). Synchronous, so that a hit needs no future
+    /// at all (see `api/redirect.rs`).
+    pub(crate) fn cached(&self, code: &str, now: UnixSeconds) -> Option<Option<CachedLink>> {
         let generation = self.generation(code);
         if let Some(slot) = self.slots.get(code) {
             if self.usable(&slot, generation, now) {
@@ -279,14 +277,24 @@ impl LinkCache {
                     Some(_) => self.metrics.cache_hit.inc(),
                     None => self.metrics.cache_negative_hit.inc(),
                 };
-                return Ok(slot.link);
+                return Some(slot.link);
             }
             self.forget(code, &slot, now);
         }
         if self.known_unknown(code, generation, now) {
             self.metrics.cache_negative_hit.inc();
-            return Ok(None);
+            return Some(None);
         }
+        None
+    }
+
+    /// A miss: the store (or L2) is asked, concurrent misses on `code` sharing one read.
+    pub(crate) async fn read(
+        &self,
+        code: &str,
+        now: UnixSeconds,
+    ) -> Result<Option<CachedLink>, StoreError> {
+        let generation = self.generation(code);
         self.metrics.cache_miss.inc();
         let key: Arc<str> = Arc::from(code);
         loop {
@@ -506,6 +514,18 @@ mod tests {
     };
     const NOW: UnixSeconds = 1_700_000_000;
 
+    /// What a redirect gets for `code`: the cache's answer, else the store's.
+    async fn get(
+        cache: &LinkCache,
+        code: &str,
+        now: UnixSeconds,
+    ) -> Result<Option<CachedLink>, StoreError> {
+        match cache.cached(code, now) {
+            Some(answer) => Ok(answer),
+            None => cache.read(code, now).await,
+        }
+    }
+
     fn link(expires_at: UnixSeconds, disabled: bool) -> CachedLink {
         CachedLink {
             code: Arc::from("abcdefg"),
@@ -565,13 +585,12 @@ mod tests {
         for code in &codes {
             let link = Link::new(code, "https://example.com/", now, now + 86_400);
             store.insert_link(&link, &origin).await.unwrap();
-            assert!(cache.get(code, now).await.unwrap().is_some());
+            assert!(get(&cache, code, now).await.unwrap().is_some());
         }
         // Far more unknown codes than the whole cache holds.
         for i in 0..5_000 {
             assert!(
-                cache
-                    .get(&format!("nope{i:04}"), now)
+                get(&cache, &format!("nope{i:04}"), now)
                     .await
                     .unwrap()
                     .is_none()
@@ -585,7 +604,7 @@ mod tests {
         }
         // And the last unknown codes are answered from their own room.
         let reads = cache.metrics.store_link_reads.get();
-        assert!(cache.get("nope4999", now).await.unwrap().is_none());
+        assert!(get(&cache, "nope4999", now).await.unwrap().is_none());
         assert_eq!(cache.metrics.store_link_reads.get(), reads);
     }
 

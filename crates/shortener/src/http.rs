@@ -10,6 +10,7 @@ use crate::api::{App, OWN_SINGLE_SEGMENT_PATHS, redirect};
 use axum::Router;
 use axum::http::{Method, Request, Response};
 use bytes::Bytes;
+use futures_util::future;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -17,6 +18,7 @@ use service_edge::{HttpLimits, RequestBudget, close_after};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -39,25 +41,58 @@ fn is_redirect(method: &Method, path: &str) -> bool {
     }
 }
 
-/// `router` is `None` exactly for redirects, which do not need it (one reference count less
-/// to bump on the hot path).
-async fn handle(
-    app: Arc<App>,
-    router: Option<Router>,
+/// What the service answers with: a redirect the cache answered, ready; anything else in a
+/// box (a redirect waiting on the store, the router). A ready answer is all a hit moves
+/// around inside hyper, not the state of a lookup that might have waited.
+type Answer = future::Either<
+    std::future::Ready<Result<Response<Body>, Infallible>>,
+    Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>,
+>;
+
+fn handle(
+    app: &Arc<App>,
+    router: &Router,
     peer: SocketAddr,
     request: Request<Incoming>,
-    budget: Arc<RequestBudget>,
+    budget: &Arc<RequestBudget>,
     request_timeout: Duration,
-) -> Result<Response<Body>, Infallible> {
-    let Some(router) = router else {
-        let last = budget.take_is_last();
-        let (head, _body) = request.into_parts();
-        let mut response = redirect::answer(&app, &head, peer).await;
+) -> Answer {
+    if !is_redirect(request.method(), request.uri().path()) {
+        let routed = routed(
+            router.clone(),
+            request,
+            peer,
+            budget.clone(),
+            request_timeout,
+        );
+        return future::Either::Right(Box::pin(routed));
+    }
+    let last = budget.take_is_last();
+    let (head, _body) = request.into_parts();
+    let sent = move |mut response: Response<Full<Bytes>>| {
         if last {
             close_after(&mut response);
         }
-        return Ok(response.map(Either::Left));
+        Ok(response.map(Either::Left))
     };
+    match redirect::answer_now(app, &head, peer) {
+        Some(response) => future::Either::Left(std::future::ready(sent(response))),
+        None => {
+            let app = app.clone();
+            future::Either::Right(Box::pin(async move {
+                sent(redirect::answer_from_store(&app, &head, peer).await)
+            }))
+        }
+    }
+}
+
+async fn routed(
+    router: Router,
+    request: Request<Incoming>,
+    peer: SocketAddr,
+    budget: Arc<RequestBudget>,
+    request_timeout: Duration,
+) -> Result<Response<Body>, Infallible> {
     let response = service_edge::route(
         router,
         request,
@@ -65,9 +100,8 @@ async fn handle(
         &budget,
         request_timeout,
         request_timed_out,
-    )
-    .await;
-    Ok(response.map(Either::Right))
+    );
+    Ok(response.await.map(Either::Right))
 }
 
 fn request_timed_out() -> Response<axum::body::Body> {
@@ -94,16 +128,7 @@ pub(crate) async fn serve(
     let service = move |peer: SocketAddr, budget: Arc<RequestBudget>| {
         let (app, router) = (app.clone(), router.clone());
         service_fn(move |request: Request<Incoming>| {
-            let redirect = is_redirect(request.method(), request.uri().path());
-            let router = (!redirect).then(|| router.clone());
-            handle(
-                app.clone(),
-                router,
-                peer,
-                request,
-                budget.clone(),
-                request_timeout,
-            )
+            handle(&app, &router, peer, request, &budget, request_timeout)
         })
     };
     service_edge::serve_connections(listener, &limits, service, shutdown).await;

@@ -10,6 +10,7 @@
 use super::App;
 use super::AppState;
 use super::error::{DELETED_BODY, EXPIRED_BODY, GONE_BODY, NOT_FOUND_BODY};
+use crate::cache::CachedLink;
 use crate::clicks::ClickEvent;
 use crate::scaleout::l2::Gone;
 use crate::visits::Visit;
@@ -73,22 +74,70 @@ fn unavailable(e: &StoreError) -> Response<Full<Bytes>> {
 
 /// Answers a redirect request from `peer`; `request.uri` is `/{code}`.
 pub(crate) async fn answer(app: &App, request: &Parts, peer: SocketAddr) -> Response<Full<Bytes>> {
+    match answer_now(app, request, peer) {
+        Some(response) => response,
+        None => answer_from_store(app, request, peer).await,
+    }
+}
+
+/// The answer when the cache (or the code's shape) gives it, without waiting: every hit and
+/// known unknown code. `None`: the store must be asked ([`answer_from_store`]). The server
+/// calls this straight from its service, so that a hit's future is a ready response rather
+/// than the state of a lookup that might have waited.
+pub(crate) fn answer_now(
+    app: &App,
+    request: &Parts,
+    peer: SocketAddr,
+) -> Option<Response<Full<Bytes>>> {
     let started = Instant::now();
-    let response = lookup(app, request, peer).await;
+    let now = crate::now();
+    let found = match code_of(request) {
+        Some(code) => app.cache.cached(code, now)?,
+        None => None,
+    };
+    Some(timed(
+        app,
+        started,
+        respond(app, request, peer, now, Ok(found)),
+    ))
+}
+
+/// The answer once the store was asked, for a request [`answer_now`] could not answer.
+pub(crate) async fn answer_from_store(
+    app: &App,
+    request: &Parts,
+    peer: SocketAddr,
+) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let now = crate::now();
+    let found = match code_of(request) {
+        Some(code) => app.cache.read(code, now).await,
+        None => Ok(None),
+    };
+    timed(app, started, respond(app, request, peer, now, found))
+}
+
+/// The request's code, if its path could be one (anything else is unknown, unread).
+fn code_of(request: &Parts) -> Option<&str> {
+    Some(request.uri.path().trim_start_matches('/')).filter(|code| could_be_code(code))
+}
+
+fn timed(app: &App, started: Instant, response: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
     app.metrics
         .redirect_seconds
         .observe(started.elapsed().as_secs_f64());
     response
 }
 
-async fn lookup(app: &App, request: &Parts, peer: SocketAddr) -> Response<Full<Bytes>> {
-    let code = request.uri.path().trim_start_matches('/');
-    if !could_be_code(code) {
-        app.metrics.redirect_not_found.inc();
-        return fixed(StatusCode::NOT_FOUND, NOT_FOUND_BODY);
-    }
-    let now = crate::now();
-    let link = match app.cache.get(code, now).await {
+/// The response to what the cache or the store said of the requested code.
+fn respond(
+    app: &App,
+    request: &Parts,
+    peer: SocketAddr,
+    now: shortener_core::day::UnixSeconds,
+    found: Result<Option<CachedLink>, StoreError>,
+) -> Response<Full<Bytes>> {
+    let link = match found {
         Ok(Some(link)) => link,
         Ok(None) => {
             app.metrics.redirect_not_found.inc();
