@@ -4,7 +4,8 @@
 //! one process, so the sum over processes is the pool's). Gauges describe the shared pool —
 //! addresses by state, cap occupancy, open leases per address — and are set from each
 //! snapshot read, so every process exports the same values, as of its latest snapshot (the
-//! server takes one per scrape).
+//! server takes one per scrape). Leases lost by expiry are not counted here: the library's
+//! sweep does not say whose they were (the snapshot's `expired` is the pool's total).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
