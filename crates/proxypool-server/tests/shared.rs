@@ -1,5 +1,6 @@
 //! Two `proxypool serve` processes on one Redis (`--redis`): one pool, so a session keeps its
-//! exit whichever gateway it comes through, and both show the same addresses and outcomes.
+//! exit whichever gateway it comes through, and both show the same addresses and outcomes; each
+//! counts its own calls in its metrics and exports the pool's gauges.
 
 #![allow(clippy::unwrap_used)]
 
@@ -8,6 +9,20 @@ mod common;
 use common::{FAST_POOL, Server, Target, Tinyproxy, get};
 
 const SITE: &str = "127.0.20.1";
+
+/// The sum of a server's /metrics samples of `name` whose labels include `label`.
+async fn metric(server: &Server, name: &str, label: &str) -> f64 {
+    let url = format!("{}/metrics", server.api);
+    let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+                && l.contains(label)
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_on_one_redis_share_sessions_and_outcomes() {
@@ -58,5 +73,18 @@ async fn two_servers_on_one_redis_share_sessions_and_outcomes() {
         assert_eq!(rows.len(), 3, "{rows:?}");
         let successes: u64 = rows.iter().map(|r| r["successes"].as_u64().unwrap()).sum();
         assert_eq!(successes, 48, "{rows:?}");
+    }
+
+    // Metrics: each process counts its own calls (24 each), and exports the pool's gauges.
+    for server in &servers {
+        let success = r#"outcome="success""#;
+        assert_eq!(metric(server, "proxypool_acquires_total", "").await, 24.0);
+        let outcomes = metric(server, "proxypool_address_outcomes_total", success).await;
+        assert_eq!(outcomes, 24.0);
+        let pair = metric(server, "proxypool_cell_outcomes_total", success).await;
+        assert_eq!(pair, 24.0);
+        assert_eq!(metric(server, "proxypool_addresses", "").await, 3.0);
+        let healthy = metric(server, "proxypool_addresses", r#"state="healthy""#).await;
+        assert_eq!(healthy, 3.0);
     }
 }

@@ -13,6 +13,7 @@
 
 use metrics::{Counter, Gauge, Histogram, SharedString, counter, gauge, histogram};
 
+use crate::error::AcquireError;
 use crate::health::HealthState;
 use crate::lease::{Choice, Outcome};
 
@@ -156,8 +157,16 @@ impl PoolMetrics {
         self.acquires[choice_index(choice)].increment(1);
     }
 
-    /// `reason` indexes [`FAILURES`].
-    pub(crate) fn acquire_failed(&self, reason: usize) {
+    /// Counted by reason; a store that did not answer is no refusal of the pool's.
+    pub(crate) fn acquire_failed(&self, e: &AcquireError) {
+        let reason = match e {
+            AcquireError::NoAddressAvailable => 0,
+            AcquireError::SessionBroken { .. } => 1,
+            AcquireError::BoundAddressBusy { .. } => 2,
+            AcquireError::BoundAddressCooling { .. } => 3,
+            AcquireError::UnknownSubPool(_) => 4,
+            AcquireError::StoreUnavailable(_) => return,
+        };
         self.failures[reason].increment(1);
     }
 

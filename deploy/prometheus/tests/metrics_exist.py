@@ -5,7 +5,8 @@ appear on first use: gateway traffic, link creates), scrapes both /metrics, and 
 (deploy/grafana/) against the samples scraped. For the dashboards also: every label matcher
 (`outcome="error"`) matches a scraped sample of its metric, every `by (label)` is a label of a
 metric of its query, and every query is valid PromQL (`promtool check rules` on a rule file made
-of them).
+of them). The proxypool checks run twice: on the in-memory pool and on a pool in Redis
+(`--redis`, a redis-server of its own on loopback), the store of scale-out.
 
 Usage: python3 metrics_exist.py SHORTENER_BIN PROXYPOOL_BIN
 """
@@ -13,9 +14,11 @@ Usage: python3 metrics_exist.py SHORTENER_BIN PROXYPOOL_BIN
 import json
 import pathlib
 import re
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
@@ -37,6 +40,34 @@ def start(argv, markers):
         if len(found) == len(markers):
             return process, found
     sys.exit(f"{argv[0]} exited before printing {markers!r}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_redis(tmp):
+    """A throwaway redis-server on loopback (no persistence); returns it and its URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+         "--appendonly", "no", "--dir", tmp],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    for _ in range(START_TIMEOUT * 10):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                c.sendall(b"PING\r\n")
+                if c.recv(16).startswith(b"+PONG"):
+                    return process, f"redis://127.0.0.1:{port}"
+        except OSError:
+            pass
+        if process.poll() is not None:
+            break
+        time.sleep(0.1)
+    process.kill()
+    sys.exit("redis-server did not answer PING")
 
 
 def request(url, data=None, proxy=None):
@@ -144,39 +175,46 @@ def main():
             )
             servers.append(shortener)
             s_url = s["listening on "]
-            proxypool, p = start(
-                [proxypool_bin, "serve", "--upstreams", str(upstreams),
-                 "--proxy-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0"],
-                ["api listening on ", "gateway listening on "],
-            )
-            servers.append(proxypool)
-            p_url = p["api listening on "]
-            # A create (refused: no long_url) and a redirect (unknown code), the latter through
-            # the gateway (its upstreams refuse: a failed gateway request is counted too).
+            redis, redis_url = start_redis(tmp)
+            servers.append(redis)
+            targets = [("shortener", s_url)]
+            for store, extra in (("memory", []), ("redis", ["--redis", redis_url])):
+                proxypool, p = start(
+                    [proxypool_bin, "serve", "--upstreams", str(upstreams),
+                     "--proxy-listen", "127.0.0.1:0", "--api-listen", "127.0.0.1:0", *extra],
+                    ["api listening on ", "gateway listening on "],
+                )
+                servers.append(proxypool)
+                targets.append((f"proxypool ({store})", p["api listening on "]))
+                # A redirect (unknown code) through the gateway (its upstreams refuse: a failed
+                # gateway request is counted too).
+                request(f"{s_url}/nothing-here", proxy=f"http://{p['gateway listening on ']}")
+            # A create (refused: no long_url) and a redirect.
             request(f"{s_url}/api/v1/links", data=b"{}")
-            request(f"{s_url}/nothing-here", proxy=f"http://{p['gateway listening on ']}")
             request(f"{s_url}/nothing-here")
             missing = []
             all_queries = []
-            for product, url in (("shortener", s_url), ("proxypool", p_url)):
+            for target, url in targets:
+                product = target.split()[0]
                 samples = scrape(url)
                 wanted = rule_names(product)
                 if not wanted:
                     sys.exit(f"no {product}_* metric found in {product}.rules.yml")
-                missing += sorted(f"{product} alert: {n}" for n in wanted - samples.keys())
-                print(f"{product}: {len(wanted)} metrics used by alerts, all exported"
-                      if not wanted - samples.keys() else f"{product}: missing {wanted - samples.keys()}")
+                missing += sorted(f"{target} alert: {n}" for n in wanted - samples.keys())
+                print(f"{target}: {len(wanted)} metrics used by alerts, all exported"
+                      if not wanted - samples.keys() else f"{target}: missing {wanted - samples.keys()}")
                 queries = dashboard_queries(product)
                 all_queries += queries
                 problems = dashboard_problems(product, queries, samples)
-                missing += [f"{product} dashboard: {p}" for p in problems]
+                missing += [f"{target} dashboard: {p}" for p in problems]
                 used = {n for q in queries for n in re.findall(rf"\b{product}_[a-z0-9_]+", q)}
-                print(f"{product}: dashboard of {len(queries)} queries over {len(used)} metrics"
+                print(f"{target}: dashboard of {len(queries)} queries over {len(used)} metrics"
                       + (", all exported with the labels queried" if not problems else f": {len(problems)} problems"))
         finally:
             for server in servers:
                 server.terminate()
                 server.wait(10)
+    all_queries = list(dict.fromkeys(all_queries))
     check_promql(all_queries)
     print(f"dashboards: {len(all_queries)} queries parsed by promtool")
     if missing:

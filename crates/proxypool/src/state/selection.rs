@@ -132,23 +132,12 @@ impl PoolState {
         };
         let result = picked.and_then(|(slot, choice)| self.grant(slot, site, choice, now));
         if let Err(e) = &result {
-            // Indices into `telemetry::FAILURES`.
-            let reason = match e {
-                AcquireError::NoAddressAvailable => {
-                    self.counters.unavailable += 1;
-                    0
-                }
-                AcquireError::SessionBroken { .. } => {
-                    self.counters.sessions_broken += 1;
-                    1
-                }
-                AcquireError::BoundAddressBusy { .. } => 2,
-                AcquireError::BoundAddressCooling { .. } => 3,
-                AcquireError::UnknownSubPool(_) => 4,
-                // Only a shared store fails this way, never the engine.
-                AcquireError::StoreUnavailable(_) => return result,
-            };
-            self.metrics.acquire_failed(reason);
+            match e {
+                AcquireError::NoAddressAvailable => self.counters.unavailable += 1,
+                AcquireError::SessionBroken { .. } => self.counters.sessions_broken += 1,
+                _ => {}
+            }
+            self.metrics.acquire_failed(e);
         }
         result
     }

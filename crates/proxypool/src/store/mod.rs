@@ -76,7 +76,7 @@ impl Store {
         match self {
             Self::Memory(m) => m.acquire(ticket, now),
             #[cfg(feature = "redis")]
-            Self::Redis(r) => r.acquire(ticket, now).await,
+            Self::Redis(r) => r.acquire_counted(ticket, now).await,
         }
     }
 
@@ -87,7 +87,7 @@ impl Store {
                 Ok(())
             }
             #[cfg(feature = "redis")]
-            Self::Redis(r) => r.release(release, now).await,
+            Self::Redis(r) => r.release_counted(release, now).await,
         }
     }
 
@@ -101,7 +101,7 @@ impl Store {
                 m.abandon(lease, now);
             }
             #[cfg(feature = "redis")]
-            Self::Redis(r) => r.abandon(lease, slot, now),
+            Self::Redis(r) => r.abandon_counted(lease, slot, now),
         }
     }
 

@@ -24,8 +24,8 @@
 //! `batch` (group commit), `stale` (grants whose callers left, going back), `lost` (this
 //! process's lease ids, and grants whose reply was lost found by them), `judging` (the
 //! judge's facts and its decisions applied), `verdicts` (sites and our side judged), `latency`
-//! (this process's latency figures), `prober` (the prober role) and `view` (the snapshot reply
-//! read).
+//! (this process's latency figures), `prober` (the prober role), `view` (the snapshot reply
+//! read) and `telemetry` (the pool's metrics).
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -44,6 +44,7 @@ mod operations;
 #[cfg(feature = "probe")]
 mod prober;
 mod stale;
+mod telemetry;
 mod verdicts;
 mod view;
 
@@ -208,6 +209,7 @@ pub(crate) struct RedisStore {
     addresses: RwLock<(u64, HashMap<u32, ProxyAddress>)>,
     sites: Mutex<Sites>,
     latencies: Mutex<Latencies>,
+    telemetry: telemetry::Telemetry,
     /// The pool's epoch as last seen (set by the first add of a pool): when it changes, Redis
     /// lost the pool and ids name other addresses.
     epoch: Mutex<Epoch>,

@@ -49,6 +49,15 @@ pub async fn build(builder: PoolBuilder) -> Pool {
     }
 }
 
+/// A runtime on this thread, with the timers and I/O the Redis store's connection and
+/// deadlines need (tests that run the pool on a runtime of their own).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 pub fn addr(i: usize) -> String {
     format!("http://10.0.{}.{}:8080", i / 250, i % 250)
 }

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use crate::common::{addr, build, hit, ok, pool, pool_with, serve};
+use crate::common::{addr, build, hit, ok, pool, pool_with, runtime, serve};
 use proxypool::{
     AcquireError, Choice, HealthState, ManualClock, Outcome, Pool, PoolConfig, Strategy, Subject,
     Ticket,
@@ -1185,44 +1185,82 @@ async fn p16_snapshot_is_plain_serialisable_data_without_passwords() {
     assert_eq!(snap.pool.acquired, 1);
 }
 
-not_on_redis! {
-    "the test runs the pool on a runtime of its own without timers, which the Redis store's deadlines need",
-    #[test]
-    fn p16_metrics_go_through_the_facade() {
-        use metrics_util::debugging::DebuggingRecorder;
-        let recorder = DebuggingRecorder::new();
-        let snapshotter = recorder.snapshotter();
-        metrics::with_local_recorder(&recorder, || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let clock = ManualClock::new();
-                let pool = pool_with(10, &clock, rr()).await;
-                fail_first(&pool, &clock, 10, 3, Outcome::ConnectError).await;
-                let l = pool.acquire(Ticket::new().site("s.example")).await.unwrap();
-                l.release(ok()).await.unwrap();
-            });
-        });
-        let names: HashSet<String> = snapshotter
-            .snapshot()
-            .into_vec()
-            .into_iter()
-            .map(|(key, ..)| key.key().name().to_owned())
-            .collect();
-        for expected in [
-            "proxypool_acquires_total",
-            "proxypool_address_outcomes_total",
-            "proxypool_cell_outcomes_total",
-            "proxypool_address_latency_seconds",
-            "proxypool_address_active_leases",
-            "proxypool_quarantine_entries_total",
-            "proxypool_addresses",
-            "proxypool_quarantine_cap_occupancy",
-        ] {
-            assert!(names.contains(expected), "missing {expected}: {names:?}");
-        }
-    }
+/// A recorder's samples (name, labels, value: counters and gauges by value, histograms by
+/// their number of samples). Reading resets them.
+fn drain(snapshotter: &metrics_util::debugging::Snapshotter) -> Vec<(String, Vec<String>, f64)> {
+    use metrics_util::debugging::DebugValue;
+    let samples = snapshotter.snapshot().into_vec().into_iter();
+    samples
+        .map(|(key, .., value)| {
+            let key = key.key();
+            let labels = key.labels().map(|l| format!("{}={}", l.key(), l.value()));
+            let value = match value {
+                DebugValue::Counter(n) => n as f64,
+                DebugValue::Gauge(g) => g.into_inner(),
+                DebugValue::Histogram(h) => h.len() as f64,
+            };
+            (key.name().to_owned(), labels.collect(), value)
+        })
+        .collect()
+}
+
+/// The sum of the samples named `name` (with label `label`, `key=value`, if given).
+fn total(samples: &[(String, Vec<String>, f64)], name: &str, label: Option<&str>) -> f64 {
+    samples
+        .iter()
+        .filter(|(n, labels, _)| n == name && label.is_none_or(|l| labels.iter().any(|x| x == l)))
+        .map(|(.., v)| v)
+        .sum()
+}
+
+#[test]
+fn p16_metrics_go_through_the_facade() {
+    use metrics_util::debugging::DebuggingRecorder;
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let mut samples = metrics::with_local_recorder(&recorder, || {
+        // The recorder is this thread's, so every task runs here.
+        runtime().block_on(async {
+            let clock = ManualClock::new();
+            let pool = pool_with(10, &clock, rr()).await;
+            fail_first(&pool, &clock, 10, 3, Outcome::ConnectError).await;
+            let l = pool.acquire(Ticket::new().site("s.example")).await.unwrap();
+            // Pool-wide gauges as of this snapshot (a shared store sets them from it).
+            let snap = pool.snapshot().await.pool;
+            let gauges = drain(&snapshotter);
+            assert_eq!(total(&gauges, "proxypool_address_active_leases", None), 1.0);
+            assert_eq!(total(&gauges, "proxypool_addresses", None), 10.0);
+            assert_eq!(
+                total(&gauges, "proxypool_addresses", Some("state=quarantined")),
+                snap.quarantined as f64
+            );
+            assert_eq!(
+                total(&gauges, "proxypool_quarantine_cap_occupancy", None),
+                snap.quarantined as f64 / snap.quarantine_cap as f64
+            );
+            l.release(ok()).await.unwrap();
+            gauges
+        })
+    });
+    samples.extend(drain(&snapshotter));
+    let total = |name, label| total(&samples, name, label);
+    assert_eq!(
+        total("proxypool_acquires_total", Some("choice=round_robin")),
+        31.0
+    );
+    let failures = total(
+        "proxypool_address_outcomes_total",
+        Some("outcome=connect_error"),
+    );
+    assert_eq!(failures, 3.0);
+    assert_eq!(total("proxypool_address_outcomes_total", None), 31.0);
+    assert_eq!(total("proxypool_address_latency_seconds", None), 28.0);
+    assert_eq!(
+        total("proxypool_cell_outcomes_total", Some("site=s.example")),
+        1.0
+    );
+    assert_eq!(total("proxypool_quarantine_entries_total", None), 1.0);
+    assert_eq!(total("proxypool_address_quarantines_total", None), 1.0);
 }
 
 #[tokio::test]

@@ -170,11 +170,7 @@ impl Model {
 }
 
 fn run(ops: Vec<Op>) {
-    // Time and I/O for the Redis store's connection.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     rt.block_on(async {
         let clock = ManualClock::new();
         let mut cfg = PoolConfig::default();

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::encoding::{Arg, pool_spec};
 use super::latency::Latencies;
+use super::telemetry::Telemetry;
 
 use super::{
     CONFIG_REFUSED, Epoch, Functions, Op, RedisOptions, RedisStore, SWEEP_EVERY_MS, Sites, batch,
@@ -113,6 +114,7 @@ impl RedisStore {
             addresses: RwLock::new((0, HashMap::new())),
             sites: Mutex::new(Sites::default()),
             latencies: Mutex::new(Latencies::default()),
+            telemetry: Telemetry::new(),
             epoch: Mutex::new(Epoch::Unknown),
             rebuilding: std::sync::atomic::AtomicBool::new(false),
             added: Mutex::new(HashMap::new()),
@@ -299,6 +301,7 @@ impl RedisStore {
             .latencies
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Latencies::default();
+        self.telemetry.forget();
         let me = Arc::clone(self);
         tokio::spawn(async move {
             let added: Vec<(ProxyAddress, Vec<String>)> = me

@@ -467,6 +467,11 @@ impl RedisStore {
                 .call(&self.functions.apply, now, false, &args)
                 .await
                 .map_err(|e| e.to_string())?;
+            if matches!(reply, Value::Int(1))
+                && matches!(plan.enter, Some((HealthState::Quarantined, _)))
+            {
+                self.telemetry.quarantined(facts.id);
+            }
             if !matches!(reply, Value::Int(0)) || !self.refresh(&mut facts, now).await? {
                 return Ok(());
             }

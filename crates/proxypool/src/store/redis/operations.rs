@@ -41,7 +41,7 @@ impl RedisStore {
         id
     }
 
-    fn site_name(&self, id: u32) -> Arc<str> {
+    pub(super) fn site_name(&self, id: u32) -> Arc<str> {
         let sites = self.sites.lock().unwrap_or_else(PoisonError::into_inner);
         id.checked_sub(1)
             .and_then(|i| sites.names.get(i as usize))
@@ -629,7 +629,9 @@ impl RedisStore {
             .call(&self.functions.snapshot, now, true, &[])
             .await
             .map_err(|e| unavailable(&e))?;
-        SharedView::parse(reply, now, &self.cfg).ok_or_else(|| "malformed snapshot reply".into())
+        let view = SharedView::parse(reply, now, &self.cfg).ok_or("malformed snapshot reply")?;
+        self.telemetry.observe(&view);
+        Ok(view)
     }
 
     pub(crate) async fn snapshot(&self, now: Timestamp) -> Snapshot {

@@ -23,6 +23,8 @@ use crate::strategy::consistent_hash::fingerprint;
 /// The shared state as the snapshot function returns it.
 pub(crate) struct SharedView {
     pub(crate) snapshot: Snapshot,
+    /// The address id of each of `snapshot.addresses`.
+    pub(super) ids: Vec<u32>,
 }
 
 pub(super) fn map(v: &Value) -> HashMap<String, String> {
@@ -144,7 +146,10 @@ impl SharedView {
             decisions: Vec::new(),
         }
         .build(0.0);
-        Self { snapshot }
+        Self {
+            snapshot,
+            ids: Vec::new(),
+        }
     }
 
     pub(super) fn parse(reply: Value, now: Timestamp, cfg: &PoolConfig) -> Option<Self> {
@@ -293,7 +298,10 @@ impl SharedView {
         }
         // In the order they were added, as memory lists its slots (ids are never reused).
         rows.sort_by_key(|(id, _)| *id);
-        let mut rows: Vec<_> = rows.into_iter().map(|(_, row)| row).collect();
+        let (ids, mut rows): (Vec<u32>, Vec<_>) = rows
+            .into_iter()
+            .map(|(id, row)| (u32::try_from(id).unwrap_or(u32::MAX), row))
+            .unzip();
         let sites = sites
             .into_iter()
             .map(|(site, (c, addresses, bad))| SiteSnapshot {
@@ -358,6 +366,6 @@ impl SharedView {
             decisions,
         }
         .build(cfg.quarantine_cap);
-        Some(Self { snapshot })
+        Some(Self { snapshot, ids })
     }
 }
