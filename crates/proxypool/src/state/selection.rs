@@ -119,18 +119,22 @@ impl PoolState {
     ) -> Result<Grant, AcquireError> {
         self.sweep(now);
         let sp = match &ticket.sub_pool {
-            None => 0,
-            Some(name) => *self
+            None => Ok(0),
+            Some(name) => self
                 .sub_pool_index
                 .get(&**name)
-                .ok_or_else(|| AcquireError::UnknownSubPool(name.to_string()))?,
+                .copied()
+                .ok_or_else(|| AcquireError::UnknownSubPool(name.to_string())),
         };
-        let site = self.sites.intern(ticket.site.as_ref());
-        let picked = match &ticket.key {
-            Some(key) => self.pick_keyed(key, sp, site, now),
-            None => self.pick_keyless(sp, site, now),
-        };
-        let result = picked.and_then(|(slot, choice)| self.grant(slot, site, choice, now));
+        // Every refusal is counted below, an unknown sub-pool's too.
+        let result = sp.and_then(|sp| {
+            let site = self.sites.intern(ticket.site.as_ref());
+            let picked = match &ticket.key {
+                Some(key) => self.pick_keyed(key, sp, site, now),
+                None => self.pick_keyless(sp, site, now),
+            };
+            picked.and_then(|(slot, choice)| self.grant(slot, site, choice, now))
+        });
         if let Err(e) = &result {
             match e {
                 AcquireError::NoAddressAvailable => self.counters.unavailable += 1,

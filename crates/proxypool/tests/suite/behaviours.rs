@@ -1239,6 +1239,8 @@ fn p16_metrics_go_through_the_facade() {
                 snap.quarantined as f64 / snap.quarantine_cap as f64
             );
             l.release(ok()).await.unwrap();
+            let unknown = pool.acquire(Ticket::new().sub_pool("nowhere")).await;
+            assert!(matches!(unknown, Err(AcquireError::UnknownSubPool(_))));
             gauges
         })
     });
@@ -1261,6 +1263,13 @@ fn p16_metrics_go_through_the_facade() {
     );
     assert_eq!(total("proxypool_quarantine_entries_total", None), 1.0);
     assert_eq!(total("proxypool_address_quarantines_total", None), 1.0);
+    assert_eq!(
+        total(
+            "proxypool_acquire_failures_total",
+            Some("reason=unknown_sub_pool")
+        ),
+        1.0
+    );
 }
 
 #[tokio::test]
