@@ -201,6 +201,18 @@ pub(super) fn log_entry(e: &str) -> Option<(u64, Decision)> {
     Some((n.parse().ok()?, decision))
 }
 
+/// A lease's member in the `due` sorted set: `l<lease>:<address id>` (the library grants
+/// and closes leases by it).
+pub(super) fn lease_member(lease: u64, id: u32) -> String {
+    format!("l{lease}:{id}")
+}
+
+/// The `(lease, address id)` a [`lease_member`] names; `None` for any other member.
+pub(super) fn parse_lease_member(member: &str) -> Option<(u64, u32)> {
+    let (lease, id) = member.strip_prefix('l')?.split_once(':')?;
+    Some((lease.parse().ok()?, id.parse().ok()?))
+}
+
 pub(super) fn text(v: &redis::Value) -> Option<String> {
     match v {
         redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),

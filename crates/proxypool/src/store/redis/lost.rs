@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
-use super::encoding::{Arg, text};
+use super::encoding::{Arg, parse_lease_member, text};
 use super::stale::Open;
 use super::{Epoch, RedisStore};
 use crate::clock::Timestamp;
@@ -144,11 +144,7 @@ fn open_leases(reply: &Value) -> Vec<(u64, u32)> {
     };
     items
         .iter()
-        .filter_map(|m| {
-            let m = text(m)?;
-            let (lease, id) = m.strip_prefix('l')?.split_once(':')?;
-            Some((lease.parse().ok()?, id.parse().ok()?))
-        })
+        .filter_map(|m| parse_lease_member(&text(m)?))
         .collect()
 }
 

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::batch::{Job, Queue};
-use super::encoding::{Arg, parse_ops, text};
+use super::encoding::{Arg, lease_member, parse_ops, text};
 use super::lost::Lost;
 use super::stale::{Open, RECOVERING};
 use super::verdicts::SiteFacts;
@@ -339,7 +339,7 @@ impl RedisStore {
         // costs about as much as a command).
         let members: Vec<String> = releases
             .iter()
-            .map(|(r, _)| format!("l{}:{}", r.lease, r.id))
+            .map(|(r, _)| lease_member(r.lease, r.id))
             .collect();
         for ((r, _), member) in releases.iter().zip(&members) {
             args.extend([
