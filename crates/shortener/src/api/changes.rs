@@ -125,7 +125,6 @@ pub(super) async fn delete(
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
         (status = 409, description = "The link is deleted (`link_deleted`)", body = ErrorBody),
-        (status = 422, description = "`expires_at` is an RFC 3339 instant, but not in the future or more than 3650 days away (`invalid_expiry`): a bound that moves with the clock, so no schema states it", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Body is not JSON", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),
@@ -157,7 +156,6 @@ pub(super) async fn disable(
         (status = 403, description = "The owner may not enable a link an admin or the system disabled", body = ErrorBody),
         (status = 404, description = "Unknown, or not visible to this token", body = ErrorBody),
         (status = 409, description = "The link is deleted (`link_deleted`)", body = ErrorBody),
-        (status = 422, description = "`expires_at` is an RFC 3339 instant, but not in the future or more than 3650 days away (`invalid_expiry`): a bound that moves with the clock, so no schema states it", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),
     )
 )]
