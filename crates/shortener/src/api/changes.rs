@@ -30,25 +30,31 @@ pub(super) struct DisableRequest {
     #[schema(
         example = "phishing page reported by abuse@example.net",
         max_length = 500,
-        pattern = "\\S"
+        pattern = r"[^ \t\n\r\f\u000b]"
     )]
     pub reason: String,
 }
 
+/// An admin's free text (a disable's reason, a report's resolution) trimmed of ASCII
+/// whitespace, if it has another character and at most `max` characters: what the schemas'
+/// pattern `[^ \t\n\r\f\u000b]` states (Unicode's other spaces differ between regex
+/// dialects, so they count as text).
+pub(super) fn admin_text(text: &str, max: usize) -> Option<&str> {
+    let trimmed = text.trim_matches(|c: char| c.is_ascii_whitespace() || c == '\u{b}');
+    (!trimmed.is_empty() && text.chars().count() <= max).then_some(trimmed)
+}
+
 /// Checks a disable reason (API and CLI alike).
-pub(crate) fn check_reason(reason: &str) -> Result<(), String> {
-    let chars = reason.trim().chars().count();
-    if chars == 0 || reason.chars().count() > MAX_REASON_CHARS {
-        return Err(format!("reason must be 1 to {MAX_REASON_CHARS} characters"));
-    }
-    Ok(())
+pub(crate) fn check_reason(reason: &str) -> Result<&str, String> {
+    admin_text(reason, MAX_REASON_CHARS)
+        .ok_or_else(|| format!("reason must be 1 to {MAX_REASON_CHARS} characters"))
 }
 
 /// The disable a reason asks for, or 400 `invalid_reason`.
 pub(super) fn disable_change(reason: &str) -> Result<LinkChange, ApiError> {
-    check_reason(reason).map_err(|m| ApiError::bad_request("invalid_reason", m))?;
+    let reason = check_reason(reason).map_err(|m| ApiError::bad_request("invalid_reason", m))?;
     Ok(LinkChange::Disable {
-        reason: reason.trim().to_owned(),
+        reason: reason.to_owned(),
     })
 }
 
@@ -282,4 +288,19 @@ pub(super) async fn edit(
     let origin = origin(&app, peer, &headers, Some(&who));
     let link = apply(&app, &code, &change, &origin).await?;
     Ok(axum::Json(link_info(&app, link)))
+}
+
+#[cfg(test)]
+mod admin_text_tests {
+    use super::admin_text;
+
+    #[test]
+    fn blank_is_ascii_whitespace_only_as_the_schemas_pattern_says() {
+        assert_eq!(admin_text(" \t\n\r\u{c}\u{b}", 500), None);
+        assert_eq!(admin_text("  spam  ", 500), Some("spam"));
+        // U+0085 is whitespace to Rust but not to the pattern's dialects: it is text.
+        assert_eq!(admin_text("\u{85}\u{85}", 500), Some("\u{85}\u{85}"));
+        assert_eq!(admin_text(&"x".repeat(501), 500), None);
+        assert_eq!(admin_text(&"x".repeat(500), 500).map(str::len), Some(500));
+    }
 }

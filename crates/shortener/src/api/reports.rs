@@ -131,7 +131,7 @@ pub(super) struct ResolveRequest {
     #[schema(
         example = "confirmed phishing; link stays disabled",
         max_length = 500,
-        pattern = "\\S"
+        pattern = r"[^ \t\n\r\f\u000b]"
     )]
     pub resolution: String,
 }
@@ -339,13 +339,12 @@ pub(super) async fn resolve_as(
     id: &str,
     resolution: &str,
 ) -> Result<ReportInfo, ApiError> {
-    let text = resolution.trim();
-    if text.is_empty() || resolution.chars().count() > MAX_RESOLUTION_CHARS {
+    let Some(text) = super::changes::admin_text(resolution, MAX_RESOLUTION_CHARS) else {
         return Err(bad(
             "invalid_resolution",
             format!("resolution must be 1 to {MAX_RESOLUTION_CHARS} characters"),
         ));
-    }
+    };
     let Ok(id) = id.parse::<i64>() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
