@@ -81,9 +81,16 @@ async fn people_manage_their_links_in_a_browser() {
     // Anonymous, with the CAPTCHA solved by the page's script.
     open(&browser, &server.url("/")).await;
     assert!(browser.url().await.ends_with("/_/"));
+    // The ALTCHA widget (its worker under the strict policy) solves the challenge on load.
     browser
-        .wait_for("return document.querySelector('[data-captcha]').dataset.solved === '1'")
+        .wait_for("const i = document.querySelector('altcha-widget input[name=altcha]'); return !!(i && i.value)")
         .await;
+    assert_eq!(
+        browser
+            .script("return document.querySelector('altcha-widget [data-state]').dataset.state")
+            .await,
+        "verified"
+    );
     browser
         .fill("#long_url", "https://example.com/anonymous")
         .await;
@@ -109,7 +116,7 @@ async fn people_manage_their_links_in_a_browser() {
     open(&browser, &server.url("/_/")).await;
     assert_eq!(
         browser
-            .script("return document.querySelectorAll('[data-captcha]').length")
+            .script("return document.querySelectorAll('altcha-widget').length")
             .await,
         0
     );

@@ -76,10 +76,14 @@ fn create_form(
                     }
                 }
                 @if anonymous && app.captcha.may_ask() {
-                    div.captcha data-captcha="/api/v1/challenge" {
-                        input type="hidden" name="altcha";
-                        p.captcha-status aria-live="polite" {
-                            "Busy anonymous creators are asked to prove they are people; that check needs JavaScript."
+                    // The ALTCHA widget solves the challenge as the page loads and puts its
+                    // solution into the form as the hidden field `altcha`.
+                    div.captcha {
+                        link rel="stylesheet" href="/_/assets/altcha.css";
+                        altcha-widget challengeurl="/api/v1/challenge"
+                            workerurl="/_/assets/altcha-worker.js" auto="onload" name="altcha" {}
+                        noscript {
+                            p.hint { "Busy anonymous creators are asked to prove they are people; that check needs JavaScript." }
                         }
                     }
                     script src="/_/assets/altcha.js" defer {}
