@@ -64,14 +64,24 @@ async fn get(
 }
 
 async fn analytics(c: &reqwest::Client, server: &Shortener, query: &str, token: &str) -> Value {
+    analytics_of(c, server, "people", query, token).await
+}
+
+async fn analytics_of(
+    c: &reqwest::Client,
+    server: &Shortener,
+    code: &str,
+    query: &str,
+    token: &str,
+) -> Value {
     let resp = get(
         c,
         server,
-        &format!("/api/v1/links/people/analytics{query}"),
+        &format!("/api/v1/links/{code}/analytics{query}"),
         token,
     )
     .await;
-    assert_eq!(resp.status(), StatusCode::OK, "{query}");
+    assert_eq!(resp.status(), StatusCode::OK, "{code}{query}");
     resp.json().await.unwrap()
 }
 
@@ -251,6 +261,63 @@ async fn people_are_counted_once(a: &Shortener, b: &Shortener, store: &[&str], g
     }
 }
 
+/// 25 referrers in two batches, one per server (so the store merges a stored day with a new
+/// fold): the 20 most frequent keep their names, the rest is `other`, and the sum is every
+/// click by people, exactly; bots (with a referrer of their own) stay out of the breakdown.
+async fn a_breakdown_keeps_its_top_20_and_an_exact_total(
+    a: &Shortener,
+    b: &Shortener,
+    store: &[&str],
+) {
+    let c = client();
+    let alice = common::token_in(store, "alice", false);
+    let resp = create(
+        &c,
+        a,
+        json!({"long_url": "https://example.com/many", "custom_alias": "many-refs"}),
+        Some(&alice),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    // r05…r24 twice a batch, r00…r04 once: the top 20 is certain, ties aside.
+    let referers: Vec<String> = (0..25u8)
+        .flat_map(|i| {
+            let times = if i < 5 { 1 } else { 2 };
+            std::iter::repeat_n(format!("https://r{i:02}.example/page"), times)
+        })
+        .collect();
+    let per_batch = referers.len() as u64;
+    for (batch, server) in [a, b].into_iter().enumerate() {
+        for (n, referer) in referers.iter().enumerate() {
+            let ip = IpAddr::from([81, 2, 69, n as u8]);
+            click(&c, server, "many-refs", (ip, FIREFOX, Some(referer))).await;
+        }
+        let resp = c
+            .get(server.url("/many-refs"))
+            .header("user-agent", "curl/8.5.0")
+            .header("referer", "https://bot-ref.example/")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::FOUND);
+        let counted = per_batch * (batch as u64 + 1);
+        eventually("the batch counted", || async {
+            let r = analytics_of(&c, a, "many-refs", "", &alice).await;
+            r["total_clicks"] == counted && r["bot_clicks"] == batch as u64 + 1
+        })
+        .await;
+    }
+    let report = analytics_of(&c, b, "many-refs", "?breakdown=referrers", &alice).await;
+    let mut expected: Vec<(String, u64)> =
+        (5..25).map(|i| (format!("r{i:02}.example"), 4)).collect();
+    expected.push(("other".to_owned(), 10));
+    assert_eq!(entries(&report["referrers"]), expected);
+    assert_eq!(
+        report["total_clicks"].as_u64().unwrap(),
+        expected.iter().map(|(_, n)| n).sum::<u64>()
+    );
+}
+
 /// Two processes on `kind` taking client addresses from X-Forwarded-For, with a country
 /// database when `countries`.
 async fn on(kind: Kind, countries: bool) {
@@ -262,6 +329,7 @@ async fn on(kind: Kind, countries: bool) {
     }
     let pair = Pair::start_in(dir, kind, &flags).await;
     people_are_counted_once(&pair.a, &pair.b, &pair.store(), countries).await;
+    a_breakdown_keeps_its_top_20_and_an_exact_total(&pair.a, &pair.b, &pair.store()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -23,6 +23,36 @@ fn screenshot_path(name: &str) -> PathBuf {
         .join(format!("{name}.png"))
 }
 
+/// Checks what a keyboard or screen-reader user depends on, then writes the screenshot: every
+/// control has a label, no positive `tabindex` reorders the focus, the page has one `h1`.
+async fn look(browser: &Browser, name: &str) {
+    let unlabelled = browser
+        .script(
+            "return [...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
+               .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label')
+                            && !(e.tagName === 'BUTTON' && e.textContent.trim()))
+               .map(e => e.outerHTML)",
+        )
+        .await;
+    assert_eq!(unlabelled, json!([]), "{name}: controls without a label");
+    let reordered = browser
+        .script("return [...document.querySelectorAll('[tabindex]')].filter(e => e.tabIndex > 0).map(e => e.outerHTML)")
+        .await;
+    assert_eq!(
+        reordered,
+        json!([]),
+        "{name}: focus order changed by tabindex"
+    );
+    assert_eq!(
+        browser
+            .script("return document.querySelectorAll('h1').length")
+            .await,
+        1,
+        "{name}"
+    );
+    browser.screenshot(&screenshot_path(name)).await;
+}
+
 /// Loads `url` and waits until the page has loaded.
 async fn open(browser: &Browser, url: &str) {
     browser.goto(url).await;
@@ -94,9 +124,7 @@ async fn people_manage_their_links_in_a_browser() {
     browser
         .fill("#long_url", "https://example.com/anonymous")
         .await;
-    browser
-        .screenshot(&screenshot_path("1-create-anonymous"))
-        .await;
+    look(&browser, "1-create-anonymous").await;
     submit(&browser, "form.card button[type=submit]").await;
     let short = text(&browser, ".created .short a").await;
     assert!(short.starts_with(&server.base), "{short}");
@@ -107,7 +135,7 @@ async fn people_manage_their_links_in_a_browser() {
     // Sign in.
     open(&browser, &server.url("/_/signin")).await;
     browser.fill("#token", &alice).await;
-    browser.screenshot(&screenshot_path("2-sign-in")).await;
+    look(&browser, "2-sign-in").await;
     submit(&browser, "form.card button[type=submit]").await;
     assert!(browser.url().await.ends_with("/_/links"));
     assert!(text(&browser, ".who").await.contains("alice"));
@@ -135,7 +163,7 @@ async fn people_manage_their_links_in_a_browser() {
             .await,
         false
     );
-    browser.screenshot(&screenshot_path("3-created")).await;
+    look(&browser, "3-created").await;
     // The same alias again: the error on the page, what was typed still there.
     open(&browser, &server.url("/_/")).await;
     browser.fill("#long_url", "https://example.com/again").await;
@@ -152,9 +180,7 @@ async fn people_manage_their_links_in_a_browser() {
             .await,
         "https://example.com/again"
     );
-    browser
-        .screenshot(&screenshot_path("3b-create-refused"))
-        .await;
+    look(&browser, "3b-create-refused").await;
 
     // Listed, and found by search.
     for i in 0..3 {
@@ -173,7 +199,7 @@ async fn people_manage_their_links_in_a_browser() {
         .await;
     assert_eq!(codes.as_array().unwrap().len(), 4, "{codes}");
     assert!(codes.as_array().unwrap().contains(&json!("web-demo")));
-    browser.screenshot(&screenshot_path("4-my-links")).await;
+    look(&browser, "4-my-links").await;
     browser.fill("#q", "web-demo").await;
     submit(&browser, "form.search button[type=submit]").await;
     let codes = browser
@@ -236,7 +262,7 @@ async fn people_manage_their_links_in_a_browser() {
         .script("return document.querySelectorAll('#chart rect.people').length + document.querySelectorAll('#chart rect.bots').length")
         .await;
     assert_eq!(bars, 2, "one bar of each kind today");
-    browser.screenshot(&screenshot_path("5-link-page")).await;
+    look(&browser, "5-link-page").await;
     // The CSV link downloads what the chart shows (fetched with the browser's session).
     let csv = browser
         .script("const r = new XMLHttpRequest(); r.open('GET', document.querySelector('a[href$=\"analytics.csv\"]').href, false); r.send(); return r.responseText")
@@ -274,7 +300,7 @@ async fn people_manage_their_links_in_a_browser() {
     open(&browser, &server.url("/_/admin")).await;
     let row = "tr[data-report]";
     assert!(text(&browser, row).await.contains("looks like spam"));
-    browser.screenshot(&screenshot_path("6-admin")).await;
+    look(&browser, "6-admin").await;
     browser
         .fill(
             &format!("{row} input[name=reason]"),
@@ -314,10 +340,8 @@ async fn people_manage_their_links_in_a_browser() {
         trail.contains("disabled") && trail.contains("spam, confirmed by review"),
         "{trail}"
     );
-    browser.screenshot(&screenshot_path("7-admin-after")).await;
+    look(&browser, "7-admin-after").await;
     open(&browser, &server.url("/_/links/web-demo")).await;
     assert_eq!(text(&browser, "#link-status").await, "disabled");
-    browser
-        .screenshot(&screenshot_path("8-link-disabled"))
-        .await;
+    look(&browser, "8-link-disabled").await;
 }

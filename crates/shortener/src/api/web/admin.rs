@@ -209,7 +209,10 @@ async fn render(
                                         (None, Some(new)) => { span.hint { "to " } (new) br; }
                                         (None, None) => {}
                                     }
-                                    @if let Some(detail) = &e.detail { (detail) }
+                                    @if let Some(detail) = &e.detail {
+                                        @if let Some(label) = detail_label(e.action) { span.hint { (label) " " } }
+                                        (detail)
+                                    }
                                 }
                             }
                         }
@@ -224,6 +227,15 @@ async fn render(
         }
     };
     Ok(send(visitor, status, page("Admin", visitor, body)))
+}
+
+/// What an audit row's detail is, where the detail is not a sentence of its own.
+fn detail_label(action: &str) -> Option<&'static str> {
+    match AuditAction::parse(action)? {
+        AuditAction::Disabled => Some("reason"),
+        AuditAction::Reported => Some("category"),
+        _ => None,
+    }
 }
 
 pub(super) async fn show(
