@@ -8,7 +8,7 @@ mod common;
 
 use common::pair::{Kind, Pair};
 use common::{
-    Shortener, client, create, error_code, eventually, one_line_failure, run, today_utc,
+    Shortener, client, error_code, eventually, new_link, one_line_failure, run, today_utc,
     write_geoip,
 };
 use reqwest::StatusCode;
@@ -108,14 +108,7 @@ async fn people_are_counted_once(a: &Shortener, b: &Shortener, store: &[&str], g
     let c = client();
     let alice = common::token_in(store, "alice", false);
     let bob = common::token_in(store, "bob", false);
-    let resp = create(
-        &c,
-        a,
-        json!({"long_url": "https://example.com/people", "custom_alias": "people"}),
-        Some(&alice),
-    )
-    .await;
-    assert_eq!(resp.status(), StatusCode::CREATED);
+    new_link(&c, a, "people", &alice).await;
     let people = visitors();
     for &visitor in &people {
         click(&c, a, "people", visitor).await;
@@ -271,14 +264,7 @@ async fn a_breakdown_keeps_its_top_20_and_an_exact_total(
 ) {
     let c = client();
     let alice = common::token_in(store, "alice", false);
-    let resp = create(
-        &c,
-        a,
-        json!({"long_url": "https://example.com/many", "custom_alias": "many-refs"}),
-        Some(&alice),
-    )
-    .await;
-    assert_eq!(resp.status(), StatusCode::CREATED);
+    new_link(&c, a, "many-refs", &alice).await;
     // r05…r24 twice a batch, r00…r04 once: the top 20 is certain, ties aside.
     let referers: Vec<String> = (0..25u8)
         .flat_map(|i| {

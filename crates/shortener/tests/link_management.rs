@@ -6,7 +6,7 @@
 mod common;
 
 use common::pair::{Kind, Pair};
-use common::{NOTICED_WITHIN, Shortener, client, create, error_code, get_json, token_in};
+use common::{NOTICED_WITHIN, Shortener, client, error_code, get_json, new_link, token_in};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -80,17 +80,6 @@ async fn until_destination(c: &reqwest::Client, server: &Shortener, code: &str, 
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-async fn new_link(c: &reqwest::Client, server: &Shortener, alias: &str, token: &str) {
-    let resp = create(
-        c,
-        server,
-        json!({"long_url": format!("https://example.com/{alias}"), "custom_alias": alias}),
-        Some(token),
-    )
-    .await;
-    assert_eq!(resp.status(), StatusCode::CREATED);
 }
 
 /// Listing on one store: pages, filters, visibility and bad parameters.

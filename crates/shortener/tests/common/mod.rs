@@ -111,6 +111,18 @@ pub async fn create(
     req.send().await.unwrap()
 }
 
+/// Creates `alias` for `token`, sending to `https://example.com/{alias}`; it must succeed.
+pub async fn new_link(c: &reqwest::Client, server: &Shortener, alias: &str, token: &str) {
+    let resp = create(
+        c,
+        server,
+        serde_json::json!({"long_url": format!("https://example.com/{alias}"), "custom_alias": alias}),
+        Some(token),
+    )
+    .await;
+    assert_eq!(resp.status(), reqwest::StatusCode::CREATED, "{alias}");
+}
+
 /// The status `GET /{code}` answers on `server`.
 pub async fn follow(c: &reqwest::Client, server: &Shortener, code: &str) -> reqwest::StatusCode {
     c.get(server.url(&format!("/{code}")))
