@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Shortener, analytics, client, create, eventually, metric, today_utc, token};
+use common::{Shortener, analytics, client, eventually, metric, new_link, today_utc, token};
 use reqwest::StatusCode;
 use serde_json::json;
 use std::sync::Arc;
@@ -44,24 +44,13 @@ async fn redirect_many(
     found.load(Ordering::Relaxed)
 }
 
-async fn make_link(c: &reqwest::Client, server: &Shortener, alias: &str, owner: &str) {
-    let resp = create(
-        c,
-        server,
-        json!({"long_url": "https://example.com/", "custom_alias": alias}),
-        Some(owner),
-    )
-    .await;
-    assert_eq!(resp.status(), StatusCode::CREATED);
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn ten_thousand_concurrent_redirects_count_exactly() {
     let dir = TempDir::new().unwrap();
     let server = Shortener::start(dir.path(), &[]);
     let owner = token(dir.path(), "alice", false);
     let c = client();
-    make_link(&c, &server, "busy-link", &owner).await;
+    new_link(&c, &server, "busy-link", &owner).await;
     let n = 10_000;
     assert_eq!(redirect_many(&c, &server, "busy-link", n, 64).await, n);
     eventually("all clicks in analytics", || async {
@@ -89,7 +78,7 @@ async fn sigterm_flushes_every_pending_click() {
     let mut server = Shortener::start(dir.path(), &flags);
     let owner = token(dir.path(), "alice", false);
     let c = client();
-    make_link(&c, &server, "last-orders", &owner).await;
+    new_link(&c, &server, "last-orders", &owner).await;
     let n = 5_000;
     assert_eq!(redirect_many(&c, &server, "last-orders", n, 32).await, n);
     assert_eq!(
@@ -113,7 +102,7 @@ async fn a_full_queue_drops_and_counts_but_never_fails_a_redirect() {
     );
     let owner = token(dir.path(), "alice", false);
     let c = client();
-    make_link(&c, &server, "overflow", &owner).await;
+    new_link(&c, &server, "overflow", &owner).await;
     let n = 10_000;
     assert_eq!(
         redirect_many(&c, &server, "overflow", n, 64).await,
@@ -154,7 +143,7 @@ async fn bots_and_head_requests_are_counted_apart_or_dropped() {
         let server = Shortener::start(dir.path(), flags);
         let owner = token(dir.path(), "alice", false);
         let c = client();
-        make_link(&c, &server, "who-clicks", &owner).await;
+        new_link(&c, &server, "who-clicks", &owner).await;
         let url = server.url("/who-clicks");
         for _ in 0..4 {
             assert_eq!(
@@ -196,8 +185,20 @@ async fn bots_and_head_requests_are_counted_apart_or_dropped() {
     }
 }
 
+/// Waits until 300 more requests of the race below were answered.
+async fn more_traffic(sent: &AtomicU64) {
+    let mark = sent.load(Ordering::Acquire);
+    eventually("traffic in this phase", || async {
+        sent.load(Ordering::Acquire) >= mark + 300
+    })
+    .await;
+}
+
+/// Where the edit in the race below sends `later-link`.
+const EDITED: &str = "https://example.org/edited";
+
 #[tokio::test(flavor = "multi_thread")]
-async fn the_cache_never_hides_a_create_or_a_delete() {
+async fn the_cache_never_hides_a_create_an_edit_or_a_delete() {
     let dir = TempDir::new().unwrap();
     let server = Shortener::start(
         dir.path(),
@@ -225,8 +226,9 @@ async fn the_cache_never_hides_a_create_or_a_delete() {
             >= 1.0
     );
 
-    // Hammer the code while it is created and then deleted: a request sent after the 201
-    // must be a 302, one sent after the 204 a 410.
+    // Hammer the code while it is created, edited and then deleted: a request sent after the
+    // 201 must be a 302, one sent after the edit's 200 a 302 to the new destination (never
+    // the old one again), one sent after the 204 a 410.
     let phase = Arc::new(AtomicU64::new(0));
     let sent = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -243,32 +245,41 @@ async fn the_cache_never_hides_a_create_or_a_delete() {
             let mut wrong = Vec::new();
             while !stop.load(Ordering::Acquire) {
                 let before = phase.load(Ordering::Acquire);
-                let status = c.get(&url).send().await.unwrap().status();
+                let resp = c.get(&url).send().await.unwrap();
                 sent.fetch_add(1, Ordering::Release);
+                let status = resp.status();
+                let to = resp
+                    .headers()
+                    .get("location")
+                    .map(|l| l.to_str().unwrap().to_owned());
+                let edited = to.as_deref() == Some(EDITED);
                 let ok = match before {
                     0 => true,
                     1 => status == StatusCode::FOUND || status == StatusCode::GONE,
+                    2 => (status == StatusCode::FOUND && edited) || status == StatusCode::GONE,
                     _ => status == StatusCode::GONE,
                 };
                 if !ok {
-                    wrong.push((before, status));
+                    wrong.push((before, status, to));
                 }
             }
             wrong
         }));
     }
-    let mark = sent.load(Ordering::Acquire);
-    eventually("traffic in this phase", || async {
-        sent.load(Ordering::Acquire) >= mark + 300
-    })
-    .await;
-    make_link(&c, &server, "later-link", &owner).await;
+    more_traffic(&sent).await;
+    new_link(&c, &server, "later-link", &owner).await;
     phase.store(1, Ordering::Release);
-    let mark = sent.load(Ordering::Acquire);
-    eventually("traffic in this phase", || async {
-        sent.load(Ordering::Acquire) >= mark + 300
-    })
-    .await;
+    more_traffic(&sent).await;
+    let resp = c
+        .patch(server.url("/api/v1/links/later-link"))
+        .bearer_auth(&owner)
+        .json(&json!({ "long_url": EDITED }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    phase.store(2, Ordering::Release);
+    more_traffic(&sent).await;
     let resp = c
         .delete(server.url("/api/v1/links/later-link"))
         .bearer_auth(&owner)
@@ -276,12 +287,8 @@ async fn the_cache_never_hides_a_create_or_a_delete() {
         .await
         .unwrap();
     assert_eq!(resp.status(), StatusCode::NO_CONTENT);
-    phase.store(2, Ordering::Release);
-    let mark = sent.load(Ordering::Acquire);
-    eventually("traffic in this phase", || async {
-        sent.load(Ordering::Acquire) >= mark + 300
-    })
-    .await;
+    phase.store(3, Ordering::Release);
+    more_traffic(&sent).await;
     stop.store(true, Ordering::Release);
     for t in tasks {
         let wrong = t.await.unwrap();
@@ -306,7 +313,7 @@ async fn concurrent_misses_of_one_code_share_one_store_read() {
     let c = client();
     let codes: Vec<String> = (0..20).map(|i| format!("cold-{i}")).collect();
     for code in &codes {
-        make_link(&c, &server, code, &owner).await;
+        new_link(&c, &server, code, &owner).await;
     }
     let before = metric(&c, &server, "shortener_store_link_reads_total").await;
     let mut tasks = Vec::new();
@@ -335,7 +342,7 @@ async fn edge_mode_lets_cdns_cache_redirects() {
     let server = Shortener::start(dir.path(), &["--edge-cache-ttl", "300"]);
     let owner = token(dir.path(), "alice", false);
     let c = client();
-    make_link(&c, &server, "viral-one", &owner).await;
+    new_link(&c, &server, "viral-one", &owner).await;
     let resp = c.get(server.url("/viral-one")).send().await.unwrap();
     assert_eq!(resp.headers()["cache-control"], "public, max-age=300");
 }

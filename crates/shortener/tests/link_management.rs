@@ -66,12 +66,19 @@ async fn destination(c: &reqwest::Client, server: &Shortener, code: &str) -> Opt
         .then(|| resp.headers()["location"].to_str().unwrap().to_owned())
 }
 
-/// Follows `code` on `server` until it redirects to `url`.
+/// Follows `code` on `server` until it redirects to `url`, then for longer than a change poll
+/// and a background L2 fill take: once there, it never goes back to an older destination.
 async fn until_destination(c: &reqwest::Client, server: &Shortener, code: &str, url: &str) {
     let since = Instant::now();
     loop {
         let got = destination(c, server, code).await;
         if got.as_deref() == Some(url) {
+            let reached = Instant::now();
+            while reached.elapsed() < Duration::from_millis(700) {
+                let again = destination(c, server, code).await;
+                assert_eq!(again.as_deref(), Some(url), "{code} went back");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
             return;
         }
         assert!(
