@@ -90,8 +90,9 @@ async def python_pairs(pool, run):
     await asyncio.sleep(run)
     stop = True
     await asyncio.gather(*tasks)
-    # Pairs per second, and the process's CPU microseconds per pair (all its threads).
-    return done / (time.perf_counter() - started), (cpu_seconds(resource.RUSAGE_SELF) - cpu) / done * 1e6
+    # Pairs per second, the process's CPU microseconds per pair (all its threads), and pairs.
+    return (done / (time.perf_counter() - started),
+            (cpu_seconds(resource.RUSAGE_SELF) - cpu) / done * 1e6, done)
 
 
 def rust_bench():
@@ -111,12 +112,37 @@ def rust_bench():
 
 
 def rust_pairs(executable, url, name, run):
-    """Pairs per second, and the bench process's CPU microseconds per pair."""
+    """Pairs per second, the bench process's CPU microseconds per pair, and pairs."""
     cpu = cpu_seconds(resource.RUSAGE_CHILDREN)
     out = subprocess.run([executable, url, name, str(run)], check=True, capture_output=True,
                          text=True)
     rate, pairs = (float(v) for v in out.stdout.split()[-2:])
-    return rate, (cpu_seconds(resource.RUSAGE_CHILDREN) - cpu) / pairs * 1e6
+    return rate, (cpu_seconds(resource.RUSAGE_CHILDREN) - cpu) / pairs * 1e6, pairs
+
+
+class RedisStats:
+    """The server's CPU seconds and FCALLs so far (`INFO cpu commandstats`): per round, the
+    server's CPU per pair and the pairs each FCALL carried (its batch size) for each side."""
+
+    def __init__(self, port):
+        self.port = port
+
+    def read(self):
+        with socket.create_connection(("127.0.0.1", self.port), 5) as s:
+            s.sendall(b"INFO cpu commandstats\r\n")
+            reply = s.makefile("rb")
+            length = int(reply.readline()[1:])  # a bulk string: $LENGTH, then the text
+            text = reply.read(length).decode()
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        cpu = float(fields["used_cpu_sys"]) + float(fields["used_cpu_user"])
+        fcalls = int(dict(kv.split("=") for kv in fields.get("cmdstat_fcall", "calls=0").split(","))
+                     ["calls"])
+        return cpu, fcalls
+
+    def per_pair(self, before, pairs):
+        """(server CPU microseconds per pair, pairs per FCALL) since `before`."""
+        cpu, fcalls = self.read()
+        return (cpu - before[0]) / pairs * 1e6, pairs / max(fcalls - before[1], 1)
 
 
 def load():
@@ -140,15 +166,22 @@ def main():
         rust_exe = rust_bench()
         rust_pairs(rust_exe, url, name, 1.0)
         asyncio.run(python_pairs(pool, 1.0))
+        stats = RedisStats(port)
         ratios, cpu_ratios = [], []
         for r in range(1, ROUNDS + 1):
-            rust, rust_cpu = rust_pairs(rust_exe, url, name, RUN)
-            py, py_cpu = asyncio.run(python_pairs(pool, RUN))
+            before = stats.read()
+            rust, rust_cpu, pairs = rust_pairs(rust_exe, url, name, RUN)
+            rust_server, rust_batch = stats.per_pair(before, pairs)
+            before = stats.read()
+            py, py_cpu, pairs = asyncio.run(python_pairs(pool, RUN))
+            py_server, py_batch = stats.per_pair(before, pairs)
             ratios.append(py / rust)
             cpu_ratios.append(py_cpu / rust_cpu)
             print(f"round {r}: Redis, {TASKS} tasks keyless: Rust {rust:.0f} pairs/s "
-                  f"({rust_cpu:.1f} us CPU/pair), Python asyncio {py:.0f} pairs/s "
-                  f"({py_cpu:.1f} us CPU/pair), ratio {py / rust:.2f}")
+                  f"({rust_cpu:.1f} us CPU/pair; server {rust_server:.1f} us/pair, "
+                  f"{rust_batch:.1f} pairs/FCALL), Python asyncio {py:.0f} pairs/s "
+                  f"({py_cpu:.1f} us CPU/pair; server {py_server:.1f} us/pair, "
+                  f"{py_batch:.1f} pairs/FCALL), ratio {py / rust:.2f}")
         print(f"median ratio Python/Rust over {ROUNDS} rounds: {statistics.median(ratios):.2f} "
               f"(bar 0.9); CPU per pair Python/Rust: {statistics.median(cpu_ratios):.2f}; "
               f"{load()}")

@@ -204,6 +204,40 @@ def test_answers_of_one_batch_resume_every_task_and_cancelled_calls_free_their_l
     assert active_leases(pool) == 0
 
 
+def test_calls_made_by_tasks_a_drain_resumes_all_complete_and_cancelled_ones_free_leases(
+    redis_url, pool_name
+):
+    # A drain polls the calls its resumed tasks make once all have resumed: each is still
+    # answered, in order per task, and one cancelled before that first poll takes no lease.
+    pool = proxypool.Pool(
+        ADDRESSES, redis=redis_url, name=pool_name, max_leases_per_address=100, redis_timeout=5
+    )
+    tasks, rounds = 40, 5
+
+    async def worker(t):
+        released = 0
+        for i in range(rounds):
+            lease = await pool.acquire_async()
+            # Made in the drain that resumed this task, cancelled before its first poll.
+            dropped = pool.acquire_async()
+            assert dropped.cancel()
+            await lease.release_async("success", latency=0.01 * (1 + (t + i) % 5))
+            assert lease.released
+            released += 1
+        return released
+
+    async def main():
+        done = await asyncio.gather(*(worker(t) for t in range(tasks)))
+        assert done == [rounds] * tasks
+        deadline = time.monotonic() + HANG
+        while active_leases(pool) != 0:
+            assert time.monotonic() < deadline, "a cancelled call's lease was never freed"
+            await asyncio.sleep(0.001)
+
+    asyncio.run(asyncio.wait_for(main(), HANG))
+    assert active_leases(pool) == 0
+
+
 def test_sticky_sessions_are_shared_between_pools_on_one_redis(redis_url, pool_name):
     a = shared_pool(redis_url, pool_name)
     b = shared_pool(redis_url, pool_name)
