@@ -96,10 +96,21 @@ pub fn validate_alias(alias: &str) -> Result<(), AliasError> {
 /// ```
 pub fn could_be_code(path_segment: &str) -> bool {
     (MIN_LEN..=MAX_LEN).contains(&path_segment.len())
-        && path_segment
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && path_segment.bytes().all(|b| CODE_BYTES[usize::from(b)])
 }
+
+/// The bytes a code or alias may hold (ASCII letters, digits, `-`), as a table: every
+/// redirect asks, and one load per byte is cheaper than the range comparisons.
+static CODE_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let byte = b as u8;
+        table[b] = byte.is_ascii_alphanumeric() || byte == b'-';
+        b += 1;
+    }
+    table
+};
 
 fn offensive_words() -> &'static [&'static str] {
     static WORDS: OnceLock<Vec<&'static str>> = OnceLock::new();
@@ -136,6 +147,20 @@ fn is_offensive(lower: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_code_holds_letters_digits_and_dashes_only() {
+        for b in 0..=u8::MAX {
+            let segment = String::from_utf8(vec![b'a', b'b', b'c', b]);
+            let expected = b.is_ascii_alphanumeric() || b == b'-';
+            // Bytes past ASCII are not a string alone: a code of them is refused anyway.
+            if let Ok(segment) = segment {
+                assert_eq!(could_be_code(&segment), expected, "byte {b:#04x}");
+            }
+            assert_eq!(CODE_BYTES[usize::from(b)], expected, "byte {b:#04x}");
+        }
+        assert!(!could_be_code("abcé"));
+    }
 
     #[test]
     fn length_limits_are_inclusive() {

@@ -155,8 +155,16 @@ pub struct ClickDelta {
     pub human: u64,
     /// Clicks by bots and link previews.
     pub bot: u64,
-    /// Who the people were: visitors and breakdowns (empty for bots).
-    pub people: People,
+    /// Who the people were: visitors and breakdowns (none for bots). Boxed: most deltas
+    /// have none, and a batch holds one delta per code clicked since the last.
+    pub people: Option<Box<People>>,
+}
+
+impl ClickDelta {
+    /// The people of these clicks, if any were counted.
+    pub fn people(&self) -> Option<&People> {
+        self.people.as_deref().filter(|people| !people.is_empty())
+    }
 }
 
 /// Deltas shipped together under one id: applying a batch twice counts it once.

@@ -404,7 +404,7 @@ async fn days_counted_before_v6_keep_their_counts_and_gain_people() {
             day,
             human: 2,
             bot: 0,
-            people,
+            people: Some(Box::new(people)),
         }])
         .await
         .unwrap();

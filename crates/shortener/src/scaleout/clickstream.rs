@@ -101,12 +101,12 @@ fn encode_people(deltas: &[ClickDelta]) -> String {
     let entries: Vec<serde_json::Value> = deltas
         .iter()
         .enumerate()
-        .filter(|(_, d)| !d.people.is_empty())
-        .map(|(i, d)| {
+        .filter_map(|(i, d)| d.people().map(|people| (i, people)))
+        .map(|(i, people)| {
             serde_json::json!([
                 i,
-                BASE64.encode(d.people.visitors.to_bytes()),
-                d.people.tops_to_text()
+                BASE64.encode(people.visitors.to_bytes()),
+                people.tops_to_text()
             ])
         })
         .collect();
@@ -118,7 +118,7 @@ fn decode_people(text: &str, deltas: &mut [ClickDelta]) -> Option<()> {
     let entries: Vec<(usize, String, String)> = serde_json::from_str(text).ok()?;
     for (i, sketch, tops) in entries {
         let bytes = BASE64.decode(sketch).ok()?;
-        deltas.get_mut(i)?.people = People::from_parts(&bytes, &tops).ok()?;
+        deltas.get_mut(i)?.people = Some(Box::new(People::from_parts(&bytes, &tops).ok()?));
     }
     Some(())
 }
@@ -132,7 +132,7 @@ fn decode(text: &str) -> Option<Vec<ClickDelta>> {
                 day: Day::from_number(parts.next()?.parse().ok()?),
                 human: parts.next()?.parse().ok()?,
                 bot: parts.next()?.parse().ok()?,
-                people: People::default(),
+                people: None,
             };
             parts.next().is_none().then_some(delta)
         })
@@ -356,19 +356,19 @@ mod tests {
                 day: Day::from_number(20_000),
                 human: 3,
                 bot: 0,
-                people: People::default(),
+                people: None,
             },
             ClickDelta {
                 code: "spring-sale".to_owned(),
                 day: Day::from_number(20_001),
                 human: 0,
                 bot: 9,
-                people: People::default(),
+                people: None,
             },
         ];
         assert_eq!(decode(&encode(&deltas)), Some(deltas.clone()));
         let mut with_people = deltas.clone();
-        with_people[1].people.count(
+        with_people[1].people.get_or_insert_default().count(
             42,
             &[(shortener_core::people::Dimension::Browsers, "Mobile Safari")],
         );

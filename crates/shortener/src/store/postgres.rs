@@ -544,12 +544,12 @@ impl ClickColumns {
             let entry = per_day.entry((d.code.as_str(), d.day)).or_default();
             entry.0 = entry.0.saturating_add(d.human);
             entry.1 = entry.1.saturating_add(d.bot);
-            if !d.people.is_empty() {
+            if let Some(people) = d.people() {
                 batch
                     .people
                     .entry((d.code.clone(), d.day.number()))
                     .or_default()
-                    .merge(&d.people);
+                    .merge(people);
             }
         }
         for ((code, day), (human, bot)) in per_day {

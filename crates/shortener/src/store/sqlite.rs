@@ -248,14 +248,14 @@ fn add_clicks(c: &Connection, mut deltas: Vec<ClickDelta>) -> rusqlite::Result<(
             || first_total.execute(params![d.code, human, bot])? == 1;
         if counted {
             daily.execute(params![d.code, d.day.number(), human, bot])?;
-            if !d.people.is_empty() {
+            if let Some(delta_people) = d.people() {
                 let stored = read_people.query_row(params![d.code, d.day.number()], |r| {
                     Ok(stored_people(
                         r.get_ref(0)?.as_blob_or_null()?,
                         r.get_ref(1)?.as_str_or_null()?,
                     ))
                 })?;
-                let people = merged_people(stored, &d.people);
+                let people = merged_people(stored, delta_people);
                 write_people.execute(params![
                     d.code,
                     d.day.number(),
