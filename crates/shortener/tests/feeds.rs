@@ -1,5 +1,6 @@
 //! Threat feeds end to end: a reload sweeping 10 000 links while redirects run (embedded
-//! store), and one sweep shared by two scale-out instances (PostgreSQL + Redis).
+//! store), and one sweep for two processes on one store (the embedded file, PostgreSQL, and
+//! PostgreSQL + Redis), and trusted domains following their file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -15,6 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tempfile::TempDir;
 
 const DISABLED: &str = "shortener_threat_sweep_disabled_total";
+const SWEPT: &str = "shortener_threat_sweep_duration_seconds_count";
+const LEFT: &str = "shortener_threat_sweeps_left_total";
 
 /// Creates `n` links, every other one to a subdomain of `evil.example`; returns the codes
 /// as (evil, good).
@@ -149,7 +152,23 @@ async fn a_reload_sweeps_ten_thousand_links_while_redirects_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_one_embedded_file_one_process_sweeps() {
+    one_sweep_disables_each_match_once(Kind::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_one_postgres_without_redis_one_instance_sweeps() {
+    one_sweep_disables_each_match_once(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_scale_out_one_sweep_disables_each_match_once() {
+    one_sweep_disables_each_match_once(Kind::ScaleOut).await;
+}
+
+/// Both processes reload one feed: exactly one sweeps (the other leaves it, whether the
+/// sweep still runs or is done), and each match is disabled once.
+async fn one_sweep_disables_each_match_once(kind: Kind) {
     let dir = TempDir::new().unwrap();
     let feed = dir.path().join("openphish.txt");
     std::fs::write(&feed, "# empty\n").unwrap();
@@ -161,7 +180,7 @@ async fn in_scale_out_one_sweep_disables_each_match_once() {
         "--store-timeout-ms",
         "10000",
     ];
-    let pair = Pair::start_in(dir, Kind::ScaleOut, &flags).await;
+    let pair = Pair::start_in(dir, kind, &flags).await;
     let (a, b) = (&pair.a, &pair.b);
     let admin = token_in(&pair.store(), "ops", true);
     let (evil, good) = links(a, &admin, 2_000).await;
@@ -175,12 +194,16 @@ async fn in_scale_out_one_sweep_disables_each_match_once() {
         total().await >= evil.len() as f64
     })
     .await;
-    // Give a second, late sweep its chance to disable anything twice: it finds nothing.
-    eventually("both instances to have reloaded", || async {
-        metric(&c, a, "shortener_threat_feed_entries").await == 1.0
-            && metric(&c, b, "shortener_threat_feed_entries").await == 1.0
+    // Each process's own attempt on the new feed, swept or left to the other.
+    let attempts = |s| {
+        let c = &c;
+        async move { metric(c, s, SWEPT).await + metric(c, s, LEFT).await }
+    };
+    eventually("both processes to have tried to sweep", || async {
+        attempts(a).await >= 1.0 && attempts(b).await >= 1.0
     })
     .await;
+    assert_eq!(metric(&c, a, SWEPT).await + metric(&c, b, SWEPT).await, 1.0);
     assert_eq!(total().await, evil.len() as f64);
     let mut rows = 0;
     let mut cursor = String::new();
