@@ -1,6 +1,6 @@
 //! Threat feeds end to end: a reload sweeping 10 000 links while redirects run (embedded
 //! store), and one sweep for two processes on one store (the embedded file, PostgreSQL, and
-//! PostgreSQL + Redis), and trusted domains following their file.
+//! PostgreSQL + Redis), and garbage lines skipped and logged by number.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -226,4 +226,42 @@ async fn one_sweep_disables_each_match_once(kind: Kind) {
         assert_eq!(follow(&c, server, &evil[0]).await, StatusCode::GONE);
         assert_eq!(follow(&c, server, &good[0]).await, StatusCode::FOUND);
     }
+}
+
+/// A feed with garbage lines starts the server: each skipped line is logged with its number
+/// and the feed's name, and the good entries are in force.
+#[tokio::test(flavor = "multi_thread")]
+async fn garbage_lines_are_skipped_and_logged_by_number() {
+    let dir = TempDir::new().unwrap();
+    let feed = dir.path().join("mixed.txt");
+    std::fs::write(
+        &feed,
+        "# a feed\nbad.example\n%%% junk\nhttp://\nok.example extra words\n",
+    )
+    .unwrap();
+    let log = dir.path().join("serve.log");
+    let mut cmd = std::process::Command::new(common::BIN);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg("--threat-feed")
+        .arg(&feed)
+        .env("SHORTENER_LOG", "warn")
+        .stderr(std::fs::File::create(&log).unwrap());
+    let mut process = testkit::Process::spawn("shortener", cmd).unwrap();
+    process
+        .wait_for_line("listening on ", std::time::Duration::from_secs(60))
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let skipped: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("skipped a feed line"))
+        .collect();
+    assert_eq!(skipped.len(), 3, "{text}");
+    for (entry, line) in skipped.iter().zip(["line=3", "line=4", "line=5"]) {
+        assert!(
+            entry.contains(line) && entry.contains("mixed.txt"),
+            "{entry}"
+        );
+    }
+    process.terminate().unwrap();
 }
