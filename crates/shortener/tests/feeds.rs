@@ -153,22 +153,22 @@ async fn a_reload_sweeps_ten_thousand_links_while_redirects_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_one_embedded_file_one_process_sweeps() {
-    one_sweep_disables_each_match_once(Kind::Embedded).await;
+    one_sweep_disables_each_match_once(Kind::Embedded, 500).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_one_postgres_without_redis_one_instance_sweeps() {
-    one_sweep_disables_each_match_once(Kind::Postgres).await;
+    one_sweep_disables_each_match_once(Kind::Postgres, 500).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_scale_out_one_sweep_disables_each_match_once() {
-    one_sweep_disables_each_match_once(Kind::ScaleOut).await;
+    one_sweep_disables_each_match_once(Kind::ScaleOut, 2_000).await;
 }
 
 /// Both processes reload one feed: exactly one sweeps (the other leaves it, whether the
-/// sweep still runs or is done), and each match is disabled once.
-async fn one_sweep_disables_each_match_once(kind: Kind) {
+/// sweep still runs or is done), and each of `n` links' matches is disabled once.
+async fn one_sweep_disables_each_match_once(kind: Kind, n: usize) {
     let dir = TempDir::new().unwrap();
     let feed = dir.path().join("openphish.txt");
     std::fs::write(&feed, "# empty\n").unwrap();
@@ -183,7 +183,7 @@ async fn one_sweep_disables_each_match_once(kind: Kind) {
     let pair = Pair::start_in(dir, kind, &flags).await;
     let (a, b) = (&pair.a, &pair.b);
     let admin = token_in(&pair.store(), "ops", true);
-    let (evil, good) = links(a, &admin, 2_000).await;
+    let (evil, good) = links(a, &admin, n).await;
     let c = client();
 
     std::fs::write(&feed, "evil.example\n").unwrap();
@@ -264,4 +264,34 @@ async fn garbage_lines_are_skipped_and_logged_by_number() {
         );
     }
     process.terminate().unwrap();
+}
+
+/// A feed file that changes is re-read without a signal (its modification time is watched).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_feed_file_is_re_read_without_a_signal() {
+    let dir = TempDir::new().unwrap();
+    let feed = dir.path().join("openphish.txt");
+    std::fs::write(&feed, "# empty\n").unwrap();
+    let server = Shortener::start(
+        &dir.path().join("data"),
+        &["--threat-feed", feed.to_str().unwrap()],
+    );
+    let c = client();
+    assert_eq!(
+        metric(&c, &server, "shortener_threat_feed_entries").await,
+        0.0
+    );
+    std::fs::write(&feed, "evil.example\nhttp://ok.example/phish.php\n").unwrap();
+    eventually("the changed feed to be re-read", || async {
+        metric(&c, &server, "shortener_threat_feed_entries").await == 2.0
+    })
+    .await;
+    let resp = create(
+        &c,
+        &server,
+        json!({"long_url": "https://a.evil.example/"}),
+        None,
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
 }
