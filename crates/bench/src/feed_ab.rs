@@ -8,7 +8,7 @@
 use crate::backend::Backend;
 use crate::procfs::rss_mib;
 use crate::wrk::{Run, Wrk};
-use crate::{admin_token, listening, median, spread};
+use crate::{admin_token, conclude, listening, median, spread, verdict};
 use anyhow::{Context, bail};
 use std::io::Write;
 use std::path::Path;
@@ -201,14 +201,6 @@ pub(crate) fn run(
     );
     println!("\n== threat feed of {entries} entries: medians of {rounds} rounds ==");
     let mut failed = Vec::new();
-    let verdict = |ok: bool, name: &'static str, failed: &mut Vec<&str>| {
-        if ok {
-            "ok"
-        } else {
-            failed.push(name);
-            "FAIL"
-        }
-    };
     println!(
         "creates with ÷ without: {creates_ratio:.2} (rounds {})  ≥ {CREATES_BAR} {}",
         spread(create_ratios.into_iter(), 2),
@@ -223,10 +215,5 @@ pub(crate) fn run(
     );
     without.process.terminate()?;
     with.process.terminate()?;
-    if failed.is_empty() {
-        println!("all bars met");
-        Ok(())
-    } else {
-        bail!("bars missed: {}", failed.join(", "))
-    }
+    conclude(&failed)
 }

@@ -221,14 +221,6 @@ fn main() -> anyhow::Result<()> {
     }
     let creates = median(create_runs.iter().map(Run::ok_per_second));
     let creates_bar = backend.creates_bar();
-    let verdict = |ok: bool, name: &'static str, failed: &mut Vec<&str>| {
-        if ok {
-            "ok"
-        } else {
-            failed.push(name);
-            "FAIL"
-        }
-    };
     println!(
         "{:<24} {:>12} {creates:>12.0} {:>7} {:>9.3} {:>9.3}  ≥ {creates_bar:.0}/s {}  (rounds {})",
         "4 creates (201/s)",
@@ -259,6 +251,21 @@ fn main() -> anyhow::Result<()> {
         verdict(rss_peak <= RSS_BAR_MIB, "rss", &mut failed)
     );
     shortener.terminate()?;
+    conclude(&failed)
+}
+
+/// "ok", or "FAIL" with `name` added to `failed`.
+fn verdict(ok: bool, name: &'static str, failed: &mut Vec<&'static str>) -> &'static str {
+    if ok {
+        "ok"
+    } else {
+        failed.push(name);
+        "FAIL"
+    }
+}
+
+/// The run's outcome: an error naming every bar missed.
+fn conclude(failed: &[&str]) -> anyhow::Result<()> {
     if failed.is_empty() {
         println!("all bars met");
         Ok(())
