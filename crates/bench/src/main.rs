@@ -7,6 +7,7 @@
 //! Absolute numbers move with the machine's load; the ratio, measured in one run, is the figure.
 
 mod backend;
+mod feed_ab;
 mod procfs;
 mod wrk;
 
@@ -59,6 +60,10 @@ struct Args {
     /// Extra flags for `shortener serve`, to compare settings (e.g. `--drop-bot-clicks`).
     #[arg(long = "serve-arg", allow_hyphen_values = true, value_name = "FLAG")]
     serve_args: Vec<String>,
+    /// Instead of the cases: creates and the hot link with a synthetic threat feed of this
+    /// many entries against without one, alternating in every round (embedded stores).
+    #[arg(long, value_name = "N")]
+    threat_feed_entries: Option<usize>,
 }
 
 /// Past this many links, the Zipf case is also measured here on the way to `--links`.
@@ -80,6 +85,15 @@ fn main() -> anyhow::Result<()> {
         .context("no directory for the bench binary")?
         .to_owned();
     let lua_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("lua");
+    let wrk = Wrk {
+        threads: args.threads,
+        connections: args.connections,
+        duration: Duration::from_secs(args.duration),
+        as_browser: args.as_browser,
+    };
+    if let Some(entries) = args.threat_feed_entries {
+        return feed_ab::run(wrk, args.rounds, &bin_dir, &lua_dir, entries);
+    }
     let work = tempfile::TempDir::new()?;
     let backend = if args.scaleout {
         Backend::scaleout(work.path(), &args.postgres, &bin_dir)?
@@ -99,12 +113,6 @@ fn main() -> anyhow::Result<()> {
     let shortener_base = listening(&mut shortener)?;
     let mut bare = Process::spawn("bare", Command::new(bin_dir.join("bare-redirect")))?;
     let bare_base = listening(&mut bare)?;
-    let wrk = Wrk {
-        threads: args.threads,
-        connections: args.connections,
-        duration: Duration::from_secs(args.duration),
-        as_browser: args.as_browser,
-    };
     println!(
         "shortener {shortener_base} · bare hyper {bare_base} · wrk -t{} -c{} -d{}s",
         args.threads, args.connections, args.duration
@@ -213,14 +221,6 @@ fn main() -> anyhow::Result<()> {
     }
     let creates = median(create_runs.iter().map(Run::ok_per_second));
     let creates_bar = backend.creates_bar();
-    let verdict = |ok: bool, name: &'static str, failed: &mut Vec<&str>| {
-        if ok {
-            "ok"
-        } else {
-            failed.push(name);
-            "FAIL"
-        }
-    };
     println!(
         "{:<24} {:>12} {creates:>12.0} {:>7} {:>9.3} {:>9.3}  ≥ {creates_bar:.0}/s {}  (rounds {})",
         "4 creates (201/s)",
@@ -251,6 +251,21 @@ fn main() -> anyhow::Result<()> {
         verdict(rss_peak <= RSS_BAR_MIB, "rss", &mut failed)
     );
     shortener.terminate()?;
+    conclude(&failed)
+}
+
+/// "ok", or "FAIL" with `name` added to `failed`.
+fn verdict(ok: bool, name: &'static str, failed: &mut Vec<&'static str>) -> &'static str {
+    if ok {
+        "ok"
+    } else {
+        failed.push(name);
+        "FAIL"
+    }
+}
+
+/// The run's outcome: an error naming every bar missed.
+fn conclude(failed: &[&str]) -> anyhow::Result<()> {
     if failed.is_empty() {
         println!("all bars met");
         Ok(())

@@ -211,6 +211,37 @@ pub trait LinkStore: Send + Sync + 'static {
     /// code key, the CAPTCHA key). Every caller, in any process, gets the same bytes.
     async fn secret(&self, name: &'static str, candidate: Vec<u8>) -> Result<Vec<u8>, StoreError>;
 
+    /// Spends the one-time `token` (a solved CAPTCHA challenge) until `until`: `false` when
+    /// it was spent before, by any process on this store. Forgets a few tokens whose time
+    /// passed on the way, so the table stays as small as the tokens still valid.
+    async fn spend_once(
+        &self,
+        token: &str,
+        until: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Result<bool, StoreError>;
+
+    /// Takes the lease `name` for `holder` until `until` to do `work` (a job's fingerprint):
+    /// `false` while another holder's lease runs, or when `work` is what the last holder
+    /// finished, so that of several processes on this store one does each piece of work.
+    async fn take_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        work: &str,
+        until: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Result<bool, StoreError>;
+
+    /// Ends `holder`'s lease `name`, recording `done` as finished work when it is given (a
+    /// failed job leaves it for the next holder).
+    async fn end_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        done: Option<&str>,
+    ) -> Result<(), StoreError>;
+
     /// Stores `link` unless its code exists (put-if-absent, never read-then-write), with its
     /// `created` audit row in the same transaction.
     async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError>;

@@ -1,24 +1,34 @@
 //! The CAPTCHA of anonymous creation: when it is asked for, ALTCHA challenges signed with a
-//! key kept in the store (so every instance shares it), and refusal of replayed solutions —
-//! in Redis in the scale-out mode (every instance refuses a solution any instance took), in
-//! this process otherwise or while Redis does not answer.
+//! key kept in the store (so every instance shares it), and refusal of replayed solutions by
+//! every process on the store — in Redis in the scale-out mode, in the store otherwise or
+//! while Redis does not answer.
 
 use crate::ratelimit::Budget;
 use crate::scaleout::redis::Redis;
+use crate::store::Store;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 use shortener_core::altcha::{self, Challenge, Solution};
 use shortener_core::day::UnixSeconds;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use shortener_core::store::StoreError;
+use std::sync::Arc;
 
 /// How long a challenge may be solved.
 pub(crate) const CHALLENGE_SECONDS: i64 = 600;
 /// The store's name of the HMAC key.
 pub(crate) const KEY_NAME: &str = "captcha_key";
-/// Local replay memory is pruned of expired entries once it holds this many.
-const PRUNE_AT: usize = 10_000;
+
+/// Why a payload was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Refused {
+    /// Malformed, forged, expired or replayed: the client's fault (400 `captcha_invalid`).
+    #[error("{0}")]
+    Invalid(String),
+    /// The store could not say whether the solution was used.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// When anonymous creates need a solved challenge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,17 +79,22 @@ struct Payload {
 pub(crate) struct Captcha {
     key: Vec<u8>,
     settings: CaptchaSettings,
-    used: Mutex<HashMap<String, UnixSeconds>>,
     redis: Option<Arc<Redis>>,
+    store: Arc<dyn Store>,
 }
 
 impl Captcha {
-    pub(crate) fn new(key: Vec<u8>, settings: CaptchaSettings, redis: Option<Arc<Redis>>) -> Self {
+    pub(crate) fn new(
+        key: Vec<u8>,
+        settings: CaptchaSettings,
+        redis: Option<Arc<Redis>>,
+        store: Arc<dyn Store>,
+    ) -> Self {
         Self {
             key,
             settings,
-            used: Mutex::default(),
             redis,
+            store,
         }
     }
 
@@ -116,12 +131,13 @@ impl Captcha {
     }
 
     /// Accepts a payload once: a solution of one of our challenges, unexpired, never seen.
-    pub(crate) async fn check(&self, payload: &str, now: UnixSeconds) -> Result<(), String> {
+    pub(crate) async fn check(&self, payload: &str, now: UnixSeconds) -> Result<(), Refused> {
         let json = STANDARD
             .decode(payload.trim())
-            .map_err(|_| "the CAPTCHA payload is not base64".to_owned())?;
-        let p: Payload = serde_json::from_slice(&json)
-            .map_err(|e| format!("the CAPTCHA payload is not the expected JSON: {e}"))?;
+            .map_err(|_| Refused::Invalid("the CAPTCHA payload is not base64".to_owned()))?;
+        let p: Payload = serde_json::from_slice(&json).map_err(|e| {
+            Refused::Invalid(format!("the CAPTCHA payload is not the expected JSON: {e}"))
+        })?;
         let solution = Solution {
             algorithm: p.algorithm,
             challenge: p.challenge,
@@ -129,16 +145,24 @@ impl Captcha {
             salt: p.salt,
             signature: p.signature,
         };
-        let expires = altcha::verify(&self.key, &solution, now).map_err(|e| e.to_string())?;
-        if self.take(&solution.challenge, expires, now).await {
+        let expires = altcha::verify(&self.key, &solution, now)
+            .map_err(|e| Refused::Invalid(e.to_string()))?;
+        if self.take(&solution.challenge, expires, now).await? {
             Ok(())
         } else {
-            Err("the CAPTCHA solution was used already".to_owned())
+            Err(Refused::Invalid(
+                "the CAPTCHA solution was used already".to_owned(),
+            ))
         }
     }
 
-    /// Marks a challenge used until it expires; `false` if it was used before.
-    async fn take(&self, challenge: &str, expires: UnixSeconds, now: UnixSeconds) -> bool {
+    /// Marks a challenge used until it expires; `false` if any process used it before.
+    async fn take(
+        &self,
+        challenge: &str,
+        expires: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Result<bool, StoreError> {
         if let Some(redis) = &self.redis {
             let ms = u64::try_from(expires - now).unwrap_or(1).max(1) * 1000;
             let set: Result<Option<String>, _> = redis
@@ -152,17 +176,13 @@ impl Captcha {
                 )
                 .await;
             match set {
-                Ok(taken) => return taken.is_some(),
+                Ok(taken) => return Ok(taken.is_some()),
                 Err(e) => {
-                    tracing::debug!(error = %e, "CAPTCHA replay check on Redis failed; checking locally")
+                    tracing::debug!(error = %e, "CAPTCHA replay check on Redis failed; checking in the store")
                 }
             }
         }
-        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
-        if used.len() >= PRUNE_AT {
-            used.retain(|_, until| *until > now);
-        }
-        used.insert(challenge.to_owned(), expires).is_none()
+        self.store.spend_once(challenge, expires, now).await
     }
 }
 
@@ -170,13 +190,15 @@ impl Captcha {
 mod tests {
     use super::*;
 
-    fn captcha(mode: CaptchaMode) -> Captcha {
+    /// A CAPTCHA on a fresh embedded store in `dir`.
+    fn captcha(mode: CaptchaMode, dir: &tempfile::TempDir) -> Captcha {
         let settings = CaptchaSettings {
             mode,
             after: 0.8,
             max_number: 50,
         };
-        Captcha::new(vec![3; 32], settings, None)
+        let store = crate::store::sqlite::SqliteStore::open(dir.path()).unwrap();
+        Captcha::new(vec![3; 32], settings, None, Arc::new(store))
     }
 
     fn payload(c: &Challenge, number: u64) -> String {
@@ -189,9 +211,10 @@ mod tests {
         )
     }
 
-    #[test]
-    fn auto_asks_past_the_fraction_of_the_budget() {
-        let auto = captcha(CaptchaMode::Auto);
+    #[tokio::test]
+    async fn auto_asks_past_the_fraction_of_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let auto = captcha(CaptchaMode::Auto, &dir);
         let after = |remaining| {
             Some(Budget {
                 limit: 10,
@@ -200,18 +223,22 @@ mod tests {
         };
         assert!(!auto.required(after(2)));
         assert!(auto.required(after(1)));
-        assert!(captcha(CaptchaMode::Always).required(after(9)));
-        assert!(!captcha(CaptchaMode::Off).required(after(0)));
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        assert!(captcha(CaptchaMode::Always, &a).required(after(9)));
+        assert!(!captcha(CaptchaMode::Off, &b).required(after(0)));
     }
 
     #[tokio::test]
     async fn a_solution_is_good_once() {
-        let c = captcha(CaptchaMode::Always);
+        let dir = tempfile::tempdir().unwrap();
+        let c = captcha(CaptchaMode::Always, &dir);
         let challenge = c.challenge(1_000);
         let number = altcha::solve(&challenge).unwrap();
-        assert_eq!(c.check(&payload(&challenge, number), 1_001).await, Ok(()));
-        assert!(c.check(&payload(&challenge, number), 1_002).await.is_err());
-        assert!(c.check("%%%", 1_002).await.is_err());
-        assert!(c.check(&STANDARD.encode("{}"), 1_002).await.is_err());
+        let good = payload(&challenge, number);
+        assert!(c.check(&good, 1_001).await.is_ok());
+        let invalid = |r: Result<(), Refused>| matches!(r, Err(Refused::Invalid(_)));
+        assert!(invalid(c.check(&good, 1_002).await));
+        assert!(invalid(c.check("%%%", 1_002).await));
+        assert!(invalid(c.check(&STANDARD.encode("{}"), 1_002).await));
     }
 }

@@ -44,7 +44,9 @@ pub(crate) struct Metrics {
     pub auto_disabled: Counter,
     pub threat_sweep_disabled: Counter,
     pub threat_sweep_seconds: Histogram,
+    pub threat_sweeps_left: Counter,
     pub threat_feed_entries: Gauge,
+    pub trusted_domains: Gauge,
     pub clicks_dropped: Counter,
     pub clicks_flushed: Counter,
     pub click_flushes: Counter,
@@ -127,7 +129,9 @@ impl Metrics {
             auto_disabled: Counter::default(),
             threat_sweep_disabled: Counter::default(),
             threat_sweep_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+            threat_sweeps_left: Counter::default(),
             threat_feed_entries: Gauge::default(),
+            trusted_domains: Gauge::default(),
             clicks_dropped: Counter::default(),
             clicks_flushed: Counter::default(),
             click_flushes: Counter::default(),
@@ -181,9 +185,19 @@ impl Metrics {
             self.threat_sweep_seconds.clone(),
         );
         r.register(
+            "threat_sweeps_left",
+            "Feed reloads whose sweep this process left to another on the store (it held the sweep, or swept those feeds)",
+            self.threat_sweeps_left.clone(),
+        );
+        r.register(
             "threat_feed_entries",
             "Entries (domains and URLs) of the threat feeds loaded",
             self.threat_feed_entries.clone(),
+        );
+        r.register(
+            "trusted_domains",
+            "Domains of --trusted-domains loaded (their links are never disabled by reports)",
+            self.trusted_domains.clone(),
         );
         r.register(
             "store_link_reads",

@@ -44,3 +44,45 @@ pub(crate) async fn prune_forever(store: &dyn Store, retention_days: u32) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sqlite::SqliteStore;
+    use shortener_core::audit::{AuditQuery, Origin};
+    use shortener_core::link::Link;
+    use shortener_core::store::LinkStore;
+
+    /// More old rows than one batch: the loop goes on until every row past retention is
+    /// gone, and a row inside it stays.
+    #[tokio::test]
+    async fn rows_past_retention_go_in_batches_and_younger_ones_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let now = 1_800_000_000;
+        let day = 86_400;
+        let origin = Origin::system("test");
+        for i in 0..BATCH + 7 {
+            let link = Link::new(
+                &format!("old{i}"),
+                "https://example.com/",
+                now - 401 * day,
+                now,
+            );
+            store.insert_link(&link, &origin).await.unwrap();
+        }
+        let young = Link::new("young", "https://example.com/", now - 399 * day, now);
+        store.insert_link(&young, &origin).await.unwrap();
+        assert_eq!(
+            prune_audit(&store, 400, now).await.unwrap(),
+            BATCH as u64 + 7
+        );
+        let query = AuditQuery {
+            limit: 10,
+            ..AuditQuery::default()
+        };
+        let left = store.audit(&query).await.unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].record.code.as_deref(), Some("young"));
+    }
+}

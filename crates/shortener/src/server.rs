@@ -7,7 +7,7 @@ use crate::cache::{CacheSettings, LinkCache, SharedLayer};
 use crate::captcha::{Captcha, CaptchaSettings};
 use crate::clicks;
 use crate::config::{self, AggregateConfig, ServeConfig, StoreConfig};
-use crate::feeds::{self, FeedCell};
+use crate::feeds::{self, Swapped, Watched};
 use crate::metrics::Metrics;
 use crate::ratelimit::CreateLimits;
 use crate::scaleout::Scaleout;
@@ -31,13 +31,12 @@ const LIMITER_SWEEP: Duration = Duration::from_secs(60);
 
 pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let feed_files = feeds::files(config.blocklist.as_deref(), &config.threat_feeds);
-    let threats = FeedCell::new(feeds::load_all(&feed_files)?);
-    let trusted_domains = match &config.trusted_domains {
-        Some(path) => std::fs::read_to_string(path)
-            .map(|text| Blocklist::parse(&text))
+    let threats = Swapped::new(feeds::load_all(&feed_files)?);
+    let trusted_domains = Swapped::new(match &config.trusted_domains {
+        Some(path) => feeds::load_trusted(path)
             .with_context(|| format!("cannot read trusted domains {}", path.display()))?,
         None => Blocklist::default(),
-    };
+    });
     let geoip = config
         .geoip
         .as_deref()
@@ -45,6 +44,9 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         .transpose()?
         .map(Arc::new);
     let metrics = Arc::new(Metrics::new());
+    metrics
+        .trusted_domains
+        .set(feeds::gauge(trusted_domains.get().len()));
     let mut store = crate::store::open(&config.store, Some(config.store_timeout)).await?;
     if let StoreConfig::Postgres { .. } = config.store {
         // The embedded store has no server that could stop answering: its writer thread
@@ -155,6 +157,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             max_number: config.captcha_max_number,
         },
         scaleout.as_ref().map(|s| s.redis.clone()),
+        store.clone(),
     );
     let web_key = store
         .secret(
@@ -175,7 +178,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         limits,
         policy,
         threats: threats.clone(),
-        trusted_domains,
+        trusted_domains: trusted_domains.clone(),
         auto_disable: AutoDisable {
             threshold: config.auto_disable_reports,
         },
@@ -235,12 +238,15 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     }));
 
     let sweep = Arc::new(tokio::sync::Notify::new());
-    if !feed_files.is_empty() {
-        background.push(tokio::spawn(feeds::reload_forever(
+    if !feed_files.is_empty() || config.trusted_domains.is_some() {
+        let watched = Watched {
             feed_files,
-            threats,
-            sweep.clone(),
-        )));
+            feeds: threats,
+            trusted_file: config.trusted_domains.clone(),
+            trusted: trusted_domains,
+            metrics: app.metrics.clone(),
+        };
+        background.push(tokio::spawn(feeds::reload_forever(watched, sweep.clone())));
     }
     background.push(tokio::spawn(feeds::sweep_forever(app.clone(), sweep)));
     background.push(tokio::spawn({

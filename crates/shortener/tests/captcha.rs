@@ -1,5 +1,6 @@
 //! The CAPTCHA of anonymous creation against the real binary: solve, replay, expiry,
-//! forgery, the modes, and replays refused across scale-out instances.
+//! forgery, the modes, and replays refused across processes on one store (with and without
+//! Redis).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -211,18 +212,35 @@ async fn always_asks_at_once_and_off_never_does() {
     assert!(common::one_line_failure(&bad).contains("off, auto or always"));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn in_scale_out_a_solution_is_good_once_across_instances() {
+/// Two processes on `kind`: a challenge of one solves on the other (they share the key in
+/// the store), and a solution taken by one is refused by the other.
+async fn good_once_across_processes(kind: Kind) {
     let flags = ["--captcha", "always", "--captcha-max-number", "500"];
-    let Pair { a, b, .. } = &Pair::start(Kind::ScaleOut, &flags).await;
+    let Pair { a, b, .. } = &Pair::start(kind, &flags).await;
     let c = client();
-    // Both instances share the key in the database: a challenge of one solves on the other.
     let good = solved(&c, a).await;
     assert_eq!(
         create(&c, b, Some(&good), url(0)).await.status(),
         StatusCode::CREATED
     );
-    let resp = create(&c, a, Some(&good), url(1)).await;
-    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(error_code(resp).await, "captcha_invalid");
+    for server in [a, b] {
+        let resp = create(&c, server, Some(&good), url(1)).await;
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(error_code(resp).await, "captcha_invalid");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn in_scale_out_a_solution_is_good_once_across_instances() {
+    good_once_across_processes(Kind::ScaleOut).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_postgres_without_redis_a_solution_is_good_once_across_instances() {
+    good_once_across_processes(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_one_embedded_file_a_solution_is_good_once_across_processes() {
+    good_once_across_processes(Kind::Embedded).await;
 }

@@ -1,5 +1,6 @@
 //! Threat feeds end to end: a reload sweeping 10 000 links while redirects run (embedded
-//! store), and one sweep shared by two scale-out instances (PostgreSQL + Redis).
+//! store), and one sweep for two processes on one store (the embedded file, PostgreSQL, and
+//! PostgreSQL + Redis), and garbage lines skipped and logged by number.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -15,6 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tempfile::TempDir;
 
 const DISABLED: &str = "shortener_threat_sweep_disabled_total";
+const SWEPT: &str = "shortener_threat_sweep_duration_seconds_count";
+const LEFT: &str = "shortener_threat_sweeps_left_total";
 
 /// Creates `n` links, every other one to a subdomain of `evil.example`; returns the codes
 /// as (evil, good).
@@ -149,7 +152,23 @@ async fn a_reload_sweeps_ten_thousand_links_while_redirects_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_one_embedded_file_one_process_sweeps() {
+    one_sweep_disables_each_match_once(Kind::Embedded, 500).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_one_postgres_without_redis_one_instance_sweeps() {
+    one_sweep_disables_each_match_once(Kind::Postgres, 500).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_scale_out_one_sweep_disables_each_match_once() {
+    one_sweep_disables_each_match_once(Kind::ScaleOut, 2_000).await;
+}
+
+/// Both processes reload one feed: exactly one sweeps (the other leaves it, whether the
+/// sweep still runs or is done), and each of `n` links' matches is disabled once.
+async fn one_sweep_disables_each_match_once(kind: Kind, n: usize) {
     let dir = TempDir::new().unwrap();
     let feed = dir.path().join("openphish.txt");
     std::fs::write(&feed, "# empty\n").unwrap();
@@ -161,10 +180,10 @@ async fn in_scale_out_one_sweep_disables_each_match_once() {
         "--store-timeout-ms",
         "10000",
     ];
-    let pair = Pair::start_in(dir, Kind::ScaleOut, &flags).await;
+    let pair = Pair::start_in(dir, kind, &flags).await;
     let (a, b) = (&pair.a, &pair.b);
     let admin = token_in(&pair.store(), "ops", true);
-    let (evil, good) = links(a, &admin, 2_000).await;
+    let (evil, good) = links(a, &admin, n).await;
     let c = client();
 
     std::fs::write(&feed, "evil.example\n").unwrap();
@@ -175,12 +194,16 @@ async fn in_scale_out_one_sweep_disables_each_match_once() {
         total().await >= evil.len() as f64
     })
     .await;
-    // Give a second, late sweep its chance to disable anything twice: it finds nothing.
-    eventually("both instances to have reloaded", || async {
-        metric(&c, a, "shortener_threat_feed_entries").await == 1.0
-            && metric(&c, b, "shortener_threat_feed_entries").await == 1.0
+    // Each process's own attempt on the new feed, swept or left to the other.
+    let attempts = |s| {
+        let c = &c;
+        async move { metric(c, s, SWEPT).await + metric(c, s, LEFT).await }
+    };
+    eventually("both processes to have tried to sweep", || async {
+        attempts(a).await >= 1.0 && attempts(b).await >= 1.0
     })
     .await;
+    assert_eq!(metric(&c, a, SWEPT).await + metric(&c, b, SWEPT).await, 1.0);
     assert_eq!(total().await, evil.len() as f64);
     let mut rows = 0;
     let mut cursor = String::new();
@@ -203,4 +226,72 @@ async fn in_scale_out_one_sweep_disables_each_match_once() {
         assert_eq!(follow(&c, server, &evil[0]).await, StatusCode::GONE);
         assert_eq!(follow(&c, server, &good[0]).await, StatusCode::FOUND);
     }
+}
+
+/// A feed with garbage lines starts the server: each skipped line is logged with its number
+/// and the feed's name, and the good entries are in force.
+#[tokio::test(flavor = "multi_thread")]
+async fn garbage_lines_are_skipped_and_logged_by_number() {
+    let dir = TempDir::new().unwrap();
+    let feed = dir.path().join("mixed.txt");
+    std::fs::write(
+        &feed,
+        "# a feed\nbad.example\n%%% junk\nhttp://\nok.example extra words\n",
+    )
+    .unwrap();
+    let log = dir.path().join("serve.log");
+    let mut cmd = std::process::Command::new(common::BIN);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg("--threat-feed")
+        .arg(&feed)
+        .env("SHORTENER_LOG", "warn")
+        .stderr(std::fs::File::create(&log).unwrap());
+    let mut process = testkit::Process::spawn("shortener", cmd).unwrap();
+    process
+        .wait_for_line("listening on ", std::time::Duration::from_secs(60))
+        .unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let skipped: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("skipped a feed line"))
+        .collect();
+    assert_eq!(skipped.len(), 3, "{text}");
+    for (entry, line) in skipped.iter().zip(["line=3", "line=4", "line=5"]) {
+        assert!(
+            entry.contains(line) && entry.contains("mixed.txt"),
+            "{entry}"
+        );
+    }
+    process.terminate().unwrap();
+}
+
+/// A feed file that changes is re-read without a signal (its modification time is watched).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_feed_file_is_re_read_without_a_signal() {
+    let dir = TempDir::new().unwrap();
+    let feed = dir.path().join("openphish.txt");
+    std::fs::write(&feed, "# empty\n").unwrap();
+    let server = Shortener::start(
+        &dir.path().join("data"),
+        &["--threat-feed", feed.to_str().unwrap()],
+    );
+    let c = client();
+    assert_eq!(
+        metric(&c, &server, "shortener_threat_feed_entries").await,
+        0.0
+    );
+    std::fs::write(&feed, "evil.example\nhttp://ok.example/phish.php\n").unwrap();
+    eventually("the changed feed to be re-read", || async {
+        metric(&c, &server, "shortener_threat_feed_entries").await == 2.0
+    })
+    .await;
+    let resp = create(
+        &c,
+        &server,
+        json!({"long_url": "https://a.evil.example/"}),
+        None,
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
 }

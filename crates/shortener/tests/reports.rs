@@ -6,7 +6,11 @@
 mod common;
 
 use common::pair::{Kind, Pair};
-use common::{Shortener, client, create, error_code, follow, get_json, token_in, until_status};
+use common::{
+    Shortener, client, create, error_code, eventually, follow, get_json, metric, token_in,
+    until_status,
+};
+use nix::sys::signal::Signal;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -289,4 +293,47 @@ async fn reports_disable_links_across_two_processes_on_the_embedded_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reports_disable_links_across_two_instances_on_postgres() {
     on(Kind::Postgres).await;
+}
+
+/// `--trusted-domains` follows its file (SIGHUP here; a change of the file's time too, as
+/// the feeds do): a domain added protects its links from then on, one removed does not (and
+/// the reports filed meanwhile count).
+#[tokio::test(flavor = "multi_thread")]
+async fn trusted_domains_are_re_read_like_the_feeds() {
+    let dir = TempDir::new().unwrap();
+    let (trusted, data) = (dir.path().join("trusted.txt"), dir.path().join("data"));
+    std::fs::write(&trusted, "trusted.example\n").unwrap();
+    let mut flags = FLAGS.to_vec();
+    flags.extend(["--trusted-domains", trusted.to_str().unwrap()]);
+    let server = Shortener::start(&data, &flags);
+    let c = client();
+    let alice = common::token(&data, "alice", false);
+    let body = json!({"long_url": "https://www.partner.example/x", "custom_alias": "partner"});
+    assert_eq!(
+        create(&c, &server, body, Some(&alice)).await.status(),
+        StatusCode::CREATED
+    );
+    let reread = |domains: f64| {
+        let (c, server) = (&c, &server);
+        async move {
+            server.process.signal(Signal::SIGHUP).unwrap();
+            eventually("the trusted domains to be re-read", || async {
+                metric(c, server, "shortener_trusted_domains").await == domains
+            })
+            .await;
+        }
+    };
+    assert_eq!(metric(&c, &server, "shortener_trusted_domains").await, 1.0);
+
+    std::fs::write(&trusted, "trusted.example\npartner.example\n").unwrap();
+    reread(2.0).await;
+    for ip in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {
+        phishing(&c, &server, "partner", ip).await;
+    }
+    assert_eq!(follow(&c, &server, "partner").await, StatusCode::FOUND);
+
+    std::fs::write(&trusted, "trusted.example\n").unwrap();
+    reread(1.0).await;
+    phishing(&c, &server, "partner", "198.51.100.4").await;
+    until_status(&c, &server, "partner", StatusCode::GONE).await;
 }

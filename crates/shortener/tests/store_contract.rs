@@ -534,6 +534,103 @@ async fn list_contract(store: &dyn Store) {
     }
 }
 
+/// One-time tokens and leases, on two handles of one store (as two processes have): of
+/// racing spends of a token exactly one wins, a lease runs until it ends or expires, and
+/// finished work is not taken again.
+async fn shared_jobs_contract(a: &dyn Store, b: &dyn Store) {
+    let now = 1_700_000_000;
+    let spends = futures_util::future::join_all(
+        (0..16).map(|i| [a, b][i % 2].spend_once("challenge-1", now + 600, now)),
+    )
+    .await;
+    let won = spends.into_iter().filter(|r| *r.as_ref().unwrap()).count();
+    assert_eq!(won, 1);
+    assert!(
+        !b.spend_once("challenge-1", now + 600, now + 1)
+            .await
+            .unwrap()
+    );
+    assert!(a.spend_once("challenge-2", now + 5, now).await.unwrap());
+    // Past its time a token is forgotten by a later spend (pruning), so it could be taken
+    // again — which is why callers refuse expired challenges before spending them.
+    assert!(
+        b.spend_once("challenge-3", now + 600, now + 10)
+            .await
+            .unwrap()
+    );
+    assert!(
+        a.spend_once("challenge-2", now + 5, now + 10)
+            .await
+            .unwrap()
+    );
+
+    let (lease, until) = ("sweep", now + 600);
+    let takes = futures_util::future::join_all((0..8).map(|i| {
+        let store = [a, b][i % 2];
+        async move {
+            store
+                .take_lease(lease, &format!("h{i}"), "w1", until, now)
+                .await
+        }
+    }))
+    .await;
+    let holders: Vec<usize> = (0..8).filter(|i| *takes[*i].as_ref().unwrap()).collect();
+    assert_eq!(holders.len(), 1);
+    let holder = format!("h{}", holders[0]);
+    // Another holder's end changes nothing.
+    b.end_lease(lease, "someone-else", Some("w1"))
+        .await
+        .unwrap();
+    assert!(
+        !a.take_lease(lease, "x", "w1", until, now + 1)
+            .await
+            .unwrap()
+    );
+    // Expired: taken over (its work unfinished).
+    assert!(
+        a.take_lease(lease, "x", "w1", now + 1200, until)
+            .await
+            .unwrap()
+    );
+    b.end_lease(lease, &holder, Some("w1")).await.unwrap();
+    assert!(
+        !b.take_lease(lease, "y", "w1", until, now + 2)
+            .await
+            .unwrap()
+    );
+    a.end_lease(lease, "x", Some("w1")).await.unwrap();
+    // Ended with its work done: that work is not taken again, new work is.
+    assert!(
+        !b.take_lease(lease, "y", "w1", until, now + 3)
+            .await
+            .unwrap()
+    );
+    assert!(
+        b.take_lease(lease, "y", "w2", until, now + 3)
+            .await
+            .unwrap()
+    );
+    // Ended without (a failed job): the same work is taken again.
+    b.end_lease(lease, "y", None).await.unwrap();
+    assert!(
+        a.take_lease(lease, "z", "w2", until, now + 4)
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn both_stores_share_one_time_tokens_and_leases_alike() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let (a, b) = (
+        SqliteStore::open(dir.path()).unwrap(),
+        SqliteStore::open(dir.path()).unwrap(),
+    );
+    shared_jobs_contract(&a, &b).await;
+    let db = TestDb::migrated().await;
+    shared_jobs_contract(&db.store(2).await, &db.store(2).await).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn both_stores_list_links_alike() {
     let dir = tempfile::TempDir::new().unwrap();

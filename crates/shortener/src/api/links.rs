@@ -5,6 +5,7 @@ use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::{App, AppState};
 use crate::analytics::{Analytics, link_analytics};
+use crate::captcha::Refused;
 use crate::new_link;
 use crate::ratelimit::{Budget, Creator};
 use axum::extract::rejection::QueryRejection;
@@ -228,7 +229,10 @@ pub(super) async fn create_link(
         app.captcha
             .check(&payload, crate::now())
             .await
-            .map_err(|m| ApiError::bad_request("captcha_invalid", m))?;
+            .map_err(|refused| match refused {
+                Refused::Invalid(m) => ApiError::bad_request("captcha_invalid", m),
+                Refused::Store(e) => e.into(),
+            })?;
     }
     let long_url = checked_destination(app, &req.long_url)?;
     if let Some(alias) = &req.custom_alias {
@@ -281,7 +285,11 @@ pub(super) async fn create_link(
 /// A destination as a create or an edit accepts it (normalised), or 400 `invalid_url` /
 /// `url_blocked`.
 pub(super) fn checked_destination(app: &App, raw: &str) -> Result<String, ApiError> {
-    Ok(new_link::destination(&app.policy, &app.threats.get(), raw)?)
+    Ok(new_link::destination(
+        &app.policy,
+        &app.threats.get().feeds,
+        raw,
+    )?)
 }
 
 /// What the API shows of a link.

@@ -19,7 +19,7 @@ use crate::allocator::CodeAllocator;
 use crate::bots::BotDetector;
 use crate::cache::LinkCache;
 use crate::clicks::ClickRecorder;
-use crate::feeds::FeedCell;
+use crate::feeds::{LoadedFeeds, Swapped};
 use crate::metrics::Metrics;
 use crate::ratelimit::CreateLimits;
 use crate::store::Store;
@@ -45,9 +45,9 @@ pub(crate) struct App {
     pub limits: CreateLimits,
     pub policy: shortener_core::long_url::UrlPolicy,
     /// Threat feeds: destinations nobody may link to.
-    pub threats: FeedCell,
+    pub threats: Swapped<LoadedFeeds>,
     /// Links to these domains are never disabled automatically.
-    pub trusted_domains: shortener_core::long_url::Blocklist,
+    pub trusted_domains: Swapped<shortener_core::long_url::Blocklist>,
     /// The CAPTCHA of anonymous creation.
     pub captcha: crate::captcha::Captcha,
     /// When reports disable a link.

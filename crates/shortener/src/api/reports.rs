@@ -195,7 +195,7 @@ pub(super) async fn file(
     };
     let trusted = url::Url::parse(&link.long_url)
         .ok()
-        .and_then(|u| u.host_str().map(|h| app.trusted_domains.blocks(h)))
+        .and_then(|u| u.host_str().map(|h| app.trusted_domains.get().blocks(h)))
         .unwrap_or(false);
     let report = NewReport {
         code: link.code,

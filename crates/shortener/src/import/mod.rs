@@ -63,7 +63,8 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
     let feeds = crate::feeds::load_all(&crate::feeds::files(
         config.blocklist.as_deref(),
         &config.threat_feeds,
-    ))?;
+    ))?
+    .feeds;
     let policy = UrlPolicy {
         own_hosts: config
             .base_url

@@ -118,6 +118,36 @@ impl LinkStore for GuardedStore {
         self.bounded(self.inner.secret(name, candidate)).await
     }
 
+    async fn spend_once(
+        &self,
+        token: &str,
+        until: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Result<bool, StoreError> {
+        self.bounded(self.inner.spend_once(token, until, now)).await
+    }
+
+    async fn take_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        work: &str,
+        until: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Result<bool, StoreError> {
+        // Background work, off every request's path.
+        self.inner.take_lease(name, holder, work, until, now).await
+    }
+
+    async fn end_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        done: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.inner.end_lease(name, holder, done).await
+    }
+
     async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
         self.bounded(self.inner.insert_link(link, origin)).await
     }

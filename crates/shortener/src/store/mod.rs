@@ -34,6 +34,9 @@ const STATE_COLUMNS: [&str; 8] = [
     "disabled_by_kind",
     "deleted_at",
 ];
+/// Expired spent tokens each spend deletes: more than spends add, so the table shrinks
+/// back to the tokens still valid.
+const SPENT_PRUNED_PER_SPEND: i64 = 100;
 /// The `audit` columns in the order both stores write and read them (after `id`).
 const AUDIT_COLUMNS: &str = "at, actor, ip, user_agent, action, code, old_url, new_url, detail";
 

@@ -11,9 +11,9 @@ mod import;
 mod schema;
 
 use super::{
-    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, TOKEN_COLUMNS,
-    audit_query_sql, disable_from, link_page_sql, merged_people, report_page_sql, stored_people,
-    stored_token_id, update_state_sql,
+    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SPENT_PRUNED_PER_SPEND,
+    SqlValue, TOKEN_COLUMNS, audit_query_sql, disable_from, link_page_sql, merged_people,
+    report_page_sql, stored_people, stored_token_id, update_state_sql,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{
@@ -922,6 +922,70 @@ impl LinkStore for PgStore {
             .await
             .and_then(|row| row.try_get(0))
             .map_err(classify)
+    }
+
+    async fn spend_once(
+        &self,
+        token: &str,
+        until: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "DELETE FROM spent_tokens WHERE token IN \
+                 (SELECT token FROM spent_tokens WHERE until <= $1 LIMIT $2)",
+                &[&now, &SPENT_PRUNED_PER_SPEND],
+            )
+            .await
+            .map_err(classify)?;
+        let inserted = client
+            .execute(
+                "INSERT INTO spent_tokens (token, until) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                &[&token, &until],
+            )
+            .await
+            .map_err(classify)?;
+        Ok(inserted == 1)
+    }
+
+    async fn take_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        work: &str,
+        until: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let taken = client
+            .execute(
+                "INSERT INTO leases (name, holder, until) VALUES ($1, $2, $4) \
+                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until = excluded.until \
+                 WHERE leases.until <= $5 AND leases.done IS DISTINCT FROM $3",
+                &[&name, &holder, &work, &until, &now],
+            )
+            .await
+            .map_err(classify)?;
+        Ok(taken == 1)
+    }
+
+    async fn end_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        done: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE leases SET until = 0, done = coalesce($3, done) \
+                 WHERE name = $1 AND holder = $2",
+                &[&name, &holder, &done],
+            )
+            .await
+            .map_err(classify)?;
+        Ok(())
     }
 
     async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {

@@ -361,6 +361,37 @@ impl LinkStore for Replicated {
         self.primary.secret(name, candidate).await
     }
 
+    async fn spend_once(
+        &self,
+        token: &str,
+        until: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Result<bool, StoreError> {
+        self.primary.spend_once(token, until, now).await
+    }
+
+    async fn take_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        work: &str,
+        until: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Result<bool, StoreError> {
+        self.primary
+            .take_lease(name, holder, work, until, now)
+            .await
+    }
+
+    async fn end_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        done: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.primary.end_lease(name, holder, done).await
+    }
+
     async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
         // Before the write: a read between its commit and its answer must find it too. A
         // timed-out insert may have committed, so it is remembered whatever the outcome.

@@ -14,9 +14,9 @@ mod writer;
 pub(crate) use schema::CURRENT_VERSION;
 
 use super::{
-    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SqlValue, TOKEN_COLUMNS,
-    audit_query_sql, disable_from, link_page_sql, merged_people, report_page_sql, stored_people,
-    stored_token_id, update_state_sql,
+    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SPENT_PRUNED_PER_SPEND,
+    SqlValue, TOKEN_COLUMNS, audit_query_sql, disable_from, link_page_sql, merged_people,
+    report_page_sql, stored_people, stored_token_id, update_state_sql,
 };
 use async_trait::async_trait;
 use point_reads::PointReads;
@@ -491,6 +491,69 @@ impl LinkStore for SqliteStore {
             c.query_row("SELECT value FROM meta WHERE key = ?1", [name], |r| {
                 r.get(0)
             })
+        })
+        .await
+    }
+
+    async fn spend_once(
+        &self,
+        token: &str,
+        until: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Result<bool, StoreError> {
+        let token = token.to_owned();
+        self.write(move |c| {
+            c.prepare_cached(
+                "DELETE FROM spent_tokens WHERE token IN \
+                 (SELECT token FROM spent_tokens WHERE until <= ?1 LIMIT ?2)",
+            )?
+            .execute(params![now, SPENT_PRUNED_PER_SPEND])?;
+            let inserted = c
+                .prepare_cached(
+                    "INSERT INTO spent_tokens (token, until) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+                )?
+                .execute(params![token, until])?;
+            Ok(inserted == 1)
+        })
+        .await
+    }
+
+    async fn take_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        work: &str,
+        until: UnixSeconds,
+        now: UnixSeconds,
+    ) -> Result<bool, StoreError> {
+        let (name, holder, work) = (name.to_owned(), holder.to_owned(), work.to_owned());
+        self.write(move |c| {
+            let taken = c
+                .prepare_cached(
+                    "INSERT INTO leases (name, holder, until) VALUES (?1, ?2, ?4) \
+                     ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until = excluded.until \
+                     WHERE leases.until <= ?5 AND leases.done IS NOT ?3",
+                )?
+                .execute(params![name, holder, work, until, now])?;
+            Ok(taken == 1)
+        })
+        .await
+    }
+
+    async fn end_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        done: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let (name, holder, done) = (name.to_owned(), holder.to_owned(), done.map(str::to_owned));
+        self.write(move |c| {
+            c.prepare_cached(
+                "UPDATE leases SET until = 0, done = coalesce(?3, done) \
+                 WHERE name = ?1 AND holder = ?2",
+            )?
+            .execute(params![name, holder, done])?;
+            Ok(())
         })
         .await
     }

@@ -139,6 +139,21 @@ const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE daily_clicks ADD COLUMN visitors BYTEA, ADD COLUMN tops TEXT;
     ",
+    // v7: what several instances share without Redis: spent CAPTCHA solutions (until their
+    // challenge expires) and leases on jobs one of them does (the feed sweep).
+    "
+    CREATE TABLE spent_tokens (
+        token TEXT PRIMARY KEY,
+        until INT8 NOT NULL
+    );
+    CREATE INDEX spent_tokens_until ON spent_tokens (until);
+    CREATE TABLE leases (
+        name   TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        until  INT8 NOT NULL,
+        done   TEXT
+    );
+    ",
 ];
 
 /// Schema version this binary reads and writes.

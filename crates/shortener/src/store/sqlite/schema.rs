@@ -151,6 +151,21 @@ const MIGRATIONS: &[&str] = &[
            l.disabled_reason, l.disabled_by, l.disabled_by_kind, l.deleted_at, l.owner_admin
       FROM links l LEFT JOIN link_clicks t ON t.code = l.code;
     ",
+    // v8: what several processes on one file share without Redis: spent CAPTCHA solutions
+    // (until their challenge expires) and leases on jobs one of them does (the feed sweep).
+    "
+    CREATE TABLE spent_tokens (
+        token TEXT PRIMARY KEY,
+        until INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX spent_tokens_until ON spent_tokens (until);
+    CREATE TABLE leases (
+        name   TEXT PRIMARY KEY,
+        holder TEXT NOT NULL,
+        until  INTEGER NOT NULL,
+        done   TEXT
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// Schema version this binary writes.
