@@ -1682,7 +1682,7 @@ async fn a_rate_limit_holds_for_acquires_in_its_own_call() {
     let mut call = vec![
         "FCALL", function, "1", meta, &now, "0", "32", health, &later, &later, "1.25", "1", "0", "",
     ];
-    call.extend([member.as_str(), &id, "r", "shop", &until]);
+    call.extend([member.as_str(), &id, "r", "shop", &until, ""]);
     for _ in 0..12 {
         call.extend(["", "0", "shop", "w", "0"]);
     }

@@ -28,12 +28,6 @@ pub(crate) enum Signal {
         p95_ms: u32,
         median_ms: u32,
     },
-    /// The Redis store's latency tail, as a releasing process judged it from its sample of
-    /// the address's successes (`store/redis/latency.rs`): it has no quantiles to name.
-    #[cfg(feature = "redis")]
-    SlowShare {
-        factor: f64,
-    },
 }
 
 impl fmt::Display for Signal {
@@ -65,11 +59,6 @@ impl fmt::Display for Signal {
             Self::SlowTail { p95_ms, median_ms } => {
                 write!(f, "latency p95 {p95_ms} ms > 3x median {median_ms} ms")
             }
-            #[cfg(feature = "redis")]
-            Self::SlowShare { factor } => write!(
-                f,
-                "latency tail: over 5% of recent successes slower than {factor}x the mean"
-            ),
         }
     }
 }

@@ -280,9 +280,11 @@ struct ReleaseRequest {
     site: Arc<str>,
     /// For a rate limit: until when (ms) the address cools for the site.
     cool_until: u64,
-    /// For a success: this process's judgement of the address's latency when it changed
-    /// (see `Latencies`).
-    latency: Option<i64>,
+    /// For a success: this process's judgement of the address's latency level when it
+    /// changed (see `Latencies`).
+    level: Option<i64>,
+    /// For a success: its latency (ms, at most 65 535) and whether it may have grown the tail.
+    success: Option<(u16, bool)>,
 }
 
 /// What a process knows of the pool's epoch (see `add` in library.lua).

@@ -1,7 +1,7 @@
 //! One or more deterministic tests per behaviour of the spec, named after its P-number.
 //! A manual clock and a fixed seed make every run identical and instant. The suite runs
 //! against both stores: `tests/behaviours.rs` (memory) and `tests/behaviours_redis.rs`
-//! include it; `not_on_redis!` marks the tests the Redis store does not pass yet, with why.
+//! include it, and every test runs on both.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -570,54 +570,51 @@ async fn p4_captcha_rate_above_twenty_percent_quarantines() {
     assert!(d.reason.starts_with("captcha rate"), "{}", d.reason);
 }
 
-not_on_redis! {
-    "Redis: latency is judged per process from a running mean and tail share, not the window's percentiles (another reason)",
-    #[tokio::test]
-    async fn p4_a_latency_tail_degrades_and_p5_recovery_waits_for_the_dwell() {
-        let clock = ManualClock::new();
-        let pool = pool_with(4, &clock, rr()).await;
-        let target = addr(0);
-        let mut n = 0;
-        // Address 0: every fifth request takes 2 s against a 100 ms norm: p95 > 3 × median.
-        serve(
-            &pool,
-            &clock,
-            &Ticket::new(),
-            400,
-            Duration::from_secs(1),
-            |a| {
-                n += 1;
-                let slow = a == target && n % 20 < 4;
-                Outcome::Success {
-                    latency: Duration::from_millis(if slow { 2000 } else { 100 }),
-                }
-            },
-        )
-        .await;
-        let snap = pool.snapshot().await;
-        let a = snap.address(&target).unwrap();
-        assert_eq!(a.state, HealthState::Degraded, "{}", a.reason);
-        assert!(a.reason.starts_with("latency p95"));
-        // Back to a steady 100 ms: the tail leaves the window, then the dwell must pass.
-        serve(
-            &pool,
-            &clock,
-            &Ticket::new(),
-            400,
-            Duration::from_secs(1),
-            |_| ok(),
-        )
-        .await;
-        assert_eq!(state_of(&pool, &target).await, HealthState::Healthy);
-        let snap = pool.snapshot().await;
-        let up = snap
-            .decisions
-            .iter()
-            .find(|d| d.from == "degraded")
-            .unwrap();
-        let down = snap.decisions.iter().find(|d| d.to == "degraded").unwrap();
-        assert!(up.at_ms - down.at_ms >= 30_000);
-    }
+#[tokio::test]
+async fn p4_a_latency_tail_degrades_and_p5_recovery_waits_for_the_dwell() {
+    let clock = ManualClock::new();
+    let pool = pool_with(4, &clock, rr()).await;
+    let target = addr(0);
+    let mut n = 0;
+    // Address 0: every fifth request takes 2 s against a 100 ms norm: p95 > 3 × median.
+    serve(
+        &pool,
+        &clock,
+        &Ticket::new(),
+        400,
+        Duration::from_secs(1),
+        |a| {
+            n += 1;
+            let slow = a == target && n % 20 < 4;
+            Outcome::Success {
+                latency: Duration::from_millis(if slow { 2000 } else { 100 }),
+            }
+        },
+    )
+    .await;
+    let snap = pool.snapshot().await;
+    let a = snap.address(&target).unwrap();
+    assert_eq!(a.state, HealthState::Degraded, "{}", a.reason);
+    assert!(a.reason.starts_with("latency p95"));
+    // Back to a steady 100 ms: the tail leaves the window, then the dwell must pass.
+    serve(
+        &pool,
+        &clock,
+        &Ticket::new(),
+        400,
+        Duration::from_secs(1),
+        |_| ok(),
+    )
+    .await;
+    assert_eq!(state_of(&pool, &target).await, HealthState::Healthy);
+    let snap = pool.snapshot().await;
+    let up = snap
+        .decisions
+        .iter()
+        .find(|d| d.from == "degraded")
+        .unwrap();
+    let down = snap.decisions.iter().find(|d| d.to == "degraded").unwrap();
+    assert!(up.at_ms - down.at_ms >= 30_000);
 }
 
 #[tokio::test]

@@ -207,6 +207,12 @@ pub(super) fn lease_member(lease: u64, id: u32) -> String {
     format!("l{lease}:{id}")
 }
 
+/// A success's latency as its window entry holds it (`WENTRY` in library.lua: 5 digits),
+/// followed by `!` when it may have grown the address's tail (the script then asks the judge).
+pub(super) fn success_latency((ms, slow): (u16, bool)) -> String {
+    format!("{ms:05}{}", if slow { "!" } else { "" })
+}
+
 /// The `(lease, address id)` a [`lease_member`] names; `None` for any other member.
 pub(super) fn parse_lease_member(member: &str) -> Option<(u64, u32)> {
     let (lease, id) = member.strip_prefix('l')?.split_once(':')?;
@@ -307,6 +313,12 @@ pub(super) fn parse_ops(reply: redis::Value, n: usize) -> Option<OpsReply> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_success_latency_is_five_digits_and_marked_when_slow() {
+        assert_eq!(success_latency((100, false)), "00100");
+        assert_eq!(success_latency((u16::MAX, true)), "65535!");
+    }
 
     #[test]
     fn the_config_names_and_types_every_field() {

@@ -25,16 +25,17 @@ use crate::judge::{self, Evidence, Fall, PairChange, Standing, Thresholds, Verdi
 const ATTEMPTS: usize = 8;
 
 /// How many values the library's facts are, after their head (see `facts`).
-const FACTS: usize = 14;
+const FACTS: usize = 13;
 
 /// The length of one entry of the library's outcome windows (`WENTRY` in library.lua): the
-/// class letter (upper case when excused), the site's number in 6 digits, the time in 13.
-const ENTRY: usize = 20;
+/// class letter (upper case when excused), the site's number in 6 digits, a success's
+/// latency (ms) in 5, the time in 13.
+const ENTRY: usize = 25;
 
 /// One of the library's outcome windows as the memory store's [`Window`]: the same entries,
-/// so both stores' judgement reads the same data.
+/// latencies of every process included, so both stores' judgement reads the same data.
 pub(super) fn window_of(text: &str, cfg: &HealthConfig) -> Option<Window> {
-    let mut w = Window::new(cfg.window, cfg.window_max_age, false);
+    let mut w = Window::new(cfg.window, cfg.window_max_age, true);
     for e in text.as_bytes().chunks(ENTRY) {
         let (class, excused) = match e.first()? {
             b's' => (Class::Success, false),
@@ -47,9 +48,9 @@ pub(super) fn window_of(text: &str, cfg: &HealthConfig) -> Option<Window> {
         };
         let field = |r: std::ops::Range<usize>| std::str::from_utf8(e.get(r)?).ok();
         w.push(Entry {
-            at: Timestamp::from_millis(field(7..ENTRY)?.parse().ok()?),
+            at: Timestamp::from_millis(field(12..ENTRY)?.parse().ok()?),
             site: field(1..7)?.parse().ok()?,
-            latency_ms: 0,
+            latency_ms: field(7..12)?.parse().ok()?,
             class,
             excused,
         });
@@ -64,9 +65,8 @@ pub(super) struct Facts {
     class: Class,
     /// The outcome's site is judged degraded (P9).
     excused: bool,
-    /// The releasing process's judgement of the latency tail: `Some(true)` jumped, `Some(false)`
-    /// not, `None` not said with this outcome.
-    slow: Option<bool>,
+    /// A success's latency (ms): the tail is read when it is slower than the window's mean.
+    latency_ms: Option<u16>,
     /// A probe report (judged as `PoolState::report_probe` does), not a release.
     probe: bool,
     /// The outcome's named site, and whether its pair was avoided.
@@ -79,8 +79,6 @@ pub(super) struct Facts {
     /// Young windows of its pairs by site number: the outcome's first (for a named site),
     /// and when its fall is judged every named site counted in its window.
     pairs: Vec<(u32, String)>,
-    /// Degraded for its latency: only a report that the tail is back clears it.
-    slow_degraded: bool,
     /// The gate's facts as the library writes them, for a bad outcome.
     gate: Option<String>,
     /// The outcome's site changed its verdict after these were read: judged on fresh ones.
@@ -124,7 +122,7 @@ impl Facts {
         };
         let (head, rest) = items.split_at_checked(7)?;
         let t: Vec<String> = head.iter().map(text).collect::<Option<_>>()?;
-        let [n, id, class, excused, slow, site, avoided] = t.as_slice() else {
+        let [n, id, class, excused, latency, site, avoided] = t.as_slice() else {
             return None;
         };
         let release = if n.is_empty() {
@@ -136,10 +134,10 @@ impl Facts {
             id: id.parse().ok()?,
             class: class_of(class)?,
             excused: excused == "1",
-            slow: match slow.as_str() {
-                "2" => Some(true),
-                "1" => Some(false),
-                _ => None,
+            latency_ms: if latency.is_empty() {
+                None
+            } else {
+                Some(latency.parse().ok()?)
             },
             probe: release.is_none(),
             site: (site != super::NO_SITE).then(|| site.clone()),
@@ -148,7 +146,6 @@ impl Facts {
             health: Health::slow_start(Timestamp::default()),
             window: String::new(),
             pairs: Vec::new(),
-            slow_degraded: false,
             gate: None,
             stale: false,
         };
@@ -162,7 +159,7 @@ impl Facts {
             return None;
         };
         let f: Vec<String> = fields.iter().map(text).collect::<Option<_>>()?;
-        let [s, ver, su, t, rs, qe, lv, cy, ss, st, sl, w, gate] = f.as_slice() else {
+        let [s, ver, su, t, rs, qe, lv, cy, ss, st, w, gate] = f.as_slice() else {
             return None;
         };
         self.pairs = pairs
@@ -196,7 +193,6 @@ impl Facts {
             ver.clone()
         };
         self.window = w.clone();
-        self.slow_degraded = sl == "1";
         self.gate = (!gate.is_empty()).then(|| gate.clone());
         Some(())
     }
@@ -248,14 +244,18 @@ impl Evidence for Recorded<'_> {
         judge::address_fall(&self.window, cfg, now, pair_bad, &mut Vec::new())
     }
 
-    fn slow_tail(&mut self, _always: bool) -> Option<Signal> {
-        // The releasing process judged the tail (`Latencies`); unsaid, it stands as it was.
-        self.facts
-            .slow
-            .unwrap_or(self.facts.slow_degraded)
-            .then_some(Signal::SlowShare {
-                factor: self.cfg.latency_factor,
-            })
+    fn slow_tail(&mut self, always: bool) -> Option<Signal> {
+        // As the memory store reads it (`state::judgement`), from a window that holds every
+        // process's latencies.
+        let slower = self.facts.latency_ms.is_some_and(|ms| {
+            self.window
+                .counted(self.now)
+                .mean_latency_ms()
+                .is_some_and(|mean| f64::from(ms) > mean)
+        });
+        (slower || always)
+            .then(|| signals::slow_tail(&self.window, self.cfg))
+            .flatten()
     }
 }
 
@@ -334,14 +334,7 @@ fn decide(facts: &Facts, cfg: &PoolConfig, now: Timestamp, rng: &mut impl Rng) -
     )?;
     match verdict {
         Verdict::Quarantine(reason) => fall(facts, &h, reason, None, cfg, now, rng),
-        Verdict::Become(to, reason) => {
-            let mut plan = Plan::enter(to, reason);
-            // Degraded for its latency: only a report that the tail is back clears it.
-            if to == HealthState::Degraded {
-                plan.fields.push(("sl", "1".into()));
-            }
-            Some(plan)
-        }
+        Verdict::Become(to, reason) => Some(Plan::enter(to, reason)),
         Verdict::ProbeSuccess => Some(probe_pass(&h, now, hc)),
         Verdict::Suspect(degrade) => {
             let mut plan = Plan::field("su", 0);
@@ -567,7 +560,7 @@ mod tests {
     fn failed(window: &str, gate: &str) -> Value {
         record(&[
             "1", "7", "f", "0", "", "-", "0", "healthy", "3", "", "0", "", "0", "0", "0", "", "0",
-            "", window, gate,
+            window, gate,
         ])
     }
 
@@ -578,7 +571,7 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(1);
         // Released failure of a healthy address whose window is three failures; 10
         // addresses, none quarantined, 10 offered.
-        let fff = "f0000000000010000000".repeat(3);
+        let fff = "f000000000000000010000000".repeat(3);
         let (n, facts) = Facts::parse(&failed(&fff, "0 10 0 10 10")).unwrap();
         assert_eq!(n, Some(1));
         let plan = decide(&facts, &cfg, now, &mut rng).unwrap();
@@ -603,7 +596,7 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(1);
         let (n, facts) = Facts::parse(&record(&[
             "", "3", "s", "0", "", "-", "0", "probing", "5", "", "0", "", "1", "0", "0", "", "0",
-            "", "", "",
+            "", "",
         ]))
         .unwrap();
         assert_eq!(n, None);
@@ -611,5 +604,33 @@ mod tests {
             decide(&facts, &cfg, now, &mut rng),
             Some(Plan::field("st", 1))
         );
+    }
+
+    #[test]
+    fn p4_a_slow_success_reads_the_tail_of_every_processes_latencies() {
+        let cfg = PoolConfig::default();
+        let now = Timestamp::from_millis(10_000_000);
+        let mut rng = StdRng::seed_from_u64(1);
+        // 40 successes in 100 ms and 4 in 2 s, whoever released them: p95 > 3 × median.
+        let window = format!(
+            "{}{}",
+            "s000000001000000009999000".repeat(40),
+            "s000000020000000009999000".repeat(4)
+        );
+        let slow = |latency: &str| {
+            record(&[
+                "1", "7", "s", "0", latency, "-", "0", "healthy", "3", "", "0", "", "0", "0", "0",
+                "", "0", &window, "",
+            ])
+        };
+        let (_, facts) = Facts::parse(&slow("02000")).unwrap();
+        let plan = decide(&facts, &cfg, now, &mut rng).unwrap();
+        assert!(
+            matches!(plan.enter, Some((HealthState::Degraded, ref r)) if r.starts_with("latency p95")),
+            "{plan:?}"
+        );
+        // A success no slower than the mean cannot have grown the tail: not read, as memory.
+        let (_, facts) = Facts::parse(&slow("00100")).unwrap();
+        assert_eq!(decide(&facts, &cfg, now, &mut rng), None);
     }
 }

@@ -33,7 +33,7 @@
 --          ver its version (moved by every transition: see `apply`),
 --          fp fingerprint (52 bits), v ring points, sp its sub-pools' names (space
 --          separated; absent: the whole pool only), qlat and ql its latency's and its
---          quality level (see `rate_level`), sl '1' while degraded for its latency,
+--          quality level (see `rate_level`),
 --          'cool|<site>' end of a rate limit's
 --          cooling or of an avoidance for that site ('-': tickets without a site),
 --          'av|<site>' and 'avr|<site>' when the pair's avoidance ends by time alone and
@@ -278,11 +278,14 @@ end
 -- Outcome windows (P4, P9) as the memory store keeps them: an address's ('w:ID') and one per
 -- address × named site pair ('w:ID:SID'), each a string of one WENTRY per outcome, oldest
 -- first: the class letter ('s', 'f', 'c'; upper case once excused, P9), the site's number in
--- 6 digits ('000000': no site) and the time in ms in 13. A push is one APPEND; a key holding
--- twice the window is cut back to the window. The judge (`judging.rs`) and the weights read
--- the last `window` entries younger than the maximum age, so entries age one by one.
-local WENTRY = 20
+-- 6 digits ('000000': no site), a success's latency in ms in 5 ('00000' for other outcomes:
+-- every process's latencies, so the judge reads the address's whole tail, P4) and the time in
+-- ms in 13. A push is one APPEND; a key holding twice the window is cut back to the window.
+-- The judge (`judging.rs`) and the weights read the last `window` entries younger than the
+-- maximum age, so entries age one by one.
+local WENTRY = 25
 local NO_SID = '000000'
+local NO_LATENCY = '00000'
 local EXCUSED = {s = 'S', f = 'F', c = 'C'}
 
 local function pad13(at)
@@ -321,7 +324,7 @@ local function site_window_key(K, site)
 end
 
 local function entry_time(win, i)
-  return tonumber(string.sub(win, i * WENTRY + 8, i * WENTRY + WENTRY))
+  return tonumber(string.sub(win, i * WENTRY + 13, i * WENTRY + WENTRY))
 end
 
 -- The entries of window `win` that count at `now`: the last `window`, younger than the
@@ -438,7 +441,7 @@ local function set_state(K, id, to, reason, now, cap, H)
   local from, n, rs = f[1] or 'absent', num(f[2]), f[4]
   local in_pools = pools_in(K, f[5])
   -- `sl`: degraded for its latency (see `outcome`).
-  local set, del = {'s', to, 't', now, 'st', '0'}, {'su', 'sl'}
+  local set, del = {'s', to, 't', now, 'st', '0'}, {'su'}
   -- P10: entering service from outside it, or from probing, starts the ramp (a new address's
   -- slow start too); leaving service ends it.
   if to == 'healthy' and (not OFFERED[from] or from == 'probing') then
@@ -880,15 +883,15 @@ end
 -- judged (`all_pairs`) those of every named site counted in its window (P9: a pair that
 -- alone looks bad is left out). Appended to `out` after `head` (who asks, the outcome);
 -- nothing if it is gone.
-local FACT_FIELDS = {'s', 'ver', 'su', 't', 'rs', 'qe', 'lv', 'cy', 'ss', 'st', 'sl', 'sp'}
+local FACT_FIELDS = {'s', 'ver', 'su', 't', 'rs', 'qe', 'lv', 'cy', 'ss', 'st', 'sp'}
 local function facts(K, id, gate, H, head, now, sid, all_pairs)
   local f = redis.call('HMGET', addr(K, id), unpack(FACT_FIELDS))
   if not f[1] then return nil end
   local out = head
-  for k = 1, 11 do out[#out + 1] = f[k] or '' end
+  for k = 1, 10 do out[#out + 1] = f[k] or '' end
   local win = young(redis.call('GET', window_key(K, id)), now, H)
   out[#out + 1] = win
-  out[#out + 1] = gate and gate_facts(K, f[12], H) or ''
+  out[#out + 1] = gate and gate_facts(K, f[11], H) or ''
   local sids, seen = {}, {[NO_SID] = true}
   if sid and sid ~= NO_SID then sids[1], seen[sid] = sid, true end
   if all_pairs then
@@ -977,7 +980,7 @@ end
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '9'
+local LAYOUT = '10'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -1301,7 +1304,7 @@ local function reweigh(K, id, q, latency, now, H, had_bad)
 end
 
 -- Arguments per release of an `ops` call.
-local RELEASE_ARGS = 5
+local RELEASE_ARGS = 6
 
 -- The releases of an `ops` call, ARGV[from..to] (see `ops`): a lease no longer open frees
 -- nothing; its outcome is judged if it was granted in this epoch (expired), not if it comes
@@ -1335,8 +1338,8 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
     if scores[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 3]
       local names = names_of(site)
-      -- A success's latency, as its process judged it from its own successes, when that
-      -- changed (see `ops`); with the quality levels it may move.
+      -- A success's latency level, as its process judged it from its own successes, when
+      -- that changed (see `ops`); with the quality levels it may move.
       local hint = class == 's' and tonumber(args[i + 4])
       -- One read of what the release needs: state, newest bad outcome, suspect since; the
       -- pair's avoidance and newest bad outcome only for a named site (tickets without one
@@ -1374,13 +1377,13 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
         end
         redis.call('HINCRBY', counts_key(K, id), cell, '1')
         if class == 'r' then cool(K, id, site, args[i + 4]) end
-        -- `slow`: '2' its tail jumped, '1' not, '' unknown (see `ops`).
-        local latency, slow, moved = nil, '', class ~= 's'
-        if hint then
-          local flag = hint % 4
-          latency = (hint - flag) / 4
-          if latency ~= num(q[1]) then moved = true end
-          if flag > 0 then slow = tostring(flag) end
+        local latency, moved = hint or nil, class ~= 's'
+        if hint and latency ~= num(q[1]) then moved = true end
+        -- A success's latency in 5 digits, and whether it may have grown the tail (see `ops`).
+        local ms, slow = NO_LATENCY, false
+        if class == 's' then
+          ms = args[i + 5]
+          if #ms > 5 then ms, slow = string.sub(ms, 1, 5), true end
         end
         -- A block is a failure in the windows (the counts keep it apart).
         local k = class == 'b' and 'f' or class
@@ -1388,7 +1391,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
           local st = S[site]
           -- At a degraded site, outcomes say nothing about the address (P9).
           local excused = observe(st, j, id, k, now13)
-          local entry = (excused and EXCUSED[k] or k) .. st.sid .. now13
+          local entry = (excused and EXCUSED[k] or k) .. st.sid .. ms .. now13
           local bad = k ~= 's' and not excused
           push_entry(window_key(K, id), entry, H)
           if site ~= '-' then push_entry(window_key(K, id, st.sid), entry, H) end
@@ -1398,12 +1401,13 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
             redis.call('HSET', a, 'wb', now13)
           end
           -- The judge is asked about every outcome but a success of a healthy address that
-          -- is not suspect, at a pair neither avoided nor recently bad (the common case: no
-          -- news for the address, whose signals only a bad outcome raises, nor for the pair).
+          -- is not suspect, not slow enough to grow its latency tail, at a pair neither
+          -- avoided nor recently bad (the common case: no news for the address, whose
+          -- signals only a bad outcome or a slow success raises, nor for the pair).
           local pair_news = site ~= '-' and (k ~= 's' or av or (pb and now - tonumber(pb) <= H.max_age))
-          if pair_news or not (k == 's' and f[1] == 'healthy' and not f[3] and slow ~= '2') then
+          if pair_news or not (k == 's' and f[1] == 'healthy' and not f[3] and not slow) then
             judged[#judged + 1] = facts(K, id, bad, H,
-              {tostring(j), id, k, excused and '1' or '0', slow, site, av and '1' or '0'},
+              {tostring(j), id, k, excused and '1' or '0', k == 's' and ms or '', site, av and '1' or '0'},
               now, st.sid, bad or f[3] ~= nil)
           end
         end
@@ -1424,16 +1428,18 @@ end
 -- `reserve`; ids of another epoch are not used); then per release: the lease's member in
 -- `due` ('l<lease>:<id>'), address id, outcome class ('a' for a lease dropped unreleased: no
 -- outcome), site ('-' for none), and for a rate limit ('r') the end of the cooling it asks
--- for (ms), for a success its latency as its process judged it from the successes it released
--- (a sample of the address's traffic: the quality level of its latency × 4, + 2 if its tail
--- jumped against its own norm, + 1 if not, + 0 while too few were seen), when that changed
--- or every 16th success of the address (empty otherwise, and for other outcomes);
+-- for (ms), for a success the quality level of its latency as its process judged it from the
+-- successes it released (a sample of the address's traffic), when that changed or every 16th
+-- success of the address (empty otherwise, and for other outcomes), then for a success its
+-- latency in ms in 5 digits, followed by '!' when it was slower than the latency factor ×
+-- the address's running mean (it may have grown the tail: the judge reads the window), ''
+-- for other outcomes;
 -- then per acquire: key ('' = keyless), the key's ring point, site ('-' for none),
 -- pool: the keyless strategy's letter (see acquire_one) and the sub-pool's name (none for
 -- the whole pool), least connections' seed (see `least`; '0' for other acquires). Replies three elements per acquire (see acquire_one), then the facts the
 -- judge needs of the releases that are news (see `facts`; each led by the release's number,
--- its address id, class, '1' if excused, its latency flag, its site and '1' if that pair was
--- avoided), the sites to judge (see `end_sites`), `more` and the pool's epoch.
+-- its address id, class, '1' if excused, a success's latency (5 digits), its site and '1' if
+-- that pair was avoided), the sites to judge (see `end_sites`), `more` and the pool's epoch.
 local function ops(keys, args)
   local releases = tonumber(args[8]) or 0
   local last_release = 10 + releases * RELEASE_ARGS
@@ -1524,7 +1530,7 @@ local function probe(keys, args)
     local S = sites_from(K, order, got, 3)
     local now13 = pad13(now)
     excused = observe(S['-'], 0, id, 'f', now13)
-    push_entry(window_key(K, id), (excused and 'F' or 'f') .. NO_SID .. now13, H)
+    push_entry(window_key(K, id), (excused and 'F' or 'f') .. NO_SID .. NO_LATENCY .. now13, H)
     if not excused then redis.call('HSET', addr(K, id), 'wb', now13) end
     reweigh(K, id, nil, nil, now, H, true)
     sites = end_sites(K, S, H)
@@ -1809,7 +1815,7 @@ local function refacts(keys, args)
 end
 
 -- The fields of an address a decided transition may write (see `apply`).
-local DECIDED = {su = true, st = true, lv = true, cy = true, sl = true}
+local DECIDED = {su = true, st = true, lv = true, cy = true}
 
 -- apply: a transition the judge decided on an address's facts. ARGV[5] address id, [6] the
 -- version it was decided on, [7] the gate's facts it depended on ('' if none), [8] the state

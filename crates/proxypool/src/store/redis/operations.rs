@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::batch::{Job, Queue};
-use super::encoding::{Arg, lease_member, parse_ops, text};
+use super::encoding::{Arg, lease_member, parse_ops, success_latency, text};
 use super::lost::Lost;
 use super::stale::{Open, RECOVERING};
 use super::verdicts::SiteFacts;
@@ -211,18 +211,23 @@ impl RedisStore {
                 .saturating_add(millis(retry_after.min(self.cfg.backoff.cap))),
             _ => 0,
         };
-        let latency = match release.outcome {
-            Outcome::Success { latency } => self
-                .latencies
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .note(
-                    release.slot,
-                    latency.as_secs_f64() * 1000.0,
-                    &self.cfg.health,
-                    now,
-                ),
-            _ => None,
+        let (level, success) = match release.outcome {
+            Outcome::Success { latency } => {
+                let noted = self
+                    .latencies
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .note(
+                        release.slot,
+                        latency.as_secs_f64() * 1000.0,
+                        &self.cfg.health,
+                        now,
+                    );
+                // Capped as the memory store's windows cap it.
+                let ms = u16::try_from(millis(latency)).unwrap_or(u16::MAX);
+                (noted.level, Some((ms, noted.slow)))
+            }
+            _ => (None, None),
         };
         let request = ReleaseRequest {
             now,
@@ -231,7 +236,8 @@ impl RedisStore {
             class,
             site,
             cool_until,
-            latency,
+            level,
+            success,
         };
         let answer = self
             .batched(&self.ops, Op::Release(request), self.deadline())
@@ -283,7 +289,8 @@ impl RedisStore {
             class: "a",
             site: Arc::from(NO_SITE),
             cool_until: 0,
-            latency: None,
+            level: None,
+            success: None,
         };
         let _ = self.ops.send(Job {
             request: Op::Release(request),
@@ -341,18 +348,23 @@ impl RedisStore {
             .iter()
             .map(|(r, _)| lease_member(r.lease, r.id))
             .collect();
-        for ((r, _), member) in releases.iter().zip(&members) {
+        let latencies: Vec<String> = releases
+            .iter()
+            .map(|(r, _)| r.success.map_or_else(String::new, success_latency))
+            .collect();
+        for (((r, _), member), latency) in releases.iter().zip(&members).zip(&latencies) {
             args.extend([
                 Arg::Str(member),
                 Arg::Int(u64::from(r.id)),
                 Arg::Str(r.class),
                 Arg::Str(&r.site),
-                // A rate limit's cooling end or a success's latency hint: never both.
-                match (r.class, r.latency) {
+                // A rate limit's cooling end or a success's latency level: never both.
+                match (r.class, r.level) {
                     ("r", _) => Arg::Int(r.cool_until),
-                    (_, Some(hint)) => Arg::Signed(hint),
+                    (_, Some(level)) => Arg::Signed(level),
                     _ => Arg::Str(""),
                 },
+                Arg::Str(latency),
             ]);
         }
         for (r, _) in &acquires {

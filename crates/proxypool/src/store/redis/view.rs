@@ -200,6 +200,7 @@ impl SharedView {
                 continue;
             };
             let all_window = window.tallies(now).0;
+            let quantiles = window.exact_quantiles(now);
             let Some(full) = url.get(&id).and_then(|u| ProxyAddress::parse(u).ok()) else {
                 continue;
             };
@@ -283,8 +284,8 @@ impl SharedView {
                 window_samples: all_window.n as usize,
                 success_rate: all_window.rate(all_window.successes),
                 captcha_rate: all_window.rate(all_window.captchas),
-                latency_p50_ms: None,
-                latency_p95_ms: None,
+                latency_p50_ms: quantiles.map(|q| q.0),
+                latency_p95_ms: quantiles.map(|q| q.1),
                 quarantined_until_ms: qexp
                     .get(&id)
                     .and_then(|v| v.parse::<f64>().ok())
