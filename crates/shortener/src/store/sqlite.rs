@@ -5,6 +5,7 @@
 //! threads with their own connections, which WAL lets run beside the writer; a link read by
 //! its code runs on the caller's thread instead (`point_reads.rs`).
 
+mod creates;
 mod import;
 mod multi_row;
 mod point_reads;
@@ -36,7 +37,7 @@ use shortener_core::store::{
 use shortener_core::token::{Principal, TOKEN_ID_BYTES, TokenHash, TokenId};
 use std::ops::Range;
 use std::path::Path;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use writer::{Isolation, Op, WriteOp};
@@ -46,14 +47,6 @@ pub const DB_FILE: &str = "shortener.db";
 
 /// Links as read: `links` with the click totals of `link_clicks` added (schema v7).
 const COUNTED_LINKS: &str = "counted_links";
-/// A create's insert, written once (formatting it cost a create more than binding it).
-static INSERT_LINK: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "INSERT INTO links ({LINK_COLUMNS}) VALUES \
-         (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
-         ON CONFLICT (code) DO NOTHING"
-    )
-});
 /// Most writes folded into one transaction.
 const MAX_GROUP: usize = 512;
 /// Reader threads; SQLite reads are short, and misses are all that reach them.
@@ -166,6 +159,15 @@ impl SqliteStore {
             result: None,
             reply,
         });
+        self.send(op, rx).await
+    }
+
+    /// Queues `op` for the writer and waits for `rx`, its answer.
+    async fn send<T>(
+        &self,
+        op: Box<dyn WriteOp>,
+        rx: oneshot::Receiver<Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         self.writer
             .send(op)
             .map_err(|_| StoreError::Unavailable("the writer thread has stopped".into()))?;
@@ -376,7 +378,7 @@ fn read_link(c: &Connection, code: &str) -> rusqlite::Result<Option<Link>> {
 
 /// Appends one row to the audit trail (inside the caller's transaction).
 fn insert_audit(c: &Connection, r: &AuditRecord) -> rusqlite::Result<()> {
-    multi_row::insert_audit_rows(c, std::slice::from_ref(r))
+    multi_row::insert_audit_rows(c, &[r])
 }
 
 /// Writes a link's new state, its change note and its audit row (inside the caller's
@@ -559,37 +561,9 @@ impl LinkStore for SqliteStore {
     }
 
     async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError> {
-        let link = link.clone();
-        let audit = AuditRecord::created(&link, origin);
-        // Shared: a conditional insert and its audit row fail only when the store does.
-        let insert = move |c: &Connection| {
-            let d = link.disabled.as_ref();
-            let inserted = c.prepare_cached(&INSERT_LINK)?.execute(params![
-                link.code,
-                link.long_url,
-                link.owner,
-                link.custom_alias,
-                link.created_at,
-                link.expires_at,
-                d.map(|d| d.at),
-                to_i64(link.clicks),
-                to_i64(link.bot_clicks),
-                link.created_ip,
-                to_i64(link.version),
-                d.map(|d| d.reason.as_str()),
-                d.map(|d| d.by.as_str()),
-                d.map(|d| d.by_kind.as_str()),
-                link.deleted_at,
-                link.owner_admin,
-            ])?;
-            if inserted == 1 {
-                insert_audit(c, &audit)?;
-                Ok(InsertOutcome::Inserted)
-            } else {
-                Ok(InsertOutcome::CodeTaken)
-            }
-        };
-        self.write_op(insert, Isolation::Shared, |_| true).await
+        let (reply, rx) = oneshot::channel();
+        let create = creates::Create::new(link.clone(), AuditRecord::created(link, origin), reply);
+        self.send(Box::new(create), rx).await
     }
 
     async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError> {

@@ -1,88 +1,44 @@
 //! `shortener import`'s batches on the embedded store: one transaction of multi-row inserts.
 
-use super::multi_row::{MultiInsert, chunks, insert_audit_rows};
-use super::to_i64;
-use rusqlite::types::ToSql;
-use rusqlite::{Connection, params, params_from_iter};
+use super::multi_row::{insert_audit_rows, insert_links};
+use rusqlite::{Connection, params};
 use shortener_core::audit::AuditRecord;
 use shortener_core::link::Link;
 use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome};
-use std::collections::HashSet;
-use std::sync::LazyLock;
 
 /// Page cache of an importing writer (256 MiB): a B-tree keyed by random codes is touched
 /// all over, and a page read back from the file costs far more than one kept.
 pub(super) const IMPORT_CACHE_KIB: i64 = 256 * 1024;
-
-/// The columns an import writes; the others keep their defaults.
-const COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, expires_at, created_ip, \
-                       version, owner_admin";
-
-static LINKS: LazyLock<MultiInsert> = LazyLock::new(|| {
-    MultiInsert::new(
-        "links",
-        COLUMNS,
-        "ON CONFLICT (code) DO NOTHING RETURNING code",
-    )
-});
 
 /// Writes one batch as the writer's transaction (see [`LinkStore::import_links`]); the
 /// caller rolls it back unless it returns [`ImportOutcome::Committed`].
 ///
 /// [`LinkStore::import_links`]: shortener_core::store::LinkStore::import_links
 pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Result<ImportOutcome> {
-    // In code order each insert lands on the same or the next B-tree leaf as the previous one.
-    let mut sorted: Vec<&Link> = batch.links.iter().collect();
-    sorted.sort_unstable_by(|a, b| a.code.cmp(&b.code));
-    let mut stored: HashSet<&str> = HashSet::with_capacity(sorted.len());
-    for chunk in chunks(&sorted) {
-        let mut insert = c.prepare_cached(LINKS.sql(chunk.len()))?;
-        let versions: Vec<i64> = chunk.iter().map(|l| to_i64(l.version)).collect();
-        let values = chunk
-            .iter()
-            .zip(&versions)
-            .flat_map(|(l, v)| -> [&dyn ToSql; 9] {
-                [
-                    &l.code,
-                    &l.long_url,
-                    &l.owner,
-                    &l.custom_alias,
-                    &l.created_at,
-                    &l.expires_at,
-                    &l.created_ip,
-                    v,
-                    &l.owner_admin,
-                ]
-            });
-        let mut rows = insert.query(params_from_iter(values))?;
-        while let Some(row) = rows.next()? {
-            // Codes are distinct within a batch: a returned code names one link of it.
-            let code = row.get_ref(0)?.as_str()?;
-            if let Some(link) = chunk.iter().find(|l| l.code == code) {
-                stored.insert(&link.code);
-            }
-        }
-    }
-    let outcomes: Vec<InsertOutcome> = batch
-        .links
+    let links: Vec<&Link> = batch.links.iter().collect();
+    let stored = insert_links(c, &links)?;
+    let outcomes: Vec<InsertOutcome> = stored
         .iter()
-        .map(|l| match stored.contains(l.code.as_str()) {
+        .map(|&stored| match stored {
             true => InsertOutcome::Inserted,
             false => InsertOutcome::CodeTaken,
         })
         .collect();
     let generated_taken: Vec<usize> = (0..batch.links.len())
-        .filter(|&i| outcomes[i] == InsertOutcome::CodeTaken && !batch.links[i].custom_alias)
+        .filter(|&i| !stored[i] && !batch.links[i].custom_alias)
         .collect();
     if !generated_taken.is_empty() {
         return Ok(ImportOutcome::GeneratedTaken(generated_taken));
     }
-    let audits: Vec<AuditRecord> = sorted
+    // In code order, as the links went in: `audit_code` is then filled leaf by leaf.
+    let mut audits: Vec<AuditRecord> = links
         .iter()
-        .filter(|l| stored.contains(l.code.as_str()))
-        .map(|l| AuditRecord::created(l, &batch.origin))
+        .zip(&stored)
+        .filter(|(_, stored)| **stored)
+        .map(|(l, _)| AuditRecord::created(l, &batch.origin))
         .collect();
-    insert_audit_rows(c, &audits)?;
+    audits.sort_unstable_by(|a, b| a.code.cmp(&b.code));
+    insert_audit_rows(c, &audits.iter().collect::<Vec<_>>())?;
     c.prepare_cached(
         "INSERT INTO meta (key, value) VALUES (?1, ?2) \
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",

@@ -2,10 +2,11 @@
 //! binding setup, the statement's reset, AUTOINCREMENT's counter read and write — are paid
 //! once per chunk instead of once per row.
 
-use super::AUDIT_COLUMNS;
+use super::{AUDIT_COLUMNS, LINK_COLUMNS, to_i64};
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, params_from_iter};
 use shortener_core::audit::AuditRecord;
+use shortener_core::link::Link;
 use std::sync::LazyLock;
 
 /// Most rows per statement. Chunks are powers of two up to this, so a connection caches
@@ -46,6 +47,13 @@ impl MultiInsert {
 
 static AUDIT: LazyLock<MultiInsert> =
     LazyLock::new(|| MultiInsert::new("audit", AUDIT_COLUMNS, ""));
+static LINKS: LazyLock<MultiInsert> = LazyLock::new(|| {
+    MultiInsert::new(
+        "links",
+        LINK_COLUMNS,
+        "ON CONFLICT (code) DO NOTHING RETURNING code",
+    )
+});
 
 /// `INSERT INTO {table} ({columns}) VALUES (?, …), …` for `rows` rows, then `tail`.
 fn insert_sql(table: &str, columns: &str, rows: usize, tail: &str) -> String {
@@ -57,8 +65,78 @@ fn insert_sql(table: &str, columns: &str, rows: usize, tail: &str) -> String {
     )
 }
 
+/// Inserts the links whose codes are free (inside the caller's transaction), in code order:
+/// each insert then lands on the same or the next B-tree leaf as the one before. Says of
+/// each link, in slice order, whether it was stored; of links sharing a code, the first is.
+pub(super) fn insert_links(c: &Connection, links: &[&Link]) -> rusqlite::Result<Vec<bool>> {
+    let mut order: Vec<usize> = (0..links.len()).collect();
+    // Stable: among links sharing a code, the first in the slice is inserted first.
+    order.sort_by(|&a, &b| links[a].code.cmp(&links[b].code));
+    let mut stored = vec![false; links.len()];
+    for chunk in chunks(&order) {
+        let mut insert = c.prepare_cached(LINKS.sql(chunk.len()))?;
+        let derived: Vec<[i64; 3]> = chunk
+            .iter()
+            .map(|&i| {
+                let l = links[i];
+                [to_i64(l.clicks), to_i64(l.bot_clicks), to_i64(l.version)]
+            })
+            .collect();
+        let disabled: Vec<[Option<&str>; 3]> = chunk
+            .iter()
+            .map(|&i| {
+                let d = links[i].disabled.as_ref();
+                [
+                    d.map(|d| d.reason.as_str()),
+                    d.map(|d| d.by.as_str()),
+                    d.map(|d| d.by_kind.as_str()),
+                ]
+            })
+            .collect();
+        let disabled_at: Vec<Option<i64>> = chunk
+            .iter()
+            .map(|&i| links[i].disabled.as_ref().map(|d| d.at))
+            .collect();
+        let values = chunk
+            .iter()
+            .zip(derived.iter().zip(disabled.iter().zip(&disabled_at)))
+            .flat_map(|(&i, (n, (d, at)))| -> [&dyn ToSql; 16] {
+                let l = links[i];
+                [
+                    &l.code,
+                    &l.long_url,
+                    &l.owner,
+                    &l.custom_alias,
+                    &l.created_at,
+                    &l.expires_at,
+                    at,
+                    &n[0],
+                    &n[1],
+                    &l.created_ip,
+                    &n[2],
+                    &d[0],
+                    &d[1],
+                    &d[2],
+                    &l.deleted_at,
+                    &l.owner_admin,
+                ]
+            });
+        let mut rows = insert.query(params_from_iter(values))?;
+        while let Some(row) = rows.next()? {
+            // RETURNING's order is unspecified: find the code in the sorted chunk. Only the
+            // first link of a code can have been stored.
+            let code = row.get_ref(0)?.as_str()?;
+            let at = chunk.partition_point(|&i| links[i].code.as_str() < code);
+            if let Some(&i) = chunk.get(at) {
+                stored[i] = true;
+            }
+        }
+    }
+    Ok(stored)
+}
+
 /// Appends audit rows (inside the caller's transaction), ids in slice order.
-pub(super) fn insert_audit_rows(c: &Connection, records: &[AuditRecord]) -> rusqlite::Result<()> {
+pub(super) fn insert_audit_rows(c: &Connection, records: &[&AuditRecord]) -> rusqlite::Result<()> {
     for chunk in chunks(records) {
         let mut insert = c.prepare_cached(AUDIT.sql(chunk.len()))?;
         let actions: Vec<&str> = chunk.iter().map(|r| r.action.as_str()).collect();

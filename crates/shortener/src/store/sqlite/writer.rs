@@ -13,6 +13,7 @@
 //! synced commit survives a checkpoint and a WAL restart. Readers may see a commit before
 //! its sync; nobody is told it happened until after.
 
+use super::creates::{self, Create};
 use super::{MAX_GROUP, classify};
 use rusqlite::Connection;
 use shortener_core::store::StoreError;
@@ -34,6 +35,11 @@ pub(super) trait WriteOp: Send {
     /// Replies once the group's commit is known (and, if it committed, synced); `Err` says
     /// why it is not durable.
     fn finish(self: Box<Self>, durable: Result<(), &str>);
+    /// A create, which a group inserts with its other creates in multi-row statements
+    /// before its other writes (none of them has been answered, so none precedes another).
+    fn as_create(&mut self) -> Option<&mut Create> {
+        None
+    }
 }
 
 /// How a write shares a group's transaction.
@@ -77,14 +83,23 @@ where
     }
 
     fn finish(self: Box<Self>, durable: Result<(), &str>) {
-        let out = match (durable, self.result) {
-            (Err(e), _) => Err(StoreError::Unavailable(e.to_owned().into())),
-            (Ok(()), Some(result)) => result.map_err(classify),
-            (Ok(()), None) => Err(StoreError::Backend("write was never applied".into())),
-        };
-        // The caller may have gone away (request cancelled); the write stands regardless.
-        let _ = self.reply.send(out);
+        answer(self.reply, durable, self.result);
     }
+}
+
+/// Answers a write: its result if its commit is durable, else why not.
+pub(super) fn answer<T>(
+    reply: oneshot::Sender<Result<T, StoreError>>,
+    durable: Result<(), &str>,
+    result: Option<rusqlite::Result<T>>,
+) {
+    let out = match (durable, result) {
+        (Err(e), _) => Err(StoreError::Unavailable(e.to_owned().into())),
+        (Ok(()), Some(result)) => result.map_err(classify),
+        (Ok(()), None) => Err(StoreError::Backend("write was never applied".into())),
+    };
+    // The caller may have gone away (request cancelled); the write stands regardless.
+    let _ = reply.send(out);
 }
 
 /// Committed writes waiting for a sync, shared by the writer and the sync threads.
@@ -234,11 +249,19 @@ fn run_group(conn: &Connection, group: &mut [Box<dyn WriteOp>]) -> Result<(), Gr
         };
         return Ok(conn.prepare_cached(end)?.execute([]).map(drop)?);
     }
+    let mut batched: Vec<&mut Create> = group.iter_mut().filter_map(|op| op.as_create()).collect();
+    if !batched.is_empty() && !creates::apply(conn, &mut batched) {
+        return Err(GroupError::SharedWriteFailed);
+    }
+    drop(batched);
     // Prepared once: a group of hundreds of writes parses no SQL of its own.
     let mut savepoint = conn.prepare_cached("SAVEPOINT op")?;
     let mut release = conn.prepare_cached("RELEASE op")?;
     let mut rollback = conn.prepare_cached("ROLLBACK TO op")?;
     for op in group.iter_mut() {
+        if op.as_create().is_some() {
+            continue;
+        }
         if op.isolation() == Isolation::Shared {
             if !op.apply(conn) {
                 return Err(GroupError::SharedWriteFailed);
