@@ -4,9 +4,7 @@
 
 mod common;
 
-use common::{
-    Shortener, analytics, client, create, eventually, metric, new_link, run, today_utc, token,
-};
+use common::{Shortener, analytics, client, eventually, metric, new_link, run, today_utc, token};
 use reqwest::StatusCode;
 use serde_json::json;
 use std::sync::Arc;
