@@ -143,10 +143,6 @@ async fn two_regions_share_links_survive_outages_and_count_clicks_once() {
             &redis_b.url(),
             "--click-flush-ms",
             "200",
-            // A create writes no change note: a code B found unknown (before its replica had
-            // it) stays unknown there for the negative TTL.
-            "--negative-cache-ttl",
-            "1",
         ],
     );
     let c = client();
@@ -206,19 +202,27 @@ async fn two_regions_share_links_survive_outages_and_count_clicks_once() {
     eprintln!("a delete in A reached B after {:?}", started.elapsed());
     let paths = &paths[1..];
 
-    // An edit made in B reaches A's cache and B's; a disable in A reaches B's.
+    // A create in A reaches B, which found the code unknown just before (creates write no
+    // change note: B's negative entries, L1 and L2, live the default --negative-cache-ttl).
+    for server in [&a, &b] {
+        assert_eq!(status(&c, server, "/later").await, StatusCode::NOT_FOUND);
+    }
     let body = json!({"long_url": "https://example.com/later", "custom_alias": "later"});
     assert_eq!(
         create(&c, &a, body, Some(&admin)).await.status(),
         StatusCode::CREATED
     );
+    let started = std::time::Instant::now();
     for server in [&a, &b] {
-        eventually(
-            "the link created in A redirects in both regions",
+        noticed(
+            "the link created in A redirects in both regions after a 404",
             || async { location(&c, server, "/later").await == "https://example.com/later" },
         )
         .await;
     }
+    eprintln!("a create in A reached B after {:?}", started.elapsed());
+
+    // An edit made in B reaches A's cache and B's; a disable in A reaches B's.
     let resp = c
         .patch(b.url("/api/v1/links/later"))
         .bearer_auth(&admin)
@@ -320,14 +324,7 @@ async fn a_region_aggregator_killed_mid_stream_loses_and_doubles_no_click() {
     let replica_url = regions.standby.url("shortener");
     let admin = token_in(&["--database", &url], "ops", true);
     // Each region ships to its own stream; aggregation runs apart, one process per region.
-    // A link B looks up before its replica has it must not stay unknown for a minute.
-    let apart = [
-        "--no-aggregator",
-        "--click-flush-ms",
-        "200",
-        "--negative-cache-ttl",
-        "1",
-    ];
+    let apart = ["--no-aggregator", "--click-flush-ms", "200"];
     let a = Shortener::start(
         &dir.path().join("a"),
         &[

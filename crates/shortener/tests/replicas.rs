@@ -55,8 +55,6 @@ async fn replicas_serve_reads_and_a_stopped_or_paused_one_loses_nothing() {
             &replica_url,
             "--cache-ttl",
             "1",
-            "--negative-cache-ttl",
-            "1",
             "--store-timeout-ms",
             timeout_ms,
         ];
