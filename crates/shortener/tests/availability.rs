@@ -13,6 +13,8 @@ use common::{
 };
 use reqwest::StatusCode;
 use serde_json::json;
+use shortener::cli::{ServeArgs, StoreArgs};
+use shortener::config::ServeConfig;
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use testkit::{Postgres, RedisServer};
@@ -201,6 +203,71 @@ fn edge_status_301_needs_an_edge_cache_ttl_and_bad_values_are_refused() {
         let line = one_line_failure(&run(&args, &[]));
         assert!(line.contains(&bad[0][2..]), "{line}");
     }
+}
+
+/// Each setting of this part is read from its flag, its `SHORTENER_` variable and the config
+/// file (the replica list's three forms: `replicas.rs`): a bad value from any of them is
+/// refused at start naming the setting, and good values from the file are applied.
+#[test]
+fn availability_settings_come_from_flags_the_environment_and_the_config_file() {
+    let dir = TempDir::new().unwrap();
+    let data = dir.path().to_str().unwrap();
+    // Taken: a setting that went unread would fail the start on this, not serve forever.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let config = dir.path().join("shortener.toml");
+    let file = config.to_str().unwrap();
+    for (setting, bad) in [
+        ("store-timeout-ms", "0"),
+        ("stale-max-age", "99999999"),
+        ("replica-max-lag-ms", "5"),
+        ("edge-status", "307"),
+    ] {
+        let var = format!("SHORTENER_{}", setting.to_uppercase().replace('-', "_"));
+        std::fs::write(&config, format!("{} = {bad}\n", setting.replace('-', "_"))).unwrap();
+        let flag = format!("--{setting}");
+        let base = ["serve", "--data-dir", data, "--listen", &listen];
+        for (extra, env) in [
+            (vec![flag.as_str(), bad], vec![]),
+            (vec![], vec![(var.as_str(), bad)]),
+            (vec!["--config", file], vec![]),
+        ] {
+            let line = one_line_failure(&run(&[&base[..], &extra].concat(), &env));
+            assert!(
+                line.contains(setting),
+                "{setting} via {extra:?} {env:?}: {line}"
+            );
+        }
+    }
+    // 301 without a TTL, from the environment.
+    let line = one_line_failure(&run(
+        &["serve", "--data-dir", data, "--listen", &listen],
+        &[("SHORTENER_EDGE_STATUS", "301")],
+    ));
+    assert!(line.contains("edge-cache-ttl"), "{line}");
+
+    std::fs::write(
+        &config,
+        "store_timeout_ms = 1500\nstale_max_age = 600\nreplica_max_lag_ms = 2000\n\
+         edge_status = 301\nedge_cache_ttl = 90\n",
+    )
+    .unwrap();
+    let resolved = ServeConfig::resolve(ServeArgs {
+        store: StoreArgs {
+            config: Some(config.clone()),
+            data_dir: Some(dir.path().join("data")),
+            ..StoreArgs::default()
+        },
+        ..ServeArgs::default()
+    })
+    .unwrap();
+    assert_eq!(resolved.store_timeout, Duration::from_millis(1500));
+    assert_eq!(resolved.stale_max_age, Duration::from_secs(600));
+    assert_eq!(resolved.replica_max_lag, Duration::from_millis(2000));
+    assert_eq!(
+        (resolved.edge_status, resolved.edge_cache_ttl),
+        (301, Some(90))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

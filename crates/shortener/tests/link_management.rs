@@ -5,8 +5,12 @@
 
 mod common;
 
+use common::pair::cli;
 use common::pair::{Kind, Pair};
-use common::{NOTICED_WITHIN, Shortener, client, error_code, get_json, new_link, token_in};
+use common::{
+    NOTICED_WITHIN, Shortener, client, error_code, follow, get_json, new_link, token_in,
+    until_status,
+};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -397,6 +401,33 @@ async fn editing(a: &Shortener, b: &Shortener, store: &[&str]) {
     assert_eq!(error_code(resp).await, "link_deleted");
 }
 
+/// A code both processes found unknown, then created through one of them (and another by
+/// the CLI, which reaches neither but through the store): both redirect within about a
+/// second, though creates write no change note — a 404 is remembered only
+/// `--negative-cache-ttl` (default 1 s).
+async fn creating(a: &Shortener, b: &Shortener, store: &[&str], dir: &Path) {
+    let c = client();
+    let alice = token_in(store, "alice", false);
+    for code in ["made-on-a", "made-by-cli"] {
+        for server in [a, b] {
+            assert_eq!(follow(&c, server, code).await, StatusCode::NOT_FOUND);
+        }
+    }
+    new_link(&c, a, "made-on-a", &alice).await;
+    let took = until_status(&c, b, "made-on-a", StatusCode::FOUND).await;
+    eprintln!("a create on A redirected on B after {took:?}");
+    let file = dir.join("made-by-cli.csv");
+    std::fs::write(&file, "https://example.com/made-by-cli,made-by-cli\n").unwrap();
+    cli(
+        &["import", file.to_str().unwrap(), "--user", "alice"],
+        store,
+    );
+    for server in [a, b] {
+        let took = until_status(&c, server, "made-by-cli", StatusCode::FOUND).await;
+        eprintln!("a create by the CLI redirected after {took:?}");
+    }
+}
+
 /// Two serving processes on `kind`, refusing destinations on [`feed`].
 async fn pair(kind: Kind) -> Pair {
     let dir = TempDir::new().unwrap();
@@ -404,12 +435,13 @@ async fn pair(kind: Kind) -> Pair {
     Pair::start_in(dir, kind, &["--threat-feed", &feed]).await
 }
 
-/// Listing, paging and editing on one store.
+/// Listing, paging, editing and creating on one store.
 async fn listed_and_edited(kind: Kind) {
     let pair = pair(kind).await;
     listing(&pair.a, &pair.b, &pair.store()).await;
     paging_while_creating(&pair.a, &pair.store()).await;
     editing(&pair.a, &pair.b, &pair.store()).await;
+    creating(&pair.a, &pair.b, &pair.store(), pair.dir.path()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -8,13 +8,15 @@ use common::pg::TestDb;
 use shortener::store::postgres::{CURRENT_VERSION, OpenError, PgStore};
 use shortener_core::audit::Origin;
 use shortener_core::day::Day;
-use shortener_core::link::Link;
+use shortener_core::link::{Link, LinkChange};
 use shortener_core::people::{Dimension, People, visitor_hash};
 use shortener_core::store::{
     ClickBatch, ClickDelta, ClickSink, InsertOutcome, LinkStore, StoreError,
 };
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Pools per test and connections per pool: 4 × 4 stays far below `max_connections` while
 /// tests run side by side.
@@ -482,4 +484,105 @@ async fn an_unreachable_database_is_unavailable_not_an_error() {
     // Back up: the pool reconnects by itself.
     relay.restore().await.unwrap();
     assert!(store.get_link("kept").await.unwrap().is_some());
+}
+
+/// The request path's statement bound of the pool under test.
+const REQUEST_BOUND: Duration = Duration::from_millis(250);
+
+/// Runs `work` while another session holds `LOCK TABLE table` and lets it go only once `work`
+/// has waited on it for 4 × [`REQUEST_BOUND`] (or finished first); returns what `work` gave.
+async fn behind_a_lock<T: Send + 'static>(
+    db: &TestDb,
+    table: &str,
+    work: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+) -> Result<T, StoreError> {
+    let blocker = db.client().await;
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await
+        .unwrap();
+    let work = tokio::spawn(work);
+    let watcher = db.client().await;
+    let waited = (4 * REQUEST_BOUND).as_secs_f64();
+    while !work.is_finished() {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock' \
+                 AND EXTRACT(EPOCH FROM clock_timestamp() - query_start)::FLOAT8 > $1",
+                &[&waited],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    blocker.batch_execute("COMMIT").await.unwrap();
+    work.await.unwrap()
+}
+
+/// Pruning and the feed sweep's scan are background work: on a pool whose statements carry
+/// the request path's `statement_timeout` they wait past it (their own, larger bound), where
+/// a request's read behind the same lock gives up.
+#[tokio::test(flavor = "multi_thread")]
+async fn background_work_is_not_held_to_the_request_paths_statement_timeout() {
+    let db = TestDb::migrated().await;
+    let store = Arc::new(
+        PgStore::open_bounded(&db.database_url(), 2, Some(REQUEST_BOUND))
+            .await
+            .unwrap(),
+    );
+    // One link: a live destination and an audit row.
+    store
+        .insert_link(&link("kept", "https://example.com/"), &origin())
+        .await
+        .unwrap();
+
+    let request = Arc::clone(&store);
+    let read = behind_a_lock(&db, "links", async move { request.get_link("kept").await }).await;
+    assert!(
+        matches!(read, Err(StoreError::Unavailable(_))),
+        "a request's read gives up at the bound: {read:?}"
+    );
+
+    let sweep = Arc::clone(&store);
+    let scanned = behind_a_lock(&db, "links", async move {
+        sweep.live_destinations_after("", 10).await
+    })
+    .await
+    .expect("the feed sweep's scan waits past the request bound");
+    assert_eq!(
+        scanned,
+        vec![("kept".to_owned(), "https://example.com/".to_owned())]
+    );
+
+    // A change: a note in the change sequence and a second audit row.
+    let change = LinkChange::Edit {
+        long_url: Some("https://example.com/edited".to_owned()),
+        expires_at: None,
+    };
+    store
+        .change_link("kept", &change, &origin(), 1_700_000_100)
+        .await
+        .unwrap();
+    let prune = Arc::clone(&store);
+    let pruned = behind_a_lock(&db, "link_changes", async move {
+        prune.prune_changes_before(i64::MAX).await
+    })
+    .await
+    .expect("pruning change notes waits past the request bound");
+    assert_eq!(pruned, 1);
+
+    let prune = Arc::clone(&store);
+    let pruned = behind_a_lock(&db, "audit", async move {
+        prune.prune_audit_before(i64::MAX, 1000).await
+    })
+    .await
+    .expect("pruning the audit trail waits past the request bound");
+    assert_eq!(pruned, 2);
 }

@@ -1,6 +1,7 @@
 //! Two regions on loopback: region A (the primary, its Redis, an instance) and region B (a
 //! streaming standby of the primary, its own Redis, an instance reading from the standby and
-//! writing to the primary). B serves A's links; a delete in A reaches B through B's replica;
+//! writing to the primary). B serves A's links; a delete or disable in A and an edit in B reach
+//! the other region through the change sequence (B reads it from its replica);
 //! B's Redis down and the primary down leave redirects working; clicks from both regions count
 //! exactly once, also while a region's aggregator is killed -9 mid-stream.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -9,7 +10,9 @@ mod common;
 
 use common::load::{Load, since};
 use common::pg::schema_on;
-use common::{BIN, Shortener, client, create, error_code, eventually, readiness, token_in};
+use common::{
+    BIN, Shortener, client, create, error_code, eventually, metric, noticed, readiness, token_in,
+};
 use futures_util::StreamExt;
 use reqwest::StatusCode;
 use serde_json::json;
@@ -24,6 +27,29 @@ const OUTAGE: Duration = Duration::from_secs(3);
 /// HEAD: checks a redirect without counting a click by a person (HEAD counts as a bot).
 async fn status(c: &reqwest::Client, server: &Shortener, path: &str) -> StatusCode {
     c.head(server.url(path)).send().await.unwrap().status()
+}
+
+/// The `Location` of a HEAD of `path`.
+async fn location(c: &reqwest::Client, server: &Shortener, path: &str) -> String {
+    let resp = c.head(server.url(path)).send().await.unwrap();
+    resp.headers()
+        .get("location")
+        .map(|l| l.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// Whether the standby has replayed the link `code`.
+async fn replica_has(standby: &Postgres, code: &str) -> bool {
+    let (client, connection) =
+        tokio_postgres::connect(&standby.url("shortener"), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    client
+        .query_opt("SELECT 1 FROM links WHERE code = $1", &[&code])
+        .await
+        .unwrap()
+        .is_some()
 }
 
 /// GET as a browser: one click by a person.
@@ -117,8 +143,6 @@ async fn two_regions_share_links_survive_outages_and_count_clicks_once() {
             &redis_b.url(),
             "--click-flush-ms",
             "200",
-            "--negative-cache-ttl",
-            "1",
         ],
     );
     let c = client();
@@ -178,6 +202,66 @@ async fn two_regions_share_links_survive_outages_and_count_clicks_once() {
     eprintln!("a delete in A reached B after {:?}", started.elapsed());
     let paths = &paths[1..];
 
+    // A create in A reaches B, which found the code unknown just before (creates write no
+    // change note: B's negative entries, L1 and L2, live the default --negative-cache-ttl).
+    for server in [&a, &b] {
+        assert_eq!(status(&c, server, "/later").await, StatusCode::NOT_FOUND);
+    }
+    let body = json!({"long_url": "https://example.com/later", "custom_alias": "later"});
+    assert_eq!(
+        create(&c, &a, body, Some(&admin)).await.status(),
+        StatusCode::CREATED
+    );
+    let started = std::time::Instant::now();
+    for server in [&a, &b] {
+        noticed(
+            "the link created in A redirects in both regions after a 404",
+            || async { location(&c, server, "/later").await == "https://example.com/later" },
+        )
+        .await;
+    }
+    eprintln!("a create in A reached B after {:?}", started.elapsed());
+
+    // An edit made in B reaches A's cache and B's; a disable in A reaches B's.
+    let resp = c
+        .patch(b.url("/api/v1/links/later"))
+        .bearer_auth(&admin)
+        .json(&json!({"long_url": "https://example.com/edited-in-b"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    for server in [&a, &b] {
+        noticed("the edit in B redirects in both regions", || async {
+            location(&c, server, "/later").await == "https://example.com/edited-in-b"
+        })
+        .await;
+    }
+    let resp = c
+        .post(a.url("/api/v1/links/later/disable"))
+        .bearer_auth(&admin)
+        .json(&json!({"reason": "paused"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    noticed("B answers 410 for the link disabled in A", || async {
+        status(&c, &b, "/later").await == StatusCode::GONE
+    })
+    .await;
+
+    // A link B never looked up, so neither of its caches holds it: while the primary is down
+    // B serves it from its replica.
+    let body = json!({"long_url": "https://example.com/cold", "custom_alias": "cold"});
+    assert_eq!(
+        create(&c, &a, body, Some(&admin)).await.status(),
+        StatusCode::CREATED
+    );
+    eventually("B's replica has the cold link", || async {
+        replica_has(&standby, "cold").await
+    })
+    .await;
+
     // B's Redis down: B keeps redirecting.
     let b_urls: Vec<String> = paths.iter().map(|p| b.url(p)).collect();
     let load = Load::start(c.clone(), b_urls, 2);
@@ -210,6 +294,9 @@ async fn two_regions_share_links_survive_outages_and_count_clicks_once() {
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(error_code(resp).await, "store_unavailable");
     }
+    let replica_reads = metric(&c, &b, "shortener_replica_reads_total").await;
+    assert_eq!(status(&c, &b, "/cold").await, StatusCode::FOUND);
+    assert!(metric(&c, &b, "shortener_replica_reads_total").await > replica_reads);
     tokio::time::sleep(OUTAGE).await;
     let without_primary = since(start, load.tally());
     let restarted = Instant::now();
@@ -237,14 +324,7 @@ async fn a_region_aggregator_killed_mid_stream_loses_and_doubles_no_click() {
     let replica_url = regions.standby.url("shortener");
     let admin = token_in(&["--database", &url], "ops", true);
     // Each region ships to its own stream; aggregation runs apart, one process per region.
-    // A link B looks up before its replica has it must not stay unknown for a minute.
-    let apart = [
-        "--no-aggregator",
-        "--click-flush-ms",
-        "200",
-        "--negative-cache-ttl",
-        "1",
-    ];
+    let apart = ["--no-aggregator", "--click-flush-ms", "200"];
     let a = Shortener::start(
         &dir.path().join("a"),
         &[

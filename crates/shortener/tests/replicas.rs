@@ -55,8 +55,6 @@ async fn replicas_serve_reads_and_a_stopped_or_paused_one_loses_nothing() {
             &replica_url,
             "--cache-ttl",
             "1",
-            "--negative-cache-ttl",
-            "1",
             "--store-timeout-ms",
             timeout_ms,
         ];
@@ -203,6 +201,9 @@ async fn an_instance_starts_with_its_replica_down_and_uses_it_once_it_answers() 
         StatusCode::CREATED
     );
     assert_eq!(status(&c, &server, "/away").await, StatusCode::FOUND);
+    let primary_reads = metric(&c, &server, "shortener_primary_reads_total").await;
+    assert_eq!(status(&c, &server, "/not-yet").await, StatusCode::NOT_FOUND);
+    assert!(metric(&c, &server, "shortener_primary_reads_total").await > primary_reads);
     assert_eq!(
         metric(&c, &server, "shortener_replica_reads_total").await,
         0.0

@@ -66,8 +66,8 @@ const WAIT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Attempts of a click batch that lost a serialization race or a deadlock (CockroachDB
 /// retries, PostgreSQL's deadlock detector); the aggregator retries later beyond these.
 const CLICK_ATTEMPTS: u32 = 3;
-/// Statement timeout of click batches and pruning on a pool whose statements are bounded for
-/// the request path: background work, larger, with retries of its own.
+/// Statement timeout of click batches, pruning and the feed sweep's scan on a pool whose
+/// statements are bounded for the request path: background work, larger, retried later.
 const BACKGROUND_STATEMENT_TIMEOUT: &str = "60s";
 
 /// A parsed `postgres://` URL. Shown without its password.
@@ -1086,11 +1086,16 @@ impl LinkStore for PgStore {
     }
 
     async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
-        let client = self.client().await?;
-        client
+        let mut client = self.client().await?;
+        let tx = background_transaction(&mut client, self.bounded)
+            .await
+            .map_err(classify)?;
+        let pruned = tx
             .execute("DELETE FROM link_changes WHERE at < $1", &[&at])
             .await
-            .map_err(classify)
+            .map_err(classify)?;
+        tx.commit().await.map_err(classify)?;
+        Ok(pruned)
     }
 
     async fn live_destinations_after(
@@ -1098,18 +1103,23 @@ impl LinkStore for PgStore {
         after: &str,
         limit: usize,
     ) -> Result<Vec<(String, String)>, StoreError> {
-        let client = self.client().await?;
-        let stmt = client
+        // The feed sweep's scan: background work, past disabled and deleted rows.
+        let mut client = self.client().await?;
+        let tx = background_transaction(&mut client, self.bounded)
+            .await
+            .map_err(classify)?;
+        let stmt = tx
             .prepare_cached(
                 "SELECT code, long_url FROM links WHERE code > $1 \
                  AND disabled_at IS NULL AND deleted_at IS NULL ORDER BY code LIMIT $2",
             )
             .await
             .map_err(classify)?;
-        let rows = client
+        let rows = tx
             .query(&stmt, &[&after, &to_i64(limit as u64)])
             .await
             .map_err(classify)?;
+        tx.commit().await.map_err(classify)?;
         rows.iter()
             .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .collect::<Result<_, tokio_postgres::Error>>()
@@ -1142,18 +1152,23 @@ impl LinkStore for PgStore {
     }
 
     async fn prune_audit_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
-        let client = self.client().await?;
-        let stmt = client
+        let mut client = self.client().await?;
+        let tx = background_transaction(&mut client, self.bounded)
+            .await
+            .map_err(classify)?;
+        let stmt = tx
             .prepare_cached(
                 "DELETE FROM audit WHERE id IN \
                  (SELECT id FROM audit WHERE at < $1 ORDER BY id LIMIT $2)",
             )
             .await
             .map_err(classify)?;
-        client
+        let pruned = tx
             .execute(&stmt, &[&at, &to_i64(batch as u64)])
             .await
-            .map_err(classify)
+            .map_err(classify)?;
+        tx.commit().await.map_err(classify)?;
+        Ok(pruned)
     }
 
     async fn daily_clicks(&self, code: &str, since: Day) -> Result<Vec<DailyCount>, StoreError> {
