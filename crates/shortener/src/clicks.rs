@@ -55,11 +55,6 @@ impl ClickRecorder {
 /// Events folded per batch before a write is forced, whatever the timer says (or fewer: at
 /// most the queue's capacity, so that `--click-queue` bounds what a failing target keeps).
 const MAX_PENDING_EVENTS: u64 = 50_000;
-/// Distinct (code, day) entries folded before a write is forced: under a long tail (a
-/// crawler, Zipf traffic) a second of clicks touches tens of thousands of codes, and a batch
-/// that size is megabytes held at once and one long burst of the store's writer beside the
-/// redirects. Several smaller batches a second cost a commit each, not a sync.
-const MAX_PENDING_KEYS: usize = 4096;
 /// How often the aggregator empties the queue. Polling (rather than a wake-up per event)
 /// keeps the redirect's cost at one lock-free push.
 const DRAIN_EVERY: Duration = Duration::from_millis(10);
@@ -90,7 +85,6 @@ pub(crate) fn start(
         pending_events: 0,
         oldest: None,
         unsent: None,
-        failing: false,
         max_backlog: MAX_PENDING_EVENTS.min(capacity as u64).max(1),
         pruned_through: None,
     };
@@ -122,8 +116,6 @@ struct Aggregator {
     oldest: Option<UnixSeconds>,
     /// A shipped batch whose send failed, and its events: resent as is.
     unsent: Option<(ClickBatch, u64)>,
-    /// The last write to the store failed: retried on the timer only, not per distinct code.
-    failing: bool,
     max_backlog: u64,
     pruned_through: Option<Day>,
 }
@@ -152,11 +144,6 @@ impl Aggregator {
                     // the queue (and past its capacity, is dropped and counted).
                     self.flush().await;
                     last_write = tokio::time::Instant::now();
-                } else if self.pending.len() >= MAX_PENDING_KEYS
-                    && !self.failing
-                    && self.unsent.is_none()
-                {
-                    self.flush().await;
                 }
             }
             if last_write.elapsed() >= interval {
@@ -315,11 +302,9 @@ impl Aggregator {
                     .observe(started.elapsed().as_secs_f64());
                 self.pending.clear();
                 self.pending_events = 0;
-                self.failing = false;
             }
             Err(e) => {
                 // Kept pending: the next tick retries with whatever arrived since.
-                self.failing = true;
                 self.metrics.click_flush_failures.inc();
                 tracing::warn!(error = %e, events = self.pending_events, "click flush failed; will retry");
             }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Shortener, analytics, client, eventually, metric, new_link, run, today_utc, token};
+use common::{Shortener, analytics, client, eventually, metric, new_link, today_utc, token};
 use reqwest::StatusCode;
 use serde_json::json;
 use std::sync::Arc;
@@ -91,76 +91,6 @@ async fn sigterm_flushes_every_pending_click() {
     let a = analytics(&c, &server, "last-orders", &owner).await;
     assert_eq!(a["total_clicks"], n);
     assert_eq!(a["daily_clicks"][29]["clicks"], n);
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn clicks_on_many_codes_are_written_in_batches_before_the_timer() {
-    let dir = TempDir::new().unwrap();
-    // More distinct codes than a batch holds (4 096), one click each; the timer alone would
-    // write nothing for a minute.
-    let codes: Vec<String> = (0..5_000).map(|i| format!("many-{i:04}")).collect();
-    let file = dir.path().join("links.csv");
-    let lines: String = codes
-        .iter()
-        .map(|code| format!("https://example.com/{code},{code}\n"))
-        .collect();
-    std::fs::write(&file, lines).unwrap();
-    let data_dir = dir.path().join("data");
-    let data = data_dir.to_str().unwrap();
-    let out = run(
-        &[
-            "import",
-            file.to_str().unwrap(),
-            "--user",
-            "alice",
-            "--data-dir",
-            data,
-        ],
-        &[],
-    );
-    assert!(out.status.success(), "{out:?}");
-    let server = Shortener::start(&data_dir, &["--click-flush-ms", "60000"]);
-    let owner = token(&data_dir, "alice", false);
-    let c = client();
-    let next = Arc::new(AtomicU64::new(0));
-    let codes = Arc::new(codes);
-    let mut tasks = Vec::new();
-    for _ in 0..16 {
-        let (c, next, codes, base) = (c.clone(), next.clone(), codes.clone(), server.url("/"));
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                let Some(code) = codes.get(i) else { break };
-                let resp = c.get(format!("{base}{code}")).send().await.unwrap();
-                assert_eq!(resp.status(), StatusCode::FOUND);
-            }
-        }));
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    eventually("a batch written before the timer", || async {
-        metric(&c, &server, "shortener_click_flushes_total").await >= 1.0
-    })
-    .await;
-    // One batch of the first 4 096 codes; the rest at the next write (here, the shutdown's).
-    assert_eq!(
-        metric(&c, &server, "shortener_click_events_flushed_total").await,
-        4_096.0
-    );
-    let mut server = server;
-    assert!(server.process.terminate().unwrap().success());
-    let server = Shortener::start(&data_dir, &[]);
-    let mut total = 0;
-    for code in codes.iter().step_by(97) {
-        total += 1;
-        assert_eq!(
-            analytics(&c, &server, code, &owner).await["total_clicks"],
-            1,
-            "{code}"
-        );
-    }
-    assert_eq!(total, 52);
 }
 
 #[tokio::test(flavor = "multi_thread")]
