@@ -166,7 +166,10 @@ impl Metrics {
         let r = &mut self.registry;
         r.register(
             "redirect_duration_seconds",
-            "Time to answer GET/HEAD /{code}, from handler entry to response (one redirect in 16 of each worker thread, an even sample)",
+            format!(
+                "Time to answer GET/HEAD /{{code}}, from handler entry to response (one redirect in {} of each worker thread, an even sample)",
+                crate::api::redirect::TIMED_ONE_IN
+            ),
             self.redirect_seconds.clone(),
         );
         r.register(

@@ -28,7 +28,7 @@ use std::time::Instant;
 /// One redirect in this many (per worker thread) is timed for the latency histogram: the two
 /// precise clock reads cost a cache hit more than its lookup, and an even sample keeps the
 /// quantiles. Outcomes are counted for every redirect all the same.
-const TIMED_ONE_IN: u32 = 16;
+pub(crate) const TIMED_ONE_IN: u32 = 16;
 
 /// Follow a short link: 302 to its destination.
 #[utoipa::path(
