@@ -5,7 +5,7 @@
 //! each set of feeds: the one that takes the store's lease on it.
 
 use crate::api::App;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, gauge};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use futures_util::StreamExt;
@@ -136,10 +136,6 @@ pub(crate) fn load_all(files: &[FeedFile]) -> anyhow::Result<LoadedFeeds> {
         loaded.digests.push(digest);
     }
     Ok(loaded)
-}
-
-pub(crate) fn gauge(count: usize) -> i64 {
-    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 /// The trusted domains of `path`, one per line (subdomains included).

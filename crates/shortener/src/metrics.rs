@@ -368,3 +368,8 @@ impl Metrics {
         out
     }
 }
+
+/// A count as a gauge's value (saturating: a count past `i64::MAX` is not one a gauge shows).
+pub(crate) fn gauge(count: impl TryInto<i64>) -> i64 {
+    count.try_into().unwrap_or(i64::MAX)
+}

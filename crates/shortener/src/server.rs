@@ -46,7 +46,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     metrics
         .trusted_domains
-        .set(feeds::gauge(trusted_domains.get().len()));
+        .set(crate::metrics::gauge(trusted_domains.get().len()));
     let mut store = crate::store::open(&config.store, Some(config.store_timeout)).await?;
     if let StoreConfig::Postgres { .. } = config.store {
         // The embedded store has no server that could stop answering: its writer thread

@@ -66,20 +66,18 @@ pub(super) async fn metrics(State(app): State<AppState>) -> impl IntoResponse {
         .set(i64::from(app.store.ping().await.is_ok()));
     app.metrics
         .click_queue_depth
-        .set(i64::try_from(app.clicks.depth()).unwrap_or(i64::MAX));
+        .set(crate::metrics::gauge(app.clicks.depth()));
     if let Some(scaleout) = &app.scaleout {
         app.metrics.redis_up.set(i64::from(scaleout.redis.is_up()));
         app.metrics
             .unannounced_changes
-            .set(i64::try_from(scaleout.invalidations.pending()).unwrap_or(i64::MAX));
+            .set(crate::metrics::gauge(scaleout.invalidations.pending()));
     }
     let (entries, bytes) = app.cache.size();
     app.metrics
         .cache_entries
-        .set(i64::try_from(entries).unwrap_or(i64::MAX));
-    app.metrics
-        .cache_bytes
-        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        .set(crate::metrics::gauge(entries));
+    app.metrics.cache_bytes.set(crate::metrics::gauge(bytes));
     (
         [(
             header::CONTENT_TYPE,
