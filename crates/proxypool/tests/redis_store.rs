@@ -1218,7 +1218,7 @@ async fn a_process_configured_otherwise_or_encoded_otherwise_is_refused() {
         .find(|l| l.starts_with("proxypool_"))
         .unwrap();
     let check = format!("{library}_config");
-    let fcall = |config: &str| {
+    let fcall_with = |config: &str, tables: &str| {
         redis
             .cli(&[
                 "FCALL",
@@ -1229,13 +1229,40 @@ async fn a_process_configured_otherwise_or_encoded_otherwise_is_refused() {
                 "0",
                 "1",
                 config,
+                tables,
             ])
             .join(" ")
     };
-    let recorded = redis
-        .cli(&["HGET", "proxypool:{config}:meta", "config"])
-        .join(" ");
+    let field = |name| {
+        redis
+            .cli(&["HGET", "proxypool:{config}:meta", name])
+            .join(" ")
+    };
+    let (recorded, tables) = (field("config"), field("tables"));
+    let fcall = |config: &str| fcall_with(config, &tables);
     assert_eq!(fcall(&recorded), "1");
+    // The weight tables are checked alike: of another version, shape or values, refused.
+    for (tampered, why) in [
+        (
+            tables.replacen("tables=1", "tables=2", 1),
+            "encoding tables=2",
+        ),
+        (
+            tables.replacen(" ramp=w20000,", " ramp=w", 1),
+            "tables of another configuration",
+        ),
+        (
+            tables.replacen("healthy=w9051,", "healthy=w9050,", 1),
+            "other weight tables",
+        ),
+        (
+            tables.replacen("rates=g-1,1;", "rates=gx;", 1),
+            "rates holds x",
+        ),
+    ] {
+        let answer = fcall_with(&recorded, &tampered);
+        assert!(answer.contains(why), "{tampered}: {answer}");
+    }
     for (tampered, why) in [
         (
             recorded.replacen("config=1", "config=2", 1),

@@ -4,9 +4,9 @@
 //! Quality is kept in half-octave *levels* (-13 … 13): the latency's level plus, while the
 //! window holds outcomes, the success rate's. The weight is state × ramp share × 2^(level / 2)
 //! within [0.01, 100] and the step of a pick is `STRIDE ÷ weight`, rounded, at least 1. The
-//! Redis library (`step_text` and `rate_level` in `library.lua`) does this arithmetic in the
-//! same order, so the two stores' passes are the same whole numbers
-//! (held together by `tests/differential.rs`).
+//! Redis library does none of this arithmetic: it looks the steps and rate levels up in
+//! tables made from these functions (`super::tables`), so both stores' passes are the same
+//! whole numbers.
 
 use std::sync::LazyLock;
 
@@ -54,7 +54,12 @@ pub(crate) fn latency_level(own_ms: Option<f64>, reference_ms: Option<f64>) -> i
 /// site-wide spike lowers every address alike), smoothed towards 1 with two virtual successes
 /// so that one early failure does not crush a new address.
 pub(crate) fn rate_level(t: &Tally) -> i32 {
-    half_octaves((f64::from(t.successes) + 2.0) / (f64::from(t.n) + 2.0))
+    rate_level_of(t.successes, t.n)
+}
+
+/// [`rate_level`] of `successes` among `n` outcomes.
+pub(crate) fn rate_level_of(successes: u16, n: u16) -> i32 {
+    half_octaves((f64::from(successes) + 2.0) / (f64::from(n) + 2.0))
 }
 
 /// The quality level of a window (`t`, its young outcomes) with latency level `latency`.
@@ -66,17 +71,24 @@ pub(crate) fn level(latency: i32, t: &Tally) -> i8 {
 /// The weight of an address of quality `level` in weighted selection at `now`: its state and
 /// ramp scale it, and it is clamped so that an offered address never starves.
 pub(crate) fn weight(level: i8, h: &Health, cfg: &HealthConfig, now: Timestamp) -> f64 {
-    let state = match h.state {
-        HealthState::Healthy => 1.0,
-        HealthState::Degraded => cfg.degraded_weight,
-        HealthState::Probing => cfg.probing_weight,
-        HealthState::Quarantined | HealthState::Dead => return 0.0,
+    let Some(state) = state_weight(h.state, cfg) else {
+        return 0.0;
     };
     let ramp = h
         .ramp_started
         .and_then(|s| ramp::share(&cfg.ramp_steps, cfg.ramp_duration, s, now))
         .unwrap_or(1.0);
     scaled(state * ramp, level)
+}
+
+/// The factor of `state` in the weight; `None` where it is not offered.
+pub(crate) fn state_weight(state: HealthState, cfg: &HealthConfig) -> Option<f64> {
+    match state {
+        HealthState::Healthy => Some(1.0),
+        HealthState::Degraded => Some(cfg.degraded_weight),
+        HealthState::Probing => Some(cfg.probing_weight),
+        HealthState::Quarantined | HealthState::Dead => None,
+    }
 }
 
 /// 2^(level / 2) by level + 13, as `powf` (C's `pow`, like the library's `^`) gives it: a

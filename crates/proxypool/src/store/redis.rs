@@ -157,6 +157,10 @@ const PROBER_HOLD: Duration = Duration::from_secs(60);
 /// How the library's refusals of a configuration begin (see `config` in library.lua).
 const CONFIG_REFUSED: &str = "proxypool config:";
 
+/// How the library's refusal to run without the pool's tables begins (Redis lost them: see
+/// `health` in library.lua); the configuration check puts them back.
+const TABLES_MISSING: &str = "proxypool tables missing";
+
 /// The site column of tickets without one, as snapshots name it.
 const NO_SITE: &str = "-";
 
@@ -199,6 +203,8 @@ pub(crate) struct RedisStore {
     cfg: PoolConfig,
     /// The configuration as the library reads it (`encoding::config`).
     health: String,
+    /// The weight arithmetic's tables as the library looks them up (`encoding::tables`).
+    tables: String,
     timeout: Duration,
     rng: Mutex<StdRng>,
     /// Pool-clock ms of this process's last sweep; `u64::MAX` for "sweep on the next call".

@@ -19,8 +19,8 @@ use super::latency::Latencies;
 use super::telemetry::Telemetry;
 
 use super::{
-    CONFIG_REFUSED, Epoch, Functions, Op, RedisOptions, RedisStore, SWEEP_EVERY_MS, Sites, batch,
-    encoding, unavailable,
+    CONFIG_REFUSED, Epoch, Functions, Op, RedisOptions, RedisStore, SWEEP_EVERY_MS, Sites,
+    TABLES_MISSING, batch, encoding, unavailable,
 };
 use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
@@ -82,6 +82,7 @@ impl RedisStore {
         let name = format!("proxypool_{:012x}", fingerprint(LIBRARY) >> 16);
         let f = |op: &str| format!("{name}_{op}");
         let health = encoding::config(&cfg);
+        let tables = encoding::tables(&cfg);
         let whole = pool_spec(cfg.strategy, "");
         let store = Arc::new_cyclic(|me: &Weak<Self>| Self {
             conn,
@@ -107,6 +108,7 @@ impl RedisStore {
                 targets: f("targets"),
             },
             health,
+            tables,
             cfg,
             timeout: options.timeout,
             rng: Mutex::new(rng),
@@ -144,10 +146,14 @@ impl RedisStore {
         Ok(store)
     }
 
-    /// Has the library check this process's configuration: its encoding (version, names,
-    /// types) and its values against those the pool's first process recorded.
+    /// Has the library check this process's configuration and tables: their encodings
+    /// (version, names, types) and values against those the pool's first process recorded
+    /// (which the pool keeps for the library to load).
     pub(crate) async fn check_config(&self, now: Timestamp) -> Result<(), BuildError> {
-        match self.call(&self.functions.config, now, false, &[]).await {
+        match self
+            .by(self.deadline(), self.send(&self.config_call(now)))
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) => match e.to_string().split_once(CONFIG_REFUSED) {
                 Some((_, why)) => Err(BuildError::StoreMismatch(encoding::refusal(why))),
@@ -156,6 +162,15 @@ impl RedisStore {
                 )))),
             },
         }
+    }
+
+    fn config_call(&self, now: Timestamp) -> Cmd {
+        self.fcall(
+            &self.functions.config,
+            now,
+            false,
+            &[Arg::Str(&self.tables)],
+        )
     }
 
     /// One command, bounded by the timeout.
@@ -246,15 +261,25 @@ impl RedisStore {
         cmd
     }
 
-    /// Sends an FCALL, loading the library first when the server has lost it; unbounded but
-    /// by the connection's response timeout.
+    /// Sends an FCALL, first loading the library when the server has lost it (a restart,
+    /// `FUNCTION FLUSH`) and putting the pool's tables back when it has lost those
+    /// (`FLUSHALL` too), each at most once; unbounded but by the connection's response
+    /// timeout.
     pub(super) async fn send(&self, cmd: &Cmd) -> Result<Value, redis::RedisError> {
-        match self.query(cmd).await {
-            Err(e) if e.to_string().contains("Function not found") => {
-                self.load().await?;
-                self.query(cmd).await
+        let (mut loaded, mut checked) = (false, false);
+        loop {
+            match self.query(cmd).await {
+                Err(e) if !loaded && e.to_string().contains("Function not found") => {
+                    loaded = true;
+                    self.load().await?;
+                }
+                Err(e) if !checked && e.to_string().contains(TABLES_MISSING) => {
+                    checked = true;
+                    // The check reads no time.
+                    self.query(&self.config_call(Timestamp::default())).await?;
+                }
+                reply => return reply,
             }
-            reply => reply,
         }
     }
 

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use crate::clock::millis;
 use crate::config::{PoolConfig, Strategy};
 use crate::decision::{Decision, Subject};
+use crate::health::tables::Tables;
+use crate::health::weight::LEVELS;
 use crate::lease::Choice;
 
 use super::judging::Facts;
@@ -18,6 +20,9 @@ use super::verdicts::SiteFacts;
 /// Bump both when a field is added, removed or changes meaning.
 const CONFIG_VERSION: u32 = 1;
 
+/// The version of the tables' encoding: `TABLES_VERSION` in library.lua must match.
+const TABLES_VERSION: u32 = 1;
+
 /// One value of the encoding, with the type the library checks it against.
 enum Field {
     /// A whole number (counts, milliseconds).
@@ -26,6 +31,75 @@ enum Field {
     Number(f64),
     /// A comma-separated list of numbers (the ramp's shares).
     Numbers(Vec<f64>),
+    /// A comma-separated list of whole numbers.
+    Wholes(Vec<u64>),
+    /// Lists of whole numbers but for the first of each, which may be negative, separated
+    /// by ';'.
+    Groups(Vec<(i64, Vec<u64>)>),
+}
+
+/// `<tag>=<version>`, then ` name=<type letter><value>` per field.
+fn encode(tag: &str, version: u32, fields: Vec<(&str, Field)>) -> String {
+    let mut text = format!("{tag}={version}");
+    let list = |xs: &mut dyn Iterator<Item = String>| xs.collect::<Vec<_>>().join(",");
+    for (name, value) in fields {
+        let _ = match value {
+            Field::Whole(n) => write!(text, " {name}=i{n}"),
+            Field::Number(x) => write!(text, " {name}=f{x}"),
+            Field::Numbers(xs) => write!(
+                text,
+                " {name}=l{}",
+                list(&mut xs.iter().map(f64::to_string))
+            ),
+            Field::Wholes(xs) => write!(
+                text,
+                " {name}=w{}",
+                list(&mut xs.iter().map(u64::to_string))
+            ),
+            Field::Groups(gs) => {
+                let groups: Vec<String> = gs
+                    .iter()
+                    .map(|(first, rest)| {
+                        let rest = rest.iter().map(u64::to_string);
+                        list(&mut std::iter::once(first.to_string()).chain(rest))
+                    })
+                    .collect();
+                write!(text, " {name}=g{}", groups.join(";"))
+            }
+        };
+    }
+    text
+}
+
+/// The weight arithmetic's tables (`health::tables`) as the library looks them up:
+/// `tables=<version> levels=i… healthy=w… degraded=w… probing=w… rates=g… ramp=w…`. Checked
+/// at connect like the configuration; the pool keeps them for the library to load.
+pub(super) fn tables(cfg: &PoolConfig) -> String {
+    let t = Tables::new(&cfg.health);
+    let wholes = |xs: &[u32]| Field::Wholes(xs.iter().map(|x| u64::from(*x)).collect());
+    let [healthy, degraded, probing] = &t.steps;
+    let rates = t
+        .rates
+        .iter()
+        .map(|(first, rises)| {
+            (
+                i64::from(*first),
+                rises.iter().map(|r| u64::from(*r)).collect(),
+            )
+        })
+        .collect();
+    encode(
+        "tables",
+        TABLES_VERSION,
+        vec![
+            ("levels", Field::Whole(LEVELS as u64)),
+            ("healthy", wholes(healthy)),
+            ("degraded", wholes(degraded)),
+            ("probing", wholes(probing)),
+            ("rates", Field::Groups(rates)),
+            ("ramp", Field::Wholes(t.ramp_ends)),
+        ],
+    )
 }
 
 /// The settings the library judges with, as `config=<version> name=<type><value> …`, the type
@@ -34,7 +108,7 @@ enum Field {
 pub(super) fn config(cfg: &PoolConfig) -> String {
     let (h, b, j) = (&cfg.health, &cfg.backoff, &cfg.judgement);
     let whole = |n: usize| Field::Whole(n as u64);
-    let fields = [
+    let fields = vec![
         ("recent", whole(h.recent)),
         ("recent_failures", whole(h.recent_failures)),
         ("qcap", Field::Number(cfg.quarantine_cap)),
@@ -64,18 +138,7 @@ pub(super) fn config(cfg: &PoolConfig) -> String {
         ("latency_factor", Field::Number(h.latency_factor)),
         ("steps", Field::Numbers(h.ramp_steps.clone())),
     ];
-    let mut text = format!("config={CONFIG_VERSION}");
-    for (name, value) in fields {
-        let _ = match value {
-            Field::Whole(n) => write!(text, " {name}=i{n}"),
-            Field::Number(x) => write!(text, " {name}=f{x}"),
-            Field::Numbers(xs) => {
-                let list: Vec<String> = xs.iter().map(f64::to_string).collect();
-                write!(text, " {name}=l{}", list.join(","))
-            }
-        };
-    }
-    text
+    encode("config", CONFIG_VERSION, fields)
 }
 
 /// The configuration field each encoded name stands for, as `PoolConfig` spells it.
@@ -331,6 +394,25 @@ mod tests {
             let name = token.split('=').next().unwrap();
             assert!(PATHS.iter().any(|(n, _)| *n == name), "{name}");
         }
+    }
+
+    #[test]
+    fn the_tables_name_and_type_every_table() {
+        let text = tables(&PoolConfig::default());
+        let names: Vec<&str> = text
+            .split(' ')
+            .map(|t| t.split('=').next().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "tables", "levels", "healthy", "degraded", "probing", "rates", "ramp"
+            ]
+        );
+        assert!(text.starts_with("tables=1 levels=i13 healthy=w"), "{text}");
+        // Of 1 outcome: -1 without a success, 0 with it; of 3, one success rises by two.
+        assert!(text.contains(" rates=g-1,1;-2,1,2;-3,1,1,3;"), "{text}");
+        assert!(text.ends_with(" ramp=w20000,40000,60000"), "{text}");
     }
 
     #[test]

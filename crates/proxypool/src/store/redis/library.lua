@@ -188,9 +188,10 @@ end
 
 -- The configuration comes as one argument in the encoding of `store/redis/encoding.rs`:
 -- 'config=<version>', then 'name=<type><value>' per field (type 'i' whole number, 'f'
--- number, 'l' comma-separated numbers). It is parsed once per distinct text; an encoding of
--- another version, an unknown or missing field, or a value of the wrong type is refused
--- (the client checks at connect, see `config`), never misread.
+-- number, 'l' comma-separated numbers, 'w' comma-separated whole numbers, 'g' such lists
+-- separated by ';', each led by a number that may be negative). It is parsed once per
+-- distinct text; an encoding of another version, an unknown or missing field, or a value of
+-- the wrong type is refused (the client checks at connect, see `config`), never misread.
 local CONFIG_VERSION = '1'
 local CONFIG_FIELDS = {
   recent = 'i', recent_failures = 'i', qcap = 'f', min_in_service = 'i', base = 'i', max = 'i',
@@ -199,6 +200,11 @@ local CONFIG_FIELDS = {
   ramp_ms = 'i', reset_ms = 'i', site_window = 'i', site_recent = 'i', site_min_samples = 'i',
   site_min_addresses = 'i', site_spread = 'f', latency_factor = 'f', steps = 'l',
 }
+-- The weight arithmetic is Rust's alone (`health::tables`): the tables of its results come in
+-- the same encoding, 'tables=<version>', kept by the pool (meta field `tables`, see `config`)
+-- and loaded once per configuration text and server.
+local TABLES_VERSION = '1'
+local TABLES_FIELDS = {levels = 'i', healthy = 'w', degraded = 'w', probing = 'w', rates = 'g', ramp = 'w'}
 local parsed_health = {}
 
 -- Offered for selection (P3); the others are not in `pass` or the ring walk.
@@ -208,13 +214,29 @@ local function refuse_config(why)
   error({err = 'ERR proxypool config: ' .. why})
 end
 
+local function whole(name, v)
+  local x = tonumber(v)
+  if not x or x < 0 or x ~= math.floor(x) then refuse_config(name .. ' holds ' .. v .. ', not a whole number') end
+  return x
+end
+
 local function typed(name, kind, v)
-  if kind == 'l' then
+  if kind == 'l' or kind == 'w' then
     local list = {}
     for x in string.gmatch(v, '[^,]+') do
-      list[#list + 1] = tonumber(x) or refuse_config(name .. ' holds ' .. x .. ', not a number')
+      list[#list + 1] = kind == 'w' and whole(name, x) or tonumber(x) or refuse_config(name .. ' holds ' .. x .. ', not a number')
     end
     return list
+  elseif kind == 'g' then
+    local groups = {}
+    for g in string.gmatch(v, '[^;]+') do
+      local first, rest = string.match(g, '^(%-?%d+)(.*)$')
+      if not first then refuse_config(name .. ' holds ' .. g) end
+      local group = typed(name, 'w', rest)
+      table.insert(group, 1, tonumber(first))
+      groups[#groups + 1] = group
+    end
+    return groups
   end
   local x = tonumber(v)
   if not x or (kind == 'i' and (x < 0 or x ~= math.floor(x))) then
@@ -223,16 +245,15 @@ local function typed(name, kind, v)
   return x
 end
 
-local function health(text)
-  local H = parsed_health[text]
-  if H then return H end
-  H = {}
+-- The fields of `text`, an encoding '<tag>=<version> …' with the fields `fields`.
+local function decode(text, tag, version, fields)
+  local H = {}
   for token in string.gmatch(text, '%S+') do
     local name, kind, v = string.match(token, '^([%w_]+)=(%a)(.*)$')
-    if token == 'config=' .. CONFIG_VERSION then
-      H.version = CONFIG_VERSION
-    elseif not name or CONFIG_FIELDS[name] ~= kind then
-      refuse_config(string.match(token, '^config=') and ('encoding ' .. token .. ', this library reads ' .. CONFIG_VERSION)
+    if token == tag .. '=' .. version then
+      H.version = version
+    elseif not name or fields[name] ~= kind then
+      refuse_config(string.match(token, '^' .. tag .. '=') and ('encoding ' .. token .. ', this library reads ' .. version)
         or ('unknown field or type ' .. token))
     elseif H[name] ~= nil then
       refuse_config(name .. ' given twice')
@@ -240,39 +261,54 @@ local function health(text)
       H[name] = typed(name, kind, v)
     end
   end
-  if not H.version then refuse_config('no config=' .. CONFIG_VERSION .. ' encoding given') end
-  for name in pairs(CONFIG_FIELDS) do
+  if not H.version then refuse_config('no ' .. tag .. '=' .. version .. ' encoding given') end
+  for name in pairs(fields) do
     if H[name] == nil then refuse_config('missing field ' .. name) end
   end
-  H.weight = {healthy = 1, degraded = H.degraded_weight, probing = H.probing_weight}
-  H.text = {healthy = {}, degraded = {}, probing = {}}
+  return H
+end
+
+-- Puts the tables `text` into the configuration `H`: per state, stage (0 full weight) and
+-- quality level the step as text (`step_text`), per window length the rate's levels
+-- (`rate_level`), the ramp's stage ends (`ramp_stage`); refused unless they fit `H`.
+local function load_tables(H, text)
+  local T = decode(text, 'tables', TABLES_VERSION, TABLES_FIELDS)
+  local per_stage, stages = 2 * T.levels + 1, #H.steps
+  if #T.ramp ~= stages - 1 or #T.rates ~= H.window then refuse_config('tables of another configuration') end
+  H.text, H.levels, H.rates, H.ramp = {}, T.levels, T.rates, T.ramp
+  for s in pairs(OFFERED) do
+    local list = T[s]
+    if #list ~= per_stage * stages then refuse_config('tables of another configuration') end
+    local by_stage = {}
+    for k = 0, stages - 1 do
+      local by_level = {}
+      for level = -T.levels, T.levels do by_level[level] = digits(list[k * per_stage + level + T.levels + 1]) end
+      by_stage[k] = by_level
+    end
+    H.text[s] = by_stage
+  end
+end
+
+-- The configuration `text` with the tables of pool `K`, parsed once per text and server.
+-- Without them (Redis lost the pool's keys) the call is refused; the client puts them back.
+local function health(text, K)
+  local H = parsed_health[text]
+  if H then return H end
+  H = decode(text, 'config', CONFIG_VERSION, CONFIG_FIELDS)
+  local tables = redis.call('HGET', K.meta, 'tables')
+  if not tables then error({err = 'ERR proxypool tables missing: ' .. K.prefix .. 'meta has no tables'}) end
+  load_tables(H, tables)
   parsed_health[text] = H
   return H
 end
 
 -- Keyless selection is stride scheduling (smooth weighted): the member of `pass` with the
 -- lowest pass wins and its pass grows by its step, the inverse of its weight — state × ramp
--- share (stage `k`, 0 at full weight) × quality (2^(level / 2), see `rate_level`), within
--- [0.01, 100]: the arithmetic of `health::weight::{scaled, step}`, in the same order, so
--- that both stores take the same whole-number steps (STRIDE at weight 1; whole passes are
--- also cheap to write, see `digits`). The step is in the member's name so that picking needs
--- no second read; made once per state, stage and level.
-local STRIDE = 100
+-- share (stage `k`, 0 at full weight) × quality level: `health::weight::{scaled, step}`,
+-- looked up, so that both stores take the same whole-number steps. The step is in the
+-- member's name so that picking needs no second read.
 local function step_text(H, s, k, level)
-  local by_stage = H.text[s]
-  local by_level = by_stage[k]
-  if not by_level then
-    by_level = {}
-    by_stage[k] = by_level
-  end
-  local t = by_level[level]
-  if not t then
-    local share = k > 0 and H.steps[k] or 1
-    local w = math.min(math.max(H.weight[s] * share * 2 ^ (level / 2), 0.01), 100)
-    t = digits(math.max(1, math.floor(STRIDE / w + 0.5)))
-    by_level[level] = t
-  end
-  return t
+  return H.text[s][k][level]
 end
 
 -- Outcome windows (P4, P9) as the memory store keeps them: an address's ('w:ID') and one per
@@ -347,11 +383,17 @@ end
 -- half-octave levels (-13 … 13; a level moves the step only when quality changes by a fifth
 -- or more): the latency's level as the releasing processes report it (`qlat`, see `ops`),
 -- plus the success rate's over every entry of the young window `win` (excused ones too, as
--- memory's weights; smoothed with two virtual successes), in `ql`: `health::weight::level`.
-local LN2 = 0.6931471805599453
-local function rate_level(win)
+-- memory's weights), in `ql`: `health::weight::level`. The rate's level is looked up: for
+-- the window's length, the level with no successes and the counts where it rises by one.
+local function rate_level(H, win)
   local _, successes = string.gsub(win, '[sS]', '')
-  return math.floor(2 * math.log((successes + 2) / (#win / WENTRY + 2)) / LN2 + 0.5)
+  local rises = H.rates[#win / WENTRY]
+  local level = rises[1]
+  for i = 2, #rises do
+    if successes < rises[i] then break end
+    level = level + 1
+  end
+  return level
 end
 
 -- A `pass` member is 'RANK:step': the address's tie-break rank among equal passes as 8 hex
@@ -409,17 +451,17 @@ local function join_passes(K, sp, m)
 end
 
 -- The ramp stage (1 …) of an address ramping since `rs` (P10) and when the next one begins;
--- nil once the ramp is over. The shares are spread evenly over the ramp's duration, the last
--- one (full weight) reached at its end, as `health::ramp::share` does.
+-- nil once the ramp is over: looked up in the stages' ends (`health::ramp::stage_ends`).
 local function ramp_stage(H, rs, now)
-  local stages = #H.steps - 1
-  if not rs or stages < 1 then return nil end
+  local ends = H.ramp
+  if not rs or #ends < 1 then return nil end
   local start = tonumber(rs)
   -- Another process's clock may run a little behind this one's.
   local elapsed = math.max(now - start, 0)
-  if elapsed >= H.ramp_ms then return nil end
-  local k = math.floor(elapsed * stages / H.ramp_ms)
-  return k + 1, start + math.ceil(H.ramp_ms * (k + 1) / stages)
+  if elapsed >= ends[#ends] then return nil end
+  local k = 1
+  while ends[k] <= elapsed do k = k + 1 end
+  return k, start + ends[k]
 end
 
 -- Moves `id`'s `pass` members (one per pool, `sp` its sub-pools) to step `to`, keeping
@@ -988,7 +1030,7 @@ local LAYOUT = '10'
 -- asked.
 local function open(keys, args, fields)
   local K = keys_of(keys[1])
-  local now, cap, H = tonumber(args[1]), tonumber(args[3]), health(args[4])
+  local now, cap, H = tonumber(args[1]), tonumber(args[3]), health(args[4], K)
   local got = redis.call('HMGET', K.meta, unpack(fields or {'layout', 'epoch'}))
   if got[2] and got[1] ~= LAYOUT then
     error({err = 'ERR the pool ' .. K.prefix .. '* was laid out by another version of proxypool (layout ' ..
@@ -1296,10 +1338,10 @@ local function reweigh(K, id, q, latency, now, H, had_bad)
   latency = latency or num(q[1])
   local level = latency
   local win = young(redis.call('GET', window_key(K, id)), now, H)
-  if win ~= '' then level = level + rate_level(win) end
+  if win ~= '' then level = level + rate_level(H, win) end
   -- Clean again: back to the common case.
   if had_bad and not string.find(win, '[fc]') then redis.call('HDEL', a, 'wb') end
-  level = math.min(math.max(level, -13), 13)
+  level = math.min(math.max(level, -H.levels), H.levels)
   if level ~= num(q[2]) or latency ~= num(q[1]) then requalify(K, id, level, latency, now, H) end
 end
 
@@ -1777,18 +1819,20 @@ local function targets(keys, args)
   return {out, decided, new}
 end
 
--- Checks a process's configuration at connect: readable (see `health`), and the pool's, so
--- that every process of a pool judges alike. The first process records it; a process
--- configured otherwise is refused, naming the first field that differs.
+-- Checks a process's configuration and tables (ARGV[5]) at connect: readable (see `health`),
+-- and the pool's, so that every process of a pool judges alike. The first process records
+-- them (any process again once Redis lost them); a process configured otherwise is refused,
+-- naming the first field that differs, as is one whose tables differ (another version).
 local function config(keys, args)
-  health(args[4])
+  local H = decode(args[4], 'config', CONFIG_VERSION, CONFIG_FIELDS)
+  load_tables(H, args[5] or '')
   local K = keys_of(keys[1])
-  local recorded = redis.call('HGET', K.meta, 'config')
-  if not recorded then
-    redis.call('HSET', K.meta, 'config', args[4])
-  elseif recorded ~= args[4] then
+  local recorded = redis.call('HMGET', K.meta, 'config', 'tables')
+  if not recorded[1] then
+    redis.call('HSET', K.meta, 'config', args[4], 'tables', args[5])
+  elseif recorded[1] ~= args[4] then
     local theirs = {}
-    for token in string.gmatch(recorded, '%S+') do
+    for token in string.gmatch(recorded[1], '%S+') do
       local name, v = string.match(token, '^([%w_]+)=(.*)$')
       if name then theirs[name] = v end
     end
@@ -1799,7 +1843,12 @@ local function config(keys, args)
         refuse_config('differs ' .. name .. ' ' .. tostring(theirs[name]) .. ' ' .. v)
       end
     end
+  elseif not recorded[2] then
+    redis.call('HSET', K.meta, 'tables', args[5])
+  elseif recorded[2] ~= args[5] then
+    refuse_config('the pool was given other weight tables for this configuration: every process of a pool must run one version of proxypool')
   end
+  parsed_health[args[4]] = H
   return CONFIG_VERSION
 end
 
