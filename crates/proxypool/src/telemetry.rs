@@ -174,8 +174,9 @@ impl PoolMetrics {
         self.abandoned.increment(1);
     }
 
-    pub(crate) fn expired(&self) {
-        self.expired.increment(1);
+    /// `n` leases expired.
+    pub(crate) fn expired(&self, n: u64) {
+        self.expired.increment(n);
     }
 
     pub(crate) fn quarantined(&self) {

@@ -15,7 +15,7 @@ impl PoolState {
         if self.leases.due(now) {
             for slot in self.leases.expire(now) {
                 self.counters.expired += 1;
-                self.metrics.expired();
+                self.metrics.expired(1);
                 self.lease_ended(slot);
                 if let Some(r) = self.record_mut(slot) {
                     r.totals.expired += 1;

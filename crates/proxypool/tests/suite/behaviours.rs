@@ -1269,6 +1269,28 @@ fn p16_metrics_go_through_the_facade() {
     );
 }
 
+#[test]
+fn p16_an_expired_lease_is_counted_lost_once() {
+    use metrics_util::debugging::DebuggingRecorder;
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let lost = metrics::with_local_recorder(&recorder, || {
+        runtime().block_on(async {
+            let clock = ManualClock::new();
+            let pool = pool(2, &clock).await;
+            // Never released nor dropped: only its deadline ends it.
+            std::mem::forget(pool.acquire(Ticket::new()).await.unwrap());
+            clock.advance(Duration::from_secs(300));
+            // Read twice: the second finds nothing new to count.
+            assert_eq!(pool.snapshot().await.pool.expired, 1);
+            assert_eq!(pool.snapshot().await.pool.expired, 1);
+            drain(&snapshotter)
+        })
+    });
+    let label = Some("how=expired");
+    assert_eq!(total(&lost, "proxypool_leases_lost_total", label), 1.0);
+}
+
 #[tokio::test]
 async fn p16_the_decision_log_has_transitions_not_requests() {
     let clock = ManualClock::new();

@@ -1784,10 +1784,14 @@ local function snapshot(keys, args)
       until_ms[#until_ms + 1] = redis.call('ZSCORE', K.due, 'q' .. states[i])
     end
   end
+  local meta = redis.call('HGETALL', K.meta)
+  -- Expired leases are counted in one process's metrics each: the reading one takes those not
+  -- yet counted (`expired` above `told`, as of the meta returned).
+  local expired = redis.call('HGET', K.meta, 'expired')
+  if expired then redis.call('HSET', K.meta, 'told', expired) end
   return {
     states, redis.call('HGETALL', K.url), redis.call('HGETALL', K.name), rows, cells, until_ms,
-    redis.call('HGETALL', K.meta), redis.call('HLEN', K.bind), redis.call('LRANGE', K.log, 0, 199),
-    windows,
+    meta, redis.call('HLEN', K.bind), redis.call('LRANGE', K.log, 0, 199), windows,
   }
 end
 

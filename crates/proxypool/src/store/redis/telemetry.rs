@@ -4,8 +4,9 @@
 //! one process, so the sum over processes is the pool's). Gauges describe the shared pool —
 //! addresses by state, cap occupancy, open leases per address — and are set from each
 //! snapshot read, so every process exports the same values, as of its latest snapshot (the
-//! server takes one per scrape). Leases lost by expiry are not counted here: the library's
-//! sweep does not say whose they were (the snapshot's `expired` is the pool's total).
+//! server takes one per scrape). Leases lost by expiry are counted by the process whose
+//! snapshot first sees them (the library's sweep does not say whose they were), so the sum
+//! over processes is the pool's too, as of their snapshots.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -91,6 +92,7 @@ impl Telemetry {
         }
         self.pool
             .states(&by_state, pool.quarantined, pool.quarantine_cap);
+        self.pool.expired(view.expired_untold);
         for (&id, row) in view.ids.iter().zip(&view.snapshot.addresses) {
             self.handles(id, &row.address).own.active(row.active_leases);
         }

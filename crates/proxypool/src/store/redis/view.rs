@@ -25,6 +25,8 @@ pub(crate) struct SharedView {
     pub(crate) snapshot: Snapshot,
     /// The address id of each of `snapshot.addresses`.
     pub(super) ids: Vec<u32>,
+    /// Expired leases no process's metrics counted yet: this read's to count.
+    pub(super) expired_untold: u64,
 }
 
 pub(super) fn map(v: &Value) -> HashMap<String, String> {
@@ -149,6 +151,7 @@ impl SharedView {
         Self {
             snapshot,
             ids: Vec::new(),
+            expired_untold: 0,
         }
     }
 
@@ -343,6 +346,7 @@ impl SharedView {
         let acquired = (n(&meta, "seq") + n(&meta, "granted"))
             .saturating_sub(n(&meta, "seq0") + n(&meta, "reserved"));
         let (abandoned, expired) = (n(&meta, "abandoned"), n(&meta, "expired"));
+        let expired_untold = expired.saturating_sub(n(&meta, "told"));
         let counts = PoolCounts {
             quarantine_entries: n(&meta, "q_entries"),
             frozen: meta.get("frozen").is_some_and(|f| f == "1"),
@@ -367,6 +371,10 @@ impl SharedView {
             decisions,
         }
         .build(cfg.quarantine_cap);
-        Some(Self { snapshot, ids })
+        Some(Self {
+            snapshot,
+            ids,
+            expired_untold,
+        })
     }
 }
