@@ -1239,54 +1239,51 @@ async fn a_process_configured_otherwise_or_encoded_otherwise_is_refused() {
             .join(" ")
     };
     let (recorded, tables) = (field("config"), field("tables"));
-    let fcall = |config: &str| fcall_with(config, &tables);
-    assert_eq!(fcall(&recorded), "1");
-    // The weight tables are checked alike: of another version, shape or values, refused.
-    for (tampered, why) in [
-        (
+    assert_eq!(fcall_with(&recorded, &tables), "1");
+    // The configuration, then the weight tables: of another version, shape, type or values,
+    // refused.
+    let config = |c: String, why| (c, tables.clone(), why);
+    let table = |t: String, why| (recorded.clone(), t, why);
+    for (c, t, why) in [
+        config(
+            recorded.replacen("config=1", "config=2", 1),
+            "encoding config=2",
+        ),
+        config(
+            recorded.replacen(" recent=i5", "", 1),
+            "missing field recent",
+        ),
+        config(
+            recorded.replacen("recent=i5", "recent=f5", 1),
+            "unknown field or type recent=f5",
+        ),
+        config(
+            recorded.replacen("recent=i5", "recent=i2.5", 1),
+            "recent = 2.5 is not a whole number",
+        ),
+        config(
+            format!("{recorded} extra=i1"),
+            "unknown field or type extra=i1",
+        ),
+        table(
             tables.replacen("tables=1", "tables=2", 1),
             "encoding tables=2",
         ),
-        (
+        table(
             tables.replacen(" ramp=w20000,", " ramp=w", 1),
             "tables of another configuration",
         ),
-        (
+        table(
             tables.replacen("healthy=w9051,", "healthy=w9050,", 1),
             "other weight tables",
         ),
-        (
+        table(
             tables.replacen("rates=g-1,1;", "rates=gx;", 1),
             "rates holds x",
         ),
     ] {
-        let answer = fcall_with(&recorded, &tampered);
-        assert!(answer.contains(why), "{tampered}: {answer}");
-    }
-    for (tampered, why) in [
-        (
-            recorded.replacen("config=1", "config=2", 1),
-            "encoding config=2",
-        ),
-        (
-            recorded.replacen(" recent=i5", "", 1),
-            "missing field recent",
-        ),
-        (
-            recorded.replacen("recent=i5", "recent=f5", 1),
-            "unknown field or type recent=f5",
-        ),
-        (
-            recorded.replacen("recent=i5", "recent=i2.5", 1),
-            "recent = 2.5 is not a whole number",
-        ),
-        (
-            format!("{recorded} extra=i1"),
-            "unknown field or type extra=i1",
-        ),
-    ] {
-        let answer = fcall(&tampered);
-        assert!(answer.contains(why), "{tampered}: {answer}");
+        let answer = fcall_with(&c, &t);
+        assert!(answer.contains(why), "{c} {t}: {answer}");
     }
 }
 
