@@ -758,6 +758,11 @@ async fn a_pool_redis_lost_is_rebuilt_and_old_ids_name_nothing() {
         }
     };
     assert!(addresses(6).contains(&lease.address().to_string()));
+    // The configuration check put the weight tables back (the library needs them).
+    let tables = redis
+        .cli(&["HGET", "proxypool:{lost}:meta", "tables"])
+        .join(" ");
+    assert!(tables.starts_with("tables=1 "), "{tables}");
     // The lease from before the loss ends without touching whichever address has its id now.
     held.release(Outcome::ConnectError).await.unwrap();
     held_is_harmless(&pool).await;

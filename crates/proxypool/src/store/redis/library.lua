@@ -290,14 +290,18 @@ local function load_tables(H, text)
 end
 
 -- The configuration `text` with the tables of pool `K`, parsed once per text and server.
--- Without them (Redis lost the pool's keys) the call is refused; the client puts them back.
+-- Without them, or with those of another configuration (Redis lost the pool's keys, another
+-- process recorded its own since), the call is refused; the client checks its configuration
+-- again, which puts them back or refuses it.
 local function health(text, K)
   local H = parsed_health[text]
   if H then return H end
   H = decode(text, 'config', CONFIG_VERSION, CONFIG_FIELDS)
-  local tables = redis.call('HGET', K.meta, 'tables')
-  if not tables then error({err = 'ERR proxypool tables missing: ' .. K.prefix .. 'meta has no tables'}) end
-  load_tables(H, tables)
+  local recorded = redis.call('HMGET', K.meta, 'config', 'tables')
+  if recorded[1] ~= text or not recorded[2] then
+    error({err = 'ERR proxypool tables missing: ' .. K.prefix .. 'meta has none for this configuration'})
+  end
+  load_tables(H, recorded[2])
   parsed_health[text] = H
   return H
 end
