@@ -70,10 +70,7 @@ pub(super) async fn write_batch(
         .collect();
     insert_audit_rows(tx, &records).await?;
     // Announced like creates, so that serving instances forget these codes as unknown.
-    let created: Vec<&Link> = links
-        .iter()
-        .filter(|l| stored.contains(&l.code))
-        .collect();
+    let created: Vec<&Link> = links.iter().filter(|l| stored.contains(&l.code)).collect();
     let at = records.first().map_or(0, |r| r.at);
     super::append_change_notes(tx, &created, at).await?;
     tx.execute(
