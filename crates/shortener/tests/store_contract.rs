@@ -284,7 +284,9 @@ async fn contract(store: &dyn Store) {
         store.prune_audit_before(1_800_000_000, 10).await.unwrap(),
         0
     );
-    assert_eq!(store.prune_changes_before(400).await.unwrap(), 2);
+    assert_eq!(store.prune_changes_before(400, 1).await.unwrap(), 1);
+    assert_eq!(store.prune_changes_before(400, 10).await.unwrap(), 1);
+    assert_eq!(store.prune_changes_before(400, 10).await.unwrap(), 0);
     assert_eq!(store.changes_after(2, 10).await.unwrap()[0].seq, 5);
 
     // Clicks: totals and days move together; unknown codes count nowhere; repeated

@@ -1104,13 +1104,17 @@ impl LinkStore for PgStore {
             .map_err(classify)
     }
 
-    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
+    async fn prune_changes_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
         let mut client = self.client().await?;
         let tx = background_transaction(&mut client, self.bounded)
             .await
             .map_err(classify)?;
         let pruned = tx
-            .execute("DELETE FROM link_changes WHERE at < $1", &[&at])
+            .execute(
+                "DELETE FROM link_changes WHERE seq IN \
+                 (SELECT seq FROM link_changes WHERE at < $1 ORDER BY at LIMIT $2)",
+                &[&at, &to_i64(batch as u64)],
+            )
             .await
             .map_err(classify)?;
         tx.commit().await.map_err(classify)?;

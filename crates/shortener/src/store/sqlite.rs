@@ -651,10 +651,15 @@ impl LinkStore for SqliteStore {
         .await
     }
 
-    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
+    async fn prune_changes_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
+        let batch = to_i64(batch as u64);
         self.write(move |c| {
-            c.execute("DELETE FROM link_changes WHERE at < ?1", [at])
-                .map(|n| n as u64)
+            c.prepare_cached(
+                "DELETE FROM link_changes WHERE seq IN \
+                 (SELECT seq FROM link_changes WHERE at < ?1 ORDER BY at LIMIT ?2)",
+            )?
+            .execute(params![at, batch])
+            .map(|n| n as u64)
         })
         .await
     }
