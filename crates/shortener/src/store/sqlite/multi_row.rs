@@ -172,6 +172,24 @@ pub(super) fn append_change_notes(
     Ok(())
 }
 
+/// Notes the links a multi-row insert stored (`stored` as [`insert_links`] returns it): a
+/// create or import, announced like every change, so that processes holding a code as
+/// unknown forget that (their negative entries may then live long).
+pub(super) fn note_stored(
+    c: &Connection,
+    links: &[&Link],
+    stored: &[bool],
+    at: UnixSeconds,
+) -> rusqlite::Result<()> {
+    let created: Vec<&Link> = links
+        .iter()
+        .zip(stored)
+        .filter(|(_, stored)| **stored)
+        .map(|(l, _)| *l)
+        .collect();
+    append_change_notes(c, &created, at)
+}
+
 /// Appends audit rows (inside the caller's transaction), ids in slice order.
 pub(super) fn insert_audit_rows(c: &Connection, records: &[&AuditRecord]) -> rusqlite::Result<()> {
     for chunk in chunks(records) {
