@@ -37,13 +37,13 @@
 --          'cool|<site>' end of a rate limit's
 --          cooling or of an avoidance for that site ('-': tickets without a site),
 --          'av|<site>' and 'avr|<site>' when the pair's avoidance ends by time alone and
---          why (see `pair`), 'pb|<site>' the time of the pair's newest counted bad outcome;
---          its outcome counts per site: '#<site>|<class>' → n ('-' for tickets without a
---          site; '#-|a' its abandoned leases, '#-|p' its failed probes in service), for the
---          address × site matrix and the address's rates (in this hash since layout 11, so
---          that a release updates them and the open leases in one write)
+--          why (see `pair`), 'pb|<site>' the time of the pair's newest counted bad outcome
 --   w:ID, w:ID:SID  the outcome windows of an address and of its pair with site number SID
 --          (see `WENTRY`)
+--   c:ID   hash of one address's outcome counts per site: '<site>|<class>' → n ('-' for
+--          tickets without a site; '-|a' its abandoned leases, '-|p' its failed probes in
+--          service), for the address × site matrix
+--          and the address's rates
 --   due    zset of deadlines: 'l<lease>:<id>' lease TTL (P14), 'b<key>' binding TTL (P2),
 --          'q<id>' end of a quarantine wait (P6), 'r<id>' next ramp stage (P10), 'v<id>|SITE'
 --          end of a pair's avoidance (P9). Redis 7.0
@@ -97,7 +97,7 @@ local function keys_of(meta)
   if K then return K end
   local prefix = string.sub(meta, 1, -5)
   K = {
-    prefix = prefix, sub = {}, sub_n = 0, specs = {}, lists = {}, lists_n = 0, a = {}, w = {}, a_n = 0,
+    prefix = prefix, sub = {}, sub_n = 0, specs = {}, lists = {}, lists_n = 0, a = {}, c = {}, w = {}, a_n = 0,
     sw = {}, sw_n = 0,
   }
   for _, n in ipairs(NAMES) do K[n] = prefix .. n end
@@ -149,21 +149,24 @@ local function members_of(K, P)
   return redis.call('HLEN', K.state)
 end
 
--- The keys of an address's hash and window, made once per address (and server): most
--- operations name one or both, and a string made in Lua costs about as much as a command.
+-- The keys of an address's hash, outcome counts and window, made once per address (and
+-- server): most operations name one or more, and a string made in Lua costs about as much as a
+-- command.
 local function remember(K, id)
-  if K.a_n >= 100000 then K.a, K.w, K.a_n = {}, {}, 0 end
+  if K.a_n >= 100000 then K.a, K.c, K.w, K.a_n = {}, {}, {}, 0 end
   local a = K.prefix .. 'a:' .. id
-  K.a[id], K.w[id], K.a_n = a, K.prefix .. 'w:' .. id, K.a_n + 1
+  K.a[id], K.c[id], K.w[id], K.a_n = a, K.prefix .. 'c:' .. id, K.prefix .. 'w:' .. id, K.a_n + 1
   return a
 end
 
 local function addr(K, id) return K.a[id] or remember(K, id) end
 
--- The outcome counts in an address's hash (see the layout): '#<site>|<class>' fields.
-local COUNT = '#'
-local ABANDONED, PROBE_FAILED = COUNT .. '-|a', COUNT .. '-|p'
-local function is_count(field) return string.sub(field, 1, 1) == COUNT end
+local function counts_key(K, id)
+  local c = K.c[id]
+  if c then return c end
+  remember(K, id)
+  return K.c[id]
+end
 
 -- The `meta` field names of a site, made once per site (and server): every release batch
 -- reads them, and a string made in Lua costs as much as a command's reply.
@@ -173,25 +176,14 @@ local function names_of(site)
   if f then return f end
   -- Bounded: site names come from callers.
   if site_names_n >= 10000 then site_names, site_names_n = {}, 0 end
-  -- [6]: the outcome count fields, by class (see `count_field`). ([3], [4]: free since layout
-  -- 8, [1] since layout 9, so that the others keep their places.)
+  -- [6]: the outcome count fields, by class. ([3], [4]: free since layout 8, [1] since layout
+  -- 9, so that the others keep their places.)
   f = {
     false, 'd|' .. site, false, false, 'cool|' .. site, {}, 'sid|' .. site,
     'av|' .. site, 'pb|' .. site, 'avr|' .. site,
   }
   site_names[site], site_names_n = f, site_names_n + 1
   return f
-end
-
--- The count field of outcome class `class` at `site` (`names` its names), made once.
-local function count_field(names, site, class)
-  local by_class = names[6]
-  local cell = by_class[class]
-  if not cell then
-    cell = COUNT .. site .. '|' .. class
-    by_class[class] = cell
-  end
-  return cell
 end
 
 -- The configuration comes as one argument in the encoding of `store/redis/encoding.rs`:
@@ -568,23 +560,21 @@ local function unbind(K, key)
   return true
 end
 
--- An open lease of a removed address has ended: one orphan fewer (see `remove`).
-local function orphan_ended(K) redis.call('HINCRBY', K.meta, 'orphans', '-1') end
-
--- An open lease of `id` (state `s`) has ended, leaving it `n` open leases: back below the cap,
--- it is offered for keyless work again. Its step and sub-pools are read only then (rarely: a
+-- An open lease of `id` (state `s`; nil if removed: one orphan fewer, see `remove`) has
+-- ended. Its step and sub-pools are read only when it comes back below the cap (rarely: a
 -- field a hash lacks costs a scan of all of it).
-local function below_cap(K, id, s, n, cap, H)
+local function freed(K, id, s, cap, H)
+  if not s then
+    redis.call('HINCRBY', K.meta, 'orphans', '-1')
+    return
+  end
+  local a = addr(K, id)
+  local n = redis.call('HINCRBY', a, 'n', '-1')
+  -- Back below the cap: offered for keyless work again.
   if n == cap - 1 and OFFERED[s] then
-    local f = redis.call('HMGET', addr(K, id), 'p', 'sp')
+    local f = redis.call('HMGET', a, 'p', 'sp')
     join_passes(K, f[2], member(id, f[1] or step_text(H, s, 0, 0)))
   end
-end
-
--- An open lease of `id` (state `s`; nil if removed) has ended.
-local function freed(K, id, s, cap, H)
-  if not s then return orphan_ended(K) end
-  below_cap(K, id, s, redis.call('HINCRBY', addr(K, id), 'n', '-1'), cap, H)
 end
 
 -- Frees the slot of an open lease; false if it was closed or expired already.
@@ -990,7 +980,7 @@ end
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '11'
+local LAYOUT = '10'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -1351,48 +1341,41 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
       -- A success's latency level, as its process judged it from its own successes, when
       -- that changed (see `ops`); with the quality levels it may move.
       local hint = class == 's' and tonumber(args[i + 4])
-      local cell = class == 'a' and ABANDONED or count_field(names, site, class)
-      -- One read of what the release needs: state, newest bad outcome, suspect since, open
-      -- leases and the outcome's count; the pair's avoidance and newest bad outcome only for
-      -- a named site (tickets without one have no pair); the quality levels (`q`: latency's,
-      -- whole) only with a hint.
+      -- One read of what the release needs: state, newest bad outcome, suspect since; the
+      -- pair's avoidance and newest bad outcome only for a named site (tickets without one
+      -- have no pair); the quality levels (`q`: latency's, whole) only with a hint.
       local a, f, av, pb, q = addr(K, id), nil, nil, nil, nil
       if site == '-' then
         if hint then
-          f = redis.call('HMGET', a, 's', 'wb', 'su', 'n', cell, 'qlat', 'ql')
-          q = {f[6], f[7]}
+          f = redis.call('HMGET', a, 's', 'wb', 'su', 'qlat', 'ql')
+          q = {f[4], f[5]}
         else
-          f = redis.call('HMGET', a, 's', 'wb', 'su', 'n', cell)
+          f = redis.call('HMGET', a, 's', 'wb', 'su')
         end
       else
         if hint then
-          f = redis.call('HMGET', a, 's', 'wb', 'su', 'n', cell, names[8], names[9], 'qlat', 'ql')
-          q = {f[8], f[9]}
+          f = redis.call('HMGET', a, 's', 'wb', 'su', names[8], names[9], 'qlat', 'ql')
+          q = {f[6], f[7]}
         else
-          f = redis.call('HMGET', a, 's', 'wb', 'su', 'n', cell, names[8], names[9])
+          f = redis.call('HMGET', a, 's', 'wb', 'su', names[8], names[9])
         end
-        av, pb = f[6], f[7]
+        av, pb = f[4], f[5]
       end
-      -- The lease's end and the outcome's count in one write (a late release of an expired
-      -- lease is counted; an abandoned lease only if it was still open).
-      local counts = f[1] and (class ~= 'a' or scores[j])
-      local n = scores[j] and f[1] and num(f[4]) - 1
-      if n and counts then
-        redis.call('HSET', a, 'n', digits(n), cell, digits(num(f[5]) + 1))
-      elseif n then
-        redis.call('HSET', a, 'n', digits(n))
-      elseif counts then
-        redis.call('HSET', a, cell, digits(num(f[5]) + 1))
-      end
-      if n then
-        below_cap(K, id, f[1], n, cap, H)
-      elseif scores[j] then
-        orphan_ended(K)
-      end
+      if scores[j] then freed(K, id, f[1], cap, H) end
       if class == 'a' then
-        if scores[j] then abandoned = abandoned + 1 end
+        if scores[j] then
+          abandoned = abandoned + 1
+          if f[1] then redis.call('HINCRBY', counts_key(K, id), '-|a', '1') end
+        end
       elseif f[1] then
         released = released + 1
+        local by_class = names[6]
+        local cell = by_class[class]
+        if not cell then
+          cell = site .. '|' .. class
+          by_class[class] = cell
+        end
+        redis.call('HINCRBY', counts_key(K, id), cell, '1')
         if class == 'r' then cool(K, id, site, args[i + 4]) end
         local latency, moved = hint or nil, class ~= 's'
         if hint and latency ~= num(q[1]) then moved = true end
@@ -1543,7 +1526,7 @@ local function probe(keys, args)
   if not passed and (s == 'healthy' or s == 'degraded') then
     -- Counted ('p': a failure without a lease), windowed and weighed as a siteless release's
     -- failure is (`release_part`).
-    redis.call('HINCRBY', addr(K, id), PROBE_FAILED, '1')
+    redis.call('HINCRBY', counts_key(K, id), '-|p', '1')
     local S = sites_from(K, order, got, 3)
     local now13 = pad13(now)
     excused = observe(S['-'], 0, id, 'f', now13)
@@ -1678,22 +1661,7 @@ local function keep_cap(K, now, cap, H)
   end
 end
 
--- An address's hash (an HGETALL) as its other fields and its outcome counts, both flat
--- field, value lists; the counts' fields without their mark ('<site>|<class>').
-local function split_counts(all)
-  local rest, cells = {}, {}
-  for i = 1, #all, 2 do
-    local field = all[i]
-    if is_count(field) then
-      cells[#cells + 1], cells[#cells + 2] = string.sub(field, 2), all[i + 1]
-    else
-      rest[#rest + 1], rest[#rest + 2] = field, all[i + 1]
-    end
-  end
-  return rest, cells
-end
-
--- The named sites in an address's outcome counts (see `split_counts`), once each.
+-- The named sites in an address's outcome counts (an HGETALL of 'c:ID'), once each.
 local function sites_counted(cells)
   local out, seen = {}, {['-'] = true}
   for i = 1, #cells, 2 do
@@ -1729,12 +1697,11 @@ local function remove(keys, args)
   redis.call('HDEL', K.state, id)
   -- Its windows: the address's, and its pairs' (their sites' numbers from its counts).
   local windows = {window_key(K, id)}
-  local _, cells = split_counts(redis.call('HGETALL', a))
-  for _, name in ipairs(sites_counted(cells)) do
+  for _, name in ipairs(sites_counted(redis.call('HGETALL', K.prefix .. 'c:' .. id))) do
     local sid = redis.call('HGET', K.meta, names_of(name)[7])
     if sid then windows[#windows + 1] = window_key(K, id, sid) end
   end
-  redis.call('DEL', a, unpack(windows))
+  redis.call('DEL', a, K.prefix .. 'c:' .. id, unpack(windows))
   redis.call('ZREM', K.due, 'q' .. id)
   for _, P in ipairs(in_pools) do keep_minimum(K, P, now, cap, H) end
   keep_cap(K, now, cap, H)
@@ -1757,8 +1724,9 @@ local function snapshot(keys, args)
   local rows, cells, until_ms, windows = {}, {}, {}, {}
   for i = 1, #states, 2 do
     local id = states[i]
-    local row, c = split_counts(redis.call('HGETALL', addr(K, id)))
-    rows[#rows + 1], cells[#cells + 1] = row, c
+    rows[#rows + 1] = redis.call('HGETALL', addr(K, id))
+    local c = redis.call('HGETALL', K.prefix .. 'c:' .. id)
+    cells[#cells + 1] = c
     -- Its window, then site name and window per pair.
     local w = {redis.call('GET', window_key(K, id)) or ''}
     for _, name in ipairs(sites_counted(c)) do
