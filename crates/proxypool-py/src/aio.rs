@@ -26,6 +26,7 @@
 //! make are polled when it ends (see `drain`): under callgrind the runtime's threads went from
 //! about 17 800 to 12 700 instructions per pair, and pairs per FCALL rose (9.0 -> 10.9).
 
+use std::cell::RefCell;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -143,6 +144,23 @@ impl Wake for Task {
     }
 }
 
+thread_local! {
+    /// The loop and bridge of the drain running on this thread. The calls its resumed tasks
+    /// make (nearly all of them under load) take them from here: `asyncio.get_running_loop()`
+    /// costs a `getpid` system call per call on Python 3.11 (its check for a fork), and the
+    /// bridge an attribute lookup.
+    static DRAINING: RefCell<Option<(Py<PyAny>, Py<Completions>)>> = const { RefCell::new(None) };
+}
+
+/// Clears `DRAINING` when a drain ends, however it ends.
+struct Draining;
+
+impl Drop for Draining {
+    fn drop(&mut self) {
+        DRAINING.set(None);
+    }
+}
+
 /// The bridge of one event loop (made by `proxypool._aio.bridge`).
 #[pyclass(module = "proxypool", frozen)]
 pub(crate) struct Completions {
@@ -240,23 +258,25 @@ impl Completions {
     /// tasks, resumed on the worker's threads, join its batches while it yields). Polled one
     /// by one as made, the first of them left alone in small batches while the others were
     /// still being resumed.
-    fn drain(&self, py: Python<'_>) -> PyResult<()> {
+    /// `event_loop` is the loop the bridge belongs to (the one running the callback).
+    fn drain(slf: &Bound<'_, Self>, event_loop: Py<PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
         let rt = runtime::runtime(py)?;
-        *self
+        DRAINING.set(Some((event_loop, slf.clone().unbind())));
+        let _draining = Draining;
+        *this
             .made_in_drain
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(Vec::new());
-        let drained = self.drain_woken(py, &rt);
-        self.start_made_in_drain(&rt);
+        let drained = this.drain_woken(py, &rt);
+        this.start_made_in_drain(&rt);
         drained
     }
 }
 
-/// An awaitable for `work`, on the running loop.
-pub(crate) fn spawn<'py, F>(py: Python<'py>, work: F) -> PyResult<Bound<'py, PyAny>>
-where
-    F: Future<Output = Finish> + Send + 'static,
-{
+/// The running loop and its bridge, looked up.
+fn running_bridge(py: Python<'_>) -> PyResult<(Bound<'_, PyAny>, Bound<'_, Completions>)> {
     static GET_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     static BRIDGE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let event_loop = GET_LOOP
@@ -269,7 +289,22 @@ where
             .import(py, "proxypool._aio", "bridge")?
             .call1((&event_loop,))?,
     };
-    let bridge = bridge.cast_into::<Completions>()?;
+    Ok((event_loop, bridge.cast_into::<Completions>()?))
+}
+
+/// An awaitable for `work`, on the running loop.
+pub(crate) fn spawn<'py, F>(py: Python<'py>, work: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = Finish> + Send + 'static,
+{
+    let draining = DRAINING.with_borrow(|d| {
+        d.as_ref()
+            .map(|(event_loop, bridge)| (event_loop.clone_ref(py), bridge.clone_ref(py)))
+    });
+    let (event_loop, bridge) = match draining {
+        Some((event_loop, bridge)) => (event_loop.into_bound(py), bridge.into_bound(py)),
+        None => running_bridge(py)?,
+    };
     let call = Bound::new(py, Call::new(event_loop.unbind()))?;
     let task = Arc::new(Task {
         call: call.clone().unbind(),

@@ -5,6 +5,7 @@ import contextvars
 import pathlib
 import re
 import socket
+import threading
 import time
 
 import pytest
@@ -191,6 +192,37 @@ def test_an_async_call_is_an_asyncio_future():
             calls[0].result()
 
     asyncio.run(main())
+
+
+def test_calls_belong_to_the_loop_that_runs_them_in_and_out_of_a_drain():
+    # A call made by a task the bridge's drain resumed takes the drain's loop without looking
+    # it up: it must still be the running loop, in a second asyncio.run and in other threads.
+    pool = proxypool.Pool(A)
+
+    async def main():
+        running = asyncio.get_running_loop()
+        first = pool.acquire_async()  # made outside any drain
+        lease = await first
+        second = lease.release_async()  # made by the task the drain resumed
+        await second
+        assert first.get_loop() is running and second.get_loop() is running
+
+    for _ in range(2):
+        asyncio.run(main())
+    failures = []
+
+    def in_thread():
+        try:
+            asyncio.run(main())
+        except BaseException as e:  # reported by the test, not lost in the thread
+            failures.append(e)
+
+    threads = [threading.Thread(target=in_thread) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
 
 
 def test_probe_results_quarantine_and_bring_back_an_address():

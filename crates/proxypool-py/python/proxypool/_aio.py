@@ -13,7 +13,8 @@ def bridge(loop):
     b = _bridges.get(loop)
     if b is None:
         b = _native.Completions()
-        loop.add_reader(b.fileno(), b.drain)
+        # The drain is told its loop: the calls its tasks make need not look it up.
+        loop.add_reader(b.fileno(), b.drain, loop)
         try:
             loop._proxypool_bridge = b
         except AttributeError:
