@@ -290,7 +290,7 @@ impl Aggregator {
         }
         let deltas = self.deltas();
         let started = std::time::Instant::now();
-        match self.store.apply_clicks(&deltas).await {
+        match self.store.apply_clicks(deltas).await {
             Ok(()) => {
                 self.metrics.click_flushes.inc();
                 self.metrics.clicks_flushed.inc_by(self.pending_events);

@@ -191,7 +191,7 @@ async fn click_batches_applied_concurrently_count_exactly() {
                 if w % 2 == 1 {
                     batch.reverse();
                 }
-                store.apply_clicks(&batch).await.unwrap();
+                store.apply_clicks(batch).await.unwrap();
             }
             applied
         }));
@@ -328,14 +328,14 @@ async fn a_click_batch_is_all_or_nothing() {
         },
     ];
     assert!(matches!(
-        store.apply_clicks(&batch).await,
+        store.apply_clicks(batch.to_vec()).await,
         Err(StoreError::Backend(_))
     ));
     let fine = store.get_link("fine").await.unwrap().unwrap();
     assert_eq!((fine.clicks, fine.bot_clicks), (0, 0));
     assert!(store.daily_clicks("fine", day).await.unwrap().is_empty());
     // The failed batch leaves the connection usable and nothing half-written.
-    store.apply_clicks(&batch[..1]).await.unwrap();
+    store.apply_clicks(batch[..1].to_vec()).await.unwrap();
     let fine = store.get_link("fine").await.unwrap().unwrap();
     assert_eq!((fine.clicks, fine.bot_clicks), (3, 1));
 }
@@ -402,7 +402,7 @@ async fn days_counted_before_v6_keep_their_counts_and_gain_people() {
         people.count(visitor, &[(Dimension::Browsers, "Firefox")]);
     }
     store
-        .apply_clicks(&[ClickDelta {
+        .apply_clicks(vec![ClickDelta {
             code: "before-v6".into(),
             day,
             human: 2,

@@ -293,9 +293,9 @@ async fn contract(store: &dyn Store) {
     // (code, day) pairs in one batch add up.
     let counted = link("counted", "https://example.com/counted");
     store.insert_link(&counted, &origin()).await.unwrap();
-    store.apply_clicks(&[]).await.unwrap();
+    store.apply_clicks(Vec::new()).await.unwrap();
     store
-        .apply_clicks(&[
+        .apply_clicks(vec![
             delta("counted", 20_000, 2, 1),
             delta("counted", 20_001, 5, 0),
             delta("counted", 20_001, 1, 1),
@@ -305,7 +305,7 @@ async fn contract(store: &dyn Store) {
         .await
         .unwrap();
     store
-        .apply_clicks(&[delta("counted", 20_001, 10, 0)])
+        .apply_clicks(vec![delta("counted", 20_001, 10, 0)])
         .await
         .unwrap();
     let after = store.get_link("counted").await.unwrap().unwrap();

@@ -268,7 +268,7 @@ impl LinkStore for GuardedStore {
 
 #[async_trait]
 impl ClickSink for GuardedStore {
-    async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError> {
+    async fn apply_clicks(&self, deltas: Vec<ClickDelta>) -> Result<(), StoreError> {
         self.inner.apply_clicks(deltas).await
     }
 

@@ -1410,11 +1410,11 @@ impl LinkStore for PgStore {
 
 #[async_trait]
 impl ClickSink for PgStore {
-    async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError> {
+    async fn apply_clicks(&self, deltas: Vec<ClickDelta>) -> Result<(), StoreError> {
         if deltas.is_empty() {
             return Ok(());
         }
-        let clicks = ClickColumns::new(deltas);
+        let clicks = ClickColumns::new(&deltas);
         let mut client = self.client().await?;
         let mut attempt = 1;
         loop {

@@ -558,7 +558,7 @@ impl LinkStore for Replicated {
 
 #[async_trait]
 impl ClickSink for Replicated {
-    async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError> {
+    async fn apply_clicks(&self, deltas: Vec<ClickDelta>) -> Result<(), StoreError> {
         self.primary.apply_clicks(deltas).await
     }
 

@@ -892,8 +892,7 @@ impl LinkStore for SqliteStore {
 
 #[async_trait]
 impl ClickSink for SqliteStore {
-    async fn apply_clicks(&self, deltas: &[ClickDelta]) -> Result<(), StoreError> {
-        let deltas = deltas.to_vec();
+    async fn apply_clicks(&self, deltas: Vec<ClickDelta>) -> Result<(), StoreError> {
         self.write_alone(move |c| add_clicks(c, deltas), |_| true)
             .await
     }
