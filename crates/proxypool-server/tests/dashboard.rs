@@ -111,7 +111,11 @@ async fn the_dashboard_renders_real_data_in_chromium() {
         .iter()
         .map(|n| n.as_str().unwrap().parse().unwrap())
         .collect();
-    assert_eq!(open.iter().sum::<u64>(), 1, "quarantined, probing: {open:?}");
+    assert_eq!(
+        open.iter().sum::<u64>(),
+        1,
+        "quarantined, probing: {open:?}"
+    );
     let history = browser
         .script("return [...document.querySelectorAll('td.history')].map(td => td.title).join('|')")
         .await;
