@@ -70,7 +70,8 @@
 //! acquire fails at once with [`AcquireError::StoreUnavailable`]. The Redis store selects
 //! (every strategy, sub-pools) and judges addresses and sites much as the in-memory engine
 //! does (one behaviour suite runs against both; where they still differ, and why, is in
-//! ARCHITECTURE.md); latency is judged by each process from the successes it releases.
+//! ARCHITECTURE.md); the weight's latency level is judged by each process from the outcomes
+//! it releases (in one process, exactly as memory judges it), tails from every process's.
 //!
 //! Active probes (P12) are in [`probe`] (feature `probe`, on by default): with [`dial`] (how an
 //! upstream proxy is reached, shared with the gateway), the only modules that open sockets and

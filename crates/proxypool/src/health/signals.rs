@@ -118,6 +118,18 @@ pub(crate) fn fall(
     None
 }
 
+/// Whether a success of `latency_ms` may have grown its address's latency tail: slower than
+/// `latency_factor` × the mean of the successes in the window before it (every one, excused
+/// too; the noise floor under it). Only then, and at every outcome while degraded, is the tail
+/// read: the Redis store decides it in the releasing process from a window of that process's
+/// own outcomes (`store/redis/latency.rs`), which in one process is memory's window, so both
+/// stores ask the judge at the same releases.
+pub(crate) fn may_grow_tail(latency_ms: u16, mean_before: Option<f64>, cfg: &HealthConfig) -> bool {
+    mean_before.is_some_and(|mean| {
+        f64::from(latency_ms) > cfg.latency_factor * mean.max(super::weight::LATENCY_NOISE_MS)
+    })
+}
+
 /// A latency tail far above the address's own median (from the window's latency histogram:
 /// no sorting on the release path). A median below the latency noise counts as the noise: a
 /// tail of a few milliseconds is no jump.

@@ -50,6 +50,18 @@ pub(crate) fn latency_level(own_ms: Option<f64>, reference_ms: Option<f64>) -> i
     }
 }
 
+/// The weight of the reference latency a new sample has: a running mean of the pool's (or a
+/// site's) successes, slow to move.
+const REFERENCE_LATENCY_ALPHA: f64 = 0.02;
+
+/// Moves a running reference latency towards a new success's `ms`.
+pub(crate) fn follow_reference(reference: &mut Option<f64>, ms: f64) {
+    *reference = Some(match *reference {
+        None => ms,
+        Some(r) => r + REFERENCE_LATENCY_ALPHA * (ms - r),
+    });
+}
+
 /// The level of a window's success rate over all its young outcomes (excused ones too: a
 /// site-wide spike lowers every address alike), smoothed towards 1 with two virtual successes
 /// so that one early failure does not crush a new address.

@@ -144,7 +144,7 @@ impl PoolState {
         slot: Slot,
         site: u32,
         class: Class,
-        latency_ms: u16,
+        slower: bool,
         now: Timestamp,
     ) {
         let cfg = &self.cfg.health;
@@ -159,8 +159,7 @@ impl PoolState {
         let mut evidence = Windows {
             pool: self,
             slot,
-            class,
-            latency_ms,
+            slower,
             now,
         };
         let verdict = judge::evaluate(standing, class, excused, thresholds, &mut evidence);
@@ -333,8 +332,8 @@ impl PoolState {
 struct Windows<'a> {
     pool: &'a mut PoolState,
     slot: Slot,
-    class: Class,
-    latency_ms: u16,
+    /// A success that may have grown the tail ([`signals::may_grow_tail`]).
+    slower: bool,
     now: Timestamp,
 }
 
@@ -345,15 +344,9 @@ impl Evidence for Windows<'_> {
 
     fn slow_tail(&mut self, always: bool) -> Option<Signal> {
         let rec = self.pool.record(self.slot)?;
-        // A tail can only have grown with a success slower than the window's mean: the
-        // quantiles are read then (and on every outcome while degraded, to see it clear).
-        let slower = self.class == Class::Success
-            && rec
-                .window
-                .counted(self.now)
-                .mean_latency_ms()
-                .is_some_and(|mean| f64::from(self.latency_ms) > mean);
-        (slower || always)
+        // Read after a success that may have grown the tail, and on every outcome while
+        // degraded, to see it clear.
+        (self.slower || always)
             .then(|| signals::slow_tail(&rec.window, &self.pool.cfg.health))
             .flatten()
     }

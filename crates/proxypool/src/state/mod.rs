@@ -37,9 +37,6 @@ use sessions::Sessions;
 use sites::Sites;
 use sub_pool::SubPool;
 
-/// Smoothing of the pool's reference latency (the denominator of normalised latency).
-pub(crate) const REFERENCE_LATENCY_ALPHA: f64 = 0.02;
-
 #[derive(Debug, Default)]
 struct Counters {
     acquired: u64,

@@ -5,7 +5,7 @@ use crate::address::ProxyAddress;
 use crate::clock::{Timestamp, millis};
 use crate::error::PoolError;
 use crate::health::window::{Class, Entry};
-use crate::health::{HealthState, weight};
+use crate::health::{HealthState, signals, weight};
 use crate::lease::Outcome;
 use crate::snapshot::Totals;
 use crate::store::Release;
@@ -14,7 +14,7 @@ use crate::strategy::Slot;
 use super::LeaseRef;
 use super::sites::NO_SITE;
 
-use super::{PoolState, REFERENCE_LATENCY_ALPHA};
+use super::PoolState;
 
 impl PoolState {
     pub(crate) fn release(&mut self, release: &Release, now: Timestamp) {
@@ -58,6 +58,13 @@ impl PoolState {
             return;
         };
         let had_bad = rec.bad_in_window;
+        // Asked before the push, from the window as the outcome found it.
+        let slower = latency.is_some()
+            && signals::may_grow_tail(
+                latency_ms,
+                rec.window.tallies(now).0.mean_latency_ms(),
+                &self.cfg.health,
+            );
         if site != NO_SITE {
             let cell = self
                 .sites
@@ -71,9 +78,9 @@ impl PoolState {
         rec.metrics.outcome(outcome);
         if latency.is_some() {
             let ms = f64::from(latency_ms);
-            follow(&mut self.reference_latency_ms, ms);
+            weight::follow_reference(&mut self.reference_latency_ms, ms);
             if let Some(s) = self.sites.list.get_mut(site as usize) {
-                follow(&mut s.reference_ms, ms);
+                weight::follow_reference(&mut s.reference_ms, ms);
             }
         }
         // Weighed before the site is judged, as the Redis library weighs before the judge's
@@ -88,7 +95,7 @@ impl PoolState {
         self.reweigh(slot, class != Class::Success, had_bad, now);
         self.judge_site(site, slot, class, now);
         self.judge_cell(slot, site, now);
-        self.evaluate(slot, site, class, latency_ms, now);
+        self.evaluate(slot, site, class, slower, now);
     }
 
     /// The address's quality level (its weight for tickets without a site, P1) follows an
@@ -206,14 +213,6 @@ impl PoolState {
         }
         Ok(())
     }
-}
-
-/// Moves a running latency towards a new sample.
-fn follow(reference: &mut Option<f64>, ms: f64) {
-    *reference = Some(match *reference {
-        None => ms,
-        Some(r) => r + REFERENCE_LATENCY_ALPHA * (ms - r),
-    });
 }
 
 fn count(t: &mut Totals, class: Class) {

@@ -65,8 +65,9 @@ pub(super) struct Facts {
     class: Class,
     /// The outcome's site is judged degraded (P9).
     excused: bool,
-    /// A success's latency (ms): the tail is read when it is slower than the window's mean.
-    latency_ms: Option<u16>,
+    /// A success that may have grown the tail, as its process judged it
+    /// ([`crate::health::signals::may_grow_tail`]): the tail is read then.
+    slower: bool,
     /// A probe report (judged as `PoolState::report_probe` does), not a release.
     probe: bool,
     /// The outcome's named site, and whether its pair was avoided.
@@ -130,15 +131,20 @@ impl Facts {
         } else {
             Some(n.parse().ok()?)
         };
+        // A success's latency in ms ('' for other outcomes), followed by '!' when it may have
+        // grown the tail.
+        let (ms, slower) = match latency.strip_suffix('!') {
+            Some(ms) => (ms, true),
+            None => (latency.as_str(), false),
+        };
+        if !ms.is_empty() {
+            ms.parse::<u16>().ok()?;
+        }
         let mut facts = Self {
             id: id.parse().ok()?,
             class: class_of(class)?,
             excused: excused == "1",
-            latency_ms: if latency.is_empty() {
-                None
-            } else {
-                Some(latency.parse().ok()?)
-            },
+            slower,
             probe: release.is_none(),
             site: (site != super::NO_SITE).then(|| site.clone()),
             pair_avoided: avoided == "1",
@@ -197,6 +203,16 @@ impl Facts {
         Some(())
     }
 
+    /// The address of a probe report that failed in service, which entered its window (as a
+    /// siteless failure does in memory's `report_probe`).
+    pub(super) fn failed_probe_in_service(&self) -> Option<u32> {
+        let in_service = matches!(
+            self.health.state,
+            HealthState::Healthy | HealthState::Degraded
+        );
+        (self.probe && self.class == Class::Failure && in_service).then_some(self.id)
+    }
+
     /// The outcome's site changed its verdict (P9) after these facts were read: it is now
     /// degraded (`excused`) or not, and the address is judged on its windows read again (a
     /// conviction excused the stretch in them).
@@ -247,13 +263,7 @@ impl Evidence for Recorded<'_> {
     fn slow_tail(&mut self, always: bool) -> Option<Signal> {
         // As the memory store reads it (`state::judgement`), from a window that holds every
         // process's latencies.
-        let slower = self.facts.latency_ms.is_some_and(|ms| {
-            self.window
-                .counted(self.now)
-                .mean_latency_ms()
-                .is_some_and(|mean| f64::from(ms) > mean)
-        });
-        (slower || always)
+        (self.facts.slower || always)
             .then(|| signals::slow_tail(&self.window, self.cfg))
             .flatten()
     }
@@ -623,14 +633,16 @@ mod tests {
                 "", "0", &window, "",
             ])
         };
-        let (_, facts) = Facts::parse(&slow("02000")).unwrap();
+        let (_, facts) = Facts::parse(&slow("02000!")).unwrap();
         let plan = decide(&facts, &cfg, now, &mut rng).unwrap();
         assert!(
             matches!(plan.enter, Some((HealthState::Degraded, ref r)) if r.starts_with("latency p95")),
             "{plan:?}"
         );
-        // A success no slower than the mean cannot have grown the tail: not read, as memory.
-        let (_, facts) = Facts::parse(&slow("00100")).unwrap();
+        // A success its process found no slower than the tail's trigger: not read, as memory.
+        let (_, facts) = Facts::parse(&slow("02000")).unwrap();
         assert_eq!(decide(&facts, &cfg, now, &mut rng), None);
+        // Latencies are whole milliseconds.
+        assert!(Facts::parse(&slow("2.5!")).is_none());
     }
 }

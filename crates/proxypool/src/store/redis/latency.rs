@@ -1,12 +1,14 @@
-//! Latency for the Redis store (P1, P4). The tail is judged over the address's shared window,
-//! which holds every process's latencies (`judging.rs`, as memory); what this process keeps is
-//! what picks the releases worth that read, and the weight's latency level.
+//! Latency for the Redis store (P1, P4): the weight's latency level, and whether a success may
+//! have grown its address's tail, judged by the releasing process as memory judges them —
+//! over a window of the outcomes this process released per address (memory's `Window`, of the
+//! pool's length and age) against a reference latency of its own successes. In one process
+//! these are memory's window and reference, so both stores weigh and ask the judge at the same
+//! releases (the differential test); with several, each process's sample of an address's
+//! traffic estimates the whole as well when work is spread over processes. The tail itself is
+//! judged over the shared window, which holds every process's latencies (`judging.rs`).
 //!
-//! The level is judged by each process from the successes it releases: a sample of each
-//! address's traffic, which estimates the address's latency as well as the whole would when
-//! work is spread over processes. Keeping the figures here rather than in the script costs the
-//! shared pool nothing per success; the script gets the level when it moves (see `ops` in
-//! library.lua).
+//! Kept here rather than in the script, these figures cost the shared pool nothing per
+//! success: the script gets the level when it moves (see `ops` in library.lua).
 
 use std::collections::HashMap;
 
@@ -14,33 +16,33 @@ use std::time::Duration;
 
 use crate::clock::Timestamp;
 use crate::config::HealthConfig;
-use crate::health::weight::{self, LATENCY_NOISE_MS};
-use crate::state::REFERENCE_LATENCY_ALPHA;
+use crate::health::signals;
+use crate::health::weight;
+use crate::health::window::{Class, Entry, Window};
 
-/// Running figures of the addresses this process released, by id, and of all of them.
+/// This process's outcomes by address id, and the reference latency of all its successes.
 #[derive(Debug, Default)]
 pub(super) struct Latencies {
     by_id: HashMap<u32, Running>,
     reference_ms: Option<f64>,
 }
 
-/// One address's, over about the window's length.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Running {
-    mean_ms: f64,
+    window: Window,
     /// The level last sent, when, and the successes since.
     sent: Option<(i64, Timestamp)>,
     since_sent: u32,
 }
 
-/// What one success tells the script.
+/// What one outcome tells the script.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Noted {
-    /// The quality level of the address's latency (its mean over the pool's, as
-    /// `health::weight::quality` normalises it), when it changed or again after a while.
+    /// For a success, the quality level of the address's latency (its window's mean over the
+    /// reference, as memory's weight takes it), when it changed or again after a while.
     pub(super) level: Option<i64>,
-    /// Slower than `latency_factor` × the address's mean: it may have grown the tail (P4), so
-    /// the judge reads the window.
+    /// A success that may have grown the tail ([`signals::may_grow_tail`]): the judge reads
+    /// the shared window.
     pub(super) slow: bool,
 }
 
@@ -50,22 +52,39 @@ const RESEND_EVERY: u32 = 16;
 const RESEND_AFTER: Duration = Duration::from_secs(1);
 
 impl Latencies {
-    /// Notes a success of address `id` that took `ms`, at `now`.
-    pub(super) fn note(&mut self, id: u32, ms: f64, cfg: &HealthConfig, now: Timestamp) -> Noted {
-        let alpha = 2.0 / (cfg.window as f64 + 1.0);
-        let reference = match self.reference_ms {
-            Some(r) => r + REFERENCE_LATENCY_ALPHA * (ms - r),
-            None => ms,
-        };
-        self.reference_ms = Some(reference);
-        let r = self.by_id.entry(id).or_insert(Running {
-            mean_ms: ms,
+    /// Notes an outcome of address `id` at `now` that enters its window (a success with its
+    /// latency in whole ms, capped as windows cap it; failures and captchas with 0), in the
+    /// order memory's `record_outcome` takes it: the tail's question on the window as the
+    /// outcome found it, the push, the reference, the level.
+    pub(super) fn note(
+        &mut self,
+        id: u32,
+        class: Class,
+        latency_ms: u16,
+        cfg: &HealthConfig,
+        now: Timestamp,
+    ) -> Noted {
+        let r = self.by_id.entry(id).or_insert_with(|| Running {
+            window: Window::new(cfg.window, cfg.window_max_age, false),
             sent: None,
             since_sent: 0,
         });
-        let slow = ms > cfg.latency_factor * r.mean_ms.max(LATENCY_NOISE_MS);
-        r.mean_ms += alpha * (ms - r.mean_ms);
-        let level = i64::from(weight::latency_level(Some(r.mean_ms), Some(reference)));
+        let success = class == Class::Success;
+        let slow = success
+            && signals::may_grow_tail(latency_ms, r.window.tallies(now).0.mean_latency_ms(), cfg);
+        r.window.push(Entry {
+            at: now,
+            site: 0,
+            latency_ms,
+            class,
+            excused: false,
+        });
+        if !success {
+            return Noted { level: None, slow };
+        }
+        weight::follow_reference(&mut self.reference_ms, f64::from(latency_ms));
+        let mean = r.window.tallies(now).0.mean_latency_ms();
+        let level = i64::from(weight::latency_level(mean, self.reference_ms));
         r.since_sent += 1;
         if let Some((sent, at)) = r.sent
             && sent == level
@@ -81,6 +100,11 @@ impl Latencies {
             slow,
         }
     }
+
+    /// Forgets a removed address (its id may come back with another's outcomes).
+    pub(super) fn forget(&mut self, id: u32) {
+        self.by_id.remove(&id);
+    }
 }
 
 #[cfg(test)]
@@ -88,10 +112,10 @@ mod tests {
     use super::*;
 
     /// What `n` successes of `id` in `ms` tell the script.
-    fn notes(l: &mut Latencies, id: u32, ms: f64, n: usize) -> Vec<Noted> {
+    fn notes(l: &mut Latencies, id: u32, ms: u16, n: usize) -> Vec<Noted> {
         let cfg = HealthConfig::default();
         (0..n)
-            .map(|_| l.note(id, ms, &cfg, Timestamp::default()))
+            .map(|_| l.note(id, Class::Success, ms, &cfg, Timestamp::default()))
             .collect()
     }
 
@@ -104,8 +128,8 @@ mod tests {
         let mut l = Latencies::default();
         let mut slow = Vec::new();
         for _ in 0..50 {
-            notes(&mut l, 1, 50.0, 1);
-            slow.extend(notes(&mut l, 2, 500.0, 1));
+            notes(&mut l, 1, 50, 1);
+            slow.extend(notes(&mut l, 2, 500, 1));
         }
         // The pool's reference is near 250 ms: twice that is -2 half octaves, a fifth of it
         // (with the noise floor, about a quarter) +4.
@@ -113,10 +137,31 @@ mod tests {
         assert!(slow.iter().all(|n| !n.slow));
         // Unchanged levels are not sent again for a while; then they are.
         assert!(levels(&slow).len() < 20, "{slow:?}");
-        assert_eq!(levels(&notes(&mut l, 1, 50.0, 16)).last(), Some(&4));
-        // Far above its own mean: the judge is to read the tail, at once.
-        assert!(notes(&mut l, 1, 400.0, 1)[0].slow);
+        assert_eq!(levels(&notes(&mut l, 1, 50, 16)).last(), Some(&4));
+        // Far above its window's mean: the judge is to read the tail, at once.
+        assert!(notes(&mut l, 1, 400, 1)[0].slow);
         // Near it: no news.
-        assert!(!notes(&mut l, 1, 60.0, 1)[0].slow);
+        assert!(!notes(&mut l, 1, 60, 1)[0].slow);
+    }
+
+    #[test]
+    fn failures_take_their_place_in_the_window_and_weigh_no_latency() {
+        let cfg = HealthConfig::default();
+        let mut l = Latencies::default();
+        let at = Timestamp::default();
+        let failed = l.note(3, Class::Failure, 0, &cfg, at);
+        assert_eq!(
+            failed,
+            Noted {
+                level: None,
+                slow: false
+            }
+        );
+        // The window's mean is the successes' alone.
+        notes(&mut l, 3, 100, 1);
+        let mean = l.by_id[&3].window.tallies(at).0.mean_latency_ms();
+        assert_eq!(mean, Some(100.0));
+        l.forget(3);
+        assert!(l.by_id.is_empty());
     }
 }

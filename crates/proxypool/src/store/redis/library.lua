@@ -1453,7 +1453,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
           local pair_news = site ~= '-' and (k ~= 's' or av or (pb and now - tonumber(pb) <= H.max_age))
           if pair_news or not (k == 's' and f[1] == 'healthy' and not f[3] and not slow) then
             judged[#judged + 1] = facts(K, id, bad, H,
-              {tostring(j), id, k, excused and '1' or '0', k == 's' and ms or '', site, av and '1' or '0'},
+              {tostring(j), id, k, excused and '1' or '0', k == 's' and args[i + 5] or '', site, av and '1' or '0'},
               now, st.sid, bad or f[3] ~= nil)
           end
         end
@@ -1484,7 +1484,7 @@ end
 -- pool: the keyless strategy's letter (see acquire_one) and the sub-pool's name (none for
 -- the whole pool), least connections' seed (see `least`; '0' for other acquires). Replies three elements per acquire (see acquire_one), then the facts the
 -- judge needs of the releases that are news (see `facts`; each led by the release's number,
--- its address id, class, '1' if excused, a success's latency (5 digits), its site and '1' if
+-- its address id, class, '1' if excused, a success's latency (5 digits, then '!' if it may have grown the tail), its site and '1' if
 -- that pair was avoided), the sites to judge (see `end_sites`), `more` and the pool's epoch.
 local function ops(keys, args)
   local releases = tonumber(args[8]) or 0

@@ -17,6 +17,7 @@ use super::verdicts::SiteFacts;
 use crate::address::ProxyAddress;
 use crate::clock::{Timestamp, millis};
 use crate::error::{AcquireError, PoolError};
+use crate::health::window::Class;
 use crate::lease::{LeaseId, Outcome};
 use crate::snapshot::Snapshot;
 use crate::state::LeaseRef;
@@ -211,23 +212,30 @@ impl RedisStore {
                 .saturating_add(millis(retry_after.min(self.cfg.backoff.cap))),
             _ => 0,
         };
-        let (level, success) = match release.outcome {
-            Outcome::Success { latency } => {
+        // What enters the address's window, as memory classes it (a rate limit does not).
+        let windowed = match release.outcome {
+            // Capped as the windows cap it.
+            Outcome::Success { latency } => Some((
+                Class::Success,
+                u16::try_from(millis(latency)).unwrap_or(u16::MAX),
+            )),
+            Outcome::ConnectError | Outcome::Timeout | Outcome::Blocked => {
+                Some((Class::Failure, 0))
+            }
+            Outcome::Captcha => Some((Class::Captcha, 0)),
+            Outcome::RateLimited { .. } => None,
+        };
+        let (level, success) = match windowed {
+            Some((class, ms)) => {
                 let noted = self
                     .latencies
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .note(
-                        release.slot,
-                        latency.as_secs_f64() * 1000.0,
-                        &self.cfg.health,
-                        now,
-                    );
-                // Capped as the memory store's windows cap it.
-                let ms = u16::try_from(millis(latency)).unwrap_or(u16::MAX);
-                (noted.level, Some((ms, noted.slow)))
+                    .note(release.slot, class, ms, &self.cfg.health, now);
+                let success = (class == Class::Success).then_some((ms, noted.slow));
+                (noted.level, success)
             }
-            _ => (None, None),
+            None => (None, None),
         };
         let request = ReleaseRequest {
             now,
@@ -589,6 +597,20 @@ impl RedisStore {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(address.as_str());
+        // Its id is not given again in this epoch: its outcomes here are of no more use.
+        let id = self
+            .addresses
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
+            .iter()
+            .find_map(|(id, a)| (a == address).then_some(*id));
+        if let Some(id) = id {
+            self.latencies
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .forget(id);
+        }
         if matches!(reply, Value::Int(1)) {
             Ok(())
         } else {
@@ -623,6 +645,12 @@ impl RedisStore {
                 };
                 let (_, mut facts) = Facts::parse(record).ok_or_else(malformed)?;
                 let sites = SiteFacts::parse_all(sites).ok_or_else(malformed)?;
+                if let Some(id) = facts.failed_probe_in_service() {
+                    self.latencies
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .note(id, Class::Failure, 0, &self.cfg.health, now);
+                }
                 // A failure in service is an outcome at the site of tickets without one.
                 let again = self.judge_sites(&sites, now).await;
                 if let Some((_, excused)) = again.map_err(PoolError::StoreUnavailable)?.first() {
