@@ -2,10 +2,11 @@
 //! with the same addresses, configuration, seed and clock must give the same answers, the same
 //! per-address states and the same decision log (subject, transition, reason) at every step.
 //!
-//! The operations are those where the stores judge alike today: keyed acquires (the ring and its bounded loads are one
-//! function of the URLs, so both pick the same address), keyless acquires held in a
-//! least-connections sub-pool (both draw from the pool's seeded generator), a round-robin
-//! one (one cursor over the members by id) and a weighted one (the same whole-number steps,
+//! The operations are those where the stores judge alike today: keyed acquires through the
+//! whole pool or a sub-pool (the ring and its bounded loads are one function of the URLs, so
+//! both pick the same address), keyless acquires held in a least-connections sub-pool (both
+//! draw from the pool's seeded generator), a round-robin one (one cursor over the members by
+//! id), a weighted one and the whole pool (weighted: the same whole-number steps,
 //! `health::weight::step`, and tie order), releases with every outcome class, with or without
 //! a named site, successes of latencies from 40 ms to 1.5 s (one process's window is memory's:
 //! the same latency levels, the same releases asking for the tail), clock steps, probe
@@ -37,11 +38,24 @@ const SUB_POOLS: [(&str, Keyless); 3] = [
 ];
 const IN_SUB_POOLS: usize = 4;
 
+/// Pool numbers: `SUB_POOLS` by index, then this one and above for the whole pool (weighted).
+const POOLS: u8 = SUB_POOLS.len() as u8;
+
+/// A ticket drawing from pool number `pool`.
+fn ticket(pool: u8) -> Ticket {
+    match SUB_POOLS.get(usize::from(pool)) {
+        Some((name, _)) => Ticket::new().sub_pool(*name),
+        None => Ticket::new(),
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Op {
-    /// A keyed acquire released at once with `outcome`.
+    /// A keyed acquire (through sub-pool `pool`, see [`ticket`]) released at once with
+    /// `outcome`.
     Pair {
         key: u8,
+        pool: u8,
         outcome: u8,
     },
     /// The same for a ticket naming site `site` (P9: sites, pairs, the excuse).
@@ -50,7 +64,7 @@ enum Op {
         outcome: u8,
         site: u8,
     },
-    /// A keyless acquire in sub-pool `pool` (see `SUB_POOLS`), held while `held` more are
+    /// A keyless acquire in sub-pool `pool` (see [`ticket`]), held while `held` more are
     /// taken the same way, then all released with `outcome`.
     Keyless {
         pool: u8,
@@ -76,10 +90,11 @@ enum Op {
 fn op(step_ms: u32, membership: bool, sites: bool) -> impl Strategy<Value = Op> {
     let changes = u32::from(membership);
     prop_oneof![
-        8 => (0u8..10, 0u8..OUTCOMES).prop_map(|(key, outcome)| Op::Pair { key, outcome }),
+        8 => (0u8..10, 0u8..=POOLS, 0u8..OUTCOMES)
+            .prop_map(|(key, pool, outcome)| Op::Pair { key, pool, outcome }),
         8 * u32::from(sites) => (0u8..10, 0u8..OUTCOMES, 0u8..2)
             .prop_map(|(key, outcome, site)| Op::Site { key, outcome, site }),
-        4 => (0u8..SUB_POOLS.len() as u8, 0u8..4, 0u8..OUTCOMES)
+        4 => (0u8..=POOLS, 0u8..4, 0u8..OUTCOMES)
             .prop_map(|(pool, held, outcome)| Op::Keyless { pool, held, outcome }),
         3 => (0..step_ms).prop_map(|ms| Op::Advance { ms }),
         2 => (0u8..ADDRESSES as u8, any::<bool>())
@@ -172,11 +187,17 @@ async fn run(redis: &RedisServer, case: usize, ops: &[Op]) -> Result<(), TestCas
         .unwrap();
     for (step, op) in ops.iter().enumerate() {
         match op {
-            Op::Pair { key, outcome: o }
+            Op::Pair {
+                key, outcome: o, ..
+            }
             | Op::Site {
                 key, outcome: o, ..
             } => {
-                let mut ticket = Ticket::new().key(format!("k{key}"));
+                let pool = match op {
+                    Op::Pair { pool, .. } => *pool,
+                    _ => POOLS,
+                };
+                let mut ticket = ticket(pool).key(format!("k{key}"));
                 if let Op::Site { site, .. } = op {
                     ticket = ticket.site(["a.example", "b.example"][usize::from(*site)]);
                 }
@@ -204,8 +225,7 @@ async fn run(redis: &RedisServer, case: usize, ops: &[Op]) -> Result<(), TestCas
                     let mut leases = Vec::new();
                     let mut got = Vec::new();
                     for _ in 0..=*held {
-                        let ticket = Ticket::new().sub_pool(SUB_POOLS[usize::from(*p)].0);
-                        match pool.acquire(ticket).await {
+                        match pool.acquire(ticket(*p)).await {
                             Ok(lease) => {
                                 got.push(Ok(lease.address().as_str().to_owned()));
                                 leases.push(lease);
@@ -317,7 +337,11 @@ fn memory_and_redis_decide_alike_on_kept_cases() {
         address,
         add: false,
     };
-    let pair = |key, outcome| Op::Pair { key, outcome };
+    let pair = |key, outcome| Op::Pair {
+        key,
+        pool: POOLS,
+        outcome,
+    };
     let cases: &[&[Op]] = &[
         &[remove(0)],
         &[
