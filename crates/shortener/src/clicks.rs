@@ -82,6 +82,7 @@ pub(crate) fn start(
         metrics,
         visits,
         pending: HashMap::default(),
+        run: None,
         pending_events: 0,
         oldest: None,
         unsent: None,
@@ -102,6 +103,16 @@ struct Pending {
     people: Option<Box<People>>,
 }
 
+/// Clicks without a visit on one code in one UTC day, in a row: the fold adds them to the map
+/// as one, so a link clicked over and over (the hot link, a crawler's retries) costs a
+/// pointer comparison per click instead of a map entry.
+struct Run {
+    code: Arc<str>,
+    day: Day,
+    human: u64,
+    bot: u64,
+}
+
 struct Aggregator {
     store: Arc<dyn Store>,
     /// Set in the scale-out mode: batches go to the click stream, not to the store.
@@ -111,6 +122,8 @@ struct Aggregator {
     /// Clicks per (code, day) not yet written.
     /// Keyed by codes of existing links only, so a fast hasher (not SipHash) is safe here.
     pending: HashMap<(Arc<str>, Day), Pending, quick_cache::DefaultHashBuilder>,
+    /// Folded clicks not yet in `pending` (see [`Run`]); settled before anything reads it.
+    run: Option<Run>,
     pending_events: u64,
     /// When the oldest click not yet written (or shipped) happened: the lag metric.
     oldest: Option<UnixSeconds>,
@@ -146,6 +159,7 @@ impl Aggregator {
                     last_write = tokio::time::Instant::now();
                 }
             }
+            self.settle();
             if last_write.elapsed() >= interval {
                 self.flush().await;
                 self.prune().await;
@@ -265,23 +279,46 @@ impl Aggregator {
 
     fn fold(&mut self, event: ClickEvent) {
         self.oldest = Some(self.oldest.map_or(event.at, |o| o.min(event.at)));
-        let entry = self
-            .pending
-            .entry((event.code, Day::from_unix(event.at)))
-            .or_default();
-        if event.bot {
-            entry.bot += 1;
-        } else {
-            entry.human += 1;
-        }
-        if let Some(visit) = &event.visit {
-            self.visits
-                .count(entry.people.get_or_insert_with(Box::default), visit);
-        }
         self.pending_events += 1;
+        let day = Day::from_unix(event.at);
+        let (human, bot) = (u64::from(!event.bot), u64::from(event.bot));
+        let Some(visit) = &event.visit else {
+            match &mut self.run {
+                // The cache hands out one `Arc` per link, so the same pointer is the same code.
+                Some(run) if Arc::ptr_eq(&run.code, &event.code) && run.day == day => {
+                    run.human += human;
+                    run.bot += bot;
+                }
+                _ => {
+                    self.settle();
+                    self.run = Some(Run {
+                        code: event.code,
+                        day,
+                        human,
+                        bot,
+                    });
+                }
+            }
+            return;
+        };
+        let entry = self.pending.entry((event.code, day)).or_default();
+        entry.human += human;
+        entry.bot += bot;
+        self.visits
+            .count(entry.people.get_or_insert_with(Box::default), visit);
+    }
+
+    /// Moves the run of clicks folded last into `pending`.
+    fn settle(&mut self) {
+        if let Some(run) = self.run.take() {
+            let entry = self.pending.entry((run.code, run.day)).or_default();
+            entry.human += run.human;
+            entry.bot += run.bot;
+        }
     }
 
     async fn flush(&mut self) {
+        self.settle();
         if let Some(shipper) = self.shipper.clone() {
             return self.ship(&shipper).await;
         }
@@ -330,5 +367,70 @@ impl Aggregator {
             }
             Err(e) => tracing::warn!(error = %e, "pruning old daily click counts failed"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn aggregator(store: Arc<dyn Store>) -> Aggregator {
+        Aggregator {
+            store,
+            shipper: None,
+            metrics: Arc::new(Metrics::new()),
+            visits: VisitFold::new([7; 16], None),
+            pending: HashMap::default(),
+            run: None,
+            pending_events: 0,
+            oldest: None,
+            unsent: None,
+            max_backlog: MAX_PENDING_EVENTS,
+            pruned_through: None,
+        }
+    }
+
+    fn click(code: &Arc<str>, at: UnixSeconds, bot: bool, person: bool) -> ClickEvent {
+        ClickEvent {
+            code: code.clone(),
+            at,
+            bot,
+            visit: person.then(|| Visit::new([192, 0, 2, 1].into(), "Firefox", None)),
+        }
+    }
+
+    #[test]
+    fn runs_of_one_code_count_as_many_clicks_as_were_folded() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
+        let mut fold = aggregator(store);
+        let day = 1_700_000_000;
+        let hot: Arc<str> = Arc::from("hotlink");
+        // The same code from another allocation: counted under the same key all the same.
+        let hot_again: Arc<str> = Arc::from("hotlink");
+        let other: Arc<str> = Arc::from("another");
+        for event in [
+            click(&hot, day, true, false),
+            click(&hot, day + 1, true, false),
+            click(&hot, day + 2, false, true),
+            click(&hot, day + 3, true, false),
+            click(&hot_again, day + 4, true, false),
+            click(&other, day + 5, false, false),
+            click(&hot, day + 6, false, false),
+            // The next UTC day: a key of its own.
+            click(&hot, day + 86_400, true, false),
+        ] {
+            fold.fold(event);
+        }
+        fold.settle();
+        let counts = |code: &str, at: UnixSeconds| {
+            let pending = &fold.pending[&(Arc::from(code), Day::from_unix(at))];
+            (pending.human, pending.bot, pending.people.is_some())
+        };
+        assert_eq!(counts("hotlink", day), (2, 4, true));
+        assert_eq!(counts("another", day), (1, 0, false));
+        assert_eq!(counts("hotlink", day + 86_400), (0, 1, false));
+        assert_eq!(fold.pending.len(), 3);
+        assert_eq!(fold.pending_events, 8);
     }
 }
