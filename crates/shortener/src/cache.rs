@@ -20,12 +20,6 @@
 //! a small probationary queue (3 % of its weight) and promotes only those hit again, so a
 //! scan of links seen once cycles through that queue without touching the hot part.
 //!
-//! Each thread also keeps a small front of the links it hit twice in a row at one place
-//! (direct-mapped by the code's hash): clones of L1's entries, checked against the same
-//! generation and TTL, so they are never served where L1's would not be. A hit there takes
-//! no shard lock, whose lock word both worker threads would otherwise write on every
-//! request for a hot link.
-//!
 //! Stale if error: a link whose entry (L1, else L2) is past its TTL but within
 //! `--stale-max-age` of it (and before the link's expiry) is still served when the store is
 //! unavailable. An L1 entry found past its TTL moves to a shelf (an eighth of the memory)
@@ -44,10 +38,9 @@ use quick_cache::sync::Cache;
 use shortener_core::day::UnixSeconds;
 use shortener_core::link::Link;
 use shortener_core::store::StoreError;
-use std::cell::RefCell;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 /// Shards of write generations; many, so that one write stales few unrelated entries.
@@ -60,36 +53,6 @@ const ENTRY_OVERHEAD: usize = 200;
 const TYPICAL_ENTRY: u64 = 260;
 /// What a negative entry costs beyond its code: a 16-byte value instead of a `Slot`.
 const NEGATIVE_OVERHEAD: usize = 100;
-
-/// Places in each thread's front, as bits of the code's hash.
-const FRONT_BITS: u32 = 6;
-const FRONT_SLOTS: usize = 1 << FRONT_BITS;
-
-/// A link this thread found usable in L1 (see [`LinkCache::cached`]).
-struct FrontEntry {
-    /// [`LinkCache::id`] of the cache it came from: tests run several caches in one thread.
-    cache: usize,
-    hash: u64,
-    link: CachedLink,
-    generation: u32,
-    fresh_until: UnixSeconds,
-}
-
-struct Front {
-    entries: [Option<FrontEntry>; FRONT_SLOTS],
-    /// The hash of the code last hit in L1 at each place: a code moves to the front on its
-    /// second hit in a row there, so a spread of codes seen once does not churn it.
-    seen: [u64; FRONT_SLOTS],
-}
-
-thread_local! {
-    static FRONT: RefCell<Front> = const {
-        RefCell::new(Front {
-            entries: [const { None }; FRONT_SLOTS],
-            seen: [0; FRONT_SLOTS],
-        })
-    };
-}
 
 /// What a redirect needs of a link, ready to send. Cloning it costs two reference-count
 /// increments (the code is shared with the cache key, the header value with the entry).
@@ -218,8 +181,6 @@ pub(crate) struct LinkCache {
     store: Arc<dyn Store>,
     shared: Option<SharedLayer>,
     metrics: Arc<Metrics>,
-    /// Tells this cache's front entries from another's in the same thread.
-    id: usize,
 }
 
 impl std::fmt::Debug for LinkCache {
@@ -286,63 +247,14 @@ impl LinkCache {
             store,
             shared,
             metrics,
-            id: {
-                static NEXT: AtomicUsize = AtomicUsize::new(0);
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            },
         }
     }
 
-    fn hash(&self, code: &str) -> u64 {
+    fn generation(&self, code: &str) -> &AtomicU32 {
         let mut h = self.hasher.build_hasher();
         h.write(code.as_bytes());
-        h.finish()
-    }
-
-    fn generation_at(&self, hash: u64) -> &AtomicU32 {
         // SHARDS is a power of two, so the mask keeps the index in range.
-        &self.generations[(hash as usize) & (SHARDS - 1)]
-    }
-
-    fn generation(&self, code: &str) -> &AtomicU32 {
-        self.generation_at(self.hash(code))
-    }
-
-    /// This thread's front entry for `code`, if it is still what L1 would serve.
-    fn front_hit(
-        &self,
-        code: &str,
-        hash: u64,
-        generation: &AtomicU32,
-        now: UnixSeconds,
-    ) -> Option<CachedLink> {
-        FRONT.with_borrow(|front| {
-            let entry = front.entries[(hash >> (64 - FRONT_BITS)) as usize].as_ref()?;
-            let current = entry.cache == self.id
-                && entry.hash == hash
-                && now < entry.fresh_until
-                && entry.generation == generation.load(Ordering::Acquire)
-                && *entry.link.code == *code;
-            current.then(|| entry.link.clone())
-        })
-    }
-
-    /// Puts an L1 hit in this thread's front on its second hit in a row at its place.
-    fn to_front(&self, hash: u64, link: &CachedLink, slot: &Slot) {
-        FRONT.with_borrow_mut(|front| {
-            let place = (hash >> (64 - FRONT_BITS)) as usize;
-            if front.seen[place] != hash {
-                front.seen[place] = hash;
-                return;
-            }
-            front.entries[place] = Some(FrontEntry {
-                cache: self.id,
-                hash,
-                link: link.clone(),
-                generation: slot.generation,
-                fresh_until: slot.fresh_until,
-            });
-        });
+        &self.generations[(h.finish() as usize) & (SHARDS - 1)]
     }
 
     fn usable(&self, slot: &Slot, generation: &AtomicU32, now: UnixSeconds) -> bool {
@@ -358,23 +270,13 @@ impl LinkCache {
     /// the store must be asked ([`Self::read`]). Synchronous, so that a hit needs no future
     /// at all (see `api/redirect.rs`).
     pub(crate) fn cached(&self, code: &str, now: UnixSeconds) -> Option<Option<CachedLink>> {
-        let hash = self.hash(code);
-        let generation = self.generation_at(hash);
-        if let Some(link) = self.front_hit(code, hash, generation, now) {
-            self.metrics.cache_hit.inc();
-            return Some(Some(link));
-        }
+        let generation = self.generation(code);
         if let Some(slot) = self.slots.get(code) {
             if self.usable(&slot, generation, now) {
-                match &slot.link {
-                    Some(link) => {
-                        self.metrics.cache_hit.inc();
-                        self.to_front(hash, link, &slot);
-                    }
-                    None => {
-                        self.metrics.cache_negative_hit.inc();
-                    }
-                }
+                match slot.link {
+                    Some(_) => self.metrics.cache_hit.inc(),
+                    None => self.metrics.cache_negative_hit.inc(),
+                };
                 return Some(slot.link);
             }
             self.forget(code, &slot, now);
@@ -704,52 +606,6 @@ mod tests {
         let reads = cache.metrics.store_link_reads.get();
         assert!(get(&cache, "nope4999", now).await.unwrap().is_none());
         assert_eq!(cache.metrics.store_link_reads.get(), reads);
-    }
-
-    #[tokio::test]
-    async fn the_front_serves_only_what_l1_would() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> =
-            Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
-        let cache = LinkCache::new(store.clone(), None, Arc::new(Metrics::new()), SETTINGS);
-        let now = crate::now();
-        let origin = shortener_core::audit::Origin::system("test");
-        let link = Link::new("front01", "https://example.com/", now, now + 86_400);
-        store.insert_link(&link, &origin).await.unwrap();
-        for _ in 0..3 {
-            assert!(get(&cache, "front01", now).await.unwrap().is_some());
-        }
-        let in_front = |cache: &LinkCache| {
-            FRONT.with_borrow(|front| {
-                front
-                    .entries
-                    .iter()
-                    .flatten()
-                    .any(|e| e.cache == cache.id && &*e.link.code == "front01")
-            })
-        };
-        assert!(
-            in_front(&cache),
-            "a second hit in a row moves a link to the front"
-        );
-        let hits = cache.metrics.cache_hit.get();
-        assert!(cache.cached("front01", now).is_some_and(|l| l.is_some()));
-        assert_eq!(cache.metrics.cache_hit.get(), hits + 1);
-
-        // Another cache in this thread never sees this one's front.
-        let other_dir = tempfile::tempdir().unwrap();
-        let other_store: Arc<dyn Store> =
-            Arc::new(crate::store::sqlite::SqliteStore::open(other_dir.path()).unwrap());
-        let other = LinkCache::new(other_store, None, Arc::new(Metrics::new()), SETTINGS);
-        assert!(other.cached("front01", now).is_none());
-        // Past its TTL, nor is the front entry served.
-        assert!(cache.cached("front01", now + 300).is_none());
-        // Nor after a write to the link.
-        assert!(get(&cache, "front01", now).await.unwrap().is_some());
-        assert!(get(&cache, "front01", now).await.unwrap().is_some());
-        assert!(in_front(&cache));
-        cache.invalidate("front01");
-        assert!(cache.cached("front01", now).is_none());
     }
 
     #[test]
