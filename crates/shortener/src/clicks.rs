@@ -82,7 +82,6 @@ pub(crate) fn start(
         metrics,
         visits,
         pending: HashMap::default(),
-        run: None,
         pending_events: 0,
         oldest: None,
         unsent: None,
@@ -103,16 +102,6 @@ struct Pending {
     people: Option<Box<People>>,
 }
 
-/// Clicks without a visit on one code in one UTC day, in a row: the fold adds them to the map
-/// as one, so a link clicked over and over (the hot link, a crawler's retries) costs a
-/// pointer comparison per click instead of a map entry.
-struct Run {
-    code: Arc<str>,
-    day: Day,
-    human: u64,
-    bot: u64,
-}
-
 struct Aggregator {
     store: Arc<dyn Store>,
     /// Set in the scale-out mode: batches go to the click stream, not to the store.
@@ -122,8 +111,6 @@ struct Aggregator {
     /// Clicks per (code, day) not yet written.
     /// Keyed by codes of existing links only, so a fast hasher (not SipHash) is safe here.
     pending: HashMap<(Arc<str>, Day), Pending, quick_cache::DefaultHashBuilder>,
-    /// Folded clicks not yet in `pending` (see [`Run`]); settled before anything reads it.
-    run: Option<Run>,
     pending_events: u64,
     /// When the oldest click not yet written (or shipped) happened: the lag metric.
     oldest: Option<UnixSeconds>,
@@ -149,9 +136,13 @@ impl Aggregator {
                 // Any change (or the sender going away) means stop.
                 _ = shutdown.changed() => break,
             }
+            // An event taken from the queue that did not belong to the run before it.
+            let mut next = None;
             while self.backlog() < self.max_backlog {
-                let Some(event) = queue.pop() else { break };
-                self.fold(event);
+                let Some(event) = next.take().or_else(|| queue.pop()) else {
+                    break;
+                };
+                next = self.fold(event, &queue);
                 if self.backlog() >= self.max_backlog {
                     // Still full after this means the target is failing: the rest waits in
                     // the queue (and past its capacity, is dropped and counted).
@@ -159,7 +150,10 @@ impl Aggregator {
                     last_write = tokio::time::Instant::now();
                 }
             }
-            self.settle();
+            // Taken, so folded even past the bound (it takes nothing more from the queue then).
+            while let Some(event) = next {
+                next = self.fold(event, &queue);
+            }
             if last_write.elapsed() >= interval {
                 self.flush().await;
                 self.prune().await;
@@ -172,9 +166,7 @@ impl Aggregator {
             self.metrics.click_lag_seconds.set(lag);
         }
         // The server has stopped and finished its requests: take every queued event.
-        while let Some(event) = queue.pop() {
-            self.fold(event);
-        }
+        self.fold_all(&queue);
         for attempt in 1..=5u32 {
             self.flush().await;
             if self.is_done() {
@@ -277,48 +269,56 @@ impl Aggregator {
         }
     }
 
-    fn fold(&mut self, event: ClickEvent) {
-        self.oldest = Some(self.oldest.map_or(event.at, |o| o.min(event.at)));
-        self.pending_events += 1;
+    /// Folds `event` and the clicks right behind it in the queue on the same link and UTC
+    /// day without a visit (while the backlog has room): a link clicked over and over, the
+    /// hot link or a crawler's retries, costs a pointer comparison per click, not a map entry.
+    /// Returns the event it took that was not one of them.
+    fn fold(&mut self, event: ClickEvent, queue: &ArrayQueue<ClickEvent>) -> Option<ClickEvent> {
         let day = Day::from_unix(event.at);
-        let (human, bot) = (u64::from(!event.bot), u64::from(event.bot));
-        let Some(visit) = &event.visit else {
-            match &mut self.run {
-                // The cache hands out one `Arc` per link, so the same pointer is the same code.
-                Some(run) if Arc::ptr_eq(&run.code, &event.code) && run.day == day => {
-                    run.human += human;
-                    run.bot += bot;
+        self.taken(event.at);
+        let (mut human, mut bot) = (u64::from(!event.bot), u64::from(event.bot));
+        let mut next = None;
+        if event.visit.is_none() {
+            while self.backlog() < self.max_backlog {
+                let Some(follower) = queue.pop() else { break };
+                // The cache hands out one `Arc` per link: the same pointer is the same code.
+                if follower.visit.is_some()
+                    || !Arc::ptr_eq(&follower.code, &event.code)
+                    || Day::from_unix(follower.at) != day
+                {
+                    next = Some(follower);
+                    break;
                 }
-                _ => {
-                    self.settle();
-                    self.run = Some(Run {
-                        code: event.code,
-                        day,
-                        human,
-                        bot,
-                    });
-                }
+                self.taken(follower.at);
+                human += u64::from(!follower.bot);
+                bot += u64::from(follower.bot);
             }
-            return;
-        };
+        }
         let entry = self.pending.entry((event.code, day)).or_default();
         entry.human += human;
         entry.bot += bot;
-        self.visits
-            .count(entry.people.get_or_insert_with(Box::default), visit);
+        if let Some(visit) = &event.visit {
+            self.visits
+                .count(entry.people.get_or_insert_with(Box::default), visit);
+        }
+        next
     }
 
-    /// Moves the run of clicks folded last into `pending`.
-    fn settle(&mut self) {
-        if let Some(run) = self.run.take() {
-            let entry = self.pending.entry((run.code, run.day)).or_default();
-            entry.human += run.human;
-            entry.bot += run.bot;
+    /// Counts a click taken from the queue into the backlog and the lag.
+    fn taken(&mut self, at: UnixSeconds) {
+        self.oldest = Some(self.oldest.map_or(at, |o| o.min(at)));
+        self.pending_events += 1;
+    }
+
+    /// Folds every event in the queue, however many.
+    fn fold_all(&mut self, queue: &ArrayQueue<ClickEvent>) {
+        let mut next = queue.pop();
+        while let Some(event) = next {
+            next = self.fold(event, queue).or_else(|| queue.pop());
         }
     }
 
     async fn flush(&mut self) {
-        self.settle();
         if let Some(shipper) = self.shipper.clone() {
             return self.ship(&shipper).await;
         }
@@ -381,7 +381,6 @@ mod tests {
             metrics: Arc::new(Metrics::new()),
             visits: VisitFold::new([7; 16], None),
             pending: HashMap::default(),
-            run: None,
             pending_events: 0,
             oldest: None,
             unsent: None,
@@ -400,7 +399,7 @@ mod tests {
     }
 
     #[test]
-    fn runs_of_one_code_count_as_many_clicks_as_were_folded() {
+    fn runs_of_one_code_count_as_many_clicks_as_were_queued() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
         let mut fold = aggregator(store);
@@ -409,6 +408,7 @@ mod tests {
         // The same code from another allocation: counted under the same key all the same.
         let hot_again: Arc<str> = Arc::from("hotlink");
         let other: Arc<str> = Arc::from("another");
+        let queue = ArrayQueue::new(16);
         for event in [
             click(&hot, day, true, false),
             click(&hot, day + 1, true, false),
@@ -417,20 +417,42 @@ mod tests {
             click(&hot_again, day + 4, true, false),
             click(&other, day + 5, false, false),
             click(&hot, day + 6, false, false),
+            click(&hot, day + 7, true, false),
             // The next UTC day: a key of its own.
             click(&hot, day + 86_400, true, false),
         ] {
-            fold.fold(event);
+            queue.push(event).unwrap();
         }
-        fold.settle();
+        fold.fold_all(&queue);
         let counts = |code: &str, at: UnixSeconds| {
             let pending = &fold.pending[&(Arc::from(code), Day::from_unix(at))];
             (pending.human, pending.bot, pending.people.is_some())
         };
-        assert_eq!(counts("hotlink", day), (2, 4, true));
+        assert_eq!(counts("hotlink", day), (2, 5, true));
         assert_eq!(counts("another", day), (1, 0, false));
         assert_eq!(counts("hotlink", day + 86_400), (0, 1, false));
         assert_eq!(fold.pending.len(), 3);
-        assert_eq!(fold.pending_events, 8);
+        assert_eq!(fold.pending_events, 9);
+        assert_eq!(fold.oldest, Some(day));
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn a_run_stops_at_the_backlog_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
+        let mut fold = aggregator(store);
+        fold.max_backlog = 3;
+        let hot: Arc<str> = Arc::from("hotlink");
+        let other: Arc<str> = Arc::from("another");
+        let queue = ArrayQueue::new(16);
+        for code in [&hot, &hot, &hot, &hot, &hot, &other] {
+            queue.push(click(code, 1_700_000_000, true, false)).unwrap();
+        }
+        let first = queue.pop().unwrap();
+        assert!(fold.fold(first, &queue).is_none());
+        assert_eq!(fold.pending_events, 3);
+        assert_eq!(fold.pending[&(hot, Day::from_unix(1_700_000_000))].bot, 3);
+        assert_eq!(queue.len(), 3);
     }
 }
