@@ -1,11 +1,56 @@
 //! Prometheus metrics of one process, in a registry of its own (no globals).
 
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{Atomic, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Stripes of a [`Striped`] count: more than the worker threads of a 2- or 4-core machine.
+const STRIPES: usize = 8;
+
+/// One stripe, alone on its cache lines (128 bytes: the adjacent-line prefetch pairs them).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Stripe(AtomicU64);
+
+/// A count that each thread adds to in a stripe of its own and a scrape sums: the counters
+/// every redirect bumps would otherwise move one cache line between the cores on each
+/// request (wall time that instruction counts do not show).
+#[derive(Debug, Default)]
+pub(crate) struct Striped([Stripe; STRIPES]);
+
+/// The stripe of the calling thread: threads take the next one as they first count.
+fn stripe() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+    }
+    MINE.with(|mine| *mine)
+}
+
+impl Atomic<u64> for Striped {
+    fn inc(&self) -> u64 {
+        self.inc_by(1)
+    }
+
+    /// Returns the stripe's previous value, not the total's (nothing here reads it).
+    fn inc_by(&self, v: u64) -> u64 {
+        self.0[stripe()].0.fetch_add(v, Ordering::Relaxed)
+    }
+
+    fn get(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|s| s.0.load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+}
+
+/// A counter of the redirect path: striped (see [`Striped`]).
+pub(crate) type HotCounter = Counter<u64, Striped>;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Outcome {
@@ -23,20 +68,20 @@ struct Layer {
 }
 
 /// Every metric the service exports. Hot-path counters are resolved once, up front, so that
-/// counting a redirect is one atomic add.
+/// counting a redirect is one atomic add, on a cache line of the counting thread's own.
 #[derive(Debug)]
 pub(crate) struct Metrics {
     registry: Registry,
-    pub redirect_found: Counter,
-    pub redirect_not_found: Counter,
-    pub redirect_gone: Counter,
-    pub redirect_error: Counter,
+    pub redirect_found: HotCounter,
+    pub redirect_not_found: HotCounter,
+    pub redirect_gone: HotCounter,
+    pub redirect_error: HotCounter,
     pub redirect_seconds: Histogram,
-    pub cache_hit: Counter,
-    pub cache_negative_hit: Counter,
-    pub cache_miss: Counter,
+    pub cache_hit: HotCounter,
+    pub cache_negative_hit: HotCounter,
+    pub cache_miss: HotCounter,
     pub store_link_reads: Counter,
-    pub l2_hit: Counter,
+    pub l2_hit: HotCounter,
     pub cache_entries: Gauge,
     pub cache_bytes: Gauge,
     creates: Family<Outcome, Counter>,
@@ -83,14 +128,14 @@ impl Default for Metrics {
 impl Metrics {
     pub(crate) fn new() -> Self {
         let mut registry = Registry::with_prefix("shortener");
-        let redirects = Family::<Outcome, Counter>::default();
+        let redirects = Family::<Outcome, HotCounter>::default();
         registry.register(
             "redirects",
             "Requests for short codes, by outcome",
             redirects.clone(),
         );
         let outcome = |o| redirects.get_or_create(&Outcome { outcome: o }).clone();
-        let lookups = Family::<Outcome, Counter>::default();
+        let lookups = Family::<Outcome, HotCounter>::default();
         registry.register(
             "cache_lookups",
             "Cache lookups of the redirect path: L1 hit, negative_hit (known unknown), miss; l2_hit counts L1 misses answered by the shared Redis cache",
@@ -372,4 +417,36 @@ impl Metrics {
 /// A count as a gauge's value (saturating: a count past `i64::MAX` is not one a gauge shows).
 pub(crate) fn gauge(count: impl TryInto<i64>) -> i64 {
     count.try_into().unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_striped_counter_sums_every_thread_s_counts() {
+        let counter = std::sync::Arc::new(HotCounter::default());
+        let threads: Vec<_> = (0..2 * STRIPES)
+            .map(|_| {
+                let counter = counter.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        counter.inc();
+                    }
+                    counter.inc_by(5);
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        assert_eq!(counter.get(), 2 * STRIPES as u64 * 1005);
+        let metrics = Metrics::new();
+        metrics.redirect_found.inc_by(3);
+        assert!(
+            metrics
+                .render()
+                .contains(r#"shortener_redirects_total{outcome="found"} 3"#)
+        );
+    }
 }

@@ -188,7 +188,13 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         trust_forwarded_for: config.trust_forwarded_for,
         redirect_status: StatusCode::from_u16(config.edge_status)
             .context("invalid redirect status")?,
-        cache_control: HeaderValue::from_str(&cache_control).context("invalid Cache-Control")?,
+        // Static bytes: every redirect clones this value, and cloning shared bytes is an
+        // atomic count that both worker threads would write on each request. One short
+        // string per `serve`, leaked on purpose.
+        cache_control: HeaderValue::from_maybe_shared(bytes::Bytes::from_static(
+            Box::leak(cache_control.into_boxed_str()).as_bytes(),
+        ))
+        .context("invalid Cache-Control")?,
         scaleout: scaleout.clone(),
         replicas: replicated.clone(),
         max_body_bytes: config.http.max_body_bytes,
