@@ -276,8 +276,9 @@ pub trait LinkStore: Send + Sync + 'static {
     /// Up to `limit` notes after position `seq`, in order.
     async fn changes_after(&self, seq: u64, limit: usize) -> Result<Vec<ChangeNote>, StoreError>;
 
-    /// Forgets change notes written before `at`; returns how many went.
-    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError>;
+    /// Forgets up to `batch` change notes written before `at` (creates write one each, so an
+    /// hour's notes can be many); returns how many went.
+    async fn prune_changes_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError>;
 
     /// Up to `limit` (code, destination) pairs of links neither disabled nor deleted, with
     /// codes after `after`, in code order (a sweep's batches).

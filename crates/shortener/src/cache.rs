@@ -465,9 +465,18 @@ impl LinkCache {
         }
         self.invalidate(code);
         if let Some(shared) = &self.shared {
-            let entry = l2::Entry::of(self.store.get_link(code).await?.as_ref());
-            if let Err(e) = shared.l2.fill(code, &entry, crate::now()).await {
-                tracing::debug!(code, error = %e, "cannot fill L2 with a polled change");
+            // Usually a writer in this region filled L2 already (every create is noted): then
+            // no store read per note and instance.
+            let filled = shared
+                .l2
+                .get(code, crate::now())
+                .await
+                .is_some_and(|found| !found.stale && found.entry.version() >= version);
+            if !filled {
+                let entry = l2::Entry::of(self.store.get_link(code).await?.as_ref());
+                if let Err(e) = shared.l2.fill(code, &entry, crate::now()).await {
+                    tracing::debug!(code, error = %e, "cannot fill L2 with a polled change");
+                }
             }
             // A lookup meanwhile may have cached L2's older state.
             self.invalidate(code);

@@ -18,6 +18,10 @@ const BATCH: usize = 1000;
 const KEEP_SECONDS: i64 = 3600;
 /// How often a process prunes old notes.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// Notes pruned per poll: creates write one each, so a minute's notes can be many; one
+/// batch a poll keeps the poll itself (and the embedded writer) from stalling on a long
+/// delete, and still outpaces 15 000 creates/s.
+const PRUNE_BATCH: usize = 10_000;
 
 /// Reads the notes after `*last` and applies them to `cache`, advancing `*last` past each one
 /// applied. A gap (notes pruned before this process read them) forgets the whole cache.
@@ -45,7 +49,7 @@ pub(crate) async fn poll_once(
     }
 }
 
-/// Polls forever, pruning old notes now and then.
+/// Polls forever, pruning old notes now and then (a batch a poll until none is left).
 pub(crate) async fn follow_forever(cache: &LinkCache, store: &dyn Store) {
     let mut last = loop {
         match store.last_change().await {
@@ -59,6 +63,7 @@ pub(crate) async fn follow_forever(cache: &LinkCache, store: &dyn Store) {
     let mut tick = tokio::time::interval(POLL_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pruned = tokio::time::Instant::now();
+    let mut pruning = false;
     loop {
         tick.tick().await;
         if let Err(e) = poll_once(cache, store, &mut last).await {
@@ -66,12 +71,19 @@ pub(crate) async fn follow_forever(cache: &LinkCache, store: &dyn Store) {
         }
         if pruned.elapsed() >= PRUNE_EVERY {
             pruned = tokio::time::Instant::now();
-            if let Err(e) = store
-                .prune_changes_before(crate::now() - KEEP_SECONDS)
+            pruning = true;
+        }
+        if pruning {
+            pruning = match store
+                .prune_changes_before(crate::now() - KEEP_SECONDS, PRUNE_BATCH)
                 .await
             {
-                tracing::debug!(error = %e, "cannot prune change notes");
-            }
+                Ok(n) => n == PRUNE_BATCH as u64,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot prune change notes");
+                    false
+                }
+            };
         }
     }
 }

@@ -750,8 +750,38 @@ async fn insert_audit(tx: &Transaction<'_>, r: &AuditRecord) -> Result<(), tokio
     .map(drop)
 }
 
-/// Writes a link's new state, its change note (numbered by the counter row, whose lock
-/// orders notes by commit) and its audit row inside `tx`, the link's row locked.
+/// Appends a change note `(code, version)` per link inside `tx`, numbered next in the change
+/// sequence in slice order: one counter update, whose row lock (held until the commit)
+/// orders notes by commit.
+async fn append_change_notes(
+    tx: &Transaction<'_>,
+    links: &[&Link],
+    at: UnixSeconds,
+) -> Result<(), tokio_postgres::Error> {
+    if links.is_empty() {
+        return Ok(());
+    }
+    let n = links.len() as i64;
+    let counter = tx
+        .prepare_cached("UPDATE change_counter SET seq = seq + $1 WHERE id = 0 RETURNING seq")
+        .await?;
+    let last: i64 = tx.query_one(&counter, &[&n]).await?.try_get(0)?;
+    let seqs: Vec<i64> = (last - n + 1..=last).collect();
+    let codes: Vec<&str> = links.iter().map(|l| l.code.as_str()).collect();
+    let versions: Vec<i64> = links.iter().map(|l| to_i64(l.version)).collect();
+    let notes = tx
+        .prepare_cached(
+            "INSERT INTO link_changes (seq, code, version, at) \
+             SELECT s, c, v, $4 FROM unnest($1::INT8[], $2::TEXT[], $3::INT8[]) AS n (s, c, v)",
+        )
+        .await?;
+    tx.execute(&notes, &[&seqs, &codes, &versions, &at])
+        .await
+        .map(drop)
+}
+
+/// Writes a link's new state, its change note and its audit row inside `tx`, the link's
+/// row locked.
 async fn write_change(
     tx: &Transaction<'_>,
     before: &Link,
@@ -775,18 +805,7 @@ async fn write_change(
         ],
     )
     .await?;
-    let counter = tx
-        .prepare_cached("UPDATE change_counter SET seq = seq + 1 WHERE id = 0 RETURNING seq")
-        .await?;
-    let seq: i64 = tx.query_one(&counter, &[]).await?.try_get(0)?;
-    let note = tx
-        .prepare_cached("INSERT INTO link_changes (seq, code, version, at) VALUES ($1, $2, $3, $4)")
-        .await?;
-    tx.execute(
-        &note,
-        &[&seq, &after.code, &to_i64(after.version), &audit.at],
-    )
-    .await?;
+    append_change_notes(tx, &[after], audit.at).await?;
     if before.disabled.is_some() && after.disabled.is_none() {
         // An enable: reports made before it no longer count towards the next auto-disable.
         let uncount = tx
@@ -1085,13 +1104,17 @@ impl LinkStore for PgStore {
             .map_err(classify)
     }
 
-    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
+    async fn prune_changes_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
         let mut client = self.client().await?;
         let tx = background_transaction(&mut client, self.bounded)
             .await
             .map_err(classify)?;
         let pruned = tx
-            .execute("DELETE FROM link_changes WHERE at < $1", &[&at])
+            .execute(
+                "DELETE FROM link_changes WHERE seq IN \
+                 (SELECT seq FROM link_changes WHERE at < $1 ORDER BY at LIMIT $2)",
+                &[&at, &to_i64(batch as u64)],
+            )
             .await
             .map_err(classify)?;
         tx.commit().await.map_err(classify)?;

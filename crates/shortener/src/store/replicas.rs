@@ -457,8 +457,8 @@ impl LinkStore for Replicated {
         Ok(notes)
     }
 
-    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
-        self.primary.prune_changes_before(at).await
+    async fn prune_changes_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
+        self.primary.prune_changes_before(at, batch).await
     }
 
     async fn live_destinations_after(

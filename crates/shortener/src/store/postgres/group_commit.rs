@@ -8,7 +8,7 @@
 //! cannot cancel the writes of the others.
 
 use super::import::insert_audit_rows;
-use super::{LINK_COLUMNS, classify, to_i64};
+use super::{LINK_COLUMNS, append_change_notes, classify, to_i64};
 use deadpool_postgres::Pool;
 use shortener_core::audit::{AuditRecord, Origin};
 use shortener_core::link::Link;
@@ -201,6 +201,17 @@ async fn commit(pool: &Pool, group: &[Queued]) -> Result<HashSet<String>, StoreE
     if !audits.is_empty() {
         insert_audit_rows(&tx, &audits).await.map_err(classify)?;
     }
+    // Announced like every change, so that instances holding these codes as unknown forget
+    // that; last, so the counter row is locked only for the commit itself.
+    let created: Vec<&Link> = links
+        .iter()
+        .filter(|l| stored.contains(&l.code))
+        .copied()
+        .collect();
+    let at = audits.first().map_or(0, |a| a.at);
+    append_change_notes(&tx, &created, at)
+        .await
+        .map_err(classify)?;
     tx.commit().await.map_err(classify)?;
     Ok(stored)
 }

@@ -4,6 +4,7 @@
 use super::{AUDIT_COLUMNS, to_i64};
 use deadpool_postgres::Transaction;
 use shortener_core::audit::AuditRecord;
+use shortener_core::link::Link;
 use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome};
 use std::collections::HashSet;
 
@@ -68,6 +69,10 @@ pub(super) async fn write_batch(
         .map(|(l, _)| AuditRecord::created(l, &batch.origin))
         .collect();
     insert_audit_rows(tx, &records).await?;
+    // Announced like creates, so that serving instances forget these codes as unknown.
+    let created: Vec<&Link> = links.iter().filter(|l| stored.contains(&l.code)).collect();
+    let at = records.first().map_or(0, |r| r.at);
+    super::append_change_notes(tx, &created, at).await?;
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ($1, $2) \
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
