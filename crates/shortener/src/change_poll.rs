@@ -3,6 +3,10 @@
 //! (code, version) to the store's change sequence in its own transaction; each serving
 //! process polls the notes after the last one it saw and forgets what its caches hold of
 //! those codes (in the scale-out mode it also puts the stored state into L2).
+//!
+//! Creates and imports note their codes too, so that a code remembered as unknown is
+//! forgotten when it is created elsewhere. On PostgreSQL their notes are numbered after their
+//! commit, by the next poll of any serving process (`LinkStore::number_pending_changes`).
 
 use crate::cache::LinkCache;
 use crate::store::Store;
@@ -30,6 +34,7 @@ pub(crate) async fn poll_once(
     store: &dyn Store,
     last: &mut u64,
 ) -> Result<(), StoreError> {
+    cache.next_poll();
     loop {
         let notes = store.changes_after(*last, BATCH).await?;
         if notes.first().is_some_and(|first| first.seq != *last + 1) {
@@ -68,6 +73,11 @@ pub(crate) async fn follow_forever(cache: &LinkCache, store: &dyn Store) {
         tick.tick().await;
         if let Err(e) = poll_once(cache, store, &mut last).await {
             tracing::debug!(error = %e, "cannot poll the change sequence; retrying");
+        }
+        // After the poll: the notes numbered now are read at the next one, by when their
+        // writers' announcements (if any) have been heard and spare the L2 look.
+        if let Err(e) = store.number_pending_changes().await {
+            tracing::debug!(error = %e, "cannot number change notes; retrying");
         }
         if pruned.elapsed() >= PRUNE_EVERY {
             pruned = tokio::time::Instant::now();

@@ -98,8 +98,13 @@ async fn contract(store: &dyn Store) {
     assert_eq!(store.get_link("PLAIN").await.unwrap(), None);
 
     // Creates write a change note each (a taken code none), so that processes holding the
-    // code as unknown hear of it.
+    // code as unknown hear of it. PostgreSQL numbers them after their commit, when asked
+    // (every serving process asks at each poll); the embedded store as it writes them.
+    let numbered_at_once = store.last_change().await.unwrap();
+    let numbered_later = store.number_pending_changes().await.unwrap();
+    assert_eq!(numbered_at_once + numbered_later, 2);
     assert_eq!(store.last_change().await.unwrap(), 2);
+    assert_eq!(store.number_pending_changes().await.unwrap(), 0);
 
     // Changes: one rule, a version per change, an audit row and a change note each, in
     // commit order; refusals and no-ops write nothing.

@@ -752,7 +752,8 @@ async fn insert_audit(tx: &Transaction<'_>, r: &AuditRecord) -> Result<(), tokio
 
 /// Appends a change note `(code, version)` per link inside `tx`, numbered next in the change
 /// sequence in slice order: one counter update, whose row lock (held until the commit)
-/// orders notes by commit.
+/// orders notes by commit. Creates and imports write theirs unnumbered instead
+/// (`import::insert_created`, [`number_pending`]).
 async fn append_change_notes(
     tx: &Transaction<'_>,
     links: &[&Link],
@@ -778,6 +779,52 @@ async fn append_change_notes(
     tx.execute(&notes, &[&seqs, &codes, &versions, &at])
         .await
         .map(drop)
+}
+
+/// Most notes one [`number_pending`] transaction numbers.
+const NUMBERED_AT_ONCE: i64 = 10_000;
+
+/// Gives up to [`NUMBERED_AT_ONCE`] notes waiting for a number (negative positions, the
+/// oldest first) the next positions of the sequence; returns how many.
+///
+/// Why a poller never skips a note: a note gets a position only in a transaction holding
+/// the `change_counter` row until its commit (a change's own, or this one), above every
+/// position an earlier holder committed; so positions become visible in increasing order,
+/// on the primary and (replaying commits in order) on replicas. This transaction reads the
+/// waiting notes in a statement begun after it holds the row (read committed: a snapshot
+/// per statement), so it sees every one committed before, and none numbered already.
+async fn number_pending(client: &mut Object, bounded: bool) -> Result<u64, tokio_postgres::Error> {
+    let tx = background_transaction(client, bounded).await?;
+    // Most polls find none: a look first, without the lock.
+    let waiting = tx
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM link_changes WHERE seq < 0)")
+        .await?;
+    if !tx.query_one(&waiting, &[]).await?.try_get::<_, bool>(0)? {
+        return Ok(0);
+    }
+    let lock = tx
+        .prepare_cached("SELECT seq FROM change_counter WHERE id = 0 FOR UPDATE")
+        .await?;
+    let last: i64 = tx.query_one(&lock, &[]).await?.try_get(0)?;
+    let number = tx
+        .prepare_cached(
+            "WITH waiting AS (SELECT seq, row_number() OVER (ORDER BY seq DESC) AS n \
+             FROM link_changes WHERE seq < 0 ORDER BY seq DESC LIMIT $2), \
+             numbered AS (UPDATE link_changes c SET seq = $1 + w.n FROM waiting w \
+             WHERE c.seq = w.seq RETURNING 1) \
+             SELECT count(*) FROM numbered",
+        )
+        .await?;
+    let n: i64 = tx
+        .query_one(&number, &[&last, &NUMBERED_AT_ONCE])
+        .await?
+        .try_get(0)?;
+    let counter = tx
+        .prepare_cached("UPDATE change_counter SET seq = $1 WHERE id = 0")
+        .await?;
+    tx.execute(&counter, &[&(last + n)]).await?;
+    tx.commit().await?;
+    Ok(to_u64(n))
 }
 
 /// Writes a link's new state, its change note and its audit row inside `tx`, the link's
@@ -1104,15 +1151,30 @@ impl LinkStore for PgStore {
             .map_err(classify)
     }
 
+    async fn number_pending_changes(&self) -> Result<u64, StoreError> {
+        let mut client = self.client().await?;
+        let mut numbered = 0;
+        loop {
+            let n = number_pending(&mut client, self.bounded)
+                .await
+                .map_err(classify)?;
+            numbered += n;
+            if n < to_u64(NUMBERED_AT_ONCE) {
+                return Ok(numbered);
+            }
+        }
+    }
+
     async fn prune_changes_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
         let mut client = self.client().await?;
         let tx = background_transaction(&mut client, self.bounded)
             .await
             .map_err(classify)?;
+        // Notes waiting for a number are left to the numbering (its positions stay gapless).
         let pruned = tx
             .execute(
                 "DELETE FROM link_changes WHERE seq IN \
-                 (SELECT seq FROM link_changes WHERE at < $1 ORDER BY at LIMIT $2)",
+                 (SELECT seq FROM link_changes WHERE at < $1 AND seq > 0 ORDER BY at LIMIT $2)",
                 &[&at, &to_i64(batch as u64)],
             )
             .await
