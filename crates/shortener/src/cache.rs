@@ -40,8 +40,8 @@ use shortener_core::link::Link;
 use shortener_core::store::StoreError;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Shards of write generations; many, so that one write stales few unrelated entries.
