@@ -478,8 +478,8 @@ impl LinkCache {
         }
     }
 
-    /// A poll begins: announcements heard before the previous one are forgotten.
-    pub(crate) fn next_poll(&self) {
+    /// A poll ended: announcements heard before the previous one ended are forgotten.
+    pub(crate) fn poll_done(&self) {
         let mut heard = self.heard();
         heard.earlier = std::mem::take(&mut heard.recent);
     }

@@ -34,7 +34,6 @@ pub(crate) async fn poll_once(
     store: &dyn Store,
     last: &mut u64,
 ) -> Result<(), StoreError> {
-    cache.next_poll();
     loop {
         let notes = store.changes_after(*last, BATCH).await?;
         if notes.first().is_some_and(|first| first.seq != *last + 1) {
@@ -75,7 +74,10 @@ pub(crate) async fn follow_forever(cache: &LinkCache, store: &dyn Store) {
             tracing::debug!(error = %e, "cannot poll the change sequence; retrying");
         }
         // After the poll: the notes numbered now are read at the next one, by when their
-        // writers' announcements (if any) have been heard and spare the L2 look.
+        // writers' announcements (if any) have been heard and spare the L2 look. Those were
+        // heard after the previous numbering (their commits came after it), so announcements
+        // are kept from the previous poll's end until the next poll's end.
+        cache.poll_done();
         if let Err(e) = store.number_pending_changes().await {
             tracing::debug!(error = %e, "cannot number change notes; retrying");
         }
