@@ -64,8 +64,8 @@ const MAX_HEARD: usize = 100_000;
 #[derive(Debug, Default)]
 struct Heard {
     recent: HashMap<Box<str>, u64, quick_cache::DefaultHashBuilder>,
-    /// The period before: a note is usually read after its announcement, but a replica's
-    /// lag can defer it to the next poll.
+    /// The period before: on PostgreSQL a create's note is numbered after one poll and read
+    /// at the next, and a replica's lag can defer a note further.
     earlier: HashMap<Box<str>, u64, quick_cache::DefaultHashBuilder>,
 }
 

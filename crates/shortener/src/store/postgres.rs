@@ -800,6 +800,7 @@ async fn number_pending(client: &mut Object, bounded: bool) -> Result<u64, tokio
         .prepare_cached("SELECT EXISTS (SELECT 1 FROM link_changes WHERE seq < 0)")
         .await?;
     if !tx.query_one(&waiting, &[]).await?.try_get::<_, bool>(0)? {
+        tx.commit().await?;
         return Ok(0);
     }
     let lock = tx
