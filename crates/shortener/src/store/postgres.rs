@@ -807,23 +807,22 @@ async fn number_pending(client: &mut Object, bounded: bool) -> Result<u64, tokio
         .prepare_cached("SELECT seq FROM change_counter WHERE id = 0 FOR UPDATE")
         .await?;
     let last: i64 = tx.query_one(&lock, &[]).await?.try_get(0)?;
+    // One statement for the notes and the counter: changes (request-path deadlines) wait for
+    // the row while this holds it.
     let number = tx
         .prepare_cached(
             "WITH waiting AS (SELECT seq, row_number() OVER (ORDER BY seq DESC) AS n \
              FROM link_changes WHERE seq < 0 ORDER BY seq DESC LIMIT $2), \
              numbered AS (UPDATE link_changes c SET seq = $1 + w.n FROM waiting w \
              WHERE c.seq = w.seq RETURNING 1) \
-             SELECT count(*) FROM numbered",
+             UPDATE change_counter SET seq = $1 + (SELECT count(*) FROM numbered) WHERE id = 0 \
+             RETURNING seq - $1",
         )
         .await?;
     let n: i64 = tx
         .query_one(&number, &[&last, &NUMBERED_AT_ONCE])
         .await?
         .try_get(0)?;
-    let counter = tx
-        .prepare_cached("UPDATE change_counter SET seq = $1 WHERE id = 0")
-        .await?;
-    tx.execute(&counter, &[&(last + n)]).await?;
     tx.commit().await?;
     Ok(to_u64(n))
 }
