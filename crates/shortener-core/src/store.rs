@@ -276,8 +276,16 @@ pub trait LinkStore: Send + Sync + 'static {
     /// Up to `limit` notes after position `seq`, in order.
     async fn changes_after(&self, seq: u64, limit: usize) -> Result<Vec<ChangeNote>, StoreError>;
 
-    /// Forgets change notes written before `at`; returns how many went.
-    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError>;
+    /// Gives the next positions of the sequence to the notes written without one (creates and
+    /// imports on PostgreSQL, whose groups would otherwise queue on the sequence's row through
+    /// their commits), in one transaction holding that row; returns how many. Until then
+    /// [`Self::changes_after`] does not return them. The embedded store numbers every note as
+    /// it writes it (0).
+    async fn number_pending_changes(&self) -> Result<u64, StoreError>;
+
+    /// Forgets up to `batch` change notes written before `at` (creates write one each, so an
+    /// hour's notes can be many); returns how many went.
+    async fn prune_changes_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError>;
 
     /// Up to `limit` (code, destination) pairs of links neither disabled nor deleted, with
     /// codes after `after`, in code order (a sweep's batches).

@@ -38,9 +38,10 @@ use quick_cache::sync::Cache;
 use shortener_core::day::UnixSeconds;
 use shortener_core::link::Link;
 use shortener_core::store::StoreError;
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Shards of write generations; many, so that one write stales few unrelated entries.
@@ -53,6 +54,20 @@ const ENTRY_OVERHEAD: usize = 200;
 const TYPICAL_ENTRY: u64 = 260;
 /// What a negative entry costs beyond its code: a 16-byte value instead of a `Slot`.
 const NEGATIVE_OVERHEAD: usize = 100;
+/// Announcements remembered per poll period at most (past this, polled notes look at L2).
+const MAX_HEARD: usize = 100_000;
+
+/// Announcements this instance heard (code → version) over the last two poll periods. Their
+/// writer wrote that version into L2 (or dropped the entry) before publishing, so a polled
+/// note of the same write needs no L2 round trip: with every create noted, that trip per
+/// create and instance would cost as much Redis work as the create's own announcement.
+#[derive(Debug, Default)]
+struct Heard {
+    recent: HashMap<Box<str>, u64, quick_cache::DefaultHashBuilder>,
+    /// The period before: on PostgreSQL a create's note is numbered after one poll and read
+    /// at the next, and a replica's lag can defer a note further.
+    earlier: HashMap<Box<str>, u64, quick_cache::DefaultHashBuilder>,
+}
 
 /// What a redirect needs of a link, ready to send. Cloning it costs two reference-count
 /// increments (the code is shared with the cache key, the header value with the entry).
@@ -180,6 +195,7 @@ pub(crate) struct LinkCache {
     settings: CacheSettings,
     store: Arc<dyn Store>,
     shared: Option<SharedLayer>,
+    heard: Mutex<Heard>,
     metrics: Arc<Metrics>,
 }
 
@@ -246,8 +262,14 @@ impl LinkCache {
             settings,
             store,
             shared,
+            heard: Mutex::default(),
             metrics,
         }
+    }
+
+    fn heard(&self) -> std::sync::MutexGuard<'_, Heard> {
+        // A poisoned map is still a map: every insert and take leaves it whole.
+        self.heard.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn generation(&self, code: &str) -> &AtomicU32 {
@@ -443,12 +465,31 @@ impl LinkCache {
             .is_some_and(|link| link.version >= version)
     }
 
-    /// Another instance announced that `code` reached `version`: forgets it here unless
-    /// this instance already holds that version or a later one.
+    /// An instance (this one included) announced that `code` reached `version`: forgets it
+    /// here unless this instance already holds that version or a later one.
     pub(crate) fn invalidate_below(&self, code: &str, version: u64) {
         if !self.knows(code, version) {
             self.invalidate(code);
         }
+        let mut heard = self.heard();
+        if heard.recent.len() < MAX_HEARD {
+            let known = heard.recent.entry(code.into()).or_insert(version);
+            *known = (*known).max(version);
+        }
+    }
+
+    /// A poll ended: announcements heard before the previous one ended are forgotten.
+    pub(crate) fn poll_done(&self) {
+        let mut heard = self.heard();
+        heard.earlier = std::mem::take(&mut heard.recent);
+    }
+
+    /// Whether an announcement of `version` of `code`, or a later one, was heard lately.
+    fn was_announced(&self, code: &str, version: u64) -> bool {
+        let heard = self.heard();
+        [&heard.recent, &heard.earlier]
+            .iter()
+            .any(|map| map.get(code).is_some_and(|&v| v >= version))
     }
 
     /// The store's change sequence says `code` reached `version`, possibly written by a
@@ -465,9 +506,21 @@ impl LinkCache {
         }
         self.invalidate(code);
         if let Some(shared) = &self.shared {
-            let entry = l2::Entry::of(self.store.get_link(code).await?.as_ref());
-            if let Err(e) = shared.l2.fill(code, &entry, crate::now()).await {
-                tracing::debug!(code, error = %e, "cannot fill L2 with a polled change");
+            if self.was_announced(code, version) {
+                return Ok(());
+            }
+            // A writer of another region, or one whose announcement is late or lost: L2 may
+            // still hold an older state (an "unknown" above all, every create being noted).
+            let filled = shared
+                .l2
+                .get(code, crate::now())
+                .await
+                .is_some_and(|found| !found.stale && found.entry.version() >= version);
+            if !filled {
+                let entry = l2::Entry::of(self.store.get_link(code).await?.as_ref());
+                if let Err(e) = shared.l2.fill(code, &entry, crate::now()).await {
+                    tracing::debug!(code, error = %e, "cannot fill L2 with a polled change");
+                }
             }
             // A lookup meanwhile may have cached L2's older state.
             self.invalidate(code);

@@ -246,10 +246,10 @@ pub struct ServeArgs {
     /// How long a cached link is trusted, in seconds [default: 300].
     #[arg(long, env = "SHORTENER_CACHE_TTL", value_name = "SECONDS")]
     pub cache_ttl: Option<u64>,
-    /// How long an unknown code is remembered as unknown, in seconds [default: 1]. Creating
-    /// the code in this process (or one sharing its Redis) clears it at once; creates write no
-    /// change note, so this bounds how long another process or region on the same store keeps
-    /// answering 404 for a code created there. Raising it trades that for fewer store reads.
+    /// How long an unknown code is remembered as unknown, in seconds [default: 60]. Creating
+    /// the code clears it: at once in this process (or one sharing its Redis), within about a
+    /// second elsewhere on the same store (creates write change notes, which every process
+    /// polls); the TTL only bounds memory and how long a missed note could matter.
     #[arg(long, env = "SHORTENER_NEGATIVE_CACHE_TTL", value_name = "SECONDS")]
     pub negative_cache_ttl: Option<u64>,
     /// Do not record clicks of bots, link previews and HEAD requests at all (by default they

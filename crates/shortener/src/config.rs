@@ -378,7 +378,7 @@ impl ServeConfig {
             negative_cache_ttl: Duration::from_secs(
                 args.negative_cache_ttl
                     .or(file.negative_cache_ttl)
-                    .unwrap_or(1),
+                    .unwrap_or(60),
             ),
             drop_bot_clicks: args
                 .drop_bot_clicks

@@ -403,8 +403,8 @@ async fn editing(a: &Shortener, b: &Shortener, store: &[&str]) {
 
 /// A code both processes found unknown, then created through one of them (and another by
 /// the CLI, which reaches neither but through the store): both redirect within about a
-/// second, though creates write no change note — a 404 is remembered only
-/// `--negative-cache-ttl` (default 1 s).
+/// second, though a 404 is remembered `--negative-cache-ttl` (default 60 s): only the
+/// creates' change notes clear it in time.
 async fn creating(a: &Shortener, b: &Shortener, store: &[&str], dir: &Path) {
     let c = client();
     let alice = token_in(store, "alice", false);

@@ -149,6 +149,78 @@ async fn creates_committed_in_groups_all_land_with_their_audit_rows() {
         .await,
         2_000
     );
+
+    // Their change notes, numbered by racing processes: each once, positions 1..=2000.
+    let numbering: Vec<_> = stores
+        .iter()
+        .map(|store| {
+            let store = store.clone();
+            tokio::spawn(async move { store.number_pending_changes().await.unwrap() })
+        })
+        .collect();
+    let mut numbered = 0;
+    for n in numbering {
+        numbered += n.await.unwrap();
+    }
+    assert_eq!(numbered, 2_000);
+    assert_eq!(stores[0].last_change().await.unwrap(), 2_000);
+    let mut codes = Vec::new();
+    let mut after = 0;
+    loop {
+        let notes = stores[1].changes_after(after, 700).await.unwrap();
+        let Some(last) = notes.last() else { break };
+        after = last.seq;
+        for note in notes {
+            assert_eq!((note.seq, note.version), (codes.len() as u64 + 1, 1));
+            codes.push(note.code);
+        }
+    }
+    codes.sort_unstable();
+    codes.dedup();
+    assert_eq!(codes.len(), 2_000);
+}
+
+/// A create's note committed after notes numbered later than it began (a slow group) is
+/// numbered after them: a poller that read up to there still reads it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_note_committed_late_is_numbered_after_every_note_read_before() {
+    let db = TestDb::migrated().await;
+    let store = db.store(POOL_SIZE).await;
+    store
+        .insert_link(&link("first", "https://example.com/1"), &origin())
+        .await
+        .unwrap();
+    // A group still committing: its note is written, not yet committed.
+    let mut client = db.client().await;
+    let slow = client.transaction().await.unwrap();
+    slow.execute(
+        "INSERT INTO link_changes (seq, code, version, at) VALUES (-1000000, 'slow', 1, 0)",
+        &[],
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.number_pending_changes().await.unwrap(), 1);
+    let change = LinkChange::Edit {
+        long_url: Some("https://example.com/edited".to_owned()),
+        expires_at: None,
+    };
+    store
+        .change_link("first", &change, &origin(), 1_700_000_100)
+        .await
+        .unwrap();
+    let read: Vec<u64> = store
+        .changes_after(0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|n| n.seq)
+        .collect();
+    assert_eq!(read, [1, 2]);
+    slow.commit().await.unwrap();
+    assert_eq!(store.number_pending_changes().await.unwrap(), 1);
+    let late = store.changes_after(2, 10).await.unwrap();
+    assert_eq!(late.len(), 1);
+    assert_eq!((late[0].seq, late[0].code.as_str()), (3, "slow"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -570,13 +642,22 @@ async fn background_work_is_not_held_to_the_request_paths_statement_timeout() {
         .change_link("kept", &change, &origin(), 1_700_000_100)
         .await
         .unwrap();
+    let number = Arc::clone(&store);
+    let numbered = behind_a_lock(&db, "change_counter", async move {
+        number.number_pending_changes().await
+    })
+    .await
+    .expect("numbering change notes waits past the request bound");
+    // The create's note (the edit numbered its own).
+    assert_eq!(numbered, 1);
     let prune = Arc::clone(&store);
     let pruned = behind_a_lock(&db, "link_changes", async move {
-        prune.prune_changes_before(i64::MAX).await
+        prune.prune_changes_before(i64::MAX, 1000).await
     })
     .await
     .expect("pruning change notes waits past the request bound");
-    assert_eq!(pruned, 1);
+    // The create's note and the edit's.
+    assert_eq!(pruned, 2);
 
     let prune = Arc::clone(&store);
     let pruned = behind_a_lock(&db, "audit", async move {

@@ -202,8 +202,9 @@ async fn two_regions_share_links_survive_outages_and_count_clicks_once() {
     eprintln!("a delete in A reached B after {:?}", started.elapsed());
     let paths = &paths[1..];
 
-    // A create in A reaches B, which found the code unknown just before (creates write no
-    // change note: B's negative entries, L1 and L2, live the default --negative-cache-ttl).
+    // A create in A reaches B, which found the code unknown just before: B's negative
+    // entries, L1 and L2, live the default --negative-cache-ttl (60 s), so only the create's
+    // change note, polled from B's replica, can clear them in time.
     for server in [&a, &b] {
         assert_eq!(status(&c, server, "/later").await, StatusCode::NOT_FOUND);
     }

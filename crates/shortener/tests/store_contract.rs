@@ -97,9 +97,17 @@ async fn contract(store: &dyn Store) {
     // Codes are case-sensitive.
     assert_eq!(store.get_link("PLAIN").await.unwrap(), None);
 
+    // Creates write a change note each (a taken code none), so that processes holding the
+    // code as unknown hear of it. PostgreSQL numbers them after their commit, when asked
+    // (every serving process asks at each poll); the embedded store as it writes them.
+    let numbered_at_once = store.last_change().await.unwrap();
+    let numbered_later = store.number_pending_changes().await.unwrap();
+    assert_eq!(numbered_at_once + numbered_later, 2);
+    assert_eq!(store.last_change().await.unwrap(), 2);
+    assert_eq!(store.number_pending_changes().await.unwrap(), 0);
+
     // Changes: one rule, a version per change, an audit row and a change note each, in
     // commit order; refusals and no-ops write nothing.
-    assert_eq!(store.last_change().await.unwrap(), 0);
     let admin = Origin {
         actor: Actor {
             name: "root".into(),
@@ -180,7 +188,7 @@ async fn contract(store: &dyn Store) {
             .unwrap(),
         ChangeOutcome::Refused(Refusal::Deleted)
     );
-    assert_eq!(store.last_change().await.unwrap(), 3);
+    assert_eq!(store.last_change().await.unwrap(), 5);
     let notes = store.changes_after(0, 10).await.unwrap();
     let notes: Vec<_> = notes
         .iter()
@@ -188,10 +196,16 @@ async fn contract(store: &dyn Store) {
         .collect();
     assert_eq!(
         notes,
-        vec![(1, "plain", 2), (2, "plain", 3), (3, "plain", 4)]
+        vec![
+            (1, "full-fields", 1),
+            (2, "plain", 1),
+            (3, "plain", 2),
+            (4, "plain", 3),
+            (5, "plain", 4)
+        ]
     );
-    assert_eq!(store.changes_after(2, 10).await.unwrap().len(), 1);
-    assert_eq!(store.changes_after(1, 1).await.unwrap()[0].seq, 2);
+    assert_eq!(store.changes_after(4, 10).await.unwrap().len(), 1);
+    assert_eq!(store.changes_after(3, 1).await.unwrap()[0].seq, 4);
 
     // The audit trail: creates and changes, newest first, filtered, paged by id.
     let all = store
@@ -275,8 +289,10 @@ async fn contract(store: &dyn Store) {
         store.prune_audit_before(1_800_000_000, 10).await.unwrap(),
         0
     );
-    assert_eq!(store.prune_changes_before(400).await.unwrap(), 2);
-    assert_eq!(store.changes_after(0, 10).await.unwrap()[0].seq, 3);
+    assert_eq!(store.prune_changes_before(400, 1).await.unwrap(), 1);
+    assert_eq!(store.prune_changes_before(400, 10).await.unwrap(), 1);
+    assert_eq!(store.prune_changes_before(400, 10).await.unwrap(), 0);
+    assert_eq!(store.changes_after(2, 10).await.unwrap()[0].seq, 5);
 
     // Clicks: totals and days move together; unknown codes count nowhere; repeated
     // (code, day) pairs in one batch add up.

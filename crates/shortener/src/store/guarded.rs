@@ -189,8 +189,12 @@ impl LinkStore for GuardedStore {
     }
 
     // Background work, with retries of its own: unbounded here.
-    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
-        self.inner.prune_changes_before(at).await
+    async fn number_pending_changes(&self) -> Result<u64, StoreError> {
+        self.inner.number_pending_changes().await
+    }
+
+    async fn prune_changes_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
+        self.inner.prune_changes_before(at, batch).await
     }
 
     async fn live_destinations_after(

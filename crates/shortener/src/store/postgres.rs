@@ -750,8 +750,85 @@ async fn insert_audit(tx: &Transaction<'_>, r: &AuditRecord) -> Result<(), tokio
     .map(drop)
 }
 
-/// Writes a link's new state, its change note (numbered by the counter row, whose lock
-/// orders notes by commit) and its audit row inside `tx`, the link's row locked.
+/// Appends a change note `(code, version)` per link inside `tx`, numbered next in the change
+/// sequence in slice order: one counter update, whose row lock (held until the commit)
+/// orders notes by commit. Creates and imports write theirs unnumbered instead
+/// (`import::insert_created`, [`number_pending`]).
+async fn append_change_notes(
+    tx: &Transaction<'_>,
+    links: &[&Link],
+    at: UnixSeconds,
+) -> Result<(), tokio_postgres::Error> {
+    if links.is_empty() {
+        return Ok(());
+    }
+    let n = links.len() as i64;
+    let counter = tx
+        .prepare_cached("UPDATE change_counter SET seq = seq + $1 WHERE id = 0 RETURNING seq")
+        .await?;
+    let last: i64 = tx.query_one(&counter, &[&n]).await?.try_get(0)?;
+    let seqs: Vec<i64> = (last - n + 1..=last).collect();
+    let codes: Vec<&str> = links.iter().map(|l| l.code.as_str()).collect();
+    let versions: Vec<i64> = links.iter().map(|l| to_i64(l.version)).collect();
+    let notes = tx
+        .prepare_cached(
+            "INSERT INTO link_changes (seq, code, version, at) \
+             SELECT s, c, v, $4 FROM unnest($1::INT8[], $2::TEXT[], $3::INT8[]) AS n (s, c, v)",
+        )
+        .await?;
+    tx.execute(&notes, &[&seqs, &codes, &versions, &at])
+        .await
+        .map(drop)
+}
+
+/// Most notes one [`number_pending`] transaction numbers.
+const NUMBERED_AT_ONCE: i64 = 10_000;
+
+/// Gives up to [`NUMBERED_AT_ONCE`] notes waiting for a number (negative positions, the
+/// oldest first) the next positions of the sequence; returns how many.
+///
+/// Why a poller never skips a note: a note gets a position only in a transaction holding
+/// the `change_counter` row until its commit (a change's own, or this one), above every
+/// position an earlier holder committed; so positions become visible in increasing order,
+/// on the primary and (replaying commits in order) on replicas. This transaction reads the
+/// waiting notes in a statement begun after it holds the row (read committed: a snapshot
+/// per statement), so it sees every one committed before, and none numbered already.
+async fn number_pending(client: &mut Object, bounded: bool) -> Result<u64, tokio_postgres::Error> {
+    let tx = background_transaction(client, bounded).await?;
+    // Most polls find none: a look first, without the lock.
+    let waiting = tx
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM link_changes WHERE seq < 0)")
+        .await?;
+    if !tx.query_one(&waiting, &[]).await?.try_get::<_, bool>(0)? {
+        tx.commit().await?;
+        return Ok(0);
+    }
+    let lock = tx
+        .prepare_cached("SELECT seq FROM change_counter WHERE id = 0 FOR UPDATE")
+        .await?;
+    let last: i64 = tx.query_one(&lock, &[]).await?.try_get(0)?;
+    // One statement for the notes and the counter: changes (request-path deadlines) wait for
+    // the row while this holds it.
+    let number = tx
+        .prepare_cached(
+            "WITH waiting AS (SELECT seq, row_number() OVER (ORDER BY seq DESC) AS n \
+             FROM link_changes WHERE seq < 0 ORDER BY seq DESC LIMIT $2), \
+             numbered AS (UPDATE link_changes c SET seq = $1 + w.n FROM waiting w \
+             WHERE c.seq = w.seq RETURNING 1) \
+             UPDATE change_counter SET seq = $1 + (SELECT count(*) FROM numbered) WHERE id = 0 \
+             RETURNING seq - $1",
+        )
+        .await?;
+    let n: i64 = tx
+        .query_one(&number, &[&last, &NUMBERED_AT_ONCE])
+        .await?
+        .try_get(0)?;
+    tx.commit().await?;
+    Ok(to_u64(n))
+}
+
+/// Writes a link's new state, its change note and its audit row inside `tx`, the link's
+/// row locked.
 async fn write_change(
     tx: &Transaction<'_>,
     before: &Link,
@@ -775,18 +852,7 @@ async fn write_change(
         ],
     )
     .await?;
-    let counter = tx
-        .prepare_cached("UPDATE change_counter SET seq = seq + 1 WHERE id = 0 RETURNING seq")
-        .await?;
-    let seq: i64 = tx.query_one(&counter, &[]).await?.try_get(0)?;
-    let note = tx
-        .prepare_cached("INSERT INTO link_changes (seq, code, version, at) VALUES ($1, $2, $3, $4)")
-        .await?;
-    tx.execute(
-        &note,
-        &[&seq, &after.code, &to_i64(after.version), &audit.at],
-    )
-    .await?;
+    append_change_notes(tx, &[after], audit.at).await?;
     if before.disabled.is_some() && after.disabled.is_none() {
         // An enable: reports made before it no longer count towards the next auto-disable.
         let uncount = tx
@@ -1085,13 +1151,32 @@ impl LinkStore for PgStore {
             .map_err(classify)
     }
 
-    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
+    async fn number_pending_changes(&self) -> Result<u64, StoreError> {
+        let mut client = self.client().await?;
+        let mut numbered = 0;
+        loop {
+            let n = number_pending(&mut client, self.bounded)
+                .await
+                .map_err(classify)?;
+            numbered += n;
+            if n < to_u64(NUMBERED_AT_ONCE) {
+                return Ok(numbered);
+            }
+        }
+    }
+
+    async fn prune_changes_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
         let mut client = self.client().await?;
         let tx = background_transaction(&mut client, self.bounded)
             .await
             .map_err(classify)?;
+        // Notes waiting for a number are left to the numbering (its positions stay gapless).
         let pruned = tx
-            .execute("DELETE FROM link_changes WHERE at < $1", &[&at])
+            .execute(
+                "DELETE FROM link_changes WHERE seq IN \
+                 (SELECT seq FROM link_changes WHERE at < $1 AND seq > 0 ORDER BY at LIMIT $2)",
+                &[&at, &to_i64(batch as u64)],
+            )
             .await
             .map_err(classify)?;
         tx.commit().await.map_err(classify)?;

@@ -457,8 +457,12 @@ impl LinkStore for Replicated {
         Ok(notes)
     }
 
-    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
-        self.primary.prune_changes_before(at).await
+    async fn number_pending_changes(&self) -> Result<u64, StoreError> {
+        self.primary.number_pending_changes().await
+    }
+
+    async fn prune_changes_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
+        self.primary.prune_changes_before(at, batch).await
     }
 
     async fn live_destinations_after(

@@ -382,7 +382,7 @@ fn insert_audit(c: &Connection, r: &AuditRecord) -> rusqlite::Result<()> {
 }
 
 /// Writes a link's new state, its change note and its audit row (inside the caller's
-/// transaction). The counter row serialises changers, so notes are numbered in commit order.
+/// transaction).
 fn write_change(
     c: &Connection,
     before: &Link,
@@ -402,11 +402,7 @@ fn write_change(
             d.map(|d| d.by_kind.as_str()),
             after.deleted_at,
         ])?;
-    let seq: i64 = c
-        .prepare_cached("UPDATE change_counter SET seq = seq + 1 RETURNING seq")?
-        .query_row([], |r| r.get(0))?;
-    c.prepare_cached("INSERT INTO link_changes (seq, code, version, at) VALUES (?1, ?2, ?3, ?4)")?
-        .execute(params![seq, after.code, to_i64(after.version), audit.at])?;
+    multi_row::append_change_notes(c, &[after], audit.at)?;
     if before.disabled.is_some() && after.disabled.is_none() {
         // An enable: reports made before it no longer count towards the next auto-disable.
         c.prepare_cached("UPDATE reports SET counts = FALSE WHERE code = ?1 AND counts")?
@@ -655,10 +651,20 @@ impl LinkStore for SqliteStore {
         .await
     }
 
-    async fn prune_changes_before(&self, at: UnixSeconds) -> Result<u64, StoreError> {
+    // The one writer numbers notes as it writes them (its transactions never overlap).
+    async fn number_pending_changes(&self) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    async fn prune_changes_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError> {
+        let batch = to_i64(batch as u64);
         self.write(move |c| {
-            c.execute("DELETE FROM link_changes WHERE at < ?1", [at])
-                .map(|n| n as u64)
+            c.prepare_cached(
+                "DELETE FROM link_changes WHERE seq IN \
+                 (SELECT seq FROM link_changes WHERE at < ?1 ORDER BY at LIMIT ?2)",
+            )?
+            .execute(params![at, batch])
+            .map(|n| n as u64)
         })
         .await
     }

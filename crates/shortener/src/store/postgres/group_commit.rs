@@ -7,7 +7,7 @@
 //! A group runs in a task of its own: a caller that stops waiting (a request's deadline)
 //! cannot cancel the writes of the others.
 
-use super::import::insert_audit_rows;
+use super::import::insert_created;
 use super::{LINK_COLUMNS, classify, to_i64};
 use deadpool_postgres::Pool;
 use shortener_core::audit::{AuditRecord, Origin};
@@ -193,14 +193,14 @@ async fn commit(pool: &Pool, group: &[Queued]) -> Result<HashSet<String>, StoreE
         .map(|r| r.try_get::<_, String>(0))
         .collect::<Result<_, _>>()
         .map_err(classify)?;
-    let audits: Vec<AuditRecord> = group
+    let (created, audits): (Vec<&Link>, Vec<AuditRecord>) = group
         .iter()
         .filter(|q| stored.contains(&q.link.code))
-        .map(|q| q.audit.clone())
-        .collect();
-    if !audits.is_empty() {
-        insert_audit_rows(&tx, &audits).await.map_err(classify)?;
-    }
+        .map(|q| (&q.link, q.audit.clone()))
+        .unzip();
+    insert_created(&tx, &created, &audits)
+        .await
+        .map_err(classify)?;
     tx.commit().await.map_err(classify)?;
     Ok(stored)
 }

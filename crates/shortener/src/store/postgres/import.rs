@@ -4,6 +4,7 @@
 use super::{AUDIT_COLUMNS, to_i64};
 use deadpool_postgres::Transaction;
 use shortener_core::audit::AuditRecord;
+use shortener_core::link::Link;
 use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome};
 use std::collections::HashSet;
 
@@ -67,7 +68,8 @@ pub(super) async fn write_batch(
         .filter(|(_, o)| **o == InsertOutcome::Inserted)
         .map(|(l, _)| AuditRecord::created(l, &batch.origin))
         .collect();
-    insert_audit_rows(tx, &records).await?;
+    let created: Vec<&Link> = links.iter().filter(|l| stored.contains(&l.code)).collect();
+    insert_created(tx, &created, &records).await?;
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ($1, $2) \
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -77,11 +79,19 @@ pub(super) async fn write_batch(
     Ok(ImportOutcome::Committed(outcomes))
 }
 
-/// Appends audit rows in one statement inside `tx`.
-pub(super) async fn insert_audit_rows(
+/// Appends the `created` audit rows of `links` (`records`, one each) and a change
+/// note per link, in one statement inside `tx`. The notes wait for their number (see
+/// `number_pending`) under the negated id of their audit row: unique, and never after a
+/// position a poller asks for. Numbering them here would hold the sequence's row through
+/// the commit, and concurrent groups would queue on it (halving creates/s).
+pub(super) async fn insert_created(
     tx: &Transaction<'_>,
+    links: &[&Link],
     records: &[AuditRecord],
 ) -> Result<(), tokio_postgres::Error> {
+    if links.is_empty() {
+        return Ok(());
+    }
     let at: Vec<i64> = records.iter().map(|r| r.at).collect();
     let actor: Vec<&str> = records.iter().map(|r| r.actor.as_str()).collect();
     let ip: Vec<Option<&str>> = records.iter().map(|r| r.ip.as_deref()).collect();
@@ -91,17 +101,23 @@ pub(super) async fn insert_audit_rows(
     let old_url: Vec<Option<&str>> = records.iter().map(|r| r.old_url.as_deref()).collect();
     let new_url: Vec<Option<&str>> = records.iter().map(|r| r.new_url.as_deref()).collect();
     let detail: Vec<Option<&str>> = records.iter().map(|r| r.detail.as_deref()).collect();
+    let codes: Vec<&str> = links.iter().map(|l| l.code.as_str()).collect();
+    let versions: Vec<i64> = links.iter().map(|l| to_i64(l.version)).collect();
     let audit = tx
         .prepare_cached(&format!(
-            "INSERT INTO audit ({AUDIT_COLUMNS}) \
+            "WITH audited AS (INSERT INTO audit ({AUDIT_COLUMNS}) \
              SELECT * FROM unnest($1::INT8[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
-             $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[])"
+             $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[]) RETURNING id, code, at) \
+             INSERT INTO link_changes (seq, code, version, at) \
+             SELECT -a.id, a.code, n.version, a.at FROM audited a \
+             JOIN unnest($10::TEXT[], $11::INT8[]) AS n (code, version) ON n.code = a.code"
         ))
         .await?;
     tx.execute(
         &audit,
         &[
-            &at, &actor, &ip, &agent, &action, &code, &old_url, &new_url, &detail,
+            &at, &actor, &ip, &agent, &action, &code, &old_url, &new_url, &detail, &codes,
+            &versions,
         ],
     )
     .await

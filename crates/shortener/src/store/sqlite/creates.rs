@@ -3,7 +3,7 @@
 //! per-statement costs (binding setup, the statement's reset, AUTOINCREMENT's counter) are
 //! paid per chunk of up to 64 creates rather than per create.
 
-use super::multi_row::{insert_audit_rows, insert_links};
+use super::multi_row::{insert_audit_rows, insert_links, note_stored};
 use super::writer::{Isolation, WriteOp, answer};
 use rusqlite::Connection;
 use shortener_core::audit::AuditRecord;
@@ -47,6 +47,8 @@ pub(super) fn apply(conn: &Connection, creates: &mut [&mut Create]) -> bool {
             .map(|(c, _)| &c.audit)
             .collect();
         insert_audit_rows(conn, &audits)?;
+        let at = creates.first().map_or(0, |c| c.audit.at);
+        note_stored(conn, &links, &stored, at)?;
         Ok(stored)
     });
     match written {

@@ -1,6 +1,6 @@
 //! `shortener import`'s batches on the embedded store: one transaction of multi-row inserts.
 
-use super::multi_row::{insert_audit_rows, insert_links};
+use super::multi_row::{insert_audit_rows, insert_links, note_stored};
 use rusqlite::{Connection, params};
 use shortener_core::audit::AuditRecord;
 use shortener_core::link::Link;
@@ -39,6 +39,8 @@ pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Resu
         .collect();
     audits.sort_unstable_by(|a, b| a.code.cmp(&b.code));
     insert_audit_rows(c, &audits.iter().collect::<Vec<_>>())?;
+    let at = audits.first().map_or(0, |a| a.at);
+    note_stored(c, &links, &stored, at)?;
     c.prepare_cached(
         "INSERT INTO meta (key, value) VALUES (?1, ?2) \
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",

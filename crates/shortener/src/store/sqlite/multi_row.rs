@@ -6,6 +6,7 @@ use super::{AUDIT_COLUMNS, LINK_COLUMNS, to_i64};
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, params_from_iter};
 use shortener_core::audit::AuditRecord;
+use shortener_core::day::UnixSeconds;
 use shortener_core::link::Link;
 use std::sync::LazyLock;
 
@@ -45,6 +46,8 @@ impl MultiInsert {
     }
 }
 
+static NOTES: LazyLock<MultiInsert> =
+    LazyLock::new(|| MultiInsert::new("link_changes", "seq, code, version, at", ""));
 static AUDIT: LazyLock<MultiInsert> =
     LazyLock::new(|| MultiInsert::new("audit", AUDIT_COLUMNS, ""));
 static LINKS: LazyLock<MultiInsert> = LazyLock::new(|| {
@@ -133,6 +136,58 @@ pub(super) fn insert_links(c: &Connection, links: &[&Link]) -> rusqlite::Result<
         }
     }
     Ok(stored)
+}
+
+/// Appends a change note `(code, version)` per link (inside the caller's transaction),
+/// numbered next in the change sequence in slice order. One counter update per call: the
+/// counter row serialises changers, so notes are numbered in commit order.
+pub(super) fn append_change_notes(
+    c: &Connection,
+    links: &[&Link],
+    at: UnixSeconds,
+) -> rusqlite::Result<()> {
+    if links.is_empty() {
+        return Ok(());
+    }
+    let n = links.len() as i64;
+    let last: i64 = c
+        .prepare_cached("UPDATE change_counter SET seq = seq + ?1 RETURNING seq")?
+        .query_row([n], |r| r.get(0))?;
+    let mut seq = last - n;
+    for chunk in chunks(links) {
+        let rows: Vec<[i64; 2]> = chunk
+            .iter()
+            .map(|l| {
+                seq += 1;
+                [seq, to_i64(l.version)]
+            })
+            .collect();
+        let values = chunk
+            .iter()
+            .zip(&rows)
+            .flat_map(|(l, row)| -> [&dyn ToSql; 4] { [&row[0], &l.code, &row[1], &at] });
+        c.prepare_cached(NOTES.sql(chunk.len()))?
+            .execute(params_from_iter(values))?;
+    }
+    Ok(())
+}
+
+/// Notes the links a multi-row insert stored (`stored` as [`insert_links`] returns it): a
+/// create or import, announced like every change, so that processes holding a code as
+/// unknown forget that (their negative entries may then live long).
+pub(super) fn note_stored(
+    c: &Connection,
+    links: &[&Link],
+    stored: &[bool],
+    at: UnixSeconds,
+) -> rusqlite::Result<()> {
+    let created: Vec<&Link> = links
+        .iter()
+        .zip(stored)
+        .filter(|(_, stored)| **stored)
+        .map(|(l, _)| *l)
+        .collect();
+    append_change_notes(c, &created, at)
 }
 
 /// Appends audit rows (inside the caller's transaction), ids in slice order.
