@@ -42,6 +42,18 @@ fn origin() -> Origin {
     Origin::system("test")
 }
 
+/// Changes `code`'s destination: a change note numbered in its own transaction.
+async fn edit(store: &PgStore, code: &str) {
+    let change = LinkChange::Edit {
+        long_url: Some("https://example.com/edited".to_owned()),
+        expires_at: None,
+    };
+    store
+        .change_link(code, &change, &origin(), 1_700_000_100)
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn id_blocks_leased_concurrently_are_disjoint_and_leave_no_gap() {
     let db = TestDb::migrated().await;
@@ -200,14 +212,7 @@ async fn a_note_committed_late_is_numbered_after_every_note_read_before() {
     .await
     .unwrap();
     assert_eq!(store.number_pending_changes().await.unwrap(), 1);
-    let change = LinkChange::Edit {
-        long_url: Some("https://example.com/edited".to_owned()),
-        expires_at: None,
-    };
-    store
-        .change_link("first", &change, &origin(), 1_700_000_100)
-        .await
-        .unwrap();
+    edit(&store, "first").await;
     let read: Vec<u64> = store
         .changes_after(0, 10)
         .await
@@ -634,14 +639,7 @@ async fn background_work_is_not_held_to_the_request_paths_statement_timeout() {
     );
 
     // A change: a note in the change sequence and a second audit row.
-    let change = LinkChange::Edit {
-        long_url: Some("https://example.com/edited".to_owned()),
-        expires_at: None,
-    };
-    store
-        .change_link("kept", &change, &origin(), 1_700_000_100)
-        .await
-        .unwrap();
+    edit(&store, "kept").await;
     let number = Arc::clone(&store);
     let numbered = behind_a_lock(&db, "change_counter", async move {
         number.number_pending_changes().await

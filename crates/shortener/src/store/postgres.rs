@@ -750,33 +750,23 @@ async fn insert_audit(tx: &Transaction<'_>, r: &AuditRecord) -> Result<(), tokio
     .map(drop)
 }
 
-/// Appends a change note `(code, version)` per link inside `tx`, numbered next in the change
-/// sequence in slice order: one counter update, whose row lock (held until the commit)
-/// orders notes by commit. Creates and imports write theirs unnumbered instead
-/// (`import::insert_created`, [`number_pending`]).
-async fn append_change_notes(
+/// Appends the change note `(code, version)` of `link` inside `tx`, at the next position of
+/// the sequence: the counter row's lock, held until the commit, orders notes by commit.
+/// Creates and imports write theirs unnumbered instead (`import::insert_created`,
+/// [`number_pending`]).
+async fn append_change_note(
     tx: &Transaction<'_>,
-    links: &[&Link],
+    link: &Link,
     at: UnixSeconds,
 ) -> Result<(), tokio_postgres::Error> {
-    if links.is_empty() {
-        return Ok(());
-    }
-    let n = links.len() as i64;
     let counter = tx
-        .prepare_cached("UPDATE change_counter SET seq = seq + $1 WHERE id = 0 RETURNING seq")
+        .prepare_cached("UPDATE change_counter SET seq = seq + 1 WHERE id = 0 RETURNING seq")
         .await?;
-    let last: i64 = tx.query_one(&counter, &[&n]).await?.try_get(0)?;
-    let seqs: Vec<i64> = (last - n + 1..=last).collect();
-    let codes: Vec<&str> = links.iter().map(|l| l.code.as_str()).collect();
-    let versions: Vec<i64> = links.iter().map(|l| to_i64(l.version)).collect();
-    let notes = tx
-        .prepare_cached(
-            "INSERT INTO link_changes (seq, code, version, at) \
-             SELECT s, c, v, $4 FROM unnest($1::INT8[], $2::TEXT[], $3::INT8[]) AS n (s, c, v)",
-        )
+    let seq: i64 = tx.query_one(&counter, &[]).await?.try_get(0)?;
+    let note = tx
+        .prepare_cached("INSERT INTO link_changes (seq, code, version, at) VALUES ($1, $2, $3, $4)")
         .await?;
-    tx.execute(&notes, &[&seqs, &codes, &versions, &at])
+    tx.execute(&note, &[&seq, &link.code, &to_i64(link.version), &at])
         .await
         .map(drop)
 }
@@ -852,7 +842,7 @@ async fn write_change(
         ],
     )
     .await?;
-    append_change_notes(tx, &[after], audit.at).await?;
+    append_change_note(tx, after, audit.at).await?;
     if before.disabled.is_some() && after.disabled.is_none() {
         // An enable: reports made before it no longer count towards the next auto-disable.
         let uncount = tx
