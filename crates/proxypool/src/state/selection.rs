@@ -277,7 +277,7 @@ impl PoolState {
             return Err(AcquireError::NoAddressAvailable);
         };
         h.active_leases += 1;
-        rec.totals.leases += 1;
+        rec.leased();
         rec.metrics.active(h.active_leases);
         if h.active_leases == self.cfg.max_leases_per_address {
             // At its cap: out of the weighted schedules until a lease ends (as the Redis

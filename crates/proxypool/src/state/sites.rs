@@ -129,7 +129,7 @@ impl Sites {
     ) -> &mut Cell {
         let name = self.list.get(site as usize).map_or("-", |s| &*s.name);
         self.cells.entry((slot, site)).or_insert_with(|| Cell {
-            window: Window::new(cfg.window, cfg.window_max_age, false),
+            window: Window::new(cfg.window, cfg.window_max_age),
             cooling_until: None,
             avoided: false,
             totals: Totals::default(),

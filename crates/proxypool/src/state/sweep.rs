@@ -18,7 +18,7 @@ impl PoolState {
                 self.metrics.expired(1);
                 self.lease_ended(slot);
                 if let Some(r) = self.record_mut(slot) {
-                    r.totals.expired += 1;
+                    r.expired();
                 }
             }
         }
