@@ -122,6 +122,16 @@ impl Ring {
         Some(e)
     }
 
+    /// Puts `e` in the oldest entry's place (the ring is full) and returns that entry: `e`
+    /// is now the newest.
+    fn replace_front(&mut self, e: Entry) -> Entry {
+        let at = usize::from(self.head);
+        let old = std::mem::replace(&mut self.buf[at], e);
+        // Below the capacity, so within 16 bits.
+        self.head = self.index(1) as u16;
+        old
+    }
+
     /// Appends `e`; the caller keeps the ring below its capacity.
     fn push_back(&mut self, e: Entry) {
         if self.buf.is_empty() {
@@ -175,13 +185,14 @@ impl Window {
 
     pub(crate) fn push(&mut self, e: Entry) {
         self.expire(e.at);
-        if self.entries.len() >= usize::from(self.entries.capacity)
-            && let Some(old) = self.entries.pop_front()
-        {
+        if self.entries.len() >= usize::from(self.entries.capacity) {
+            // Full: the oldest entry leaves and `e` takes its place.
+            let old = self.entries.replace_front(e);
             self.forget(&old);
+        } else {
+            self.entries.push_back(e);
         }
         self.remember(&e);
-        self.entries.push_back(e);
         self.set_horizon();
     }
 
@@ -219,10 +230,17 @@ impl Window {
     }
 
     /// Drops the outcomes older than the maximum age.
+    #[inline]
     pub(crate) fn expire(&mut self, now: Timestamp) {
-        if now.as_millis() < self.horizon_ms {
-            return;
+        if now.as_millis() >= self.horizon_ms {
+            self.expire_aged(now);
         }
+    }
+
+    /// [`Window::expire`] once some entry has aged out: out of line, so the common case
+    /// inlines to one comparison.
+    #[inline(never)]
+    fn expire_aged(&mut self, now: Timestamp) {
         while let Some(front) = self.entries.front().copied() {
             if !self.expired(&front, now) {
                 break;

@@ -95,7 +95,9 @@ impl PoolState {
         }
         self.reweigh(slot, class != Class::Success, had_bad, now);
         self.judge_site(site, slot, class, now);
-        self.judge_cell(slot, site, now);
+        if site != NO_SITE {
+            self.judge_cell(slot, site, now);
+        }
         self.evaluate(slot, site, class, slower, now);
     }
 

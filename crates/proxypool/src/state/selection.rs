@@ -228,6 +228,7 @@ impl PoolState {
         let address = rec.address.clone();
         self.sub_pools[sp as usize].bound_keys += 1;
         self.sessions.bind(key, slot, address, sp, expires);
+        self.due_by(expires);
         Ok((slot, Choice::Hashed))
     }
 
@@ -268,6 +269,7 @@ impl PoolState {
         // Every line of the record this pair touches starts loading now, together.
         std::hint::black_box(rec.prefetch());
         let lease = self.leases.open(slot, deadline);
+        self.due_by(deadline);
         self.counters.acquired += 1;
         self.metrics.acquired(choice);
         let (Some(rec), Some(h)) = (

@@ -143,6 +143,11 @@ impl Sessions {
             .is_some_and(|Reverse((due, ..))| *due <= now)
     }
 
+    /// When the earliest binding may run out (one renewed since runs out later).
+    pub(crate) fn next_due(&self) -> Option<Timestamp> {
+        self.expiry.peek().map(|Reverse((due, ..))| *due)
+    }
+
     /// Removes and returns the bindings whose TTL ran out by `now`.
     pub(crate) fn expire(&mut self, now: Timestamp) -> Vec<Binding> {
         let mut gone = Vec::new();

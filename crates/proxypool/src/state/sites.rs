@@ -99,6 +99,7 @@ impl Sites {
     }
 
     /// The id of a site, registered on first sight (by an acquire or a release).
+    #[inline]
     pub(crate) fn intern(&mut self, name: Option<&Arc<str>>) -> u32 {
         let Some(name) = name else { return NO_SITE };
         if let Some(id) = self.index.get(&**name) {
