@@ -165,7 +165,7 @@ impl PoolState {
         now: Timestamp,
     ) -> Result<(Slot, Choice), AcquireError> {
         let expires = now.after(self.cfg.sticky_ttl);
-        if let Some(b) = self.sessions.get_mut(key) {
+        if let Some(b) = self.sessions.get(key) {
             let slot = b.slot;
             let live = self
                 .hot
@@ -191,7 +191,7 @@ impl PoolState {
                         retry_in: until.since(now),
                     }),
                     None => {
-                        b.expires = expires;
+                        b.expires.set(expires);
                         Ok((slot, Choice::Bound))
                     }
                 },
