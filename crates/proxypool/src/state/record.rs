@@ -70,7 +70,7 @@ impl AddressRecord {
             ^ self.window.prefetch()
             ^ self.successes
             ^ self.latency_seen.0[0]
-            ^ self.address.as_str().len() as u64
+            ^ self.address.prefetch() as u64
     }
 
     /// Counts one more (`add`) or one fewer key bound through sub-pool `sp` on this address.
