@@ -115,6 +115,12 @@ impl ProxyAddress {
         &self.0.full
     }
 
+    /// Reads the word a clone writes (the reference count), so that a caller can load its
+    /// cache line ahead of the clone (see `AddressRecord::prefetch`).
+    pub(crate) fn prefetch(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+
     /// The URL with the password replaced by `***`.
     pub fn redacted(&self) -> &str {
         &self.0.redacted

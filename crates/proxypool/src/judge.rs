@@ -386,7 +386,7 @@ mod tests {
     fn p9_an_avoided_pair_is_forgiven_when_its_window_clears_by_aging() {
         let cfg = HealthConfig::default();
         let at = |s: u64| Timestamp::from_millis(1_000_000 + s * 1000);
-        let mut w = Window::new(cfg.window, cfg.window_max_age, false);
+        let mut w = Window::new(cfg.window, cfg.window_max_age);
         let push = |w: &mut Window, s: u64, class: Class| {
             w.push(crate::health::window::Entry {
                 at: at(s),

@@ -63,11 +63,19 @@ impl HealthState {
     }
 }
 
-/// The state-machine data of one address; what every outcome reads comes first (C order) so
-/// that it shares a cache line.
+/// The state-machine data of one address. C order, 112 bytes: what every outcome reads
+/// (state to `since`) is the last 40 of them, so that a record can put it on one cache line
+/// beside other fields of every pair (see `AddressRecord`), the rest on the line before.
 #[derive(Debug, Clone)]
 #[repr(C)]
 pub(crate) struct Health {
+    pub(crate) last_reason: String,
+    pub(crate) quarantined_until: Option<Timestamp>,
+    /// Since when the address has been healthy without a fall (P6 reset).
+    pub(crate) stable_since: Option<Timestamp>,
+    pub(crate) probe_streak: u32,
+    /// `n` of the next wait `base × 2^n` (P6).
+    pub(crate) backoff_level: u32,
     pub(crate) state: HealthState,
     pub(crate) quarantine_entries: u32,
     /// Suspect since a short fall signal ("3 of the last 5"), with the failures counted since;
@@ -76,15 +84,9 @@ pub(crate) struct Health {
     /// Set while the address earns its weight back (P10); new addresses ramp too (slow start).
     pub(crate) ramp_started: Option<Timestamp>,
     pub(crate) since: Timestamp,
-    pub(crate) quarantined_until: Option<Timestamp>,
-    pub(crate) probe_streak: u32,
-    /// `n` of the next wait `base × 2^n` (P6).
-    pub(crate) backoff_level: u32,
-    /// Quarantine cycles that ended in failure, in a row (P11).
+    /// Quarantine cycles that ended in failure, in a row (P11). Read only at a fall; it fills
+    /// the end of the line the fields above share.
     pub(crate) failed_cycles: u32,
-    /// Since when the address has been healthy without a fall (P6 reset).
-    pub(crate) stable_since: Option<Timestamp>,
-    pub(crate) last_reason: String,
 }
 
 impl Health {

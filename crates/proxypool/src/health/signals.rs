@@ -147,7 +147,7 @@ mod tests {
     const NOW: Timestamp = Timestamp::from_millis(0);
 
     fn window(classes: &[Class]) -> Window {
-        let mut w = Window::new(50, std::time::Duration::from_secs(600), false);
+        let mut w = Window::new(50, std::time::Duration::from_secs(600));
         for (i, c) in classes.iter().enumerate() {
             w.push(Entry {
                 at: NOW,

@@ -29,10 +29,10 @@ pub(crate) struct Entry {
 }
 
 /// Sums over a set of entries. A window holds at most 65 535 entries (validated) of at most
-/// 65 535 ms each, so 16- and 32-bit counters suffice and two tallies share a cache line with
-/// the window's header.
+/// 65 535 ms each, so 16- and 32-bit counters suffice; packed to 10 bytes, so that the
+/// window's header and both its tallies fit in 56 bytes (see `AddressRecord`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[repr(C)]
+#[repr(C, packed(2))]
 pub(crate) struct Tally {
     pub(crate) latency_sum_ms: u32,
     pub(crate) n: u16,
@@ -77,17 +77,18 @@ impl Tally {
 
 /// A fixed-capacity ring of entries, oldest first, allocated on the first push (most
 /// address × site pairs see few outcomes). Once full, the slot of the entry leaving is the one
-/// the next entry takes: one cache line per push.
+/// the next entry takes: one cache line per push. Positions fit 16 bits (capacity ≤ 65 535).
 #[derive(Debug, Clone, Default)]
 struct Ring {
     buf: Box<[Entry]>,
-    head: u32,
-    len: u32,
+    head: u16,
+    len: u16,
+    capacity: u16,
 }
 
 impl Ring {
     fn len(&self) -> usize {
-        self.len as usize
+        usize::from(self.len)
     }
 
     /// Buffer index of the `i`-th oldest entry (`i` < capacity).
@@ -115,15 +116,26 @@ impl Ring {
 
     fn pop_front(&mut self) -> Option<Entry> {
         let e = *self.front()?;
-        self.head = self.index(1) as u32;
+        // Below the capacity, so within 16 bits.
+        self.head = self.index(1) as u16;
         self.len -= 1;
         Some(e)
     }
 
-    /// Appends `e`; the caller keeps the ring below `capacity`.
-    fn push_back(&mut self, e: Entry, capacity: usize) {
+    /// Puts `e` in the oldest entry's place (the ring is full) and returns that entry: `e`
+    /// is now the newest.
+    fn replace_front(&mut self, e: Entry) -> Entry {
+        let at = usize::from(self.head);
+        let old = std::mem::replace(&mut self.buf[at], e);
+        // Below the capacity, so within 16 bits.
+        self.head = self.index(1) as u16;
+        old
+    }
+
+    /// Appends `e`; the caller keeps the ring below its capacity.
+    fn push_back(&mut self, e: Entry) {
         if self.buf.is_empty() {
-            self.buf = vec![e; capacity].into_boxed_slice();
+            self.buf = vec![e; usize::from(self.capacity)].into_boxed_slice();
         }
         let at = self.index(self.len());
         self.buf[at] = e;
@@ -136,7 +148,9 @@ impl Ring {
     }
 }
 
-/// C order: the header and the two sums that every push and read touches fill one cache line.
+/// C order, 56 bytes: the header and the two sums that every push and read touches, on one
+/// cache line with room for one more word of its owner's (see `AddressRecord`). Latency
+/// quantiles are counted from the entries when asked (rarely), not kept up at every push.
 #[derive(Debug, Clone)]
 #[repr(C)]
 pub(crate) struct Window {
@@ -145,26 +159,23 @@ pub(crate) struct Window {
     entries: Ring,
     /// At most u32::MAX ms (about 49 days, validated).
     max_age_ms: u32,
-    capacity: u16,
     /// Entries not excused: what health is judged on.
     counted: Tally,
     /// Every entry: what weights and the snapshot read.
     all: Tally,
-    /// Latencies of the counted successes by bucket, for the latency-tail signal; `None` for
-    /// windows that never need it.
-    latencies: Option<Histogram>,
 }
 
 impl Window {
-    pub(crate) fn new(capacity: usize, max_age: Duration, quantiles: bool) -> Self {
+    pub(crate) fn new(capacity: usize, max_age: Duration) -> Self {
         Self {
             horizon_ms: u64::MAX,
-            entries: Ring::default(),
+            entries: Ring {
+                capacity: u16::try_from(capacity).unwrap_or(u16::MAX),
+                ..Ring::default()
+            },
             max_age_ms: u32::try_from(millis(max_age)).unwrap_or(u32::MAX),
-            capacity: u16::try_from(capacity).unwrap_or(u16::MAX),
             counted: Tally::default(),
             all: Tally::default(),
-            latencies: quantiles.then(Histogram::default),
         }
     }
 
@@ -174,31 +185,27 @@ impl Window {
 
     pub(crate) fn push(&mut self, e: Entry) {
         self.expire(e.at);
-        if self.entries.len() >= usize::from(self.capacity)
-            && let Some(old) = self.entries.pop_front()
-        {
+        if self.entries.len() >= usize::from(self.entries.capacity) {
+            // Full: the oldest entry leaves and `e` takes its place.
+            let old = self.entries.replace_front(e);
             self.forget(&old);
+        } else {
+            self.entries.push_back(e);
         }
         self.remember(&e);
-        self.entries.push_back(e, usize::from(self.capacity));
         self.set_horizon();
     }
 
-    /// A word from the header, from the slot the next push writes and from the latency
-    /// bucket of the mean, where the next success most likely lands (see
+    /// A word from the header and from the slot the next push writes (see
     /// `AddressRecord::prefetch`).
     pub(crate) fn prefetch(&self) -> u64 {
         let ring = &self.entries;
         let next = if ring.len() < ring.buf.len() {
             ring.index(ring.len())
         } else {
-            ring.head as usize
+            usize::from(ring.head)
         };
-        let bucket = self.latencies.as_ref().map_or(0, |h| {
-            let mean = self.counted.latency_sum_ms / u32::from(self.counted.successes.max(1));
-            h.counts[Histogram::bucket(mean)]
-        });
-        self.horizon_ms ^ ring.buf.get(next).map_or(0, |e| e.at.as_millis()) ^ u64::from(bucket)
+        self.horizon_ms ^ ring.buf.get(next).map_or(0, |e| e.at.as_millis())
     }
 
     /// When the oldest entry ages out, if there is one.
@@ -223,10 +230,17 @@ impl Window {
     }
 
     /// Drops the outcomes older than the maximum age.
+    #[inline]
     pub(crate) fn expire(&mut self, now: Timestamp) {
-        if now.as_millis() < self.horizon_ms {
-            return;
+        if now.as_millis() >= self.horizon_ms {
+            self.expire_aged(now);
         }
+    }
+
+    /// [`Window::expire`] once some entry has aged out: out of line, so the common case
+    /// inlines to one comparison.
+    #[inline(never)]
+    fn expire_aged(&mut self, now: Timestamp) {
         while let Some(front) = self.entries.front().copied() {
             if !self.expired(&front, now) {
                 break;
@@ -239,26 +253,15 @@ impl Window {
 
     fn remember(&mut self, e: &Entry) {
         self.all.add(e);
-        if e.excused {
-            return;
-        }
-        self.counted.add(e);
-        if let (Some(h), Class::Success) = (&mut self.latencies, e.class) {
-            h.add(e.latency_ms, true);
+        if !e.excused {
+            self.counted.add(e);
         }
     }
 
     fn forget(&mut self, e: &Entry) {
         self.all.sub(e);
         if !e.excused {
-            self.uncount(e);
-        }
-    }
-
-    fn uncount(&mut self, e: &Entry) {
-        self.counted.sub(e);
-        if let (Some(h), Class::Success) = (&mut self.latencies, e.class) {
-            h.add(e.latency_ms, false);
+            self.counted.sub(e);
         }
     }
 
@@ -320,7 +323,7 @@ impl Window {
                 break;
             }
             if e.site == site && !e.excused {
-                self.uncount(&e);
+                self.counted.sub(&e);
                 if let Some(slot) = self.entries.get_mut(i) {
                     slot.excused = true;
                 }
@@ -330,11 +333,22 @@ impl Window {
         changed
     }
 
-    /// (median, p95) of the counted successes' latencies from the histogram, to within half
-    /// a bucket, if there are at least `min` of them. Call after [`Window::expire`].
+    /// (median, p95) of the counted successes' latencies from their histogram, to within half
+    /// a bucket, if there are at least `min` of them. Call after [`Window::expire`]. The
+    /// histogram is counted from the entries now: the tail is read after a success that may
+    /// have grown it and while degraded, far less often than outcomes are pushed.
     pub(crate) fn tail_quantiles(&self, min: usize) -> Option<(u32, u32)> {
-        let h = self.latencies.as_ref()?;
-        (h.n as usize >= min.max(1)).then(|| h.median_and_p95())
+        // The counted successes are the histogram's entries.
+        if usize::from(self.counted.successes) < min.max(1) {
+            return None;
+        }
+        let mut h = Histogram::default();
+        for e in self.entries.iter() {
+            if !e.excused && e.class == Class::Success {
+                h.add(e.latency_ms);
+            }
+        }
+        Some(h.median_and_p95())
     }
 
     /// Exact (median, p95) of the counted successes' latencies, by sorting them (snapshots).
@@ -360,12 +374,11 @@ fn rank(last: usize, percent: usize) -> usize {
 /// about 65 s).
 const BUCKETS: usize = 64;
 
-/// Counts of latencies by bucket: quantiles for the latency-tail signal, which is judged on
-/// every success, from a fixed block of counters — no sorting, no allocation, no shifting.
-/// A bucket spans a quarter of a doubling, so a quantile is known to about ±10 %, plenty for
-/// "p95 above 3 × the median".
+/// Counts of latencies by bucket: quantiles for the latency-tail signal from a fixed block of
+/// counters — no sorting, no allocation. A bucket spans a quarter of a doubling, so a
+/// quantile is known to about ±10 %, plenty for "p95 above 3 × the median".
 #[derive(Debug, Clone)]
-pub(crate) struct Histogram {
+struct Histogram {
     counts: [u16; BUCKETS],
     n: u32,
 }
@@ -402,15 +415,10 @@ impl Histogram {
         ((low + high) / 2).saturating_sub(1)
     }
 
-    fn add(&mut self, ms: u16, add: bool) {
+    fn add(&mut self, ms: u16) {
         let c = &mut self.counts[Self::bucket(u32::from(ms))];
-        if add {
-            *c = c.saturating_add(1);
-            self.n += 1;
-        } else {
-            *c = c.saturating_sub(1);
-            self.n = self.n.saturating_sub(1);
-        }
+        *c = c.saturating_add(1);
+        self.n += 1;
     }
 
     /// Both quantiles in one walk over the counts.
@@ -450,7 +458,7 @@ mod tests {
 
     #[test]
     fn sums_follow_the_window() {
-        let mut w = Window::new(3, AGE, true);
+        let mut w = Window::new(3, AGE);
         w.push(e(0, Class::Success, 100));
         w.push(e(0, Class::Captcha, 0));
         w.push(e(0, Class::Success, 300));
@@ -467,7 +475,7 @@ mod tests {
 
     #[test]
     fn the_ring_keeps_the_newest_in_order_as_it_wraps() {
-        let mut w = Window::new(3, AGE, false);
+        let mut w = Window::new(3, AGE);
         for ms in 1..=7 {
             w.push(e(0, Class::Success, ms));
         }
@@ -476,12 +484,12 @@ mod tests {
             .map(|e| e.latency_ms)
             .collect();
         assert_eq!(newest, [7, 6, 5]);
-        assert_eq!(w.counted(Timestamp::default()).latency_sum_ms, 18);
+        assert_eq!({ w.counted(Timestamp::default()).latency_sum_ms }, 18);
     }
 
     #[test]
     fn quantiles_need_enough_samples_and_the_histogram_is_close() {
-        let mut w = Window::new(50, AGE, true);
+        let mut w = Window::new(50, AGE);
         for ms in (1..=20).rev() {
             w.push(e(0, Class::Success, ms * 10));
         }
@@ -504,7 +512,7 @@ mod tests {
 
     #[test]
     fn p4_window_outcomes_age_out_after_the_maximum_age() {
-        let mut w = Window::new(50, AGE, true);
+        let mut w = Window::new(50, AGE);
         w.push(e(0, Class::Failure, 0));
         w.push(e(300, Class::Success, 100));
         // Read without mutation: the failure is 600 s old at 600 s and no longer counts.
@@ -520,7 +528,7 @@ mod tests {
 
     #[test]
     fn p9_excused_entries_are_shown_but_not_counted() {
-        let mut w = Window::new(50, AGE, true);
+        let mut w = Window::new(50, AGE);
         w.push(e(1, Class::Failure, 0));
         w.push(Entry {
             site: 1,

@@ -36,12 +36,20 @@ pub(crate) struct Counts {
 }
 
 impl Counts {
-    fn change(&mut self, class: Class, add: bool) {
-        let step = |c: &mut usize| if add { *c += 1 } else { *c -= 1 };
-        step(&mut self.n);
+    fn add(&mut self, class: Class) {
+        self.n += 1;
         match class {
-            Class::Success => step(&mut self.successes),
-            Class::Captcha => step(&mut self.captchas),
+            Class::Success => self.successes += 1,
+            Class::Captcha => self.captchas += 1,
+            Class::Failure => {}
+        }
+    }
+
+    fn sub(&mut self, class: Class) {
+        self.n -= 1;
+        match class {
+            Class::Success => self.successes -= 1,
+            Class::Captcha => self.captchas -= 1,
             Class::Failure => {}
         }
     }
@@ -84,10 +92,10 @@ impl SiteWindow {
     fn pop_front(&mut self, recent_len: usize) {
         let was = self.window.len();
         if let Some(old) = self.window.pop_front() {
-            self.whole.change(old.class, false);
+            self.whole.sub(old.class);
             // The front is in the newest stretch only when the window is no longer than it.
             if was <= recent_len {
-                self.recent.change(old.class, false);
+                self.recent.sub(old.class);
             }
         }
     }
@@ -106,13 +114,13 @@ impl SiteWindow {
             self.pop_front(j.site_recent);
         }
         self.window.push_back(seen);
-        self.whole.change(seen.class, true);
-        self.recent.change(seen.class, true);
+        self.whole.add(seen.class);
+        self.recent.add(seen.class);
         let len = self.window.len();
         if len > j.site_recent
             && let Some(leaving) = self.window.get(len - 1 - j.site_recent)
         {
-            self.recent.change(leaving.class, false);
+            self.recent.sub(leaving.class);
         }
     }
 
@@ -243,6 +251,7 @@ impl SiteChange {
 /// The site's verdict after an outcome of `class` was pushed into its window, if it changed
 /// from `degraded` (since `since`). A success cannot make a site look worse: it is judged on
 /// bad outcomes, and on every outcome while degraded (to see it recover after the dwell).
+#[inline]
 pub(crate) fn judge_site(
     window: &SiteWindow,
     degraded: bool,

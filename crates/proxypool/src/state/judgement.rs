@@ -92,6 +92,7 @@ impl PoolState {
                 cell.avoided = true;
                 if let Some(at) = horizon {
                     self.pair_checks.push(Reverse((at, slot, site)));
+                    self.due_by(at);
                 }
                 ("ok", "avoided", reason)
             }
@@ -317,6 +318,7 @@ impl PoolState {
             self.metrics.quarantined();
             if let Some(until) = rec.health.quarantined_until {
                 self.quarantine_ends.push(Reverse((until, slot)));
+                self.next_due = self.next_due.min(until);
             }
         }
         let subject = Subject::Address {

@@ -91,6 +91,11 @@ impl Leases {
         self.by_deadline.front().is_some_and(|(d, _)| *d <= now)
     }
 
+    /// The earliest deadline still queued (a lease closed since may have had it).
+    pub(crate) fn next_due(&self) -> Option<Timestamp> {
+        self.by_deadline.front().map(|(d, _)| *d)
+    }
+
     /// Closes and returns the leases whose deadline passed by `now`.
     pub(crate) fn expire(&mut self, now: Timestamp) -> Vec<Slot> {
         let mut gone = Vec::new();

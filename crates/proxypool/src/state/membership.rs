@@ -53,7 +53,7 @@ impl PoolState {
             }
             let print = fingerprint(address.as_str());
             let h = &self.cfg.health;
-            let window = Window::new(h.window, h.window_max_age, true);
+            let window = Window::new(h.window, h.window_max_age);
             let rec = AddressRecord::new(address.clone(), print, pools, window, now);
             let reason = rec.health.last_reason.clone();
             self.by_address.insert(address.clone(), slot);

@@ -37,6 +37,9 @@ use sessions::Sessions;
 use sites::Sites;
 use sub_pool::SubPool;
 
+/// A time nothing falls due at.
+const NEVER: Timestamp = Timestamp::from_millis(u64::MAX);
+
 #[derive(Debug, Default)]
 struct Counters {
     acquired: u64,
@@ -66,6 +69,9 @@ pub(crate) struct PoolState {
     /// Avoided address × site pairs, by when their oldest outcome ages out: each is judged
     /// again then, so a pair is forgiven when its evidence is gone, not at its next outcome.
     pair_checks: BinaryHeap<Reverse<(Timestamp, Slot, u32)>>,
+    /// No lease, binding, pair check or quarantine falls due before this (it may be early,
+    /// never late): the sweep of every call is one comparison until then.
+    next_due: Timestamp,
     by_state: [usize; 5],
     frozen: bool,
     reference_latency_ms: Option<f64>,
@@ -98,6 +104,7 @@ impl PoolState {
             sites: Sites::new(),
             quarantine_ends: BinaryHeap::new(),
             pair_checks: BinaryHeap::new(),
+            next_due: NEVER,
             by_state: [0; 5],
             frozen: false,
             reference_latency_ms: None,

@@ -12,6 +12,7 @@ use crate::store::Release;
 use crate::strategy::Slot;
 
 use super::LeaseRef;
+use super::record::LatencySeen;
 use super::sites::NO_SITE;
 
 use super::PoolState;
@@ -40,7 +41,7 @@ impl PoolState {
             Outcome::Captcha => (Class::Captcha, None),
             Outcome::RateLimited { retry_after } => {
                 // Not health, but an outcome all the same: the weight follows the window's age.
-                let had_bad = self.record(slot).is_some_and(|r| r.bad_in_window);
+                let had_bad = self.hot.get(slot as usize).is_some_and(|h| h.bad_in_window);
                 self.reweigh(slot, true, had_bad, now);
                 self.cool(slot, site, now.after(retry_after), outcome);
                 return;
@@ -54,10 +55,13 @@ impl PoolState {
             latency_ms,
             excused: self.sites.is_degraded(site),
         };
-        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+        let (Some(rec), Some(hot)) = (
+            self.records.get_mut(slot as usize).and_then(Option::as_mut),
+            self.hot.get_mut(slot as usize),
+        ) else {
             return;
         };
-        let had_bad = rec.bad_in_window;
+        let had_bad = hot.bad_in_window;
         // Asked before the push, from the window as the outcome found it.
         let slower = latency.is_some()
             && signals::may_grow_tail(
@@ -74,7 +78,7 @@ impl PoolState {
             count(&mut cell.totals, class);
         }
         rec.window.push(entry);
-        count(&mut rec.totals, class);
+        rec.count(class);
         rec.metrics.outcome(outcome);
         if latency.is_some() {
             let ms = f64::from(latency_ms);
@@ -86,15 +90,14 @@ impl PoolState {
         // Weighed before the site is judged, as the Redis library weighs before the judge's
         // verdict comes back: a site convicted by this outcome excuses it afterwards (which
         // leaves the level alone, counted over every outcome) and the flag clears at the next.
-        if class != Class::Success
-            && !entry.excused
-            && let Some(rec) = self.record_mut(slot)
-        {
-            rec.bad_in_window = true;
+        if class != Class::Success && !entry.excused {
+            hot.bad_in_window = true;
         }
         self.reweigh(slot, class != Class::Success, had_bad, now);
         self.judge_site(site, slot, class, now);
-        self.judge_cell(slot, site, now);
+        if site != NO_SITE {
+            self.judge_cell(slot, site, now);
+        }
         self.evaluate(slot, site, class, slower, now);
     }
 
@@ -104,27 +107,29 @@ impl PoolState {
     /// once it is clean). Successes of a clean window, the common case, leave it be. The Redis
     /// library weighs at the same outcomes (`reweigh`), so the stores' steps agree.
     fn reweigh(&mut self, slot: Slot, moved: bool, had_bad: bool, now: Timestamp) {
-        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+        let (Some(rec), Some(h)) = (
+            self.records.get_mut(slot as usize).and_then(Option::as_mut),
+            self.hot.get_mut(slot as usize),
+        ) else {
             return;
         };
         let (all, counted) = rec.window.tallies(now);
-        let seen = (all.mean_latency_ms(), self.reference_latency_ms);
+        let mean = all.mean_latency_ms();
+        let seen = LatencySeen::of(mean, self.reference_latency_ms);
         let latency = if moved || seen == rec.latency_seen {
-            rec.latency_level
+            h.latency_level
         } else {
             rec.latency_seen = seen;
-            weight::latency_level(seen.0, seen.1) as i8
+            weight::latency_level(mean, self.reference_latency_ms) as i8
         };
-        if !(moved || had_bad || latency != rec.latency_level) {
+        if !(moved || had_bad || latency != h.latency_level) {
             return;
         }
         if had_bad && counted.n == counted.successes {
-            rec.bad_in_window = false;
+            h.bad_in_window = false;
         }
-        rec.latency_level = latency;
-        if let Some(h) = self.hot.get_mut(slot as usize) {
-            h.level = weight::level(i32::from(latency), &all);
-        }
+        h.latency_level = latency;
+        h.level = weight::level(i32::from(latency), &all);
     }
 
     /// A rate limit: the address cools for that site only; it is not health (no window).
@@ -135,7 +140,7 @@ impl PoolState {
         if let Some(h) = self.hot.get_mut(slot as usize) {
             h.cooling_until = h.cooling_until.max(until);
         }
-        rec.totals.rate_limited += 1;
+        rec.rate_limited();
         rec.metrics.outcome(outcome);
         if site == NO_SITE {
             rec.cooling_unsited = until;
@@ -155,7 +160,7 @@ impl PoolState {
             self.metrics.abandoned();
             self.lease_ended(slot);
             if let Some(r) = self.record_mut(slot) {
-                r.totals.abandoned += 1;
+                r.abandoned();
             }
         }
     }

@@ -2,33 +2,22 @@
 
 use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
-use crate::health::window::Window;
+use crate::health::window::{Class, Window};
 use crate::health::{Health, HealthState};
 use crate::snapshot::Totals;
 use crate::telemetry::AddressMetrics;
 
-/// Laid out (C order, cache-line aligned) so that an acquire + release pair touches few
-/// lines of a record it reaches at random: the address shares the first line with the metric
-/// handles of every pair (lease gauge, latency, successes); then the totals, the
-/// state-machine fields of every outcome, the window's header and sums, one line each, and
-/// the weighing fields beside the end of the window's histogram.
+/// Laid out (C order, cache-line aligned, 512 bytes) so that an acquire + release pair of a
+/// record it reaches at random touches three of its lines, all loaded in one burst
+/// (`prefetch`): line 2 holds the health fields every outcome reads (the end of `Health`), the
+/// address and the lease count; line 3 the window's header and sums and the success count;
+/// line 4 the latencies the weight was last taken from and the metric handles of every pair
+/// (lease gauge, latency, successes). Lines 0 and 1 (membership, the rest of `Health`) and
+/// what follows line 4 are read at transitions, failures and snapshots. The layout is
+/// checked by a test below.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct AddressRecord {
-    pub(crate) address: ProxyAddress,
-    pub(crate) metrics: AddressMetrics,
-    pub(crate) totals: Totals,
-    pub(crate) health: Health,
-    pub(crate) window: Window,
-    /// The latency's quality level its weight last followed (see `PoolState::reweigh`), and
-    /// the mean and reference latencies it was last taken from (most successes change
-    /// neither: no logarithm then). Read by every release: right after the window, on the
-    /// line of its histogram's count, which every success touches anyway.
-    pub(crate) latency_level: i8,
-    /// Its window held a counted bad outcome when last weighed, or got one since: its weight
-    /// follows every outcome until the window is clean.
-    pub(crate) bad_in_window: bool,
-    pub(crate) latency_seen: (Option<f64>, Option<f64>),
     pub(crate) fingerprint: u64,
     pub(crate) bound_keys: u64,
     /// Indices of the sub-pools it belongs to; always includes 0, the whole pool.
@@ -36,8 +25,39 @@ pub(crate) struct AddressRecord {
     /// `bound_keys` by the sub-pool that bound them (aligned with `sub_pools`), so a removal
     /// takes exactly its keys out of each sub-pool's mean.
     pub(crate) bound_in: Vec<u64>,
+    pub(crate) health: Health,
+    pub(crate) address: ProxyAddress,
+    leases: u64,
+    pub(crate) window: Window,
+    successes: u64,
+    /// The mean and reference latencies its weight's latency level was last taken from (see
+    /// `PoolState::reweigh`): most successes change neither, and then no logarithm is taken.
+    pub(crate) latency_seen: LatencySeen,
+    pub(crate) metrics: AddressMetrics,
+    failures: u64,
+    captchas: u64,
+    rate_limited: u64,
+    abandoned: u64,
+    expired: u64,
     /// Until when a rate limit keeps it from tickets without a site (they have no cell).
     pub(crate) cooling_unsited: Timestamp,
+}
+
+/// A pair of latencies as `PoolState::reweigh` compares them, in 16 bytes instead of 32: the
+/// bits of each, `NONE` for unknown (a mean or a running reference is never NaN). Equal bits
+/// are equal values; the only equal values with different bits, 0 and -0, merely cost a
+/// needless recomputation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LatencySeen([u64; 2]);
+
+impl LatencySeen {
+    /// A NaN's bits: no latency has them.
+    const NONE: u64 = u64::MAX;
+
+    pub(crate) fn of(mean: Option<f64>, reference: Option<f64>) -> Self {
+        let bits = |x: Option<f64>| x.map_or(Self::NONE, f64::to_bits);
+        Self([bits(mean), bits(reference)])
+    }
 }
 
 impl AddressRecord {
@@ -48,9 +68,9 @@ impl AddressRecord {
     pub(crate) fn prefetch(&self) -> u64 {
         (self.health.state as u64)
             ^ self.window.prefetch()
-            ^ self.totals.successes
-            ^ self.address.as_str().len() as u64
-            ^ self.latency_level as u64
+            ^ self.successes
+            ^ self.latency_seen.0[0]
+            ^ self.address.prefetch() as u64
     }
 
     /// Counts one more (`add`) or one fewer key bound through sub-pool `sp` on this address.
@@ -64,6 +84,44 @@ impl AddressRecord {
         } else {
             self.bound_keys.saturating_sub(1)
         };
+    }
+
+    /// One more lease granted.
+    pub(crate) fn leased(&mut self) {
+        self.leases += 1;
+    }
+
+    /// One more outcome of `class`.
+    pub(crate) fn count(&mut self, class: Class) {
+        match class {
+            Class::Success => self.successes += 1,
+            Class::Failure => self.failures += 1,
+            Class::Captcha => self.captchas += 1,
+        }
+    }
+
+    pub(crate) fn rate_limited(&mut self) {
+        self.rate_limited += 1;
+    }
+
+    pub(crate) fn abandoned(&mut self) {
+        self.abandoned += 1;
+    }
+
+    pub(crate) fn expired(&mut self) {
+        self.expired += 1;
+    }
+
+    pub(crate) fn totals(&self) -> Totals {
+        Totals {
+            leases: self.leases,
+            successes: self.successes,
+            failures: self.failures,
+            captchas: self.captchas,
+            rate_limited: self.rate_limited,
+            abandoned: self.abandoned,
+            expired: self.expired,
+        }
     }
 
     pub(crate) fn new(
@@ -83,10 +141,14 @@ impl AddressRecord {
             window,
             bound_keys: 0,
             cooling_unsited: Timestamp::default(),
-            totals: Totals::default(),
-            latency_level: 0,
-            latency_seen: (None, None),
-            bad_in_window: false,
+            leases: 0,
+            successes: 0,
+            failures: 0,
+            captchas: 0,
+            rate_limited: 0,
+            abandoned: 0,
+            expired: 0,
+            latency_seen: LatencySeen::of(None, None),
         }
     }
 }
@@ -106,6 +168,12 @@ pub(crate) struct Hot {
     /// Its quality level for tickets without a site (see `health::weight`), as of its last
     /// outcome that could move it.
     pub(crate) level: i8,
+    /// The latency's part of `level` (see `PoolState::reweigh`). Here rather than in the
+    /// record: every release reads it with `level`, and the padding had room.
+    pub(crate) latency_level: i8,
+    /// Its window held a counted bad outcome when last weighed, or got one since: its weight
+    /// follows every outcome until the window is clean.
+    pub(crate) bad_in_window: bool,
 }
 
 impl Hot {
@@ -115,10 +183,45 @@ impl Hot {
             active_leases: 0,
             cooling_until: Timestamp::default(),
             level: 0,
+            latency_level: 0,
+            bad_in_window: false,
         }
     }
 
     pub(crate) fn offered(&self) -> bool {
         self.state.is_some_and(HealthState::is_offered)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::{offset_of, size_of};
+
+    use super::*;
+
+    /// The cache line (of 64 bytes) a field starts on, and whether it ends there too.
+    fn line(offset: usize, size: usize) -> Option<usize> {
+        (offset / 64 == (offset + size - 1) / 64).then_some(offset / 64)
+    }
+
+    #[test]
+    fn a_pair_touches_three_lines_of_a_record_and_one_entry_of_hot() {
+        let health = offset_of!(AddressRecord, health);
+        let h = |field: usize, size: usize| line(health + field, size);
+        assert_eq!(h(offset_of!(Health, state), 1), Some(2));
+        assert_eq!(h(offset_of!(Health, quarantine_entries), 4), Some(2));
+        assert_eq!(h(offset_of!(Health, suspect), 8), Some(2));
+        assert_eq!(h(offset_of!(Health, ramp_started), 16), Some(2));
+        assert_eq!(h(offset_of!(Health, since), 8), Some(2));
+        assert_eq!(line(offset_of!(AddressRecord, address), 8), Some(2));
+        assert_eq!(line(offset_of!(AddressRecord, leases), 8), Some(2));
+        let window = size_of::<Window>();
+        assert_eq!(line(offset_of!(AddressRecord, window), window), Some(3));
+        assert_eq!(line(offset_of!(AddressRecord, successes), 8), Some(3));
+        assert_eq!(line(offset_of!(AddressRecord, latency_seen), 16), Some(4));
+        // The lease gauge, the latency histogram and the success counter lead the handles.
+        assert_eq!(line(offset_of!(AddressRecord, metrics), 48), Some(4));
+        assert_eq!(size_of::<AddressRecord>(), 512);
+        assert_eq!(size_of::<Hot>(), 16);
     }
 }

@@ -165,7 +165,7 @@ impl PoolState {
         now: Timestamp,
     ) -> Result<(Slot, Choice), AcquireError> {
         let expires = now.after(self.cfg.sticky_ttl);
-        if let Some(b) = self.sessions.get_mut(key) {
+        if let Some(b) = self.sessions.get(key) {
             let slot = b.slot;
             let live = self
                 .hot
@@ -191,7 +191,7 @@ impl PoolState {
                         retry_in: until.since(now),
                     }),
                     None => {
-                        b.expires = expires;
+                        b.expires.set(expires);
                         Ok((slot, Choice::Bound))
                     }
                 },
@@ -228,6 +228,7 @@ impl PoolState {
         let address = rec.address.clone();
         self.sub_pools[sp as usize].bound_keys += 1;
         self.sessions.bind(key, slot, address, sp, expires);
+        self.due_by(expires);
         Ok((slot, Choice::Hashed))
     }
 
@@ -268,6 +269,7 @@ impl PoolState {
         // Every line of the record this pair touches starts loading now, together.
         std::hint::black_box(rec.prefetch());
         let lease = self.leases.open(slot, deadline);
+        self.due_by(deadline);
         self.counters.acquired += 1;
         self.metrics.acquired(choice);
         let (Some(rec), Some(h)) = (
@@ -277,7 +279,7 @@ impl PoolState {
             return Err(AcquireError::NoAddressAvailable);
         };
         h.active_leases += 1;
-        rec.totals.leases += 1;
+        rec.leased();
         rec.metrics.active(h.active_leases);
         if h.active_leases == self.cfg.max_leases_per_address {
             // At its cap: out of the weighted schedules until a lease ends (as the Redis

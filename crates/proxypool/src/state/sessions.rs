@@ -1,8 +1,9 @@
 //! P2: sticky bindings key → address with a TTL renewed on every use.
 
 use std::borrow::Borrow;
+use std::cell::Cell;
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -43,12 +44,6 @@ impl Key {
     }
 }
 
-impl Borrow<[u8]> for Key {
-    fn borrow(&self) -> &[u8] {
-        self.as_bytes()
-    }
-}
-
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.as_bytes().hash(state);
@@ -78,29 +73,62 @@ impl Ord for Key {
 #[derive(Debug, Clone)]
 pub(crate) struct Binding {
     pub(crate) slot: Slot,
+    pub(crate) sub_pool: u32,
     /// Kept so a session whose address was removed can still be reported broken by name.
     pub(crate) address: ProxyAddress,
-    pub(crate) sub_pool: u32,
-    pub(crate) expires: Timestamp,
+    /// Moved on renewal, in place (see [`Sessions::get`]).
+    pub(crate) expires: Cell<Timestamp>,
     generation: u64,
 }
 
-/// Bindings and their expiry. Renewal only moves `expires` (through `get_mut`, one lookup);
-/// the heap entry is checked when it comes due and pushed again if the binding was renewed
-/// meanwhile, so a renewal costs O(1).
+/// A binding with its key, as the map holds it: 56 bytes in one aligned 64-byte bucket, so
+/// that a lookup reads one line of bindings (and one of the map's control bytes). Hashes
+/// and compares as its key.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Entry {
+    key: Key,
+    binding: Binding,
+}
+
+impl Borrow<[u8]> for Entry {
+    fn borrow(&self) -> &[u8] {
+        self.key.as_bytes()
+    }
+}
+
+impl Hash for Entry {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key.hash(state);
+    }
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+
+impl Eq for Entry {}
+
+/// Bindings and their expiry. Renewal only moves `expires` (one lookup); the heap entry is
+/// checked when it comes due and pushed again if the binding was renewed meanwhile, so a
+/// renewal costs O(1).
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
     /// Hashed with foldhash, seeded per map: SipHash was a third of a renewal's acquire.
     /// Keys come from callers, so the seed (not a fixed function like Fx) keeps collisions
-    /// from being precomputed.
-    map: HashMap<Key, Binding, foldhash::fast::RandomState>,
+    /// from being precomputed. A set of key-and-binding entries rather than a map of keys to
+    /// bindings: a map's buckets would be 56 bytes, most of them across two lines.
+    map: HashSet<Entry, foldhash::fast::RandomState>,
     expiry: BinaryHeap<Reverse<(Timestamp, u64, Key)>>,
     next_generation: u64,
 }
 
 impl Sessions {
-    pub(crate) fn get_mut(&mut self, key: &str) -> Option<&mut Binding> {
-        self.map.get_mut(key.as_bytes())
+    /// The key's binding; renew it by setting its `expires`.
+    pub(crate) fn get(&self, key: &str) -> Option<&Binding> {
+        self.map.get(key.as_bytes()).map(|e| &e.binding)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -120,20 +148,20 @@ impl Sessions {
         let key = Key::new(key);
         self.expiry
             .push(Reverse((expires, generation, key.clone())));
-        self.map.insert(
+        self.map.replace(Entry {
             key,
-            Binding {
+            binding: Binding {
                 slot,
-                address,
                 sub_pool,
-                expires,
+                address,
+                expires: Cell::new(expires),
                 generation,
             },
-        );
+        });
     }
 
     pub(crate) fn unbind(&mut self, key: &str) -> Option<Binding> {
-        self.map.remove(key.as_bytes())
+        self.map.take(key.as_bytes()).map(|e| e.binding)
     }
 
     /// Whether a binding may have run out by `now` (renewed ones are pushed back on expiry).
@@ -141,6 +169,11 @@ impl Sessions {
         self.expiry
             .peek()
             .is_some_and(|Reverse((due, ..))| *due <= now)
+    }
+
+    /// When the earliest binding may run out (one renewed since runs out later).
+    pub(crate) fn next_due(&self) -> Option<Timestamp> {
+        self.expiry.peek().map(|Reverse((due, ..))| *due)
     }
 
     /// Removes and returns the bindings whose TTL ran out by `now`.
@@ -154,14 +187,15 @@ impl Sessions {
             let Some(Reverse((_, _, key))) = self.expiry.pop() else {
                 break;
             };
-            match self.map.get(key.as_bytes()) {
-                Some(b) if b.generation == generation && b.expires <= now => {
-                    if let Some(b) = self.map.remove(key.as_bytes()) {
-                        gone.push(b);
+            match self.map.get(key.as_bytes()).map(|e| &e.binding) {
+                Some(b) if b.generation == generation && b.expires.get() <= now => {
+                    if let Some(e) = self.map.take(key.as_bytes()) {
+                        gone.push(e.binding);
                     }
                 }
                 Some(b) if b.generation == generation => {
-                    self.expiry.push(Reverse((b.expires, generation, key)));
+                    self.expiry
+                        .push(Reverse((b.expires.get(), generation, key)));
                 }
                 // Unbound, or bound again under a newer generation with its own entry.
                 _ => {}
@@ -181,11 +215,11 @@ mod tests {
         let mut s = Sessions::default();
         s.bind(&"k".into(), 0, a.clone(), 0, Timestamp::from_millis(100));
         s.bind(&"j".into(), 1, a, 0, Timestamp::from_millis(100));
-        s.get_mut("k").unwrap().expires = Timestamp::from_millis(300);
+        s.get("k").unwrap().expires.set(Timestamp::from_millis(300));
         let gone = s.expire(Timestamp::from_millis(150));
         assert_eq!(gone.len(), 1);
         assert_eq!(gone[0].slot, 1);
-        assert!(s.get_mut("k").is_some());
+        assert!(s.get("k").is_some());
         assert_eq!(s.expire(Timestamp::from_millis(300)).len(), 1);
         assert_eq!(s.len(), 0);
     }
@@ -209,10 +243,10 @@ mod tests {
             Key::Inline { len: 9, .. }
         ));
         assert!(matches!(Key::new(&long), Key::Shared(_)));
-        assert_eq!(s.get_mut("account-1").map(|b| b.slot), Some(0));
-        assert_eq!(s.get_mut(&long).map(|b| b.slot), Some(1));
-        assert_eq!(s.get_mut("").map(|b| b.slot), Some(2));
-        assert!(s.get_mut("account-2").is_none());
+        assert_eq!(s.get("account-1").map(|b| b.slot), Some(0));
+        assert_eq!(s.get(&long).map(|b| b.slot), Some(1));
+        assert_eq!(s.get("").map(|b| b.slot), Some(2));
+        assert!(s.get("account-2").is_none());
         assert_eq!(s.expire(Timestamp::from_millis(1)).len(), 3);
     }
 }

@@ -99,6 +99,7 @@ impl Sites {
     }
 
     /// The id of a site, registered on first sight (by an acquire or a release).
+    #[inline]
     pub(crate) fn intern(&mut self, name: Option<&Arc<str>>) -> u32 {
         let Some(name) = name else { return NO_SITE };
         if let Some(id) = self.index.get(&**name) {
@@ -129,7 +130,7 @@ impl Sites {
     ) -> &mut Cell {
         let name = self.list.get(site as usize).map_or("-", |s| &*s.name);
         self.cells.entry((slot, site)).or_insert_with(|| Cell {
-            window: Window::new(cfg.window, cfg.window_max_age, false),
+            window: Window::new(cfg.window, cfg.window_max_age),
             cooling_until: None,
             avoided: false,
             totals: Totals::default(),

@@ -7,6 +7,7 @@ use crate::snapshot::{AddressSnapshot, CellSnapshot, PoolCounts, Snapshot, Snaps
 use crate::store::ProbeTarget;
 use crate::strategy::Slot;
 
+use super::record::AddressRecord;
 use super::sites::{self, NO_SITE};
 
 use super::PoolState;
@@ -81,7 +82,7 @@ impl PoolState {
                     quarantine_entries: r.health.quarantine_entries,
                     backoff_level: r.health.backoff_level,
                     failed_cycles: r.health.failed_cycles,
-                    totals: r.totals.clone(),
+                    totals: r.totals(),
                 }
             })
             .collect();
@@ -90,7 +91,7 @@ impl PoolState {
         let mut unsited: Vec<Totals> = self
             .records
             .iter()
-            .map(|r| r.as_ref().map(|r| r.totals.clone()).unwrap_or_default())
+            .map(|r| r.as_ref().map(AddressRecord::totals).unwrap_or_default())
             .collect();
         let mut matrix: Vec<CellSnapshot> = Vec::new();
         for ((slot, site), cell) in &self.sites.cells {

@@ -6,19 +6,27 @@ use std::cmp::Reverse;
 use crate::clock::Timestamp;
 use crate::health::HealthState;
 
-use super::PoolState;
+use super::{NEVER, PoolState};
 
 impl PoolState {
     /// Applies what time alone decides: expired leases (P14) and bindings (P2), ended
-    /// quarantines (P3). Each check is O(1) when nothing is due.
+    /// quarantines (P3). One comparison when nothing is due (`next_due`).
+    #[inline]
     pub(super) fn sweep(&mut self, now: Timestamp) {
+        if now >= self.next_due {
+            self.sweep_due(now);
+        }
+    }
+
+    #[inline(never)]
+    fn sweep_due(&mut self, now: Timestamp) {
         if self.leases.due(now) {
             for slot in self.leases.expire(now) {
                 self.counters.expired += 1;
                 self.metrics.expired(1);
                 self.lease_ended(slot);
                 if let Some(r) = self.record_mut(slot) {
-                    r.totals.expired += 1;
+                    r.expired();
                 }
             }
         }
@@ -56,5 +64,20 @@ impl PoolState {
                 self.transition(slot, HealthState::Probing, reason, due);
             }
         }
+        self.next_due = [
+            self.leases.next_due(),
+            self.sessions.next_due(),
+            self.pair_checks.peek().map(|Reverse((at, ..))| *at),
+            self.quarantine_ends.peek().map(|Reverse((at, _))| *at),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(NEVER);
+    }
+
+    /// Something falls due at `at`: the sweep looks again from then.
+    pub(super) fn due_by(&mut self, at: Timestamp) {
+        self.next_due = self.next_due.min(at);
     }
 }

@@ -35,7 +35,7 @@ const ENTRY: usize = 25;
 /// One of the library's outcome windows as the memory store's [`Window`]: the same entries,
 /// latencies of every process included, so both stores' judgement reads the same data.
 pub(super) fn window_of(text: &str, cfg: &HealthConfig) -> Option<Window> {
-    let mut w = Window::new(cfg.window, cfg.window_max_age, true);
+    let mut w = Window::new(cfg.window, cfg.window_max_age);
     for e in text.as_bytes().chunks(ENTRY) {
         let (class, excused) = match e.first()? {
             b's' => (Class::Success, false),

@@ -65,7 +65,7 @@ impl Latencies {
         now: Timestamp,
     ) -> Noted {
         let r = self.by_id.entry(id).or_insert_with(|| Running {
-            window: Window::new(cfg.window, cfg.window_max_age, false),
+            window: Window::new(cfg.window, cfg.window_max_age),
             sent: None,
             since_sent: 0,
         });
