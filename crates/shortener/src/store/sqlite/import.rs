@@ -1,8 +1,9 @@
 //! `shortener import`'s batches on the embedded store: one transaction of multi-row inserts.
 
-use super::multi_row::{insert_audit_rows, insert_links, note_stored};
+use super::multi_row::{
+    append_change_notes, insert_created_audit_rows, insert_new_links, stored_only,
+};
 use rusqlite::{Connection, params};
-use shortener_core::audit::AuditRecord;
 use shortener_core::link::Link;
 use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome};
 
@@ -16,7 +17,7 @@ pub(super) const IMPORT_CACHE_KIB: i64 = 256 * 1024;
 /// [`LinkStore::import_links`]: shortener_core::store::LinkStore::import_links
 pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Result<ImportOutcome> {
     let links: Vec<&Link> = batch.links.iter().collect();
-    let stored = insert_links(c, &links)?;
+    let stored = insert_new_links(c, &links)?;
     let outcomes: Vec<InsertOutcome> = stored
         .iter()
         .map(|&stored| match stored {
@@ -30,17 +31,13 @@ pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Resu
     if !generated_taken.is_empty() {
         return Ok(ImportOutcome::GeneratedTaken(generated_taken));
     }
-    // In code order, as the links went in: `audit_code` is then filled leaf by leaf.
-    let mut audits: Vec<AuditRecord> = links
-        .iter()
-        .zip(&stored)
-        .filter(|(_, stored)| **stored)
-        .map(|(l, _)| AuditRecord::created(l, &batch.origin))
-        .collect();
-    audits.sort_unstable_by(|a, b| a.code.cmp(&b.code));
-    insert_audit_rows(c, &audits.iter().collect::<Vec<_>>())?;
-    let at = audits.first().map_or(0, |a| a.at);
-    note_stored(c, &links, &stored, at)?;
+    // In code order, as the links went in: `audit_code` is then filled leaf by leaf. The
+    // importer sends them sorted, so this finds them so.
+    let mut created = stored_only(&links, &stored);
+    created.sort_unstable_by(|a, b| a.code.cmp(&b.code));
+    insert_created_audit_rows(c, &created, &batch.origin)?;
+    let at = created.first().map_or(0, |l| l.created_at);
+    append_change_notes(c, &created, at)?;
     c.prepare_cached(
         "INSERT INTO meta (key, value) VALUES (?1, ?2) \
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
