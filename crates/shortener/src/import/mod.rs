@@ -59,6 +59,20 @@ struct Pending {
     lines: Vec<u64>,
 }
 
+impl Pending {
+    /// Puts the links (and their lines) in code order, the order the store inserts them in:
+    /// its own sort then finds them sorted (a linear pass) on the writer thread, which is
+    /// what limits an import, while this runs beside it.
+    fn sort_by_code(&mut self) {
+        let mut pairs: Vec<(Link, u64)> = (self.batch.links.drain(..))
+            .zip(self.lines.drain(..))
+            .collect();
+        // Codes are distinct within a batch.
+        pairs.sort_unstable_by(|(a, _), (b, _)| a.code.cmp(&b.code));
+        (self.batch.links, self.lines) = pairs.into_iter().unzip();
+    }
+}
+
 pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
     let feeds = crate::feeds::load_all(&crate::feeds::files(
         config.blocklist.as_deref(),
@@ -217,6 +231,7 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
         for link in pending.batch.links.iter_mut().filter(|l| !l.custom_alias) {
             link.code = fresh_code(&allocator, &mut codes).await?;
         }
+        pending.sort_by_code();
         pending.batch.progress = serde_json::to_vec(&progress)?;
         // The previous batch commits while this one was read; one in flight keeps the
         // stored progress in file order.
