@@ -22,7 +22,7 @@ use shortener_core::link::{Actor, ActorKind, DEFAULT_EXPIRES_IN_DAYS, Link};
 use shortener_core::long_url::{UrlPolicy, own_host_of};
 use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome, StoreError};
 use shortener_core::threat::Feeds;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::sync::Arc;
 use std::time::Instant;
@@ -53,24 +53,11 @@ struct Refusal {
     message: String,
 }
 
-/// A batch on its way to the store, with the line of each link.
+/// A batch on its way to the store, with the line of each custom alias (only an alias can
+/// be refused once the batch is written: a taken generated code is replaced).
 struct Pending {
     batch: ImportBatch,
-    lines: Vec<u64>,
-}
-
-impl Pending {
-    /// Puts the links (and their lines) in code order, the order the store inserts them in:
-    /// its own sort then finds them sorted (a linear pass) on the writer thread, which is
-    /// what limits an import, while this runs beside it.
-    fn sort_by_code(&mut self) {
-        let mut pairs: Vec<(Link, u64)> = (self.batch.links.drain(..))
-            .zip(self.lines.drain(..))
-            .collect();
-        // Codes are distinct within a batch.
-        pairs.sort_unstable_by(|(a, _), (b, _)| a.code.cmp(&b.code));
-        (self.batch.links, self.lines) = pairs.into_iter().unzip();
-    }
+    aliases: HashMap<String, u64>,
 }
 
 pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
@@ -169,11 +156,10 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
                 progress_key: key.clone(),
                 progress: Vec::new(),
             },
-            lines: Vec::with_capacity(config.batch),
+            aliases: HashMap::new(),
         };
-        let mut aliases: HashMap<String, u64> = HashMap::new();
         let mut eof = false;
-        while pending.lines.len() < config.batch {
+        while pending.batch.links.len() < config.batch {
             buf.clear();
             let n = reader.read_until(b'\n', &mut buf)?;
             if n == 0 {
@@ -206,7 +192,7 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
                     message: r.to_string(),
                 }),
                 Ok(link) if link.custom_alias => {
-                    if let Some(first) = aliases.get(&link.code) {
+                    if let Some(first) = pending.aliases.get(&link.code) {
                         refused.push(Refusal {
                             line,
                             code: "alias_taken",
@@ -216,22 +202,23 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
                             ),
                         });
                     } else {
-                        aliases.insert(link.code.clone(), line);
+                        pending.aliases.insert(link.code.clone(), line);
                         pending.batch.links.push(link);
-                        pending.lines.push(line);
                     }
                 }
-                Ok(link) => {
-                    pending.batch.links.push(link);
-                    pending.lines.push(line);
-                }
+                Ok(link) => pending.batch.links.push(link),
             }
         }
-        let mut codes: HashSet<String> = aliases.into_keys().collect();
         for link in pending.batch.links.iter_mut().filter(|l| !l.custom_alias) {
-            link.code = fresh_code(&allocator, &mut codes).await?;
+            link.code = fresh_code(&allocator, &pending.aliases).await?;
         }
-        pending.sort_by_code();
+        // In code order, the order the store inserts them in: its own sort then finds them
+        // sorted (a linear pass) on the writer thread, which is what limits an import, while
+        // this runs beside it. Codes are distinct within a batch.
+        pending
+            .batch
+            .links
+            .sort_unstable_by(|a, b| a.code.cmp(&b.code));
         pending.batch.progress = serde_json::to_vec(&progress)?;
         // The previous batch commits while this one was read; one in flight keeps the
         // stored progress in file order.
@@ -240,7 +227,7 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
             bar.set_message(format!("{stored} links"));
         }
         let (store, allocator) = (store.clone(), allocator.clone());
-        in_flight = Some(tokio::spawn(commit(store, allocator, pending, codes)));
+        in_flight = Some(tokio::spawn(commit(store, allocator, pending)));
         bar.set_position(progress.offset);
         if eof {
             break;
@@ -291,23 +278,23 @@ impl Rules {
     }
 }
 
-/// A generated code not yet used within the batch.
+/// A generated code that is none of the batch's aliases (generated codes never repeat).
 async fn fresh_code(
     allocator: &CodeAllocator,
-    codes: &mut HashSet<String>,
+    aliases: &HashMap<String, u64>,
 ) -> Result<String, StoreError> {
     loop {
         let code = allocator.next_code().await?;
-        if codes.insert(code.clone()) {
+        if !aliases.contains_key(&code) {
             return Ok(code);
         }
     }
 }
 
-/// A committed batch: its links' lines and outcomes.
+/// A committed batch and its outcomes.
 struct Settled {
-    lines: Vec<u64>,
-    links: Vec<Link>,
+    batch: Arc<ImportBatch>,
+    aliases: HashMap<String, u64>,
     outcomes: Vec<InsertOutcome>,
 }
 
@@ -315,21 +302,23 @@ struct Settled {
 async fn commit(
     store: Arc<dyn Store>,
     allocator: Arc<CodeAllocator>,
-    mut pending: Pending,
-    mut codes: HashSet<String>,
+    pending: Pending,
 ) -> Result<Settled, StoreError> {
+    let mut batch = Arc::new(pending.batch);
     loop {
-        match store.import_links(&pending.batch).await? {
+        match store.import_links(batch.clone()).await? {
             ImportOutcome::Committed(outcomes) => {
                 return Ok(Settled {
-                    lines: pending.lines,
-                    links: pending.batch.links,
+                    batch,
+                    aliases: pending.aliases,
                     outcomes,
                 });
             }
             ImportOutcome::GeneratedTaken(taken) => {
+                // The store has let go of its share: no copy.
+                let links = &mut Arc::make_mut(&mut batch).links;
                 for i in taken {
-                    pending.batch.links[i].code = fresh_code(&allocator, &mut codes).await?;
+                    links[i].code = fresh_code(&allocator, &pending.aliases).await?;
                 }
             }
         }
@@ -353,16 +342,12 @@ async fn settle(
             )
         })?;
     let mut stored = 0;
-    for ((line, link), outcome) in settled
-        .lines
-        .iter()
-        .zip(&settled.links)
-        .zip(&settled.outcomes)
-    {
+    for (link, outcome) in settled.batch.links.iter().zip(&settled.outcomes) {
         match outcome {
             InsertOutcome::Inserted => stored += 1,
+            // Only an alias: a committed batch stored all of its generated codes.
             InsertOutcome::CodeTaken => refused.push(Refusal {
-                line: *line,
+                line: settled.aliases.get(&link.code).copied().unwrap_or_default(),
                 code: "alias_taken",
                 message: format!("the alias {:?} is already taken", link.code),
             }),

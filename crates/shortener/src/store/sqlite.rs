@@ -562,8 +562,7 @@ impl LinkStore for SqliteStore {
         self.send(Box::new(create), rx).await
     }
 
-    async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError> {
-        let batch = batch.clone();
+    async fn import_links(&self, batch: Arc<ImportBatch>) -> Result<ImportOutcome, StoreError> {
         // Alone: in a group's savepoint, every page the batch touched would first be copied
         // into the savepoint's journal. A batch refused for a taken code is rolled back whole.
         self.write_alone(

@@ -52,6 +52,7 @@ mod tests {
     use shortener_core::audit::{AuditQuery, Origin};
     use shortener_core::link::Link;
     use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome, LinkStore};
+    use std::sync::Arc;
 
     fn link(code: &str, alias: bool) -> Link {
         Link {
@@ -75,13 +76,13 @@ mod tests {
         let store = SqliteStore::open(dir.path()).unwrap();
         let first = batch(vec![link("held123", true)], "1");
         assert_eq!(
-            store.import_links(&first).await.unwrap(),
+            store.import_links(Arc::new(first)).await.unwrap(),
             ImportOutcome::Committed(vec![InsertOutcome::Inserted])
         );
         // A generated code that the alias holds: the whole batch waits for new codes.
         let clash = batch(vec![link("fresh-alias", true), link("held123", false)], "2");
         assert_eq!(
-            store.import_links(&clash).await.unwrap(),
+            store.import_links(Arc::new(clash)).await.unwrap(),
             ImportOutcome::GeneratedTaken(vec![1])
         );
         assert!(store.get_link("fresh-alias").await.unwrap().is_none());
@@ -92,7 +93,7 @@ mod tests {
         // A taken alias is refused alone; the rest and the progress commit.
         let mixed = batch(vec![link("held123", true), link("new4567", false)], "3");
         assert_eq!(
-            store.import_links(&mixed).await.unwrap(),
+            store.import_links(Arc::new(mixed)).await.unwrap(),
             ImportOutcome::Committed(vec![InsertOutcome::CodeTaken, InsertOutcome::Inserted])
         );
         assert_eq!(
