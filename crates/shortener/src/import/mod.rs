@@ -1,9 +1,10 @@
 //! `shortener import FILE`: links in bulk, each validated by the rules creates use
 //! (`new_link`, threat feeds included), owned by `--user`, stored with its `created` audit
-//! row. Lines go to the store in batches of `--batch`, one transaction each, and each
-//! transaction also records how far the file has been read (line number and byte offset,
-//! under a meta key naming the user and the file). An interrupted import run again resumes
-//! after the last committed line: nothing is stored twice, nothing skipped.
+//! row. Lines go to the store in batches of `--batch` (the first few smaller), one
+//! transaction each, and each transaction also records how far the file has been read
+//! (line number and byte offset, under a meta key naming the user and the file). An
+//! interrupted import run again resumes after the last committed line: nothing is stored
+//! twice, nothing skipped.
 
 mod lines;
 
@@ -147,11 +148,13 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
     let (mut progress, mut refused, mut stored) = (start.clone(), Vec::new(), 0u64);
     let mut in_flight: Option<tokio::task::JoinHandle<Result<Settled, StoreError>>> = None;
     let mut buf = Vec::new();
+    // The first batches are smaller: the writer starts only once a whole batch is read.
+    let mut batch_size = (config.batch / 8).max(1);
     loop {
         let now = crate::now();
         let mut pending = Pending {
             batch: ImportBatch {
-                links: Vec::with_capacity(config.batch),
+                links: Vec::with_capacity(batch_size),
                 origin: origin.clone(),
                 progress_key: key.clone(),
                 progress: Vec::new(),
@@ -159,7 +162,7 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
             aliases: HashMap::new(),
         };
         let mut eof = false;
-        while pending.batch.links.len() < config.batch {
+        while pending.batch.links.len() < batch_size {
             buf.clear();
             let n = reader.read_until(b'\n', &mut buf)?;
             if n == 0 {
@@ -229,6 +232,7 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
         let (store, allocator) = (store.clone(), allocator.clone());
         in_flight = Some(tokio::spawn(commit(store, allocator, pending)));
         bar.set_position(progress.offset);
+        batch_size = (batch_size * 2).min(config.batch);
         if eof {
             break;
         }
