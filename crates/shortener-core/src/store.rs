@@ -9,6 +9,7 @@ use crate::report::{AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, 
 use crate::token::{Principal, TokenHash, TokenId};
 use async_trait::async_trait;
 use std::ops::Range;
+use std::sync::Arc;
 
 /// A boxed error from a store's driver.
 pub type DriverError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -247,8 +248,9 @@ pub trait LinkStore: Send + Sync + 'static {
     async fn insert_link(&self, link: &Link, origin: &Origin) -> Result<InsertOutcome, StoreError>;
 
     /// Stores the batch's links whose codes are free, each with its `created` audit row, and
-    /// its progress, all in one transaction (see [`ImportOutcome`]).
-    async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError>;
+    /// its progress, all in one transaction (see [`ImportOutcome`]). Shared, so that a store
+    /// writing on a thread of its own need not copy hundreds of thousands of links.
+    async fn import_links(&self, batch: Arc<ImportBatch>) -> Result<ImportOutcome, StoreError>;
 
     /// The value stored under `key` in the store's meta table, if any.
     async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;

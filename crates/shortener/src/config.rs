@@ -99,8 +99,10 @@ impl AggregateConfig {
     }
 }
 
-/// Lines per import transaction unless `--batch` says otherwise.
-pub const DEFAULT_IMPORT_BATCH: usize = 50_000;
+/// Lines per import transaction unless `--batch` says otherwise. Large: a batch rewrites
+/// most pages of the trees keyed by random codes, whatever its size, so the bigger the
+/// batch the fewer page writes per link (BENCHMARKS.md, 2026-12-02 import entry).
+pub const DEFAULT_IMPORT_BATCH: usize = 500_000;
 
 /// Whether a file holds CSV or JSON lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

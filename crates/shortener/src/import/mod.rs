@@ -1,9 +1,10 @@
 //! `shortener import FILE`: links in bulk, each validated by the rules creates use
 //! (`new_link`, threat feeds included), owned by `--user`, stored with its `created` audit
-//! row. Lines go to the store in batches of `--batch`, one transaction each, and each
-//! transaction also records how far the file has been read (line number and byte offset,
-//! under a meta key naming the user and the file). An interrupted import run again resumes
-//! after the last committed line: nothing is stored twice, nothing skipped.
+//! row. Lines go to the store in batches of `--batch` (the first few smaller), one
+//! transaction each, and each transaction also records how far the file has been read
+//! (line number and byte offset, under a meta key naming the user and the file). An
+//! interrupted import run again resumes after the last committed line: nothing is stored
+//! twice, nothing skipped.
 
 mod lines;
 
@@ -22,7 +23,7 @@ use shortener_core::link::{Actor, ActorKind, DEFAULT_EXPIRES_IN_DAYS, Link};
 use shortener_core::long_url::{UrlPolicy, own_host_of};
 use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome, StoreError};
 use shortener_core::threat::Feeds;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::sync::Arc;
 use std::time::Instant;
@@ -53,10 +54,11 @@ struct Refusal {
     message: String,
 }
 
-/// A batch on its way to the store, with the line of each link.
+/// A batch on its way to the store, with the line of each custom alias (only an alias can
+/// be refused once the batch is written: a taken generated code is replaced).
 struct Pending {
     batch: ImportBatch,
-    lines: Vec<u64>,
+    aliases: HashMap<String, u64>,
 }
 
 pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
@@ -146,20 +148,21 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
     let (mut progress, mut refused, mut stored) = (start.clone(), Vec::new(), 0u64);
     let mut in_flight: Option<tokio::task::JoinHandle<Result<Settled, StoreError>>> = None;
     let mut buf = Vec::new();
+    // The first batches are smaller: the writer starts only once a whole batch is read.
+    let mut batch_size = (config.batch / 8).max(1);
     loop {
         let now = crate::now();
         let mut pending = Pending {
             batch: ImportBatch {
-                links: Vec::with_capacity(config.batch),
+                links: Vec::with_capacity(batch_size),
                 origin: origin.clone(),
                 progress_key: key.clone(),
                 progress: Vec::new(),
             },
-            lines: Vec::with_capacity(config.batch),
+            aliases: HashMap::new(),
         };
-        let mut aliases: HashMap<String, u64> = HashMap::new();
         let mut eof = false;
-        while pending.lines.len() < config.batch {
+        while pending.batch.links.len() < batch_size {
             buf.clear();
             let n = reader.read_until(b'\n', &mut buf)?;
             if n == 0 {
@@ -192,7 +195,7 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
                     message: r.to_string(),
                 }),
                 Ok(link) if link.custom_alias => {
-                    if let Some(first) = aliases.get(&link.code) {
+                    if let Some(first) = pending.aliases.get(&link.code) {
                         refused.push(Refusal {
                             line,
                             code: "alias_taken",
@@ -202,21 +205,23 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
                             ),
                         });
                     } else {
-                        aliases.insert(link.code.clone(), line);
+                        pending.aliases.insert(link.code.clone(), line);
                         pending.batch.links.push(link);
-                        pending.lines.push(line);
                     }
                 }
-                Ok(link) => {
-                    pending.batch.links.push(link);
-                    pending.lines.push(line);
-                }
+                Ok(link) => pending.batch.links.push(link),
             }
         }
-        let mut codes: HashSet<String> = aliases.into_keys().collect();
         for link in pending.batch.links.iter_mut().filter(|l| !l.custom_alias) {
-            link.code = fresh_code(&allocator, &mut codes).await?;
+            link.code = fresh_code(&allocator, &pending.aliases).await?;
         }
+        // In code order, the order the store inserts them in: its own sort then finds them
+        // sorted (a linear pass) on the writer thread, which is what limits an import, while
+        // this runs beside it. Codes are distinct within a batch.
+        pending
+            .batch
+            .links
+            .sort_unstable_by(|a, b| a.code.cmp(&b.code));
         pending.batch.progress = serde_json::to_vec(&progress)?;
         // The previous batch commits while this one was read; one in flight keeps the
         // stored progress in file order.
@@ -225,8 +230,9 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
             bar.set_message(format!("{stored} links"));
         }
         let (store, allocator) = (store.clone(), allocator.clone());
-        in_flight = Some(tokio::spawn(commit(store, allocator, pending, codes)));
+        in_flight = Some(tokio::spawn(commit(store, allocator, pending)));
         bar.set_position(progress.offset);
+        batch_size = (batch_size * 2).min(config.batch);
         if eof {
             break;
         }
@@ -276,23 +282,23 @@ impl Rules {
     }
 }
 
-/// A generated code not yet used within the batch.
+/// A generated code that is none of the batch's aliases (generated codes never repeat).
 async fn fresh_code(
     allocator: &CodeAllocator,
-    codes: &mut HashSet<String>,
+    aliases: &HashMap<String, u64>,
 ) -> Result<String, StoreError> {
     loop {
         let code = allocator.next_code().await?;
-        if codes.insert(code.clone()) {
+        if !aliases.contains_key(&code) {
             return Ok(code);
         }
     }
 }
 
-/// A committed batch: its links' lines and outcomes.
+/// A committed batch and its outcomes.
 struct Settled {
-    lines: Vec<u64>,
-    links: Vec<Link>,
+    batch: Arc<ImportBatch>,
+    aliases: HashMap<String, u64>,
     outcomes: Vec<InsertOutcome>,
 }
 
@@ -300,21 +306,23 @@ struct Settled {
 async fn commit(
     store: Arc<dyn Store>,
     allocator: Arc<CodeAllocator>,
-    mut pending: Pending,
-    mut codes: HashSet<String>,
+    pending: Pending,
 ) -> Result<Settled, StoreError> {
+    let mut batch = Arc::new(pending.batch);
     loop {
-        match store.import_links(&pending.batch).await? {
+        match store.import_links(batch.clone()).await? {
             ImportOutcome::Committed(outcomes) => {
                 return Ok(Settled {
-                    lines: pending.lines,
-                    links: pending.batch.links,
+                    batch,
+                    aliases: pending.aliases,
                     outcomes,
                 });
             }
             ImportOutcome::GeneratedTaken(taken) => {
+                // The store has let go of its share: no copy.
+                let links = &mut Arc::make_mut(&mut batch).links;
                 for i in taken {
-                    pending.batch.links[i].code = fresh_code(&allocator, &mut codes).await?;
+                    links[i].code = fresh_code(&allocator, &pending.aliases).await?;
                 }
             }
         }
@@ -338,16 +346,12 @@ async fn settle(
             )
         })?;
     let mut stored = 0;
-    for ((line, link), outcome) in settled
-        .lines
-        .iter()
-        .zip(&settled.links)
-        .zip(&settled.outcomes)
-    {
+    for (link, outcome) in settled.batch.links.iter().zip(&settled.outcomes) {
         match outcome {
             InsertOutcome::Inserted => stored += 1,
+            // Only an alias: a committed batch stored all of its generated codes.
             InsertOutcome::CodeTaken => refused.push(Refusal {
-                line: *line,
+                line: settled.aliases.get(&link.code).copied().unwrap_or_default(),
                 code: "alias_taken",
                 message: format!("the alias {:?} is already taken", link.code),
             }),

@@ -152,7 +152,7 @@ impl LinkStore for GuardedStore {
         self.bounded(self.inner.insert_link(link, origin)).await
     }
 
-    async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError> {
+    async fn import_links(&self, batch: Arc<ImportBatch>) -> Result<ImportOutcome, StoreError> {
         // Never on a request's path: a batch takes as long as it takes.
         self.inner.import_links(batch).await
     }

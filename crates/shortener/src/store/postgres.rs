@@ -1048,10 +1048,10 @@ impl LinkStore for PgStore {
         self.creates.insert(&self.pool, link, origin).await
     }
 
-    async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError> {
+    async fn import_links(&self, batch: Arc<ImportBatch>) -> Result<ImportOutcome, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(classify)?;
-        let outcome = import::write_batch(&tx, batch).await.map_err(classify)?;
+        let outcome = import::write_batch(&tx, &batch).await.map_err(classify)?;
         if let ImportOutcome::Committed(_) = outcome {
             tx.commit().await.map_err(classify)?;
         }

@@ -399,7 +399,7 @@ impl LinkStore for Replicated {
         self.primary.insert_link(link, origin).await
     }
 
-    async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError> {
+    async fn import_links(&self, batch: Arc<ImportBatch>) -> Result<ImportOutcome, StoreError> {
         self.primary.import_links(batch).await
     }
 

@@ -72,17 +72,16 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the store in `data_dir` and brings its schema up to date.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
-        Self::open_with(data_dir, None)
+        Self::open_with(data_dir, false)
     }
 
-    /// As [`Self::open`], for bulk writes (`shortener import`): the writer keeps up to
-    /// `IMPORT_CACHE_KIB` of pages, so that inserts at random codes find their B-tree pages
-    /// in memory. A serving process keeps SQLite's small default.
+    /// As [`Self::open`], for bulk writes (`shortener import`): the writer is tuned for
+    /// large transactions (`import::tune_writer`). A serving process keeps SQLite's defaults.
     pub fn open_for_import(data_dir: &Path) -> Result<Self, StoreError> {
-        Self::open_with(data_dir, Some(import::IMPORT_CACHE_KIB))
+        Self::open_with(data_dir, true)
     }
 
-    fn open_with(data_dir: &Path, writer_cache_kib: Option<i64>) -> Result<Self, StoreError> {
+    fn open_with(data_dir: &Path, bulk: bool) -> Result<Self, StoreError> {
         std::fs::create_dir_all(data_dir).map_err(|e| {
             StoreError::Unavailable(
                 format!("cannot create data directory {}: {e}", data_dir.display()).into(),
@@ -90,10 +89,8 @@ impl SqliteStore {
         })?;
         let path = data_dir.join(DB_FILE);
         let mut writer_conn = open_connection(&path, false)?;
-        if let Some(kib) = writer_cache_kib {
-            writer_conn
-                .pragma_update(None, "cache_size", -kib)
-                .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
+        if bulk {
+            import::tune_writer(&writer_conn).map_err(|e| StoreError::Unavailable(Box::new(e)))?;
         }
         schema::migrate(&mut writer_conn).map_err(|e| StoreError::Backend(Box::new(e)))?;
 
@@ -573,8 +570,7 @@ impl LinkStore for SqliteStore {
         self.send(Box::new(create), rx).await
     }
 
-    async fn import_links(&self, batch: &ImportBatch) -> Result<ImportOutcome, StoreError> {
-        let batch = batch.clone();
+    async fn import_links(&self, batch: Arc<ImportBatch>) -> Result<ImportOutcome, StoreError> {
         // Alone: in a group's savepoint, every page the batch touched would first be copied
         // into the savepoint's journal. A batch refused for a taken code is rolled back whole.
         self.write_alone(

@@ -3,9 +3,9 @@
 //! once per chunk instead of once per row.
 
 use super::{AUDIT_COLUMNS, LINK_COLUMNS, to_i64};
-use rusqlite::types::ToSql;
-use rusqlite::{Connection, params_from_iter};
-use shortener_core::audit::AuditRecord;
+use rusqlite::types::{Null, ToSqlOutput};
+use rusqlite::{CachedStatement, Connection, Statement, params_from_iter};
+use shortener_core::audit::{AuditAction, AuditRecord, Origin};
 use shortener_core::day::UnixSeconds;
 use shortener_core::link::Link;
 use std::sync::LazyLock;
@@ -27,6 +27,18 @@ pub(super) fn chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
     })
 }
 
+/// One value of a row in a multi-row insert.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Value {
+    /// Bound for each row.
+    Row,
+    /// Bound once per statement, after every row's values (numbered from 1): the same for
+    /// every row, such as the actor of a batch's audit rows.
+    Shared(usize),
+    /// SQL, the same for every row (a literal).
+    Sql(&'static str),
+}
+
 /// The statements of one multi-row insert, one per chunk length, written once (a create's
 /// audit row would otherwise format its SQL every time).
 pub(super) struct MultiInsert {
@@ -34,107 +46,237 @@ pub(super) struct MultiInsert {
 }
 
 impl MultiInsert {
-    pub(super) fn new(table: &str, columns: &str, tail: &str) -> Self {
+    pub(super) fn new(table: &str, columns: &str, row: &[Value], tail: &str) -> Self {
         Self {
-            sql: std::array::from_fn(|i| insert_sql(table, columns, 1 << i, tail)),
+            sql: std::array::from_fn(|i| insert_sql(table, columns, row, 1 << i, tail)),
         }
     }
 
+    /// Runs `run` on each chunk of `rows` (see [`chunks`]) with the statement of its length.
+    /// The statement of full chunks is taken from the connection's cache once per call, not
+    /// per chunk: putting one back clears each of its thousand-odd bindings.
+    fn for_chunks<'r, T>(
+        &self,
+        c: &Connection,
+        rows: &'r [T],
+        mut run: impl FnMut(&mut Statement<'_>, &'r [T]) -> rusqlite::Result<()>,
+    ) -> rusqlite::Result<()> {
+        let mut full: Option<CachedStatement<'_>> = None;
+        for chunk in chunks(rows) {
+            if chunk.len() == MAX_ROWS {
+                let statement = match &mut full {
+                    Some(statement) => statement,
+                    None => full.insert(c.prepare_cached(self.sql(MAX_ROWS))?),
+                };
+                run(statement, chunk)?;
+            } else {
+                run(&mut *c.prepare_cached(self.sql(chunk.len()))?, chunk)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Inserts `rows` (inside the caller's transaction), in slice order: `row` gives the
+    /// values of one, `shared` follows them once per statement.
+    fn execute<'a, T>(
+        &self,
+        c: &Connection,
+        rows: &'a [T],
+        shared: &[ToSqlOutput<'a>],
+        mut row: impl FnMut(&'a T, &mut Vec<ToSqlOutput<'a>>),
+    ) -> rusqlite::Result<()> {
+        let mut values = Vec::new();
+        self.for_chunks(c, rows, |statement, chunk| {
+            values.clear();
+            for r in chunk {
+                row(r, &mut values);
+            }
+            values.extend_from_slice(shared);
+            statement.execute(params_from_iter(&values)).map(drop)
+        })
+    }
+
     /// The statement for a chunk of `rows` rows (a power of two, see [`chunks`]).
-    pub(super) fn sql(&self, rows: usize) -> &str {
+    fn sql(&self, rows: usize) -> &str {
         &self.sql[rows.ilog2() as usize]
     }
 }
 
-static NOTES: LazyLock<MultiInsert> =
-    LazyLock::new(|| MultiInsert::new("link_changes", "seq, code, version, at", ""));
+const TAKEN_SKIPPED: &str = "ON CONFLICT (code) DO NOTHING RETURNING code";
+
+static NOTES: LazyLock<MultiInsert> = LazyLock::new(|| {
+    MultiInsert::new(
+        "link_changes",
+        "seq, code, version, at",
+        &[Value::Row, Value::Row, Value::Row, Value::Shared(1)],
+        "",
+    )
+});
 static AUDIT: LazyLock<MultiInsert> =
-    LazyLock::new(|| MultiInsert::new("audit", AUDIT_COLUMNS, ""));
-static LINKS: LazyLock<MultiInsert> = LazyLock::new(|| {
+    LazyLock::new(|| MultiInsert::new("audit", AUDIT_COLUMNS, &[Value::Row; 9], ""));
+/// Rows of `audit` that say one origin created a link.
+static CREATED_AUDIT: LazyLock<MultiInsert> = LazyLock::new(|| {
+    MultiInsert::new(
+        "audit",
+        AUDIT_COLUMNS,
+        &[
+            Value::Row,
+            Value::Shared(1),
+            Value::Shared(2),
+            Value::Shared(3),
+            Value::Shared(4),
+            Value::Row,
+            Value::Sql("NULL"),
+            Value::Row,
+            Value::Sql("NULL"),
+        ],
+        "",
+    )
+});
+static LINKS: LazyLock<MultiInsert> =
+    LazyLock::new(|| MultiInsert::new("links", LINK_COLUMNS, &[Value::Row; 16], TAKEN_SKIPPED));
+/// Links as created: version 1, no clicks, neither disabled nor deleted.
+static NEW_LINKS: LazyLock<MultiInsert> = LazyLock::new(|| {
+    let (row, null) = (Value::Row, Value::Sql("NULL"));
     MultiInsert::new(
         "links",
         LINK_COLUMNS,
-        "ON CONFLICT (code) DO NOTHING RETURNING code",
+        &[
+            row,
+            row,
+            row,
+            row,
+            row,
+            row,
+            null,
+            Value::Sql("0"),
+            Value::Sql("0"),
+            row,
+            Value::Sql("1"),
+            null,
+            null,
+            null,
+            null,
+            row,
+        ],
+        TAKEN_SKIPPED,
     )
 });
 
-/// `INSERT INTO {table} ({columns}) VALUES (?, …), …` for `rows` rows, then `tail`.
-fn insert_sql(table: &str, columns: &str, rows: usize, tail: &str) -> String {
-    let per_row = columns.split(',').count();
-    let row = format!("({})", vec!["?"; per_row].join(", "));
+/// `INSERT OR FAIL INTO {table} ({columns}) VALUES (…), …` for `rows` rows of `row`, then
+/// `tail`. Parameters are numbered: each row's own, then the shared ones.
+///
+/// `OR FAIL`, not the default `ABORT`: an aborting multi-row statement inside a transaction
+/// first copies every page it changes into a statement journal (a temporary file once past
+/// 64 KiB), to undo itself alone. Its callers' transactions are rolled back whole on any
+/// error, so that undo is never needed.
+fn insert_sql(table: &str, columns: &str, row: &[Value], rows: usize, tail: &str) -> String {
+    let per_row = row.iter().filter(|v| matches!(v, Value::Row)).count();
+    let mut next = 0;
+    let values: Vec<String> = (0..rows)
+        .map(|_| {
+            let values: Vec<String> = row
+                .iter()
+                .map(|v| match v {
+                    Value::Row => {
+                        next += 1;
+                        format!("?{next}")
+                    }
+                    Value::Shared(n) => format!("?{}", per_row * rows + n),
+                    Value::Sql(sql) => (*sql).to_owned(),
+                })
+                .collect();
+            format!("({})", values.join(", "))
+        })
+        .collect();
     format!(
-        "INSERT INTO {table} ({columns}) VALUES {} {tail}",
-        vec![row.as_str(); rows].join(", ")
+        "INSERT OR FAIL INTO {table} ({columns}) VALUES {} {tail}",
+        values.join(", ")
     )
 }
 
-/// Inserts the links whose codes are free (inside the caller's transaction), in code order:
-/// each insert then lands on the same or the next B-tree leaf as the one before. Says of
-/// each link, in slice order, whether it was stored; of links sharing a code, the first is.
+/// `None` as SQL's NULL.
+fn nullable<'a, T: Into<ToSqlOutput<'a>>>(value: Option<T>) -> ToSqlOutput<'a> {
+    value.map_or(ToSqlOutput::from(Null), Into::into)
+}
+
+/// Inserts the links whose codes are free (inside the caller's transaction); see
+/// [`insert_in_code_order`].
 pub(super) fn insert_links(c: &Connection, links: &[&Link]) -> rusqlite::Result<Vec<bool>> {
+    insert_in_code_order(c, links, &LINKS, |l, row| {
+        let d = l.disabled.as_ref();
+        row.extend(leading_values(l));
+        row.extend([
+            nullable(d.map(|d| d.at)),
+            ToSqlOutput::from(to_i64(l.clicks)),
+            ToSqlOutput::from(to_i64(l.bot_clicks)),
+            nullable(l.created_ip.as_deref()),
+            ToSqlOutput::from(to_i64(l.version)),
+            nullable(d.map(|d| d.reason.as_str())),
+            nullable(d.map(|d| d.by.as_str())),
+            nullable(d.map(|d| d.by_kind.as_str())),
+            nullable(l.deleted_at),
+            ToSqlOutput::from(l.owner_admin),
+        ]);
+    })
+}
+
+/// As [`insert_links`], for links as created (version 1, no clicks, neither disabled nor
+/// deleted: what an import batch holds), binding half the values.
+pub(super) fn insert_new_links(c: &Connection, links: &[&Link]) -> rusqlite::Result<Vec<bool>> {
+    insert_in_code_order(c, links, &NEW_LINKS, |l, row| {
+        row.extend(leading_values(l));
+        row.extend([
+            nullable(l.created_ip.as_deref()),
+            ToSqlOutput::from(l.owner_admin),
+        ]);
+    })
+}
+
+/// A link's first six columns (`code` to `expires_at`).
+fn leading_values(l: &Link) -> [ToSqlOutput<'_>; 6] {
+    [
+        ToSqlOutput::from(l.code.as_str()),
+        ToSqlOutput::from(l.long_url.as_str()),
+        nullable(l.owner.as_deref()),
+        ToSqlOutput::from(l.custom_alias),
+        ToSqlOutput::from(l.created_at),
+        ToSqlOutput::from(l.expires_at),
+    ]
+}
+
+/// Inserts the links whose codes are free (inside the caller's transaction) through
+/// `insert`, whose rows `row` gives the values of, in code order: each insert then lands
+/// on the same or the next B-tree leaf as the one before. Says of each link, in slice
+/// order, whether it was stored; of links sharing a code, the first is.
+fn insert_in_code_order<'a>(
+    c: &Connection,
+    links: &[&'a Link],
+    insert: &MultiInsert,
+    row: impl Fn(&'a Link, &mut Vec<ToSqlOutput<'a>>),
+) -> rusqlite::Result<Vec<bool>> {
     let mut order: Vec<usize> = (0..links.len()).collect();
     // Stable: among links sharing a code, the first in the slice is inserted first.
     order.sort_by(|&a, &b| links[a].code.cmp(&links[b].code));
     let mut stored = vec![false; links.len()];
-    for chunk in chunks(&order) {
-        let mut insert = c.prepare_cached(LINKS.sql(chunk.len()))?;
-        let derived: Vec<[i64; 3]> = chunk
-            .iter()
-            .map(|&i| {
-                let l = links[i];
-                [to_i64(l.clicks), to_i64(l.bot_clicks), to_i64(l.version)]
-            })
-            .collect();
-        let disabled: Vec<[Option<&str>; 3]> = chunk
-            .iter()
-            .map(|&i| {
-                let d = links[i].disabled.as_ref();
-                [
-                    d.map(|d| d.reason.as_str()),
-                    d.map(|d| d.by.as_str()),
-                    d.map(|d| d.by_kind.as_str()),
-                ]
-            })
-            .collect();
-        let disabled_at: Vec<Option<i64>> = chunk
-            .iter()
-            .map(|&i| links[i].disabled.as_ref().map(|d| d.at))
-            .collect();
-        let values = chunk
-            .iter()
-            .zip(derived.iter().zip(disabled.iter().zip(&disabled_at)))
-            .flat_map(|(&i, (n, (d, at)))| -> [&dyn ToSql; 16] {
-                let l = links[i];
-                [
-                    &l.code,
-                    &l.long_url,
-                    &l.owner,
-                    &l.custom_alias,
-                    &l.created_at,
-                    &l.expires_at,
-                    at,
-                    &n[0],
-                    &n[1],
-                    &l.created_ip,
-                    &n[2],
-                    &d[0],
-                    &d[1],
-                    &d[2],
-                    &l.deleted_at,
-                    &l.owner_admin,
-                ]
-            });
-        let mut rows = insert.query(params_from_iter(values))?;
-        while let Some(row) = rows.next()? {
+    let mut values = Vec::new();
+    insert.for_chunks(c, &order, |statement, chunk| {
+        values.clear();
+        for &i in chunk {
+            row(links[i], &mut values);
+        }
+        let mut rows = statement.query(params_from_iter(&values))?;
+        while let Some(returned) = rows.next()? {
             // RETURNING's order is unspecified: find the code in the sorted chunk. Only the
             // first link of a code can have been stored.
-            let code = row.get_ref(0)?.as_str()?;
+            let code = returned.get_ref(0)?.as_str()?;
             let at = chunk.partition_point(|&i| links[i].code.as_str() < code);
             if let Some(&i) = chunk.get(at) {
                 stored[i] = true;
             }
         }
-    }
+        Ok(())
+    })?;
     Ok(stored)
 }
 
@@ -154,22 +296,14 @@ pub(super) fn append_change_notes(
         .prepare_cached("UPDATE change_counter SET seq = seq + ?1 RETURNING seq")?
         .query_row([n], |r| r.get(0))?;
     let mut seq = last - n;
-    for chunk in chunks(links) {
-        let rows: Vec<[i64; 2]> = chunk
-            .iter()
-            .map(|l| {
-                seq += 1;
-                [seq, to_i64(l.version)]
-            })
-            .collect();
-        let values = chunk
-            .iter()
-            .zip(&rows)
-            .flat_map(|(l, row)| -> [&dyn ToSql; 4] { [&row[0], &l.code, &row[1], &at] });
-        c.prepare_cached(NOTES.sql(chunk.len()))?
-            .execute(params_from_iter(values))?;
-    }
-    Ok(())
+    NOTES.execute(c, links, &[ToSqlOutput::from(at)], |l, row| {
+        seq += 1;
+        row.extend([
+            ToSqlOutput::from(seq),
+            ToSqlOutput::from(l.code.as_str()),
+            ToSqlOutput::from(to_i64(l.version)),
+        ]);
+    })
 }
 
 /// Notes the links a multi-row insert stored (`stored` as [`insert_links`] returns it): a
@@ -181,39 +315,57 @@ pub(super) fn note_stored(
     stored: &[bool],
     at: UnixSeconds,
 ) -> rusqlite::Result<()> {
-    let created: Vec<&Link> = links
+    append_change_notes(c, &stored_only(links, stored), at)
+}
+
+/// The links `stored` (as [`insert_links`] returns it) says were stored.
+pub(super) fn stored_only<'a>(links: &[&'a Link], stored: &[bool]) -> Vec<&'a Link> {
+    links
         .iter()
         .zip(stored)
         .filter(|(_, stored)| **stored)
         .map(|(l, _)| *l)
-        .collect();
-    append_change_notes(c, &created, at)
+        .collect()
 }
 
 /// Appends audit rows (inside the caller's transaction), ids in slice order.
 pub(super) fn insert_audit_rows(c: &Connection, records: &[&AuditRecord]) -> rusqlite::Result<()> {
-    for chunk in chunks(records) {
-        let mut insert = c.prepare_cached(AUDIT.sql(chunk.len()))?;
-        let actions: Vec<&str> = chunk.iter().map(|r| r.action.as_str()).collect();
-        let values = chunk
-            .iter()
-            .zip(&actions)
-            .flat_map(|(r, action)| -> [&dyn ToSql; 9] {
-                [
-                    &r.at,
-                    &r.actor,
-                    &r.ip,
-                    &r.user_agent,
-                    action,
-                    &r.code,
-                    &r.old_url,
-                    &r.new_url,
-                    &r.detail,
-                ]
-            });
-        insert.execute(params_from_iter(values))?;
-    }
-    Ok(())
+    AUDIT.execute(c, records, &[], |r, row| {
+        row.extend([
+            ToSqlOutput::from(r.at),
+            ToSqlOutput::from(r.actor.as_str()),
+            nullable(r.ip.as_deref()),
+            nullable(r.user_agent.as_deref()),
+            ToSqlOutput::from(r.action.as_str()),
+            nullable(r.code.as_deref()),
+            nullable(r.old_url.as_deref()),
+            nullable(r.new_url.as_deref()),
+            nullable(r.detail.as_deref()),
+        ]);
+    })
+}
+
+/// Appends the `created` audit row of each link, by `origin` (inside the caller's
+/// transaction), ids in slice order: what [`AuditRecord::created`] makes, the values all
+/// rows share bound once per statement.
+pub(super) fn insert_created_audit_rows(
+    c: &Connection,
+    links: &[&Link],
+    origin: &Origin,
+) -> rusqlite::Result<()> {
+    let shared = [
+        ToSqlOutput::from(origin.actor.name.as_str()),
+        nullable(origin.ip.as_deref()),
+        nullable(origin.user_agent.as_deref()),
+        ToSqlOutput::from(AuditAction::Created.as_str()),
+    ];
+    CREATED_AUDIT.execute(c, links, &shared, |l, row| {
+        row.extend([
+            ToSqlOutput::from(l.created_at),
+            ToSqlOutput::from(l.code.as_str()),
+            ToSqlOutput::from(l.long_url.as_str()),
+        ]);
+    })
 }
 
 #[cfg(test)]
@@ -234,10 +386,15 @@ mod tests {
     }
 
     #[test]
-    fn the_sql_has_a_placeholder_per_column_and_row() {
+    fn the_sql_numbers_each_rows_values_then_the_shared_ones() {
         assert_eq!(
-            insert_sql("t", "a, b", 2, "RETURNING a"),
-            "INSERT INTO t (a, b) VALUES (?, ?), (?, ?) RETURNING a"
+            insert_sql("t", "a, b", &[Value::Row; 2], 2, "RETURNING a"),
+            "INSERT OR FAIL INTO t (a, b) VALUES (?1, ?2), (?3, ?4) RETURNING a"
+        );
+        let row = [Value::Row, Value::Shared(1), Value::Sql("0"), Value::Row];
+        assert_eq!(
+            insert_sql("t", "a, b, c, d", &row, 2, ""),
+            "INSERT OR FAIL INTO t (a, b, c, d) VALUES (?1, ?5, 0, ?2), (?3, ?5, 0, ?4) "
         );
     }
 }
