@@ -14,11 +14,12 @@
 //! Entries also carry the link's version: news of a change (another instance's
 //! announcement, the store's change sequence) drops an entry only if it is older.
 //!
-//! Unknown codes have a room of their own (`negatives`, 3/16 of the memory, compact
-//! entries): a sweep over codes that do not exist evicts other unknown codes, never live
-//! links. One-hit wonders need no admission filter of ours: quick_cache puts new entries in
-//! a small probationary queue (3 % of its weight) and promotes only those hit again, so a
-//! scan of links seen once cycles through that queue without touching the hot part.
+//! Unknown codes have a room of their own (a sixteenth of the memory, `negatives.rs`; a
+//! sixty-fourth for aliases too long to pack): a sweep over codes that do not exist evicts
+//! other unknown codes, never live links. One-hit wonders need no admission filter of ours:
+//! quick_cache puts new entries in a small probationary queue (3 % of its weight) and
+//! promotes only those hit again, so a scan of links seen once cycles through that queue
+//! without touching the hot part.
 //!
 //! Stale if error: a link whose entry (L1, else L2) is past its TTL but within
 //! `--stale-max-age` of it (and before the link's expiry) is still served when the store is
@@ -28,11 +29,14 @@
 //! empties the shelf's entry and moves the generation, and rewrites the L2 entry, so nothing
 //! is served stale after a change was announced.
 
+mod negatives;
+
 use crate::metrics::Metrics;
 use crate::scaleout::invalidation::Invalidations;
 use crate::scaleout::l2::{self, Gone, L2};
 use crate::store::Store;
 use axum::http::HeaderValue;
+use negatives::PackedNegatives;
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 use shortener_core::day::UnixSeconds;
@@ -52,7 +56,8 @@ const SHARDS: usize = 1 << 16;
 const ENTRY_OVERHEAD: usize = 200;
 /// For sizing the hash table up front: a typical entry's weight.
 const TYPICAL_ENTRY: u64 = 260;
-/// What a negative entry costs beyond its code: a 16-byte value instead of a `Slot`.
+/// What a negative entry of a long alias costs beyond its code: a 16-byte value instead of a
+/// `Slot`.
 const NEGATIVE_OVERHEAD: usize = 100;
 /// Announcements remembered per poll period at most (past this, polled notes look at L2).
 const MAX_HEARD: usize = 100_000;
@@ -186,8 +191,10 @@ pub(crate) struct LinkCache {
     slots: Cache<Arc<str>, Slot, SlotWeigher>,
     /// Entries past their TTL that may still stand in for an unavailable store.
     shelf: Cache<Arc<str>, Slot, SlotWeigher>,
-    /// Codes the store does not know, apart from the links.
-    negatives: Cache<Arc<str>, Negative, NegativeWeigher>,
+    /// Codes the store does not know, apart from the links: those that pack into a word...
+    negatives: PackedNegatives,
+    /// ...and longer aliases.
+    long_negatives: Cache<Arc<str>, Negative, NegativeWeigher>,
     generations: Box<[AtomicU32]>,
     /// quick_cache's own fast keyed hasher: SipHash here cost a redirect more than the
     /// cache lookup itself.
@@ -233,8 +240,9 @@ impl LinkCache {
         settings: CacheSettings,
     ) -> Self {
         let shelf_bytes = settings.max_bytes / 8;
-        let negative_bytes = settings.max_bytes * 3 / 16;
-        let fresh_bytes = settings.max_bytes - shelf_bytes - negative_bytes;
+        let negative_bytes = settings.max_bytes / 16;
+        let long_negative_bytes = settings.max_bytes / 64;
+        let fresh_bytes = settings.max_bytes - shelf_bytes - negative_bytes - long_negative_bytes;
         let items = |bytes: u64, typical: u64| {
             usize::try_from(bytes / typical)
                 .unwrap_or(usize::MAX)
@@ -252,9 +260,10 @@ impl LinkCache {
                 shelf_bytes.max(1),
                 SlotWeigher,
             ),
-            negatives: Cache::with_weighter(
-                items(negative_bytes, negative_typical),
-                negative_bytes.max(1),
+            negatives: PackedNegatives::new(negative_bytes),
+            long_negatives: Cache::with_weighter(
+                items(long_negative_bytes, negative_typical),
+                long_negative_bytes.max(1),
                 NegativeWeigher,
             ),
             generations: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
@@ -272,11 +281,16 @@ impl LinkCache {
         self.heard.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn generation(&self, code: &str) -> &AtomicU32 {
+    /// The hash that picks `code`'s generation and its bucket of negatives.
+    fn hash(&self, code: &str) -> u64 {
         let mut h = self.hasher.build_hasher();
         h.write(code.as_bytes());
+        h.finish()
+    }
+
+    fn generation(&self, hash: u64) -> &AtomicU32 {
         // SHARDS is a power of two, so the mask keeps the index in range.
-        &self.generations[(h.finish() as usize) & (SHARDS - 1)]
+        &self.generations[(hash as usize) & (SHARDS - 1)]
     }
 
     fn usable(&self, slot: &Slot, generation: &AtomicU32, now: UnixSeconds) -> bool {
@@ -292,7 +306,8 @@ impl LinkCache {
     /// the store must be asked ([`Self::read`]). Synchronous, so that a hit needs no future
     /// at all (see `api/redirect.rs`).
     pub(crate) fn cached(&self, code: &str, now: UnixSeconds) -> Option<Option<CachedLink>> {
-        let generation = self.generation(code);
+        let hash = self.hash(code);
+        let generation = self.generation(hash);
         if let Some(slot) = self.slots.get(code) {
             if self.usable(&slot, generation, now) {
                 match slot.link {
@@ -303,7 +318,7 @@ impl LinkCache {
             }
             self.forget(code, &slot, now);
         }
-        if self.known_unknown(code, generation, now) {
+        if self.known_unknown(code, hash, generation, now) {
             self.metrics.cache_negative_hit.inc();
             return Some(None);
         }
@@ -316,7 +331,8 @@ impl LinkCache {
         code: &str,
         now: UnixSeconds,
     ) -> Result<Option<CachedLink>, StoreError> {
-        let generation = self.generation(code);
+        let hash = self.hash(code);
+        let generation = self.generation(hash);
         self.metrics.cache_miss.inc();
         let key: Arc<str> = Arc::from(code);
         loop {
@@ -331,7 +347,7 @@ impl LinkCache {
                 Err(guard) => guard,
             };
             // The read we waited on may have found the code unknown (kept apart).
-            if self.known_unknown(code, generation, now) {
+            if self.known_unknown(code, hash, generation, now) {
                 return Ok(None);
             }
             // Read the generation before the store: a write that lands after this load
@@ -362,7 +378,7 @@ impl LinkCache {
                     generation: seen,
                     fresh_until: self.settings.fresh_until(None, now),
                 };
-                self.negatives.insert(key.clone(), negative);
+                self.remember_unknown(&key, hash, negative, now);
                 // Unfilled, the placeholder lets a waiter in, which finds the entry above.
                 drop(guard);
                 if seen == generation.load(Ordering::Acquire) {
@@ -381,16 +397,50 @@ impl LinkCache {
         }
     }
 
-    /// Whether `code` is cached as unknown (and still may be); drops an entry past its time.
-    fn known_unknown(&self, code: &str, generation: &AtomicU32, now: UnixSeconds) -> bool {
-        let Some(negative) = self.negatives.get(code) else {
+    /// Whether `code` is cached as unknown (and still may be). A packed entry past its time
+    /// stays until its way is needed; a long alias's is dropped.
+    fn known_unknown(
+        &self,
+        code: &str,
+        hash: u64,
+        generation: &AtomicU32,
+        now: UnixSeconds,
+    ) -> bool {
+        let usable = |n: &Negative| {
+            now < n.fresh_until && n.generation == generation.load(Ordering::Acquire)
+        };
+        if let Some(packed) = negatives::packed(code) {
+            return self.negatives.get(packed, hash).is_some_and(|entry| {
+                usable(&Negative {
+                    generation: entry.generation,
+                    fresh_until: entry.fresh_until.into(),
+                })
+            });
+        }
+        let Some(negative) = self.long_negatives.get(code) else {
             return false;
         };
-        if now < negative.fresh_until && negative.generation == generation.load(Ordering::Acquire) {
+        if usable(&negative) {
             return true;
         }
-        self.negatives.remove_if(code, |n| *n == negative);
+        self.long_negatives.remove_if(code, |n| *n == negative);
         false
+    }
+
+    /// Remembers that the store does not know `code` (`hash` its [`Self::hash`]).
+    fn remember_unknown(&self, code: &Arc<str>, hash: u64, negative: Negative, now: UnixSeconds) {
+        match negatives::packed(code) {
+            Some(packed) => {
+                let entry = negatives::Entry {
+                    generation: negative.generation,
+                    fresh_until: seconds_u32(negative.fresh_until),
+                };
+                self.negatives.insert(packed, hash, entry, seconds_u32(now));
+            }
+            None => {
+                self.long_negatives.insert(code.clone(), negative);
+            }
+        }
     }
 
     /// What L2 (in the scale-out mode) or else the store says of `code`; `true` with a stale
@@ -530,10 +580,16 @@ impl LinkCache {
 
     /// Forgets `code` in this instance.
     pub(crate) fn invalidate(&self, code: &str) {
-        self.generation(code).fetch_add(1, Ordering::AcqRel);
+        let hash = self.hash(code);
+        self.generation(hash).fetch_add(1, Ordering::AcqRel);
         self.slots.remove(code);
         self.shelf.remove(code);
-        self.negatives.remove(code);
+        match negatives::packed(code) {
+            Some(packed) => self.negatives.remove(packed, hash),
+            None => {
+                self.long_negatives.remove(code);
+            }
+        }
     }
 
     /// Forgets everything in this instance (after missing announcements of others' writes).
@@ -544,15 +600,25 @@ impl LinkCache {
         self.slots.clear();
         self.shelf.clear();
         self.negatives.clear();
+        self.long_negatives.clear();
     }
 
     /// Entries and their weight, for the metrics.
     pub(crate) fn size(&self) -> (u64, u64) {
+        let (negatives, negative_bytes) = self.negatives.size();
         (
-            (self.slots.len() + self.shelf.len() + self.negatives.len()) as u64,
-            self.slots.weight() + self.shelf.weight() + self.negatives.weight(),
+            (self.slots.len() + self.shelf.len() + self.long_negatives.len()) as u64 + negatives,
+            self.slots.weight()
+                + self.shelf.weight()
+                + self.long_negatives.weight()
+                + negative_bytes,
         )
     }
+}
+
+/// Unix seconds as the packed negatives keep them (saturated: 32 bits last until 2106).
+fn seconds_u32(seconds: UnixSeconds) -> u32 {
+    u32::try_from(seconds.max(0)).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
@@ -659,6 +725,32 @@ mod tests {
         let reads = cache.metrics.store_link_reads.get();
         assert!(get(&cache, "nope4999", now).await.unwrap().is_none());
         assert_eq!(cache.metrics.store_link_reads.get(), reads);
+    }
+
+    #[tokio::test]
+    async fn unknown_codes_short_or_long_are_remembered_until_a_write_to_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
+        let cache = LinkCache::new(store.clone(), None, Arc::new(Metrics::new()), SETTINGS);
+        let now = crate::now();
+        let origin = shortener_core::audit::Origin::system("test");
+        // Packed (up to 10 characters) and a long alias's room.
+        for code in ["abcdefg", "a-much-longer-alias"] {
+            assert!(get(&cache, code, now).await.unwrap().is_none());
+            let reads = cache.metrics.store_link_reads.get();
+            assert!(matches!(cache.cached(code, now), Some(None)));
+            assert!(get(&cache, code, now).await.unwrap().is_none());
+            assert_eq!(cache.metrics.store_link_reads.get(), reads);
+            // Past its time the store is asked again.
+            assert!(cache.cached(code, now + 60).is_none());
+
+            let link = Link::new(code, "https://example.com/", now, now + 86_400);
+            store.insert_link(&link, &origin).await.unwrap();
+            cache.invalidate(code);
+            assert!(cache.cached(code, now).is_none());
+            assert!(get(&cache, code, now).await.unwrap().is_some());
+        }
     }
 
     #[test]
