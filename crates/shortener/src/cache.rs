@@ -50,15 +50,19 @@ use std::time::Duration;
 
 /// Shards of write generations; many, so that one write stales few unrelated entries.
 const SHARDS: usize = 1 << 16;
-/// Bytes an entry costs beyond its strings: the entry itself in the cache's slab and hash
-/// table, the code's `Arc` and the destination's shared buffer header, allocator size
-/// classes. An estimate, checked against RSS by the benchmark (`scripts/bench`).
-const ENTRY_OVERHEAD: usize = 200;
-/// For sizing the hash table up front: a typical entry's weight.
+/// What quick_cache keeps for an entry beside its key and value: state and reference bits and
+/// list links in its slab (16 bytes), a slot and a control byte in its index (8 on average).
+/// `entries_weigh_what_quick_cache_keeps_for_them` holds the crate to it.
+const CACHE_EXTRA: usize = 24;
+/// Keys of entries evicted from probation that a room remembers (to admit them at once if
+/// asked again), as a share of the entries it holds. Each takes a slot as large as an entry's,
+/// so the room's bytes pay for them: at quick_cache's default (half) they took a fifth of the
+/// links' room; a tenth gave the best Zipf hit ratios per byte (BENCHMARKS.md, issue 18).
+const GHOSTS: f64 = 0.1;
+/// A typical link's weight (a 60-byte destination), for sizing a room's index and its ghosts.
 const TYPICAL_ENTRY: u64 = 260;
-/// What a negative entry of a long alias costs beyond its code: a 16-byte value instead of a
-/// `Slot`.
-const NEGATIVE_OVERHEAD: usize = 100;
+/// What `Bytes` allocates beside a destination's buffer when a hit first clones it.
+const BYTES_SHARED: usize = 24;
 /// Announcements remembered per poll period at most (past this, polled notes look at L2).
 const MAX_HEARD: usize = 100_000;
 
@@ -156,12 +160,28 @@ struct Negative {
     fresh_until: UnixSeconds,
 }
 
+/// The block the allocator (mimalloc) hands out for `bytes`: 8-byte steps up to 64, then
+/// four size classes per doubling.
+fn allocation(bytes: usize) -> usize {
+    if bytes <= 64 {
+        return bytes.next_multiple_of(8).max(8);
+    }
+    let below = 1usize << (usize::BITS - 1 - (bytes - 1).leading_zeros());
+    bytes.next_multiple_of(below / 4)
+}
+
+/// Bytes a room holds for an entry of a `V` under `code`: quick_cache's slot and the code's
+/// `Arc`, shared by key and value.
+fn entry_bytes<V>(code: &str) -> usize {
+    size_of::<(Arc<str>, V)>() + CACHE_EXTRA + allocation(2 * size_of::<usize>() + code.len())
+}
+
 #[derive(Debug, Clone, Copy)]
 struct NegativeWeigher;
 
 impl Weighter<Arc<str>, Negative> for NegativeWeigher {
     fn weight(&self, code: &Arc<str>, _: &Negative) -> u64 {
-        (NEGATIVE_OVERHEAD + code.len()) as u64
+        entry_bytes::<Negative>(code) as u64
     }
 }
 
@@ -174,9 +194,32 @@ impl Weighter<Arc<str>, Slot> for SlotWeigher {
             .link
             .as_ref()
             .and_then(|l| l.location.as_ref())
-            .map_or(0, HeaderValue::len);
-        (ENTRY_OVERHEAD + code.len() + url) as u64
+            .map_or(0, |v| allocation(v.len()) + allocation(BYTES_SHARED));
+        (entry_bytes::<Slot>(code) + url) as u64
     }
+}
+
+/// A room of `bytes` (its ghosts included) whose entries weigh about `typical`.
+fn room<V: Clone, W: Weighter<Arc<str>, V> + Clone>(
+    bytes: u64,
+    typical: u64,
+    weighter: W,
+) -> anyhow::Result<Cache<Arc<str>, V, W>> {
+    let items = (bytes / typical).max(1);
+    // A ghost is a hash in an entry's slot.
+    let ghost = (size_of::<(Arc<str>, V)>() + CACHE_EXTRA) as u64;
+    let ghosts = (items as f64 * GHOSTS) as u64;
+    let options = quick_cache::OptionsBuilder::new()
+        .estimated_items_capacity(usize::try_from(items).unwrap_or(usize::MAX))
+        .weight_capacity(bytes.saturating_sub(ghosts * ghost).max(1))
+        .ghost_allocation(GHOSTS)
+        .build()?;
+    Ok(Cache::with_options(
+        options,
+        weighter,
+        quick_cache::DefaultHashBuilder::default(),
+        quick_cache::sync::DefaultLifecycle::default(),
+    ))
 }
 
 /// The shared layer of the scale-out mode, between L1 and the store.
@@ -238,34 +281,20 @@ impl LinkCache {
         shared: Option<SharedLayer>,
         metrics: Arc<Metrics>,
         settings: CacheSettings,
-    ) -> Self {
+    ) -> anyhow::Result<Self> {
         let shelf_bytes = settings.max_bytes / 8;
         let negative_bytes = settings.max_bytes / 16;
         let long_negative_bytes = settings.max_bytes / 64;
-        let fresh_bytes = settings.max_bytes - shelf_bytes - negative_bytes - long_negative_bytes;
-        let items = |bytes: u64, typical: u64| {
-            usize::try_from(bytes / typical)
-                .unwrap_or(usize::MAX)
-                .max(1)
-        };
-        let negative_typical = (NEGATIVE_OVERHEAD + 7) as u64;
-        Self {
-            slots: Cache::with_weighter(
-                items(fresh_bytes, TYPICAL_ENTRY),
-                fresh_bytes.max(1),
-                SlotWeigher,
-            ),
-            shelf: Cache::with_weighter(
-                items(shelf_bytes, TYPICAL_ENTRY),
-                shelf_bytes.max(1),
-                SlotWeigher,
-            ),
+        let generations = (SHARDS * size_of::<AtomicU32>()) as u64;
+        let fresh_bytes = settings
+            .max_bytes
+            .saturating_sub(shelf_bytes + negative_bytes + long_negative_bytes + generations);
+        let long_negative_typical = entry_bytes::<Negative>("a-twenty-char-alias") as u64;
+        Ok(Self {
+            slots: room(fresh_bytes, TYPICAL_ENTRY, SlotWeigher)?,
+            shelf: room(shelf_bytes, TYPICAL_ENTRY, SlotWeigher)?,
             negatives: PackedNegatives::new(negative_bytes),
-            long_negatives: Cache::with_weighter(
-                items(long_negative_bytes, negative_typical),
-                long_negative_bytes.max(1),
-                NegativeWeigher,
-            ),
+            long_negatives: room(long_negative_bytes, long_negative_typical, NegativeWeigher)?,
             generations: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
             hasher: quick_cache::DefaultHashBuilder::default(),
             settings,
@@ -273,7 +302,7 @@ impl LinkCache {
             shared,
             heard: Mutex::default(),
             metrics,
-        }
+        })
     }
 
     fn heard(&self) -> std::sync::MutexGuard<'_, Heard> {
@@ -693,11 +722,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> =
             Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
-        let settings = CacheSettings {
-            max_bytes: 64 << 10,
-            ..SETTINGS
-        };
-        let cache = LinkCache::new(store.clone(), None, Arc::new(Metrics::new()), settings);
+        // 1 MiB: a packed room of 512 buckets, 3 584 codes.
+        let cache =
+            LinkCache::new(store.clone(), None, Arc::new(Metrics::new()), SETTINGS).unwrap();
         let now = crate::now();
         let origin = shortener_core::audit::Origin::system("test");
         let codes: Vec<String> = (0..50).map(|i| format!("live{i:03}")).collect();
@@ -706,14 +733,12 @@ mod tests {
             store.insert_link(&link, &origin).await.unwrap();
             assert!(get(&cache, code, now).await.unwrap().is_some());
         }
-        // Far more unknown codes than the whole cache holds.
+        // Far more unknown codes than their rooms hold, packed and long: more than the links'
+        // room would hold too, were they kept there.
         for i in 0..5_000 {
-            assert!(
-                get(&cache, &format!("nope{i:04}"), now)
-                    .await
-                    .unwrap()
-                    .is_none()
-            );
+            for code in [format!("nope{i:04}"), format!("nope{i:04}-a-long-alias")] {
+                assert!(get(&cache, &code, now).await.unwrap().is_none());
+            }
         }
         for code in &codes {
             assert!(
@@ -732,7 +757,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> =
             Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
-        let cache = LinkCache::new(store.clone(), None, Arc::new(Metrics::new()), SETTINGS);
+        let cache =
+            LinkCache::new(store.clone(), None, Arc::new(Metrics::new()), SETTINGS).unwrap();
         let now = crate::now();
         let origin = shortener_core::audit::Origin::system("test");
         // Packed (up to 10 characters) and a long alias's room.
@@ -754,18 +780,54 @@ mod tests {
     }
 
     #[test]
-    fn entries_weigh_their_strings_plus_the_overhead() {
-        let slot = Slot {
-            link: Some(link(NOW + 1, false)),
-            generation: 0,
-            fresh_until: NOW + 1,
-            stale_until: NOW + 1,
-        };
+    fn entries_weigh_what_quick_cache_keeps_for_them() {
+        // One shard and a power of two of entries: the slab's capacity is its length.
+        let options = quick_cache::OptionsBuilder::new()
+            .shards(1)
+            .estimated_items_capacity(1024)
+            .weight_capacity(u64::MAX)
+            .build()
+            .unwrap();
+        let cache: Cache<Arc<str>, Slot, SlotWeigher> = Cache::with_options(
+            options,
+            SlotWeigher,
+            quick_cache::DefaultHashBuilder::default(),
+            quick_cache::sync::DefaultLifecycle::default(),
+        );
+        let n = 1024;
+        for i in 0..n {
+            let code: Arc<str> = Arc::from(format!("c{i:06}"));
+            cache.insert(code, SETTINGS.slot(Some(link(NOW + 1, false)), 0, NOW));
+        }
+        assert_eq!(cache.len(), n);
+        let used = cache.memory_used();
+        // A slab slot is the key, the value and 16 bytes; the index takes 5 bytes a bucket,
+        // at 1.14 to 2.3 buckets an entry (8 on average over its growth).
+        assert_eq!(used.entries / n, size_of::<(Arc<str>, Slot)>() + 16);
+        assert!((6..=12).contains(&(used.map / n)), "{}", used.map / n);
+        assert_eq!(CACHE_EXTRA, 16 + 8);
+        // And the weight adds the code's `Arc`, the destination and `Bytes`' header.
         let code: Arc<str> = Arc::from("abcdefg");
-        let url = "https://example.com/".len();
+        let slot = SETTINGS.slot(Some(link(NOW + 1, false)), 0, NOW);
         assert_eq!(
             SlotWeigher.weight(&code, &slot),
-            (ENTRY_OVERHEAD + 7 + url) as u64
+            (size_of::<(Arc<str>, Slot)>() + CACHE_EXTRA + 24 + 24 + 24) as u64
         );
+    }
+
+    #[test]
+    fn allocations_round_up_to_the_allocators_size_classes() {
+        let sizes = [
+            (1, 8),
+            (23, 24),
+            (64, 64),
+            (65, 80),
+            (96, 96),
+            (129, 160),
+            (700, 768),
+        ];
+        for (bytes, block) in sizes {
+            assert_eq!(allocation(bytes), block, "{bytes}");
+        }
     }
 }
