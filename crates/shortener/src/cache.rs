@@ -717,14 +717,20 @@ mod tests {
         assert_eq!(expired.stale_until, expired.fresh_until);
     }
 
-    #[tokio::test]
-    async fn a_sweep_of_unknown_codes_evicts_no_live_link() {
+    /// A cache of [`SETTINGS`] (1 MiB: a packed room of 512 buckets, 3 584 codes) in front of
+    /// a fresh embedded store, and the directory that holds the store.
+    fn cache_on_sqlite() -> (tempfile::TempDir, Arc<dyn Store>, LinkCache) {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> =
             Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
-        // 1 MiB: a packed room of 512 buckets, 3 584 codes.
         let cache =
             LinkCache::new(store.clone(), None, Arc::new(Metrics::new()), SETTINGS).unwrap();
+        (dir, store, cache)
+    }
+
+    #[tokio::test]
+    async fn a_sweep_of_unknown_codes_evicts_no_live_link() {
+        let (_dir, store, cache) = cache_on_sqlite();
         let now = crate::now();
         let origin = shortener_core::audit::Origin::system("test");
         let codes: Vec<String> = (0..50).map(|i| format!("live{i:03}")).collect();
@@ -746,19 +752,17 @@ mod tests {
                 "{code} was evicted"
             );
         }
-        // And the last unknown codes are answered from their own room.
+        // And the last unknown codes are answered from their own rooms.
         let reads = cache.metrics.store_link_reads.get();
-        assert!(get(&cache, "nope4999", now).await.unwrap().is_none());
+        for code in ["nope4999", "nope4999-a-long-alias"] {
+            assert!(get(&cache, code, now).await.unwrap().is_none());
+        }
         assert_eq!(cache.metrics.store_link_reads.get(), reads);
     }
 
     #[tokio::test]
     async fn unknown_codes_short_or_long_are_remembered_until_a_write_to_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> =
-            Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
-        let cache =
-            LinkCache::new(store.clone(), None, Arc::new(Metrics::new()), SETTINGS).unwrap();
+        let (_dir, store, cache) = cache_on_sqlite();
         let now = crate::now();
         let origin = shortener_core::audit::Origin::system("test");
         // Packed (up to 10 characters) and a long alias's room.
