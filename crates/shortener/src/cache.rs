@@ -14,11 +14,12 @@
 //! Entries also carry the link's version: news of a change (another instance's
 //! announcement, the store's change sequence) drops an entry only if it is older.
 //!
-//! Unknown codes have a room of their own (`negatives`, 3/16 of the memory, compact
-//! entries): a sweep over codes that do not exist evicts other unknown codes, never live
-//! links. One-hit wonders need no admission filter of ours: quick_cache puts new entries in
-//! a small probationary queue (3 % of its weight) and promotes only those hit again, so a
-//! scan of links seen once cycles through that queue without touching the hot part.
+//! Unknown codes have a room of their own (a sixteenth of the memory, `negatives.rs`; a
+//! sixty-fourth for aliases too long to pack): a sweep over codes that do not exist evicts
+//! other unknown codes, never live links. One-hit wonders need no admission filter of ours:
+//! quick_cache puts new entries in a small probationary queue (3 % of its weight) and
+//! promotes only those hit again, so a scan of links seen once cycles through that queue
+//! without touching the hot part.
 //!
 //! Stale if error: a link whose entry (L1, else L2) is past its TTL but within
 //! `--stale-max-age` of it (and before the link's expiry) is still served when the store is
@@ -28,11 +29,14 @@
 //! empties the shelf's entry and moves the generation, and rewrites the L2 entry, so nothing
 //! is served stale after a change was announced.
 
+mod negatives;
+
 use crate::metrics::Metrics;
 use crate::scaleout::invalidation::Invalidations;
 use crate::scaleout::l2::{self, Gone, L2};
 use crate::store::Store;
 use axum::http::HeaderValue;
+use negatives::PackedNegatives;
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 use shortener_core::day::UnixSeconds;
@@ -46,14 +50,19 @@ use std::time::Duration;
 
 /// Shards of write generations; many, so that one write stales few unrelated entries.
 const SHARDS: usize = 1 << 16;
-/// Bytes an entry costs beyond its strings: the entry itself in the cache's slab and hash
-/// table, the code's `Arc` and the destination's shared buffer header, allocator size
-/// classes. An estimate, checked against RSS by the benchmark (`scripts/bench`).
-const ENTRY_OVERHEAD: usize = 200;
-/// For sizing the hash table up front: a typical entry's weight.
+/// What quick_cache keeps for an entry beside its key and value: state and reference bits and
+/// list links in its slab (16 bytes), a slot and a control byte in its index (8 on average).
+/// `entries_weigh_what_quick_cache_keeps_for_them` holds the crate to it.
+const CACHE_EXTRA: usize = 24;
+/// Keys of entries evicted from probation that a room remembers (to admit them at once if
+/// asked again), as a share of the entries it holds. Each takes a slot as large as an entry's,
+/// so the room's bytes pay for them: at quick_cache's default (half) they took a fifth of the
+/// links' room; a tenth gave the best Zipf hit ratios per byte (BENCHMARKS.md, issue 18).
+const GHOSTS: f64 = 0.1;
+/// A typical link's weight (a 60-byte destination), for sizing a room's index and its ghosts.
 const TYPICAL_ENTRY: u64 = 260;
-/// What a negative entry costs beyond its code: a 16-byte value instead of a `Slot`.
-const NEGATIVE_OVERHEAD: usize = 100;
+/// What `Bytes` allocates beside a destination's buffer when a hit first clones it.
+const BYTES_SHARED: usize = 24;
 /// Announcements remembered per poll period at most (past this, polled notes look at L2).
 const MAX_HEARD: usize = 100_000;
 
@@ -151,12 +160,28 @@ struct Negative {
     fresh_until: UnixSeconds,
 }
 
+/// The block the allocator (mimalloc) hands out for `bytes`: 8-byte steps up to 64, then
+/// four size classes per doubling.
+fn allocation(bytes: usize) -> usize {
+    if bytes <= 64 {
+        return bytes.next_multiple_of(8).max(8);
+    }
+    let below = 1usize << (usize::BITS - 1 - (bytes - 1).leading_zeros());
+    bytes.next_multiple_of(below / 4)
+}
+
+/// Bytes a room holds for an entry of a `V` under `code`: quick_cache's slot and the code's
+/// `Arc`, shared by key and value.
+fn entry_bytes<V>(code: &str) -> usize {
+    size_of::<(Arc<str>, V)>() + CACHE_EXTRA + allocation(2 * size_of::<usize>() + code.len())
+}
+
 #[derive(Debug, Clone, Copy)]
 struct NegativeWeigher;
 
 impl Weighter<Arc<str>, Negative> for NegativeWeigher {
     fn weight(&self, code: &Arc<str>, _: &Negative) -> u64 {
-        (NEGATIVE_OVERHEAD + code.len()) as u64
+        entry_bytes::<Negative>(code) as u64
     }
 }
 
@@ -169,9 +194,32 @@ impl Weighter<Arc<str>, Slot> for SlotWeigher {
             .link
             .as_ref()
             .and_then(|l| l.location.as_ref())
-            .map_or(0, HeaderValue::len);
-        (ENTRY_OVERHEAD + code.len() + url) as u64
+            .map_or(0, |v| allocation(v.len()) + allocation(BYTES_SHARED));
+        (entry_bytes::<Slot>(code) + url) as u64
     }
+}
+
+/// A room of `bytes` (its ghosts included) whose entries weigh about `typical`.
+fn room<V: Clone, W: Weighter<Arc<str>, V> + Clone>(
+    bytes: u64,
+    typical: u64,
+    weighter: W,
+) -> anyhow::Result<Cache<Arc<str>, V, W>> {
+    let items = (bytes / typical).max(1);
+    // A ghost is a hash in an entry's slot.
+    let ghost = (size_of::<(Arc<str>, V)>() + CACHE_EXTRA) as u64;
+    let ghosts = (items as f64 * GHOSTS) as u64;
+    let options = quick_cache::OptionsBuilder::new()
+        .estimated_items_capacity(usize::try_from(items).unwrap_or(usize::MAX))
+        .weight_capacity(bytes.saturating_sub(ghosts * ghost).max(1))
+        .ghost_allocation(GHOSTS)
+        .build()?;
+    Ok(Cache::with_options(
+        options,
+        weighter,
+        quick_cache::DefaultHashBuilder::default(),
+        quick_cache::sync::DefaultLifecycle::default(),
+    ))
 }
 
 /// The shared layer of the scale-out mode, between L1 and the store.
@@ -186,8 +234,10 @@ pub(crate) struct LinkCache {
     slots: Cache<Arc<str>, Slot, SlotWeigher>,
     /// Entries past their TTL that may still stand in for an unavailable store.
     shelf: Cache<Arc<str>, Slot, SlotWeigher>,
-    /// Codes the store does not know, apart from the links.
-    negatives: Cache<Arc<str>, Negative, NegativeWeigher>,
+    /// Codes the store does not know, apart from the links: those that pack into a word...
+    negatives: PackedNegatives,
+    /// ...and longer aliases.
+    long_negatives: Cache<Arc<str>, Negative, NegativeWeigher>,
     generations: Box<[AtomicU32]>,
     /// quick_cache's own fast keyed hasher: SipHash here cost a redirect more than the
     /// cache lookup itself.
@@ -231,32 +281,20 @@ impl LinkCache {
         shared: Option<SharedLayer>,
         metrics: Arc<Metrics>,
         settings: CacheSettings,
-    ) -> Self {
+    ) -> anyhow::Result<Self> {
         let shelf_bytes = settings.max_bytes / 8;
-        let negative_bytes = settings.max_bytes * 3 / 16;
-        let fresh_bytes = settings.max_bytes - shelf_bytes - negative_bytes;
-        let items = |bytes: u64, typical: u64| {
-            usize::try_from(bytes / typical)
-                .unwrap_or(usize::MAX)
-                .max(1)
-        };
-        let negative_typical = (NEGATIVE_OVERHEAD + 7) as u64;
-        Self {
-            slots: Cache::with_weighter(
-                items(fresh_bytes, TYPICAL_ENTRY),
-                fresh_bytes.max(1),
-                SlotWeigher,
-            ),
-            shelf: Cache::with_weighter(
-                items(shelf_bytes, TYPICAL_ENTRY),
-                shelf_bytes.max(1),
-                SlotWeigher,
-            ),
-            negatives: Cache::with_weighter(
-                items(negative_bytes, negative_typical),
-                negative_bytes.max(1),
-                NegativeWeigher,
-            ),
+        let negative_bytes = settings.max_bytes / 16;
+        let long_negative_bytes = settings.max_bytes / 64;
+        let generations = (SHARDS * size_of::<AtomicU32>()) as u64;
+        let fresh_bytes = settings
+            .max_bytes
+            .saturating_sub(shelf_bytes + negative_bytes + long_negative_bytes + generations);
+        let long_negative_typical = entry_bytes::<Negative>("a-twenty-char-alias") as u64;
+        Ok(Self {
+            slots: room(fresh_bytes, TYPICAL_ENTRY, SlotWeigher)?,
+            shelf: room(shelf_bytes, TYPICAL_ENTRY, SlotWeigher)?,
+            negatives: PackedNegatives::new(negative_bytes),
+            long_negatives: room(long_negative_bytes, long_negative_typical, NegativeWeigher)?,
             generations: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
             hasher: quick_cache::DefaultHashBuilder::default(),
             settings,
@@ -264,7 +302,7 @@ impl LinkCache {
             shared,
             heard: Mutex::default(),
             metrics,
-        }
+        })
     }
 
     fn heard(&self) -> std::sync::MutexGuard<'_, Heard> {
@@ -272,11 +310,16 @@ impl LinkCache {
         self.heard.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn generation(&self, code: &str) -> &AtomicU32 {
+    /// The hash that picks `code`'s generation and its bucket of negatives.
+    fn hash(&self, code: &str) -> u64 {
         let mut h = self.hasher.build_hasher();
         h.write(code.as_bytes());
+        h.finish()
+    }
+
+    fn generation(&self, hash: u64) -> &AtomicU32 {
         // SHARDS is a power of two, so the mask keeps the index in range.
-        &self.generations[(h.finish() as usize) & (SHARDS - 1)]
+        &self.generations[(hash as usize) & (SHARDS - 1)]
     }
 
     fn usable(&self, slot: &Slot, generation: &AtomicU32, now: UnixSeconds) -> bool {
@@ -292,7 +335,8 @@ impl LinkCache {
     /// the store must be asked ([`Self::read`]). Synchronous, so that a hit needs no future
     /// at all (see `api/redirect.rs`).
     pub(crate) fn cached(&self, code: &str, now: UnixSeconds) -> Option<Option<CachedLink>> {
-        let generation = self.generation(code);
+        let hash = self.hash(code);
+        let generation = self.generation(hash);
         if let Some(slot) = self.slots.get(code) {
             if self.usable(&slot, generation, now) {
                 match slot.link {
@@ -303,7 +347,7 @@ impl LinkCache {
             }
             self.forget(code, &slot, now);
         }
-        if self.known_unknown(code, generation, now) {
+        if self.known_unknown(code, hash, generation, now) {
             self.metrics.cache_negative_hit.inc();
             return Some(None);
         }
@@ -316,7 +360,8 @@ impl LinkCache {
         code: &str,
         now: UnixSeconds,
     ) -> Result<Option<CachedLink>, StoreError> {
-        let generation = self.generation(code);
+        let hash = self.hash(code);
+        let generation = self.generation(hash);
         self.metrics.cache_miss.inc();
         let key: Arc<str> = Arc::from(code);
         loop {
@@ -331,7 +376,7 @@ impl LinkCache {
                 Err(guard) => guard,
             };
             // The read we waited on may have found the code unknown (kept apart).
-            if self.known_unknown(code, generation, now) {
+            if self.known_unknown(code, hash, generation, now) {
                 return Ok(None);
             }
             // Read the generation before the store: a write that lands after this load
@@ -362,7 +407,7 @@ impl LinkCache {
                     generation: seen,
                     fresh_until: self.settings.fresh_until(None, now),
                 };
-                self.negatives.insert(key.clone(), negative);
+                self.remember_unknown(&key, hash, negative, now);
                 // Unfilled, the placeholder lets a waiter in, which finds the entry above.
                 drop(guard);
                 if seen == generation.load(Ordering::Acquire) {
@@ -381,16 +426,50 @@ impl LinkCache {
         }
     }
 
-    /// Whether `code` is cached as unknown (and still may be); drops an entry past its time.
-    fn known_unknown(&self, code: &str, generation: &AtomicU32, now: UnixSeconds) -> bool {
-        let Some(negative) = self.negatives.get(code) else {
+    /// Whether `code` is cached as unknown (and still may be). A packed entry past its time
+    /// stays until its way is needed; a long alias's is dropped.
+    fn known_unknown(
+        &self,
+        code: &str,
+        hash: u64,
+        generation: &AtomicU32,
+        now: UnixSeconds,
+    ) -> bool {
+        let usable = |n: &Negative| {
+            now < n.fresh_until && n.generation == generation.load(Ordering::Acquire)
+        };
+        if let Some(packed) = negatives::packed(code) {
+            return self.negatives.get(packed, hash).is_some_and(|entry| {
+                usable(&Negative {
+                    generation: entry.generation,
+                    fresh_until: entry.fresh_until.into(),
+                })
+            });
+        }
+        let Some(negative) = self.long_negatives.get(code) else {
             return false;
         };
-        if now < negative.fresh_until && negative.generation == generation.load(Ordering::Acquire) {
+        if usable(&negative) {
             return true;
         }
-        self.negatives.remove_if(code, |n| *n == negative);
+        self.long_negatives.remove_if(code, |n| *n == negative);
         false
+    }
+
+    /// Remembers that the store does not know `code` (`hash` its [`Self::hash`]).
+    fn remember_unknown(&self, code: &Arc<str>, hash: u64, negative: Negative, now: UnixSeconds) {
+        match negatives::packed(code) {
+            Some(packed) => {
+                let entry = negatives::Entry {
+                    generation: negative.generation,
+                    fresh_until: seconds_u32(negative.fresh_until),
+                };
+                self.negatives.insert(packed, hash, entry, seconds_u32(now));
+            }
+            None => {
+                self.long_negatives.insert(code.clone(), negative);
+            }
+        }
     }
 
     /// What L2 (in the scale-out mode) or else the store says of `code`; `true` with a stale
@@ -530,10 +609,16 @@ impl LinkCache {
 
     /// Forgets `code` in this instance.
     pub(crate) fn invalidate(&self, code: &str) {
-        self.generation(code).fetch_add(1, Ordering::AcqRel);
+        let hash = self.hash(code);
+        self.generation(hash).fetch_add(1, Ordering::AcqRel);
         self.slots.remove(code);
         self.shelf.remove(code);
-        self.negatives.remove(code);
+        match negatives::packed(code) {
+            Some(packed) => self.negatives.remove(packed, hash),
+            None => {
+                self.long_negatives.remove(code);
+            }
+        }
     }
 
     /// Forgets everything in this instance (after missing announcements of others' writes).
@@ -544,15 +629,25 @@ impl LinkCache {
         self.slots.clear();
         self.shelf.clear();
         self.negatives.clear();
+        self.long_negatives.clear();
     }
 
     /// Entries and their weight, for the metrics.
     pub(crate) fn size(&self) -> (u64, u64) {
+        let (negatives, negative_bytes) = self.negatives.size();
         (
-            (self.slots.len() + self.shelf.len() + self.negatives.len()) as u64,
-            self.slots.weight() + self.shelf.weight() + self.negatives.weight(),
+            (self.slots.len() + self.shelf.len() + self.long_negatives.len()) as u64 + negatives,
+            self.slots.weight()
+                + self.shelf.weight()
+                + self.long_negatives.weight()
+                + negative_bytes,
         )
     }
+}
+
+/// Unix seconds as the packed negatives keep them (saturated: 32 bits last until 2106).
+fn seconds_u32(seconds: UnixSeconds) -> u32 {
+    u32::try_from(seconds.max(0)).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]
@@ -622,16 +717,20 @@ mod tests {
         assert_eq!(expired.stale_until, expired.fresh_until);
     }
 
-    #[tokio::test]
-    async fn a_sweep_of_unknown_codes_evicts_no_live_link() {
+    /// A cache of [`SETTINGS`] (1 MiB: a packed room of 512 buckets, 3 584 codes) in front of
+    /// a fresh embedded store, and the directory that holds the store.
+    fn cache_on_sqlite() -> (tempfile::TempDir, Arc<dyn Store>, LinkCache) {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> =
             Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
-        let settings = CacheSettings {
-            max_bytes: 64 << 10,
-            ..SETTINGS
-        };
-        let cache = LinkCache::new(store.clone(), None, Arc::new(Metrics::new()), settings);
+        let cache =
+            LinkCache::new(store.clone(), None, Arc::new(Metrics::new()), SETTINGS).unwrap();
+        (dir, store, cache)
+    }
+
+    #[tokio::test]
+    async fn a_sweep_of_unknown_codes_evicts_no_live_link() {
+        let (_dir, store, cache) = cache_on_sqlite();
         let now = crate::now();
         let origin = shortener_core::audit::Origin::system("test");
         let codes: Vec<String> = (0..50).map(|i| format!("live{i:03}")).collect();
@@ -640,14 +739,12 @@ mod tests {
             store.insert_link(&link, &origin).await.unwrap();
             assert!(get(&cache, code, now).await.unwrap().is_some());
         }
-        // Far more unknown codes than the whole cache holds.
+        // Far more unknown codes than their rooms hold, packed and long: more than the links'
+        // room would hold too, were they kept there.
         for i in 0..5_000 {
-            assert!(
-                get(&cache, &format!("nope{i:04}"), now)
-                    .await
-                    .unwrap()
-                    .is_none()
-            );
+            for code in [format!("nope{i:04}"), format!("nope{i:04}-a-long-alias")] {
+                assert!(get(&cache, &code, now).await.unwrap().is_none());
+            }
         }
         for code in &codes {
             assert!(
@@ -655,25 +752,86 @@ mod tests {
                 "{code} was evicted"
             );
         }
-        // And the last unknown codes are answered from their own room.
+        // And the last unknown codes are answered from their own rooms.
         let reads = cache.metrics.store_link_reads.get();
-        assert!(get(&cache, "nope4999", now).await.unwrap().is_none());
+        for code in ["nope4999", "nope4999-a-long-alias"] {
+            assert!(get(&cache, code, now).await.unwrap().is_none());
+        }
         assert_eq!(cache.metrics.store_link_reads.get(), reads);
     }
 
+    #[tokio::test]
+    async fn unknown_codes_short_or_long_are_remembered_until_a_write_to_them() {
+        let (_dir, store, cache) = cache_on_sqlite();
+        let now = crate::now();
+        let origin = shortener_core::audit::Origin::system("test");
+        // Packed (up to 10 characters) and a long alias's room.
+        for code in ["abcdefg", "a-much-longer-alias"] {
+            assert!(get(&cache, code, now).await.unwrap().is_none());
+            let reads = cache.metrics.store_link_reads.get();
+            assert!(matches!(cache.cached(code, now), Some(None)));
+            assert!(get(&cache, code, now).await.unwrap().is_none());
+            assert_eq!(cache.metrics.store_link_reads.get(), reads);
+            // Past its time the store is asked again.
+            assert!(cache.cached(code, now + 60).is_none());
+
+            let link = Link::new(code, "https://example.com/", now, now + 86_400);
+            store.insert_link(&link, &origin).await.unwrap();
+            cache.invalidate(code);
+            assert!(cache.cached(code, now).is_none());
+            assert!(get(&cache, code, now).await.unwrap().is_some());
+        }
+    }
+
     #[test]
-    fn entries_weigh_their_strings_plus_the_overhead() {
-        let slot = Slot {
-            link: Some(link(NOW + 1, false)),
-            generation: 0,
-            fresh_until: NOW + 1,
-            stale_until: NOW + 1,
-        };
+    fn entries_weigh_what_quick_cache_keeps_for_them() {
+        // One shard and a power of two of entries: the slab's capacity is its length.
+        let options = quick_cache::OptionsBuilder::new()
+            .shards(1)
+            .estimated_items_capacity(1024)
+            .weight_capacity(u64::MAX)
+            .build()
+            .unwrap();
+        let cache: Cache<Arc<str>, Slot, SlotWeigher> = Cache::with_options(
+            options,
+            SlotWeigher,
+            quick_cache::DefaultHashBuilder::default(),
+            quick_cache::sync::DefaultLifecycle::default(),
+        );
+        let n = 1024;
+        for i in 0..n {
+            let code: Arc<str> = Arc::from(format!("c{i:06}"));
+            cache.insert(code, SETTINGS.slot(Some(link(NOW + 1, false)), 0, NOW));
+        }
+        assert_eq!(cache.len(), n);
+        let used = cache.memory_used();
+        // A slab slot is the key, the value and 16 bytes; the index takes 5 bytes a bucket,
+        // at 1.14 to 2.3 buckets an entry (8 on average over its growth).
+        assert_eq!(used.entries / n, size_of::<(Arc<str>, Slot)>() + 16);
+        assert!((6..=12).contains(&(used.map / n)), "{}", used.map / n);
+        assert_eq!(CACHE_EXTRA, 16 + 8);
+        // And the weight adds the code's `Arc`, the destination and `Bytes`' header.
         let code: Arc<str> = Arc::from("abcdefg");
-        let url = "https://example.com/".len();
+        let slot = SETTINGS.slot(Some(link(NOW + 1, false)), 0, NOW);
         assert_eq!(
             SlotWeigher.weight(&code, &slot),
-            (ENTRY_OVERHEAD + 7 + url) as u64
+            (size_of::<(Arc<str>, Slot)>() + CACHE_EXTRA + 24 + 24 + 24) as u64
         );
+    }
+
+    #[test]
+    fn allocations_round_up_to_the_allocators_size_classes() {
+        let sizes = [
+            (1, 8),
+            (23, 24),
+            (64, 64),
+            (65, 80),
+            (96, 96),
+            (129, 160),
+            (700, 768),
+        ];
+        for (bytes, block) in sizes {
+            assert_eq!(allocation(bytes), block, "{bytes}");
+        }
     }
 }

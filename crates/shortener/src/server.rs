@@ -130,7 +130,7 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             negative_ttl: config.negative_cache_ttl,
             stale_max_age: config.stale_max_age,
         },
-    );
+    )?;
     let cache_control = match config.edge_cache_ttl {
         Some(ttl) => format!("public, max-age={ttl}"),
         None => format!("private, max-age={}", config.redirect_max_age),

@@ -56,6 +56,11 @@ const READERS: usize = 4;
 /// leaf, which a checkpoint writes once, so each create costs fewer page writes and syncs
 /// (at 1 000 pages a checkpoint ran every few groups and took a third of a create's CPU).
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 16_384;
+/// Each reader's page cache, KiB. The bundled SQLite keeps every connection's pages in one
+/// group (`SQLITE_ENABLE_MEMORY_MANAGEMENT`) bounded by the sum of their `cache_size`s, so at
+/// SQLite's default (2 MiB) four idle readers let the writer's click batches hold 11 MiB of
+/// pages. Their reads (the change poll, the API's lists) find the rest in the OS's cache.
+const READER_CACHE_KIB: i64 = 256;
 /// How long a connection waits for another process's lock (e.g. `token create`).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -108,6 +113,8 @@ impl SqliteStore {
         let (readers, read_rx) = crossbeam_channel::unbounded::<ReadJob>();
         for i in 0..READERS {
             let conn = open_connection(&path, true)?;
+            conn.pragma_update(None, "cache_size", -READER_CACHE_KIB)
+                .map_err(|e| StoreError::Unavailable(Box::new(e)))?;
             let rx = read_rx.clone();
             std::thread::Builder::new()
                 .name(format!("sqlite-reader-{i}"))

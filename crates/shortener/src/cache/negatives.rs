@@ -1,0 +1,377 @@
+//! The room of unknown codes: a table of fixed size that a lookup reads without a lock, an
+//! allocation or a pointer to follow.
+//!
+//! An unknown-code flood makes every request a negative lookup. In quick_cache one costs three
+//! dependent loads (control bytes, slot index, slab entry, the key behind its pointer on top)
+//! and a shared lock's atomic add; here it is one bucket of two cache lines, checked by a
+//! sequence number (a seqlock: writers make it odd while they change the bucket, readers retry
+//! nothing and take a changing bucket for a miss). Codes of up to [`PACKED_MAX`] characters —
+//! every generated one — are packed into the 64-bit word they are compared by; longer aliases
+//! go to a small quick_cache room of their own ([`super::LinkCache`]).
+//!
+//! Buckets are allocated a segment at a time, on the first code stored in it: a process that
+//! never sees an unknown code holds none of it. An entry only says when it was read and until
+//! when it may serve; whether a write since has made it stale is the cache's generation check,
+//! so a write needs nothing from this table to be correct (it still frees the entry).
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
+
+/// Codes longer than this do not fit a 64-bit word at 6 bits a character.
+pub(super) const PACKED_MAX: usize = 10;
+/// Entries per bucket: more ways, fewer evictions of codes still in use by colliding ones.
+const WAYS: usize = 7;
+/// Buckets allocated together when the first of them gets an entry (32 KiB).
+const SEGMENT: usize = 256;
+
+/// 1..=63 per byte of the code alphabet (digits, ASCII letters, `-`), 0 for any other byte.
+static SYMBOLS: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    let mut next = 1;
+    while b < 256 {
+        let byte = b as u8;
+        if byte.is_ascii_alphanumeric() || byte == b'-' {
+            table[b] = next;
+            next += 1;
+        }
+        b += 1;
+    }
+    table
+};
+
+/// `code` as one number, if it has at most [`PACKED_MAX`] characters of the code alphabet:
+/// 6 bits each, never 0 (which ends the code), so distinct codes give distinct numbers and
+/// no code gives 0 (a free way).
+pub(super) fn packed(code: &str) -> Option<u64> {
+    if code.is_empty() || code.len() > PACKED_MAX {
+        return None;
+    }
+    let mut n = 0u64;
+    for (i, byte) in code.bytes().enumerate() {
+        let symbol = SYMBOLS[usize::from(byte)];
+        if symbol == 0 {
+            return None;
+        }
+        n |= u64::from(symbol) << (6 * i);
+    }
+    Some(n)
+}
+
+/// What an entry holds besides its code, in one word so that a reader sees both halves of
+/// the same write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Entry {
+    /// The code's write generation when the store said it was unknown.
+    pub(super) generation: u32,
+    /// Served while now is before this (Unix seconds, saturated to 32 bits: until 2106).
+    pub(super) fresh_until: u32,
+}
+
+impl Entry {
+    fn word(self) -> u64 {
+        u64::from(self.generation) << 32 | u64::from(self.fresh_until)
+    }
+
+    fn of(word: u64) -> Self {
+        Self {
+            generation: (word >> 32) as u32,
+            fresh_until: word as u32,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Bucket {
+    /// Even while nobody writes; a writer makes it odd, changes the ways, makes it even again.
+    seq: AtomicU64,
+    /// Packed codes; 0: a free way.
+    codes: [AtomicU64; WAYS],
+    /// [`Entry::word`] of each way.
+    entries: [AtomicU64; WAYS],
+}
+
+impl Bucket {
+    /// The entry of `code`, if the bucket holds it and no writer is changing the bucket.
+    fn find(&self, code: u64) -> Option<Entry> {
+        let before = self.seq.load(Ordering::Acquire);
+        if before & 1 == 1 {
+            return None;
+        }
+        let word = self
+            .codes
+            .iter()
+            .position(|c| c.load(Ordering::Relaxed) == code)
+            .map(|way| self.entries[way].load(Ordering::Relaxed));
+        // Orders the loads above before the check below: if any of them saw a writer's
+        // store, the check sees that writer's odd sequence number (or a later one).
+        fence(Ordering::Acquire);
+        if self.seq.load(Ordering::Relaxed) != before {
+            return None;
+        }
+        word.map(Entry::of)
+    }
+
+    /// Runs `change` with the bucket to itself; `false` without running it if another writer
+    /// has the bucket (a cache can drop a write: nobody waits here).
+    fn write(&self, change: impl FnOnce(&Self)) -> bool {
+        let seq = self.seq.load(Ordering::Relaxed);
+        if seq & 1 == 1
+            || self
+                .seq
+                .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        // Keeps the changes below after the odd number, for readers' fences to pair with.
+        fence(Ordering::Release);
+        change(self);
+        self.seq.store(seq + 2, Ordering::Release);
+        true
+    }
+}
+
+/// Unknown codes of at most [`PACKED_MAX`] characters.
+pub(super) struct PackedNegatives {
+    segments: Box<[OnceLock<Box<[Bucket]>>]>,
+    /// Buckets per segment: [`SEGMENT`], or all of them in a smaller table.
+    segment_len: usize,
+    /// Buckets - 1 (a power of two).
+    mask: usize,
+    /// Ways holding a code.
+    held: AtomicUsize,
+}
+
+impl std::fmt::Debug for PackedNegatives {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedNegatives")
+            .field("held", &self.held.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl PackedNegatives {
+    /// A table of at most `bytes` (at least one bucket).
+    pub(super) fn new(bytes: u64) -> Self {
+        let fit = usize::try_from(bytes).unwrap_or(usize::MAX) / size_of::<Bucket>();
+        // The largest power of two that fits: the bucket index is a mask of the hash.
+        let buckets = fit.checked_ilog2().map_or(1, |log| 1usize << log);
+        let segment_len = SEGMENT.min(buckets);
+        Self {
+            segments: (0..buckets / segment_len)
+                .map(|_| OnceLock::new())
+                .collect(),
+            segment_len,
+            mask: buckets - 1,
+            held: AtomicUsize::new(0),
+        }
+    }
+
+    /// Which segment and bucket in it `hash` (of a code) names. The hash's low bits pick the
+    /// code's write generation (`LinkCache`); these come from the high ones.
+    fn place(&self, hash: u64) -> (usize, usize) {
+        let index = (hash >> 32) as usize & self.mask;
+        (index / self.segment_len, index % self.segment_len)
+    }
+
+    /// The bucket for `hash`, if its segment exists.
+    fn bucket(&self, hash: u64) -> Option<&Bucket> {
+        let (segment, offset) = self.place(hash);
+        self.segments[segment].get().map(|buckets| &buckets[offset])
+    }
+
+    fn bucket_or_new(&self, hash: u64) -> &Bucket {
+        let (segment, offset) = self.place(hash);
+        let len = self.segment_len;
+        &self.segments[segment].get_or_init(|| (0..len).map(|_| Bucket::default()).collect())
+            [offset]
+    }
+
+    pub(super) fn get(&self, code: u64, hash: u64) -> Option<Entry> {
+        self.bucket(hash)?.find(code)
+    }
+
+    /// Stores `entry` for `code`, in place of its earlier entry, else of a free or expired
+    /// one, else of the one that expires first. Dropped if a writer has the bucket.
+    pub(super) fn insert(&self, code: u64, hash: u64, entry: Entry, now: u32) {
+        self.bucket_or_new(hash).write(|bucket| {
+            let mut victim = 0;
+            let mut victim_until = u32::MAX;
+            for way in 0..WAYS {
+                let held = bucket.codes[way].load(Ordering::Relaxed);
+                let until = Entry::of(bucket.entries[way].load(Ordering::Relaxed)).fresh_until;
+                if held == code {
+                    victim = way;
+                    break;
+                }
+                let until = if held == 0 || until <= now { 0 } else { until };
+                if until < victim_until {
+                    (victim, victim_until) = (way, until);
+                }
+            }
+            if bucket.codes[victim].swap(code, Ordering::Relaxed) == 0 {
+                self.held.fetch_add(1, Ordering::Relaxed);
+            }
+            bucket.entries[victim].store(entry.word(), Ordering::Relaxed);
+        });
+    }
+
+    /// Frees the way of `code`, if the bucket holds it (and no writer has the bucket: then the
+    /// entry stays, and the generation check makes it miss).
+    pub(super) fn remove(&self, code: u64, hash: u64) {
+        if let Some(bucket) = self.bucket(hash) {
+            bucket.write(|bucket| self.free(bucket, |held| held == code));
+        }
+    }
+
+    /// Frees every way (what a writer has at that moment stays: stale by its generation).
+    pub(super) fn clear(&self) {
+        for bucket in self.segments.iter().filter_map(OnceLock::get).flatten() {
+            bucket.write(|bucket| self.free(bucket, |held| held != 0));
+        }
+    }
+
+    fn free(&self, bucket: &Bucket, which: impl Fn(u64) -> bool) {
+        for way in &bucket.codes {
+            if which(way.load(Ordering::Relaxed)) {
+                way.store(0, Ordering::Relaxed);
+                self.held.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Codes held and the bytes of the segments allocated.
+    pub(super) fn size(&self) -> (u64, u64) {
+        let segments = self.segments.iter().filter(|s| s.get().is_some()).count();
+        (
+            self.held.load(Ordering::Relaxed) as u64,
+            (segments * self.segment_len * size_of::<Bucket>()) as u64,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    const NOW: u32 = 1_700_000_000;
+
+    fn entry(generation: u32, fresh_until: u32) -> Entry {
+        Entry {
+            generation,
+            fresh_until,
+        }
+    }
+
+    #[test]
+    fn codes_of_up_to_ten_characters_pack_into_distinct_nonzero_numbers() {
+        let alphabet: Vec<char> = ('0'..='9')
+            .chain('A'..='Z')
+            .chain('a'..='z')
+            .chain(['-'])
+            .collect();
+        assert_eq!(alphabet.len(), 63);
+        let mut seen = HashSet::new();
+        for a in &alphabet {
+            for b in &alphabet {
+                for code in [format!("{a}{b}xy"), format!("xy{a}{b}"), format!("{a}{b}")] {
+                    let n = packed(&code).unwrap();
+                    assert_ne!(n, 0);
+                    seen.insert((code, n));
+                }
+            }
+        }
+        let numbers: HashSet<u64> = seen.iter().map(|(_, n)| *n).collect();
+        assert_eq!(numbers.len(), seen.len());
+        // A prefix is not its longer code.
+        assert_ne!(packed("abcd"), packed("abcd0"));
+        assert!(packed("aZ3x9Qp-Kz").is_some());
+        assert_eq!(packed("aZ3x9Qp-Kz1"), None);
+        assert_eq!(packed("no/slash"), None);
+        assert_eq!(packed(""), None);
+    }
+
+    #[test]
+    fn an_entry_is_found_by_its_code_and_replaced_by_a_later_one() {
+        let table = PackedNegatives::new(1 << 20);
+        let code = packed("abcdefg").unwrap();
+        assert_eq!(table.get(code, 42), None);
+        table.insert(code, 42, entry(3, NOW + 60), NOW);
+        assert_eq!(table.get(code, 42), Some(entry(3, NOW + 60)));
+        table.insert(code, 42, entry(4, NOW + 90), NOW);
+        assert_eq!(table.get(code, 42), Some(entry(4, NOW + 90)));
+        assert_eq!(table.size().0, 1);
+        table.remove(code, 42);
+        assert_eq!(table.get(code, 42), None);
+        assert_eq!(table.size().0, 0);
+    }
+
+    #[test]
+    fn a_full_bucket_gives_up_its_expired_then_its_soonest_expiring_entry() {
+        let table = PackedNegatives::new(1 << 20);
+        // One hash: every code lands in the same bucket.
+        let codes: Vec<u64> = (0..=WAYS)
+            .map(|i| packed(&format!("code{i}")).unwrap())
+            .collect();
+        for (i, &code) in codes[..WAYS].iter().enumerate() {
+            table.insert(code, 7, entry(0, NOW + 100 + i as u32), NOW);
+        }
+        // The way expiring first (the first code) goes.
+        table.insert(codes[WAYS], 7, entry(0, NOW + 500), NOW);
+        assert_eq!(table.get(codes[0], 7), None);
+        assert!(codes[1..].iter().all(|&c| table.get(c, 7).is_some()));
+        // Past the second code's time, its way goes before any live one.
+        table.insert(codes[0], 7, entry(0, NOW + 600), NOW + 101);
+        assert_eq!(table.get(codes[1], 7), None);
+        assert!(table.get(codes[2], 7).is_some() && table.get(codes[0], 7).is_some());
+        assert_eq!(table.size().0, WAYS as u64);
+    }
+
+    #[test]
+    fn segments_are_allocated_by_the_first_entry_in_them_and_cleared_in_place() {
+        let table = PackedNegatives::new(4 << 20);
+        assert_eq!(table.size(), (0, 0));
+        let code = packed("abcdefg").unwrap();
+        table.insert(code, 1 << 40, entry(0, NOW + 60), NOW);
+        let segment = (SEGMENT * size_of::<Bucket>()) as u64;
+        assert_eq!(table.size(), (1, segment));
+        table.clear();
+        assert_eq!(table.get(code, 1 << 40), None);
+        assert_eq!(table.size(), (0, segment));
+    }
+
+    #[test]
+    fn readers_never_see_one_writes_code_with_anothers_entry() {
+        let table = PackedNegatives::new(1 << 20);
+        let codes: Vec<u64> = (0..4 * WAYS)
+            .map(|i| packed(&format!("code{i:02}")).unwrap())
+            .collect();
+        // Each code's entry is derived from it, so a torn read shows as a mismatch.
+        let entry_of = |code: u64, round: u32| entry(code as u32, round);
+        std::thread::scope(|s| {
+            for writer in 0..2u32 {
+                let (table, codes) = (&table, &codes);
+                s.spawn(move || {
+                    for round in 0..20_000u32 {
+                        let code = codes[(round as usize * 7 + writer as usize) % codes.len()];
+                        table.insert(code, 9, entry_of(code, round), round);
+                    }
+                });
+            }
+            for _ in 0..2 {
+                let (table, codes) = (&table, &codes);
+                s.spawn(move || {
+                    for i in 0..100_000 {
+                        let code = codes[i % codes.len()];
+                        if let Some(found) = table.get(code, 9) {
+                            assert_eq!(found.generation, code as u32);
+                        }
+                    }
+                });
+            }
+        });
+    }
+}
