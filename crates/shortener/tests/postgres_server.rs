@@ -124,8 +124,16 @@ async fn two_instances_share_one_database() {
     let db = TestDb::migrated().await;
     let dir = TempDir::new().unwrap();
     let admin = token_in(&["--database", &db.url], "ops", true);
-    // Small blocks and pools: many leases, few connections.
-    let flags = ["--id-block-size", "37", "--database-pool-size", "4"];
+    // Small blocks and pools: many leases, few connections. What is tested is sharing, not
+    // the request deadline: a loaded machine (CI's 2 cores) took over 250 ms for some creates.
+    let flags = [
+        "--id-block-size",
+        "37",
+        "--database-pool-size",
+        "4",
+        "--store-timeout-ms",
+        "10000",
+    ];
     let a = serve(&dir, &db.url, &flags);
     let b = serve(&dir, &db.url, &flags);
     let c = client();
