@@ -237,19 +237,23 @@ fn main() -> anyhow::Result<()> {
         verdict(lag <= Duration::from_secs(2), "lag", &mut failed)
     );
     // The RSS bar holds after every case (the unknown-code flood's negatives included).
-    for (links, zipf, rss, fill_rate) in &growth {
+    for (links, zipf, rss, fill_rate) in growth.iter().filter(|g| g.1.is_some()) {
         println!(
             "growth: {links} links: Zipf ratio {}, RSS after Zipf {}, filled at {fill_rate:.0} links/s",
             zipf.map_or("-".to_owned(), |z| format!("{z:.2}")),
             rss.map_or("-".to_owned(), |r| format!("{r:.1} MiB")),
         );
     }
-    let rss_peak = results.iter().map(|r| r.rss_after).fold(f64::NAN, f64::max);
-    println!(
-        "shortener RSS with {stored} links: after Zipf {}, highest after a case {rss_peak:.1} MiB  (≤ {RSS_BAR_MIB} MiB after every case {}); at the end: {rss_end:.1} MiB",
-        rss_serving_zipf.map_or("-".to_owned(), |r| format!("{r:.1} MiB")),
-        verdict(rss_peak <= RSS_BAR_MIB, "rss", &mut failed)
-    );
+    // The bar is about serving redirects: a run of creates alone has no case to hold it to.
+    if let Some(rss_peak) = results.iter().map(|r| r.rss_after).reduce(f64::max) {
+        println!(
+            "shortener RSS with {stored} links: after Zipf {}, highest after a case {rss_peak:.1} MiB  (≤ {RSS_BAR_MIB} MiB after every case {}); at the end: {rss_end:.1} MiB",
+            rss_serving_zipf.map_or("-".to_owned(), |r| format!("{r:.1} MiB")),
+            verdict(rss_peak <= RSS_BAR_MIB, "rss", &mut failed)
+        );
+    } else {
+        println!("shortener RSS with {stored} links at the end: {rss_end:.1} MiB");
+    }
     shortener.terminate()?;
     conclude(&failed)
 }
