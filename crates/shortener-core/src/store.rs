@@ -84,7 +84,8 @@ pub enum ChangeOutcome {
 /// One entry of the store's change sequence: `code` reached `version`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeNote {
-    /// Position in the sequence; consecutive, in commit order.
+    /// Position in the sequence; consecutive, in commit order (notes written together may
+    /// share one).
     pub seq: u64,
     /// The link.
     pub code: String,
@@ -275,18 +276,20 @@ pub trait LinkStore: Send + Sync + 'static {
     /// The last position of the change sequence (0 when nothing ever changed).
     async fn last_change(&self) -> Result<u64, StoreError>;
 
-    /// Up to `limit` notes after position `seq`, in order.
+    /// The notes after position `seq`, in order, of whole positions (one may hold several
+    /// notes: a PostgreSQL group of creates), until `limit` notes are reached: fewer than
+    /// `limit` means there are no more.
     async fn changes_after(&self, seq: u64, limit: usize) -> Result<Vec<ChangeNote>, StoreError>;
 
     /// Gives the next positions of the sequence to the notes written without one (creates and
     /// imports on PostgreSQL, whose groups would otherwise queue on the sequence's row through
-    /// their commits), in one transaction holding that row; returns how many. Until then
-    /// [`Self::changes_after`] does not return them. The embedded store numbers every note as
-    /// it writes it (0).
+    /// their commits), in one transaction holding that row; returns how many positions. Until
+    /// then [`Self::changes_after`] does not return them. The embedded store numbers every note
+    /// as it writes it (0).
     async fn number_pending_changes(&self) -> Result<u64, StoreError>;
 
-    /// Forgets up to `batch` change notes written before `at` (creates write one each, so an
-    /// hour's notes can be many); returns how many went.
+    /// Forgets up to `batch` positions of change notes written before `at` (embedded creates
+    /// write one each, so an hour's can be many); returns how many went.
     async fn prune_changes_before(&self, at: UnixSeconds, batch: usize) -> Result<u64, StoreError>;
 
     /// Up to `limit` (code, destination) pairs of links neither disabled nor deleted, with

@@ -5,8 +5,9 @@
 //! those codes (in the scale-out mode it also puts the stored state into L2).
 //!
 //! Creates and imports note their codes too, so that a code remembered as unknown is
-//! forgotten when it is created elsewhere. On PostgreSQL their notes are numbered after their
-//! commit, by the next poll of any serving process (`LinkStore::number_pending_changes`).
+//! forgotten when it is created elsewhere. On PostgreSQL a group of them writes one note (one
+//! position, many codes), numbered after its commit by the next poll of any serving process
+//! (`LinkStore::number_pending_changes`).
 
 use crate::cache::LinkCache;
 use crate::store::Store;
@@ -22,8 +23,8 @@ const BATCH: usize = 1000;
 const KEEP_SECONDS: i64 = 3600;
 /// How often a process prunes old notes.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
-/// Notes pruned per poll: creates write one each, so a minute's notes can be many; one
-/// batch a poll keeps the poll itself (and the embedded writer) from stalling on a long
+/// Positions pruned per poll: embedded creates write one each, so a minute's can be many;
+/// one batch a poll keeps the poll itself (and the embedded writer) from stalling on a long
 /// delete, and still outpaces 15 000 creates/s.
 const PRUNE_BATCH: usize = 10_000;
 
@@ -43,9 +44,13 @@ pub(crate) async fn poll_once(
             );
             cache.invalidate_all();
         }
-        for note in &notes {
+        for (i, note) in notes.iter().enumerate() {
             cache.changed_elsewhere(&note.code, note.version).await?;
-            *last = note.seq;
+            // Past a position only once all its notes are applied: a failure within a group
+            // reads the group again.
+            if notes.get(i + 1).is_none_or(|next| next.seq != note.seq) {
+                *last = note.seq;
+            }
         }
         if notes.len() < BATCH {
             return Ok(());

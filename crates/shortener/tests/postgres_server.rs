@@ -6,8 +6,8 @@ mod common;
 
 use common::pg::TestDb;
 use common::{
-    BIN, Shortener, analytics, client, create, eventually, one_line_failure, readiness, run,
-    token_in,
+    BIN, Shortener, analytics, client, create, eventually, noticed, one_line_failure, readiness,
+    run, token_in,
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -179,6 +179,40 @@ async fn two_instances_share_one_database() {
             assert_eq!(resp.headers()["location"], long_url.as_str());
         }
     }
+    // Aliases B found unknown, then created through A all at once: in groups, one change
+    // note each, which B's poll reads whole, clearing every "unknown" it remembered (for the
+    // default --negative-cache-ttl, 60 s, without the note).
+    let aliases: Vec<String> = (0..64).map(|i| format!("grouped-{i}")).collect();
+    for alias in &aliases {
+        let resp = c.get(b.url(&format!("/{alias}"))).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{alias}");
+    }
+    let creates: Vec<_> = aliases
+        .iter()
+        .map(|alias| {
+            let (c, url, admin) = (c.clone(), a.url("/api/v1/links"), admin.clone());
+            let body =
+                json!({"long_url": format!("https://example.com/{alias}"), "custom_alias": alias});
+            tokio::spawn(async move {
+                let resp = c.post(&url).bearer_auth(&admin).json(&body).send().await;
+                resp.unwrap().status()
+            })
+        })
+        .collect();
+    for t in creates {
+        assert_eq!(t.await.unwrap(), StatusCode::CREATED);
+    }
+    for alias in &aliases {
+        noticed(
+            "B redirects every alias created in a group through A",
+            || async {
+                let resp = c.get(b.url(&format!("/{alias}"))).send().await.unwrap();
+                resp.status() == StatusCode::FOUND
+            },
+        )
+        .await;
+    }
+
     // A token made while both run is known to both at once.
     let late = token_in(&["--database", &db.url], "late", false);
     for server in [&a, &b] {

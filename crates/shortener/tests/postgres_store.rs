@@ -162,7 +162,8 @@ async fn creates_committed_in_groups_all_land_with_their_audit_rows() {
         2_000
     );
 
-    // Their change notes, numbered by racing processes: each once, positions 1..=2000.
+    // Their change notes, one per group, numbered by racing processes: each group once, at
+    // positions 1..=groups.
     let numbering: Vec<_> = stores
         .iter()
         .map(|store| {
@@ -174,22 +175,103 @@ async fn creates_committed_in_groups_all_land_with_their_audit_rows() {
     for n in numbering {
         numbered += n.await.unwrap();
     }
-    assert_eq!(numbered, 2_000);
-    assert_eq!(stores[0].last_change().await.unwrap(), 2_000);
+    assert!((1..2_000).contains(&numbered), "{numbered} groups");
+    assert_eq!(stores[0].last_change().await.unwrap(), numbered);
+    assert_eq!(
+        count("SELECT count(*) FROM link_changes").await,
+        numbered as i64
+    );
     let mut codes = Vec::new();
     let mut after = 0;
     loop {
         let notes = stores[1].changes_after(after, 700).await.unwrap();
         let Some(last) = notes.last() else { break };
-        after = last.seq;
-        for note in notes {
-            assert_eq!((note.seq, note.version), (codes.len() as u64 + 1, 1));
-            codes.push(note.code);
+        // Whole groups: at least the limit (or all that is left), each position complete.
+        assert!(
+            notes.len() >= 700 || last.seq == numbered,
+            "{}",
+            notes.len()
+        );
+        assert_eq!(notes[0].seq, after + 1);
+        for pair in notes.windows(2) {
+            assert!(pair[1].seq == pair[0].seq || pair[1].seq == pair[0].seq + 1);
         }
+        after = last.seq;
+        codes.extend(notes.into_iter().map(|note| {
+            assert_eq!(note.version, 1);
+            note.code
+        }));
     }
+    assert_eq!(after, numbered);
+    assert_eq!(codes.len(), 2_000);
     codes.sort_unstable();
     codes.dedup();
     assert_eq!(codes.len(), 2_000);
+}
+
+/// `changes_after` stops at whole positions once it has `limit` notes: a group's note is
+/// never cut, and fewer than `limit` notes means nothing is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_note_is_read_whole_and_limits_count_notes() {
+    let db = TestDb::migrated().await;
+    let store = db.store(POOL_SIZE).await;
+    store
+        .insert_link(&link("alone", "https://example.com/0"), &origin())
+        .await
+        .unwrap();
+    // A group of three (as a group commit writes it) and one of two, then an edit.
+    db.client()
+        .await
+        .batch_execute(
+            "INSERT INTO link_changes (seq, codes, versions, at) VALUES \
+             (-1000000, '{g1,g2,g3}', '{1,1,1}', 0), (-1000001, '{h1,h2}', '{1,1}', 0)",
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.number_pending_changes().await.unwrap(), 3);
+    edit(&store, "alone").await;
+    let read = |after, limit| {
+        let store = &store;
+        async move {
+            store
+                .changes_after(after, limit)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|n| (n.seq, n.code, n.version))
+                .collect::<Vec<_>>()
+        }
+    };
+    let note = |seq, code: &str, version| (seq, code.to_owned(), version);
+    let all = vec![
+        note(1, "alone", 1),
+        note(2, "g1", 1),
+        note(2, "g2", 1),
+        note(2, "g3", 1),
+        note(3, "h1", 1),
+        note(3, "h2", 1),
+        note(4, "alone", 2),
+    ];
+    assert_eq!(read(0, 100).await, all);
+    assert_eq!(read(0, 1).await, all[..1]);
+    assert_eq!(read(0, 2).await, all[..4]);
+    assert_eq!(read(0, 4).await, all[..4]);
+    assert_eq!(read(0, 5).await, all[..6]);
+    assert_eq!(read(1, 1).await, all[1..4]);
+    assert_eq!(read(3, 10).await, all[6..]);
+    assert!(read(4, 10).await.is_empty());
+    // Pruning counts positions (the groups' notes are the old ones here).
+    assert_eq!(store.prune_changes_before(1, 10).await.unwrap(), 2);
+    assert_eq!(read(0, 100).await, [all[0].clone(), all[6].clone()]);
+    // A malformed note is refused by the schema.
+    let refused = db
+        .client()
+        .await
+        .batch_execute(
+            "INSERT INTO link_changes (seq, codes, versions, at) VALUES (-5, '{a,b}', '{1}', 0)",
+        )
+        .await;
+    assert!(refused.is_err());
 }
 
 /// A create's note committed after notes numbered later than it began (a slow group) is
@@ -441,6 +523,70 @@ async fn migrations_are_idempotent_even_when_raced() {
     assert_eq!(db.store(1).await.lease_ids(3).await.unwrap(), 0..3);
 }
 
+/// Undoes v8 (change notes of many codes) on a database holding none of them.
+const BACK_TO_V7: &str = "ALTER TABLE link_changes DROP CONSTRAINT link_changes_one_form, \
+     DROP COLUMN codes, DROP COLUMN versions, \
+     ALTER COLUMN code SET NOT NULL, ALTER COLUMN version SET NOT NULL; \
+     DELETE FROM schema_migrations WHERE version >= 8";
+
+/// v8 over a database at v7 whose creates' notes (one per create) are partly numbered,
+/// partly still waiting: all are read as before, in order with the group notes after them.
+#[tokio::test(flavor = "multi_thread")]
+async fn notes_written_before_v8_are_numbered_and_read_with_group_notes() {
+    let db = TestDb::migrated().await;
+    let client = db.client().await;
+    client.batch_execute(BACK_TO_V7).await.unwrap();
+    // The store refuses a v7 schema, so its rows are written as v7's creates wrote them.
+    client
+        .batch_execute(
+            "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at) VALUES \
+             ('v7-a', 'https://example.com/a', TRUE, 1700000000, 1900000000), \
+             ('v7-b', 'https://example.com/b', TRUE, 1700000000, 1900000000), \
+             ('v7-c', 'https://example.com/c', TRUE, 1700000000, 1900000000); \
+             INSERT INTO audit (at, actor, action, code, new_url) VALUES \
+             (1700000000, 'test', 'created', 'v7-a', 'https://example.com/a'), \
+             (1700000000, 'test', 'created', 'v7-b', 'https://example.com/b'), \
+             (1700000000, 'test', 'created', 'v7-c', 'https://example.com/c'); \
+             INSERT INTO link_changes (seq, code, version, at) VALUES \
+             (1, 'v7-a', 1, 1700000000), (-2, 'v7-b', 1, 1700000000), \
+             (-3, 'v7-c', 1, 1700000000); \
+             UPDATE change_counter SET seq = 1",
+        )
+        .await
+        .unwrap();
+    let report = PgStore::migrate(&db.database_url()).await.unwrap();
+    assert_eq!((report.applied, report.version), (1, CURRENT_VERSION));
+    let store = Arc::new(db.store(POOL_SIZE).await);
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let code = format!("v8-{i}");
+            store
+                .insert_link(&link(&code, "https://example.com/v8"), &origin())
+                .await
+                .unwrap()
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), InsertOutcome::Inserted);
+    }
+    let numbered = store.number_pending_changes().await.unwrap();
+    assert!((3..=52).contains(&numbered), "{numbered}");
+    let notes = store.changes_after(0, 1000).await.unwrap();
+    let firsts: Vec<_> = notes[..3]
+        .iter()
+        .map(|n| (n.seq, n.code.as_str(), n.version))
+        .collect();
+    assert_eq!(firsts, [(1, "v7-a", 1), (2, "v7-b", 1), (3, "v7-c", 1)]);
+    let mut later: Vec<_> = notes[3..].iter().map(|n| n.code.clone()).collect();
+    assert_eq!(notes.last().unwrap().seq, numbered + 1);
+    later.sort_unstable();
+    let mut expected: Vec<_> = (0..50).map(|i| format!("v8-{i}")).collect();
+    expected.sort_unstable();
+    assert_eq!(later, expected);
+}
+
 /// v6 (visitors and breakdowns per day) over a database at v5: earlier days keep their
 /// counts, read as having no people yet, and take people from then on.
 #[tokio::test(flavor = "multi_thread")]
@@ -448,6 +594,7 @@ async fn days_counted_before_v6_keep_their_counts_and_gain_people() {
     let db = TestDb::migrated().await;
     let client = db.client().await;
     // Back to v5: the migrations' columns and tables gone, their rows too.
+    client.batch_execute(BACK_TO_V7).await.unwrap();
     client
         .batch_execute(
             "ALTER TABLE daily_clicks DROP COLUMN visitors, DROP COLUMN tops; \
@@ -467,7 +614,7 @@ async fn days_counted_before_v6_keep_their_counts_and_gain_people() {
         .await
         .unwrap();
     let report = PgStore::migrate(&db.database_url()).await.unwrap();
-    assert_eq!((report.applied, report.version), (2, CURRENT_VERSION));
+    assert_eq!((report.applied, report.version), (3, CURRENT_VERSION));
     let store = db.store(1).await;
     let day = Day::from_number(20_000);
     let read = store.daily_clicks("before-v6", day).await.unwrap();

@@ -1119,9 +1119,14 @@ impl LinkStore for PgStore {
 
     async fn changes_after(&self, seq: u64, limit: usize) -> Result<Vec<ChangeNote>, StoreError> {
         let client = self.client().await?;
+        // Whole positions while fewer than `limit` notes came before them: a group's note
+        // holds many codes (`upto`: the notes up to and including the row's).
         let stmt = client
             .prepare_cached(
-                "SELECT seq, code, version FROM link_changes WHERE seq > $1 ORDER BY seq LIMIT $2",
+                "SELECT seq, code, version, codes, versions FROM \
+                 (SELECT *, sum(COALESCE(cardinality(codes), 1)) OVER (ORDER BY seq) AS upto \
+                 FROM (SELECT * FROM link_changes WHERE seq > $1 ORDER BY seq LIMIT $2) n) w \
+                 WHERE upto - COALESCE(cardinality(codes), 1) < $2 ORDER BY seq",
             )
             .await
             .map_err(classify)?;
@@ -1129,16 +1134,29 @@ impl LinkStore for PgStore {
             .query(&stmt, &[&to_i64(seq), &to_i64(limit as u64)])
             .await
             .map_err(classify)?;
-        rows.iter()
-            .map(|r| {
-                Ok(ChangeNote {
-                    seq: to_u64(r.try_get(0)?),
-                    code: r.try_get(1)?,
-                    version: to_u64(r.try_get(2)?),
-                })
-            })
-            .collect::<Result<_, tokio_postgres::Error>>()
-            .map_err(classify)
+        let mut notes = Vec::new();
+        for r in &rows {
+            let seq = to_u64(r.try_get(0).map_err(classify)?);
+            let codes: Option<Vec<String>> = r.try_get(3).map_err(classify)?;
+            match codes {
+                Some(codes) => {
+                    let versions: Vec<i64> = r.try_get(4).map_err(classify)?;
+                    notes.extend(codes.into_iter().zip(versions).map(|(code, version)| {
+                        ChangeNote {
+                            seq,
+                            code,
+                            version: to_u64(version),
+                        }
+                    }));
+                }
+                None => notes.push(ChangeNote {
+                    seq,
+                    code: r.try_get(1).map_err(classify)?,
+                    version: to_u64(r.try_get(2).map_err(classify)?),
+                }),
+            }
+        }
+        Ok(notes)
     }
 
     async fn number_pending_changes(&self) -> Result<u64, StoreError> {

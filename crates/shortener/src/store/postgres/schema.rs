@@ -154,6 +154,24 @@ const MIGRATIONS: &[&str] = &[
         done   TEXT
     );
     ",
+    // v8: a group of creates (or an import batch) writes one change note for all its codes:
+    // `codes` and `versions` instead of `code` and `version`. Notes written before stay as
+    // they are; a note has one form or the other.
+    "
+    ALTER TABLE link_changes
+        ALTER COLUMN code DROP NOT NULL,
+        ALTER COLUMN version DROP NOT NULL,
+        ADD COLUMN codes TEXT[],
+        ADD COLUMN versions INT8[],
+        ADD CONSTRAINT link_changes_one_form CHECK (
+            CASE WHEN codes IS NULL
+                 THEN code IS NOT NULL AND version IS NOT NULL AND versions IS NULL
+                 ELSE code IS NULL AND version IS NULL AND versions IS NOT NULL
+                      AND cardinality(codes) > 0
+                      AND cardinality(codes) = cardinality(versions)
+            END
+        );
+    ",
 ];
 
 /// Schema version this binary reads and writes.
