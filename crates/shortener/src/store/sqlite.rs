@@ -1002,4 +1002,57 @@ mod tests {
             .unwrap();
         assert_eq!(daily.iter().map(|d| d.human).sum::<u64>(), 112);
     }
+
+    #[tokio::test]
+    async fn batches_past_one_statement_add_every_day_of_every_known_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let codes: Vec<String> = (0..150).map(|i| format!("c{i:03}")).collect();
+        for code in &codes {
+            store
+                .insert_link(&link(code), &Origin::system("test"))
+                .await
+                .unwrap();
+        }
+        let today = Day::from_unix(crate::now());
+        let delta = |code: &str, day: Day, human: u64| ClickDelta {
+            code: code.to_owned(),
+            day,
+            human,
+            bot: 1,
+            people: Default::default(),
+        };
+        // Two days a code, a pair repeated, and a code no link has: the 301 counted deltas
+        // go in upserts of 64, 64, 64, 64, 32, 8, 4 and 1.
+        let mut deltas = vec![delta("c007", today, 4), delta("ghost", today, 9)];
+        for code in &codes {
+            deltas.push(delta(code, today, 2));
+            deltas.push(delta(code, today.minus(1), 1));
+        }
+        for _ in 0..2 {
+            store.apply_clicks(deltas.clone()).await.unwrap();
+        }
+        for code in &codes {
+            let extra = if code == "c007" { 4 } else { 0 };
+            let stored = store.get_link(code).await.unwrap().unwrap();
+            assert_eq!(
+                (stored.clicks, stored.bot_clicks),
+                (6 + 2 * extra, 4 + 2 * (extra / 4))
+            );
+            let days: Vec<(u64, u64)> = store
+                .daily_clicks(code, today.minus(1))
+                .await
+                .unwrap()
+                .iter()
+                .map(|d| (d.human, d.bot))
+                .collect();
+            assert_eq!(
+                days,
+                [(2, 2), (4 + 2 * extra, 2 + 2 * (extra / 4))],
+                "{code}"
+            );
+        }
+        assert_eq!(store.get_link("ghost").await.unwrap(), None);
+        assert!(store.daily_clicks("ghost", today).await.unwrap().is_empty());
+    }
 }
