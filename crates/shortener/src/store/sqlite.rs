@@ -236,7 +236,7 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreErro
 ///
 /// Totals go to `link_clicks`, not to `links`: its rows are a code and two counts, so a batch
 /// over many codes dirties a few dense pages instead of one page of `links` per code. Days
-/// take 64 deltas per statement (`multi_row.rs`): a third fewer instructions a day (BENCHMARKS.md).
+/// take 64 deltas per statement (`multi_row.rs`): 29 % fewer instructions a day (BENCHMARKS.md).
 fn add_clicks(c: &Connection, mut deltas: Vec<ClickDelta>) -> rusqlite::Result<()> {
     // In key order, consecutive updates land on the same or the next B-tree leaf: a batch
     // over many codes reads each page once instead of once per code.
