@@ -111,9 +111,12 @@ def test_async_calls_are_coroutines_that_interleave():
     async def main():
         leases = await asyncio.gather(*(pool.acquire_async(site="a.example") for _ in range(9)))
         assert len({l.id for l in leases}) == 9
-        await asyncio.gather(*(l.release_async("success", latency=0.05) for l in leases))
-        await pool.add_async("http://10.0.0.8:3128")
-        await pool.remove_async("http://10.0.0.8:3128")
+        # Calls without a value give None, as the blocking ones do (not an empty tuple).
+        assert await asyncio.gather(
+            *(l.release_async("success", latency=0.05) for l in leases)
+        ) == [None] * 9
+        assert await pool.add_async("http://10.0.0.8:3128") is None
+        assert await pool.remove_async("http://10.0.0.8:3128") is None
         assert await pool.end_session_async("nobody") is False
         with pytest.raises(proxypool.UnknownSubPool):
             await pool.acquire_async(sub_pool="x")
