@@ -126,6 +126,31 @@ def test_async_calls_are_coroutines_that_interleave():
     assert sum(a["totals"]["successes"] for a in snap["addresses"]) == 9
 
 
+def test_a_managed_lease_releases_with_the_reported_outcome_and_reraises():
+    pool = proxypool.Pool(A[:1])
+
+    def totals():
+        return pool.snapshot()["addresses"][0]["totals"]
+
+    async def main():
+        async with pool.lease(site="a.example") as lease:
+            lease.report(proxypool.Outcome.BLOCKED)
+        async with pool.lease(site="b.example") as lease:
+            lease.report("rate_limited", retry_after=0.01)
+        with pytest.raises(ValueError, match="'fine' is not a valid Outcome"):
+            lease.report("fine")
+        with pytest.raises(ValueError, match=r"\[\] is not a valid Outcome"):
+            lease.report([])
+        with pytest.raises(KeyError):
+            async with pool.lease(site="c.example"):
+                raise KeyError("inside")
+
+    asyncio.run(main())
+    t = totals()
+    # blocked and the exception's connect_error are failures; nothing went out as a success.
+    assert (t["leases"], t["successes"], t["failures"], t["rate_limited"]) == (3, 0, 2, 1), t
+
+
 def test_captcha_markers_are_the_servers_defaults():
     config = pathlib.Path(__file__).parents[2] / "proxypool-server" / "src" / "config.rs"
     block = re.search(r"DEFAULT_CAPTCHA_MARKERS: \[&str; \d+\] = \[(.*?)\];", config.read_text(), re.S)
