@@ -6,7 +6,7 @@ use proxypool::Outcome;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::aio::{self, finish};
+use crate::aio::{self, finish_none};
 use crate::errors::{self, LeaseReleased, PoolForked};
 use crate::runtime;
 
@@ -16,7 +16,8 @@ use crate::runtime;
 pub(crate) struct Lease {
     /// `None` once released (or forgotten in a forked child).
     inner: Option<proxypool::Lease>,
-    address: String,
+    /// Kept past the release (a clone is a reference count, made on the loop's thread).
+    address: proxypool::ProxyAddress,
     id: u64,
     choice: &'static str,
     acquired: Instant,
@@ -28,7 +29,7 @@ pub(crate) struct Lease {
 impl Lease {
     pub(crate) fn new(lease: proxypool::Lease, remote: bool, generation: u64) -> Self {
         Self {
-            address: lease.address().as_str().to_owned(),
+            address: lease.address().clone(),
             id: lease.id().get(),
             choice: choice_name(lease.choice()),
             inner: Some(lease),
@@ -64,7 +65,7 @@ impl Lease {
     /// The proxy URL to send the work through, credentials included.
     #[getter]
     fn address(&self) -> &str {
-        &self.address
+        self.address.as_str()
     }
 
     /// The lease's id.
@@ -115,16 +116,15 @@ impl Lease {
     ) -> PyResult<Bound<'py, PyAny>> {
         let (lease, outcome) = self.take(outcome, latency, retry_after)?;
         aio::spawn(py, async move {
-            finish(lease.release(outcome).await, errors::pool)
+            finish_none(lease.release(outcome).await, errors::pool)
         })
     }
 
     fn __repr__(&self) -> String {
-        let shown = proxypool::ProxyAddress::parse(&self.address)
-            .map_or_else(|_| String::from("?"), |a| a.to_string());
         format!(
-            "<Lease {} {shown} {}{}>",
+            "<Lease {} {} {}{}>",
             self.id,
+            self.address,
             self.choice,
             if self.inner.is_none() {
                 " released"

@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use tokio::sync::OnceCell;
 
-use crate::aio::{self, Finish, finish};
+use crate::aio::{self, Finish, finish, finish_none};
 use crate::config::Recipe;
 use crate::errors::{self, InvalidConfig, PoolForked};
 use crate::lease::Lease;
@@ -274,7 +274,7 @@ impl Pool {
     ) -> PyResult<Bound<'py, PyAny>> {
         self.run_async(py, |p| async move {
             let names: Vec<&str> = sub_pools.iter().map(String::as_str).collect();
-            finish(p.add_to(&address, &names).await, errors::pool)
+            finish_none(p.add_to(&address, &names).await, errors::pool)
         })
     }
 
@@ -287,7 +287,7 @@ impl Pool {
     /// `remove` as a coroutine.
     fn remove_async<'py>(&self, py: Python<'py>, address: String) -> PyResult<Bound<'py, PyAny>> {
         self.run_async(py, |p| async move {
-            finish(p.remove(&address).await, errors::pool)
+            finish_none(p.remove(&address).await, errors::pool)
         })
     }
 
@@ -311,7 +311,7 @@ impl Pool {
         passed: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.run_async(py, move |p| async move {
-            finish(p.report_probe(&address, passed).await, errors::pool)
+            finish_none(p.report_probe(&address, passed).await, errors::pool)
         })
     }
 

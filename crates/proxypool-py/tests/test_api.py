@@ -111,9 +111,12 @@ def test_async_calls_are_coroutines_that_interleave():
     async def main():
         leases = await asyncio.gather(*(pool.acquire_async(site="a.example") for _ in range(9)))
         assert len({l.id for l in leases}) == 9
-        await asyncio.gather(*(l.release_async("success", latency=0.05) for l in leases))
-        await pool.add_async("http://10.0.0.8:3128")
-        await pool.remove_async("http://10.0.0.8:3128")
+        # Calls without a value give None, as the blocking ones do (not an empty tuple).
+        assert await asyncio.gather(
+            *(l.release_async("success", latency=0.05) for l in leases)
+        ) == [None] * 9
+        assert await pool.add_async("http://10.0.0.8:3128") is None
+        assert await pool.remove_async("http://10.0.0.8:3128") is None
         assert await pool.end_session_async("nobody") is False
         with pytest.raises(proxypool.UnknownSubPool):
             await pool.acquire_async(sub_pool="x")
@@ -121,6 +124,31 @@ def test_async_calls_are_coroutines_that_interleave():
 
     snap = asyncio.run(main())
     assert sum(a["totals"]["successes"] for a in snap["addresses"]) == 9
+
+
+def test_a_managed_lease_releases_with_the_reported_outcome_and_reraises():
+    pool = proxypool.Pool(A[:1])
+
+    def totals():
+        return pool.snapshot()["addresses"][0]["totals"]
+
+    async def main():
+        async with pool.lease(site="a.example") as lease:
+            lease.report(proxypool.Outcome.BLOCKED)
+        async with pool.lease(site="b.example") as lease:
+            lease.report("rate_limited", retry_after=0.01)
+        with pytest.raises(ValueError, match="'fine' is not a valid Outcome"):
+            lease.report("fine")
+        with pytest.raises(ValueError, match=r"\[\] is not a valid Outcome"):
+            lease.report([])
+        with pytest.raises(KeyError):
+            async with pool.lease(site="c.example"):
+                raise KeyError("inside")
+
+    asyncio.run(main())
+    t = totals()
+    # blocked and the exception's connect_error are failures; nothing went out as a success.
+    assert (t["leases"], t["successes"], t["failures"], t["rate_limited"]) == (3, 0, 2, 1), t
 
 
 def test_captcha_markers_are_the_servers_defaults():

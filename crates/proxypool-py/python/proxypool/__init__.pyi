@@ -103,12 +103,12 @@ class ManagedLease:
         tb: TracebackType | None,
     ) -> Literal[False]: ...
     async def __aenter__(self) -> ManagedLease: ...
-    async def __aexit__(
+    def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> Literal[False]: ...
+    ) -> Call[None]: ...
 
 class Pool:
     def __init__(
