@@ -196,16 +196,17 @@ impl Window {
         self.set_horizon();
     }
 
-    /// A word from the header and from the slot the next push writes (see
-    /// `AddressRecord::prefetch`).
-    pub(crate) fn prefetch(&self) -> u64 {
+    /// Starts loading the slot the next push writes (see `AddressRecord::prefetch`).
+    pub(crate) fn prefetch(&self) {
         let ring = &self.entries;
         let next = if ring.len() < ring.buf.len() {
             ring.index(ring.len())
         } else {
             usize::from(ring.head)
         };
-        self.horizon_ms ^ ring.buf.get(next).map_or(0, |e| e.at.as_millis())
+        if let Some(e) = ring.buf.get(next) {
+            crate::hint::prefetch(e);
+        }
     }
 
     /// When the oldest entry ages out, if there is one.
