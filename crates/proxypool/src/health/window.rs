@@ -196,17 +196,16 @@ impl Window {
         self.set_horizon();
     }
 
-    /// Starts loading the slot the next push writes (see `AddressRecord::prefetch`).
-    pub(crate) fn prefetch(&self) {
+    /// A word from the header and from the slot the next push writes (see
+    /// `AddressRecord::prefetch`).
+    pub(crate) fn prefetch(&self) -> u64 {
         let ring = &self.entries;
         let next = if ring.len() < ring.buf.len() {
             ring.index(ring.len())
         } else {
             usize::from(ring.head)
         };
-        if let Some(e) = ring.buf.get(next) {
-            crate::hint::prefetch(e);
-        }
+        self.horizon_ms ^ ring.buf.get(next).map_or(0, |e| e.at.as_millis())
     }
 
     /// When the oldest entry ages out, if there is one.

@@ -10,7 +10,7 @@ use crate::strategy::Slot;
 use crate::telemetry::AddressMetrics;
 
 /// Laid out (C order, cache-line aligned, 512 bytes) so that an acquire + release pair of a
-/// record it reaches at random touches three of its lines, all hinted together
+/// record it reaches at random touches three of its lines, all loaded in one burst
 /// (`prefetch`): line 2 holds the health fields every outcome reads (the end of `Health`), the
 /// address and the lease count; line 3 the window's header and sums and the success count;
 /// line 4 the latencies the weight was last taken from and the metric handles of every pair
@@ -71,17 +71,17 @@ impl AddressRecord {
         hint::prefetch(&self.latency_seen);
     }
 
-    /// Starts loading every cache line an acquire + release pair will touch: at thousands of
-    /// addresses a pair reaches its record at random, and a plain load of each line would
-    /// stall it until that line arrived. The record's own lines are hinted by address, so they
-    /// come together; the ring slot the next outcome takes is behind a pointer on them (read
-    /// here: a wait, unless the lines were hinted a pair ahead by `Records::prefetch`), hinted
-    /// in turn. The address's reference count is read, not hinted: no safe reference reaches
-    /// it, and the start of its allocation that one does is on another line one time in four.
-    pub(crate) fn prefetch(&self) {
-        self.prefetch_lines();
-        self.window.prefetch();
-        std::hint::black_box(self.address.prefetch());
+    /// Reads one word from each cache line an acquire + release pair will touch and folds
+    /// them together (for `black_box`). At thousands of addresses a pair reaches its record at
+    /// random and the lines are far apart in memory: loaded in one burst, their misses
+    /// overlap instead of following one another through the pair (unless the lines were
+    /// hinted a pair ahead: `Records::prefetch`).
+    pub(crate) fn prefetch(&self) -> u64 {
+        (self.health.state as u64)
+            ^ self.window.prefetch()
+            ^ self.successes
+            ^ self.latency_seen.0[0]
+            ^ self.address.prefetch() as u64
     }
 
     /// Counts one more (`add`) or one fewer key bound through sub-pool `sp` on this address.

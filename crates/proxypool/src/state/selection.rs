@@ -76,7 +76,7 @@ impl Ctx<'_> {
         };
         // Its other lines load while the weight is computed (what is weighed is what gets
         // picked).
-        r.prefetch();
+        std::hint::black_box(r.prefetch());
         match self.level(slot, h) {
             Some(level) => weight::weight(level, &r.health, &self.cfg.health, self.now),
             None if r.health.state.is_offered() => weight::MIN_WEIGHT,
@@ -275,7 +275,7 @@ impl PoolState {
             return Err(AcquireError::NoAddressAvailable);
         };
         // Every line of the record this pair touches starts loading now, together.
-        rec.prefetch();
+        std::hint::black_box(rec.prefetch());
         let lease = self.leases.open(slot, deadline);
         self.due_by(deadline);
         self.counters.acquired += 1;
