@@ -88,6 +88,7 @@ mod decision;
 pub mod dial;
 mod error;
 mod health;
+mod hint;
 mod judge;
 mod lease;
 mod pool;

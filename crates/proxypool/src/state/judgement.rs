@@ -61,7 +61,7 @@ impl PoolState {
             return;
         };
         for slot in s.window.slots_since(from) {
-            if let Some(r) = self.records.get_mut(slot as usize).and_then(Option::as_mut) {
+            if let Some(r) = self.records.get_mut(slot) {
                 r.window.excuse(site, from);
             }
             if let Some(c) = self.sites.cells.get_mut(&(slot, site)) {
@@ -115,7 +115,7 @@ impl PoolState {
     /// An address × site pair is no longer avoided: the address takes its turn on that site
     /// again at once, instead of waiting out the long stride its lowest weight gave it.
     fn forgive(&mut self, slot: Slot, site: u32) {
-        let Some(rec) = self.records.get(slot as usize).and_then(Option::as_ref) else {
+        let Some(rec) = self.records.get(slot) else {
             return;
         };
         for &sp in &rec.sub_pools {
@@ -151,7 +151,7 @@ impl PoolState {
         let cfg = &self.cfg.health;
         // Set at push, or just now by the site's verdict (which excuses retroactively).
         let excused = self.sites.is_degraded(site);
-        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+        let Some(rec) = self.records.get_mut(slot) else {
             return;
         };
         rec.health.refresh(now, cfg);
@@ -197,7 +197,7 @@ impl PoolState {
     /// [`judge::address_fall`].
     fn fall_signal(&mut self, slot: Slot, now: Timestamp) -> Option<Signal> {
         let cfg = &self.cfg.health;
-        let rec = self.records.get(slot as usize).and_then(Option::as_ref)?;
+        let rec = self.records.get(slot)?;
         let sites = &self.sites;
         let pair_bad = |s: u32| {
             sites
@@ -209,7 +209,7 @@ impl PoolState {
 
     pub(super) fn probe_success(&mut self, slot: Slot, now: Timestamp) {
         let cfg = &self.cfg.health;
-        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+        let Some(rec) = self.records.get_mut(slot) else {
             return;
         };
         let (streak, rise) =
@@ -246,7 +246,7 @@ impl PoolState {
     pub(super) fn try_quarantine(&mut self, slot: Slot, now: Timestamp, reason: String) {
         let Some(rec) = self.record(slot) else { return };
         let gate = self.gate(rec).check();
-        let Some(rec) = self.records.get(slot as usize).and_then(Option::as_ref) else {
+        let Some(rec) = self.records.get(slot) else {
             return;
         };
         let decided = judge::fall(&rec.health, gate, reason, &self.cfg, now, &mut self.rng);
@@ -285,7 +285,7 @@ impl PoolState {
         reason: String,
         now: Timestamp,
     ) {
-        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+        let Some(rec) = self.records.get_mut(slot) else {
             return;
         };
         let from = rec.health.enter(to, now, reason.clone());

@@ -57,7 +57,7 @@ impl PoolState {
             let rec = AddressRecord::new(address.clone(), print, pools, window, now);
             let reason = rec.health.last_reason.clone();
             self.by_address.insert(address.clone(), slot);
-            self.records.push(Some(rec));
+            self.records.push(rec);
             self.hot.push(Hot::new());
             self.by_state[HealthState::Healthy as usize] += 1;
             let subject = Subject::Address {
@@ -72,10 +72,11 @@ impl PoolState {
             );
         }
         for (sp, pool) in self.sub_pools.iter_mut().enumerate() {
-            let added = self.records[first..]
-                .iter()
+            let added = self
+                .records
+                .iter_from(first)
                 .enumerate()
-                .filter_map(|(i, r)| r.as_ref().map(|r| (i, r)))
+                .filter_map(|(i, r)| r.map(|r| (i, r)))
                 .filter(|(_, r)| r.sub_pools.contains(&(sp as u32)))
                 .map(|(i, r)| ((first + i) as Slot, r.address.as_str()));
             pool.ring.insert_many(added);
@@ -94,15 +95,18 @@ impl PoolState {
             .by_address
             .remove(address)
             .ok_or_else(|| PoolError::UnknownAddress(address.clone()))?;
-        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::take) else {
+        let Some(rec) = self.records.remove(slot) else {
             return Err(PoolError::UnknownAddress(address.clone()));
         };
+        let state = rec.health.state;
+        // What only a member needs goes with the membership.
+        let sub_pools = std::mem::take(&mut rec.sub_pools);
+        let bound_in = std::mem::take(&mut rec.bound_in);
         if let Some(h) = self.hot.get_mut(slot as usize) {
             h.state = None;
         }
-        let state = rec.health.state;
         self.by_state[state as usize] -= 1;
-        for (&sp, &bound) in rec.sub_pools.iter().zip(&rec.bound_in) {
+        for (&sp, &bound) in sub_pools.iter().zip(&bound_in) {
             let p = &mut self.sub_pools[sp as usize];
             // Its sessions are broken: they no longer weigh on the mean of bounded loads.
             p.bound_keys = p.bound_keys.saturating_sub(bound);
@@ -118,7 +122,7 @@ impl PoolState {
             address: address.redacted().into(),
         };
         self.decide(now, subject, state.as_str(), "absent", "removed".into());
-        for &sp in &rec.sub_pools {
+        for sp in sub_pools {
             self.keep_minimum(sp, now);
         }
         self.keep_cap(now);
@@ -134,7 +138,7 @@ impl PoolState {
                 .records
                 .iter()
                 .enumerate()
-                .filter_map(|(slot, r)| r.as_ref().map(|r| (slot as Slot, &r.health)))
+                .filter_map(|(slot, r)| r.map(|r| (slot as Slot, &r.health)))
                 .filter(|(_, h)| h.state.counts_against_cap())
                 .min_by_key(|(_, h)| (h.state == HealthState::Quarantined, h.quarantined_until));
             let Some((slot, _)) = best else { return };

@@ -28,11 +28,12 @@ use crate::config::{PoolConfig, Strategy};
 use crate::decision::{Decision, DecisionLog, Subject};
 use crate::health::HealthState;
 use crate::strategy::Slot;
+use crate::strategy::least_connections::Lookahead;
 use crate::telemetry::PoolMetrics;
 
 pub(crate) use leases::LeaseRef;
 use leases::Leases;
-use record::{AddressRecord, Hot};
+use record::{AddressRecord, Hot, Records};
 use sessions::Sessions;
 use sites::Sites;
 use sub_pool::SubPool;
@@ -54,9 +55,9 @@ struct Counters {
 #[derive(Debug)]
 pub(crate) struct PoolState {
     cfg: PoolConfig,
-    rng: StdRng,
-    /// Indexed by slot; a removed address leaves `None` so slots are never reused.
-    records: Vec<Option<AddressRecord>>,
+    rng: Lookahead,
+    /// Indexed by slot; a removed address's record stays, marked, so slots are never reused.
+    records: Records,
     /// Indexed by slot, like `records`.
     hot: Vec<Hot>,
     by_address: HashMap<ProxyAddress, Slot>,
@@ -93,8 +94,8 @@ impl PoolState {
         Self {
             log: DecisionLog::new(cfg.decision_log_len),
             cfg,
-            rng,
-            records: Vec::new(),
+            rng: Lookahead::new(rng),
+            records: Records::default(),
             hot: Vec::new(),
             by_address: HashMap::new(),
             sub_pools: pools,
@@ -115,11 +116,11 @@ impl PoolState {
     }
 
     fn record(&self, slot: Slot) -> Option<&AddressRecord> {
-        self.records.get(slot as usize).and_then(Option::as_ref)
+        self.records.get(slot)
     }
 
     fn record_mut(&mut self, slot: Slot) -> Option<&mut AddressRecord> {
-        self.records.get_mut(slot as usize).and_then(Option::as_mut)
+        self.records.get_mut(slot)
     }
 
     fn decide(&mut self, at: Timestamp, subject: Subject, from: &str, to: &str, reason: String) {

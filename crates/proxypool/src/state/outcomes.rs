@@ -55,10 +55,8 @@ impl PoolState {
             latency_ms,
             excused: self.sites.is_degraded(site),
         };
-        let (Some(rec), Some(hot)) = (
-            self.records.get_mut(slot as usize).and_then(Option::as_mut),
-            self.hot.get_mut(slot as usize),
-        ) else {
+        let (Some(rec), Some(hot)) = (self.records.get_mut(slot), self.hot.get_mut(slot as usize))
+        else {
             return;
         };
         let had_bad = hot.bad_in_window;
@@ -107,10 +105,8 @@ impl PoolState {
     /// once it is clean). Successes of a clean window, the common case, leave it be. The Redis
     /// library weighs at the same outcomes (`reweigh`), so the stores' steps agree.
     fn reweigh(&mut self, slot: Slot, moved: bool, had_bad: bool, now: Timestamp) {
-        let (Some(rec), Some(h)) = (
-            self.records.get_mut(slot as usize).and_then(Option::as_mut),
-            self.hot.get_mut(slot as usize),
-        ) else {
+        let (Some(rec), Some(h)) = (self.records.get_mut(slot), self.hot.get_mut(slot as usize))
+        else {
             return;
         };
         let (all, counted) = rec.window.tallies(now);
@@ -134,7 +130,7 @@ impl PoolState {
 
     /// A rate limit: the address cools for that site only; it is not health (no window).
     pub(super) fn cool(&mut self, slot: Slot, site: u32, until: Timestamp, outcome: &Outcome) {
-        let Some(rec) = self.records.get_mut(slot as usize).and_then(Option::as_mut) else {
+        let Some(rec) = self.records.get_mut(slot) else {
             return;
         };
         if let Some(h) = self.hot.get_mut(slot as usize) {
@@ -172,7 +168,7 @@ impl PoolState {
         };
         h.active_leases = h.active_leases.saturating_sub(1);
         let back = h.active_leases + 1 == self.cfg.max_leases_per_address && h.offered();
-        if let Some(r) = self.records.get(slot as usize).and_then(Option::as_ref) {
+        if let Some(r) = self.records.get(slot) {
             r.metrics.active(h.active_leases);
             if back {
                 // Below its cap again: it takes turns from the lowest pass.

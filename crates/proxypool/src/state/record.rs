@@ -4,7 +4,9 @@ use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
 use crate::health::window::{Class, Window};
 use crate::health::{Health, HealthState};
+use crate::hint;
 use crate::snapshot::Totals;
+use crate::strategy::Slot;
 use crate::telemetry::AddressMetrics;
 
 /// Laid out (C order, cache-line aligned, 512 bytes) so that an acquire + release pair of a
@@ -61,10 +63,19 @@ impl LatencySeen {
 }
 
 impl AddressRecord {
+    /// Starts loading the record's three lines that a pair touches, by address alone: no
+    /// load waits for them.
+    fn prefetch_lines(&self) {
+        hint::prefetch(&self.health.state);
+        hint::prefetch(&self.successes);
+        hint::prefetch(&self.latency_seen);
+    }
+
     /// Reads one word from each cache line an acquire + release pair will touch and folds
     /// them together (for `black_box`). At thousands of addresses a pair reaches its record at
     /// random and the lines are far apart in memory: loaded in one burst, their misses
-    /// overlap instead of following one another through the pair.
+    /// overlap instead of following one another through the pair (unless the lines were
+    /// hinted a pair ahead: `Records::prefetch`).
     pub(crate) fn prefetch(&self) -> u64 {
         (self.health.state as u64)
             ^ self.window.prefetch()
@@ -149,6 +160,80 @@ impl AddressRecord {
             abandoned: 0,
             expired: 0,
             latency_seen: LatencySeen::of(None, None),
+        }
+    }
+}
+
+/// Every address's record, by slot. A removed address's record stays in place, marked (slots
+/// are never reused), so that the lines of any slot's record can be hinted by address alone
+/// (`prefetch`), before a load says whether it is still there: with `Option` records that
+/// load, of its tag, would be a wait of its own.
+#[derive(Debug, Default)]
+pub(crate) struct Records {
+    list: Vec<AddressRecord>,
+    removed: Vec<bool>,
+}
+
+impl Records {
+    pub(crate) fn get(&self, slot: Slot) -> Option<&AddressRecord> {
+        let i = slot as usize;
+        (!self.removed.get(i)?).then(|| self.list.get(i)).flatten()
+    }
+
+    pub(crate) fn get_mut(&mut self, slot: Slot) -> Option<&mut AddressRecord> {
+        let i = slot as usize;
+        (!self.removed.get(i)?)
+            .then(|| self.list.get_mut(i))
+            .flatten()
+    }
+
+    /// Slots given so far, removed ones included: the next one is this.
+    pub(crate) fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub(crate) fn push(&mut self, record: AddressRecord) {
+        self.list.push(record);
+        self.removed.push(false);
+    }
+
+    /// Marks the record removed and returns it, for the removal's last changes; `None` if it
+    /// was already.
+    pub(crate) fn remove(&mut self, slot: Slot) -> Option<&mut AddressRecord> {
+        let i = slot as usize;
+        let removed = self.removed.get_mut(i)?;
+        if *removed {
+            return None;
+        }
+        *removed = true;
+        self.list.get_mut(i)
+    }
+
+    /// Every slot's record from `first` on, `None` where removed.
+    pub(crate) fn iter_from(
+        &self,
+        first: usize,
+    ) -> impl Iterator<Item = Option<&AddressRecord>> + '_ {
+        let list = self.list.iter().zip(&self.removed).skip(first);
+        list.map(|(r, removed)| (!removed).then_some(r))
+    }
+
+    /// Every slot's record, `None` where removed.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Option<&AddressRecord>> + '_ {
+        self.iter_from(0)
+    }
+
+    /// The records of the addresses in the pool.
+    pub(crate) fn live_mut(&mut self) -> impl Iterator<Item = &mut AddressRecord> + '_ {
+        let list = self.list.iter_mut().zip(&self.removed);
+        list.filter_map(|(r, removed)| (!removed).then_some(r))
+    }
+
+    /// Starts loading the lines of `slot`'s record that a pair touches, and goes on (see
+    /// `hint`): for the likely next pick, a pair ahead.
+    pub(crate) fn prefetch(&self, slot: Slot) {
+        if let Some(r) = self.list.get(slot as usize) {
+            r.prefetch_lines();
         }
     }
 }

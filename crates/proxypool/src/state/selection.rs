@@ -7,13 +7,14 @@ use crate::clock::Timestamp;
 use crate::config::PoolConfig;
 use crate::error::AcquireError;
 use crate::health::{HealthState, signals, weight};
+use crate::hint;
 use crate::lease::Choice;
 use crate::store::Grant;
 use crate::strategy::consistent_hash::{Capacity, key_hash};
 use crate::strategy::{Candidates, Slot};
 use crate::ticket::Ticket;
 
-use super::record::{AddressRecord, Hot};
+use super::record::{AddressRecord, Hot, Records};
 use super::sessions::Binding;
 use super::sites::{NO_SITE, Sites};
 use super::sub_pool::SubPool;
@@ -22,7 +23,7 @@ use super::PoolState;
 
 /// What strategies see of the pool for one ticket.
 pub(super) struct Ctx<'a> {
-    records: &'a [Option<AddressRecord>],
+    records: &'a Records,
     hot: &'a [Hot],
     sites: &'a Sites,
     cfg: &'a PoolConfig,
@@ -33,7 +34,7 @@ pub(super) struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn record(&self, slot: Slot) -> Option<&AddressRecord> {
-        self.records.get(slot as usize).and_then(Option::as_ref)
+        self.records.get(slot)
     }
 
     /// The quality level for the ticket's site (P1, P9, see `health::weight`): none when the
@@ -85,6 +86,13 @@ impl Ctx<'_> {
 }
 
 impl Candidates for Ctx<'_> {
+    fn upcoming(&self, slot: Slot) {
+        if let Some(h) = self.hot.get(slot as usize) {
+            hint::prefetch(h);
+        }
+        self.records.prefetch(slot);
+    }
+
     fn eligible(&self, slot: Slot) -> bool {
         self.hot.get(slot as usize).is_some_and(|h| {
             h.offered()
@@ -272,10 +280,8 @@ impl PoolState {
         self.due_by(deadline);
         self.counters.acquired += 1;
         self.metrics.acquired(choice);
-        let (Some(rec), Some(h)) = (
-            self.records.get_mut(slot as usize).and_then(Option::as_mut),
-            self.hot.get_mut(slot as usize),
-        ) else {
+        let (Some(rec), Some(h)) = (self.records.get_mut(slot), self.hot.get_mut(slot as usize))
+        else {
             return Err(AcquireError::NoAddressAvailable);
         };
         h.active_leases += 1;
@@ -331,7 +337,7 @@ impl PoolState {
 /// Until when a rate limit keeps the address from tickets of `site`, if it still does.
 pub(super) fn cooling(
     h: &Hot,
-    records: &[Option<AddressRecord>],
+    records: &Records,
     sites: &Sites,
     slot: Slot,
     site: u32,
@@ -342,10 +348,7 @@ pub(super) fn cooling(
         return None;
     }
     let until = if site == NO_SITE {
-        records
-            .get(slot as usize)
-            .and_then(Option::as_ref)
-            .map(|r| r.cooling_unsited)
+        records.get(slot).map(|r| r.cooling_unsited)
     } else {
         sites.get(slot, site).and_then(|c| c.cooling_until)
     };

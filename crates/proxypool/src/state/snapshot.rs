@@ -20,7 +20,7 @@ impl PoolState {
         self.records
             .iter()
             .zip(&self.hot)
-            .filter_map(|(r, h)| r.as_ref().map(|r| (r, h)))
+            .filter_map(|(r, h)| r.map(|r| (r, h)))
             .map(|(r, h)| ProbeTarget {
                 address: r.address.clone(),
                 state: r.health.state,
@@ -32,7 +32,7 @@ impl PoolState {
     pub(crate) fn snapshot(&mut self, now: Timestamp) -> Snapshot {
         self.sweep(now);
         let cfg = &self.cfg.health;
-        for rec in self.records.iter_mut().flatten() {
+        for rec in self.records.live_mut() {
             rec.health.refresh(now, cfg);
             rec.window.expire(now);
         }
@@ -48,7 +48,7 @@ impl PoolState {
             .records
             .iter()
             .enumerate()
-            .filter_map(|(slot, r)| r.as_ref().map(|r| (slot as Slot, r)))
+            .filter_map(|(slot, r)| r.map(|r| (slot as Slot, r)))
             .map(|(slot, r)| {
                 let all = r.window.tallies(now).0;
                 let quantiles = r.window.exact_quantiles(now);
@@ -91,7 +91,7 @@ impl PoolState {
         let mut unsited: Vec<Totals> = self
             .records
             .iter()
-            .map(|r| r.as_ref().map(AddressRecord::totals).unwrap_or_default())
+            .map(|r| r.map(AddressRecord::totals).unwrap_or_default())
             .collect();
         let mut matrix: Vec<CellSnapshot> = Vec::new();
         for ((slot, site), cell) in &self.sites.cells {

@@ -7,6 +7,9 @@
 //! same seed over the same members (by id, which orders them as slots do), so the two stores
 //! pick alike (held together by `tests/differential.rs`).
 
+use rand::RngCore;
+use rand::rngs::StdRng;
+
 use super::{Candidates, Slot};
 
 /// Random draws before falling back to a scan: many ineligible members (at their cap, out of
@@ -71,6 +74,60 @@ pub(crate) fn pick(members: &[Slot], c: &impl Candidates, seed: u32) -> Option<S
     }
 }
 
+/// The engine's generator with its next 32-bit word visible: a pick reads the seed the next
+/// one will draw ([`Lookahead::peek_u32`]) to start loading that pick's candidates a pair
+/// ahead. Draws take the same words in the same order as the generator alone would (a `u64`
+/// is two words, the earlier one low, as `rand`'s block generators make it; bytes come in
+/// whole words), so the stream stays aligned with the Redis store's.
+#[derive(Debug)]
+pub(crate) struct Lookahead {
+    rng: StdRng,
+    next: Option<u32>,
+}
+
+impl Lookahead {
+    pub(crate) fn new(rng: StdRng) -> Self {
+        Self { rng, next: None }
+    }
+
+    /// The word the next draw starts with, left for it.
+    pub(crate) fn peek_u32(&mut self) -> u32 {
+        *self.next.get_or_insert_with(|| self.rng.next_u32())
+    }
+}
+
+impl RngCore for Lookahead {
+    fn next_u32(&mut self) -> u32 {
+        self.next.take().unwrap_or_else(|| self.rng.next_u32())
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        match self.next.take() {
+            Some(low) => u64::from(low) | (u64::from(self.rng.next_u32()) << 32),
+            None => self.rng.next_u64(),
+        }
+    }
+
+    fn fill_bytes(&mut self, dst: &mut [u8]) {
+        let Some(word) = self.next.filter(|_| !dst.is_empty()) else {
+            return self.rng.fill_bytes(dst);
+        };
+        self.next = None;
+        let (head, rest) = dst.split_at_mut(dst.len().min(4));
+        head.copy_from_slice(&word.to_le_bytes()[..head.len()]);
+        self.rng.fill_bytes(rest);
+    }
+}
+
+/// Hints the first two candidates a pick with `seed` would draw (see `Candidates::upcoming`).
+pub(crate) fn upcoming(members: &[Slot], c: &impl Candidates, seed: u32) {
+    for i in Draws::new(seed, members.len()).take(2) {
+        if let Some(&s) = members.get(i) {
+            c.upcoming(s);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::Table;
@@ -104,6 +161,30 @@ mod tests {
         assert!((0..100).all(|_| pick(&members, &t, rng.next_u32()) == Some(1)));
         t.leases = vec![0, 1];
         assert!((0..100).all(|_| pick(&members, &t, rng.next_u32()) == Some(0)));
+    }
+
+    #[test]
+    fn a_lookahead_draws_the_generators_stream() {
+        let mut plain = StdRng::seed_from_u64(9);
+        let mut ahead = Lookahead::new(StdRng::seed_from_u64(9));
+        // Through several refills of the generator's block, with words of u64s split by a
+        // refill, and bytes not a whole number of words.
+        for i in 0..500u32 {
+            if i % 3 == 0 {
+                let peeked = ahead.peek_u32();
+                assert_eq!(ahead.peek_u32(), peeked);
+            }
+            match i % 4 {
+                0 | 1 => assert_eq!(ahead.next_u32(), plain.next_u32()),
+                2 => assert_eq!(ahead.next_u64(), plain.next_u64()),
+                _ => {
+                    let (mut a, mut b) = ([0u8; 7], [0u8; 7]);
+                    ahead.fill_bytes(&mut a);
+                    plain.fill_bytes(&mut b);
+                    assert_eq!(a, b);
+                }
+            }
+        }
     }
 
     #[test]

@@ -7,10 +7,11 @@ pub(crate) mod round_robin;
 pub(crate) mod smooth_weighted;
 
 use rand::RngCore;
-use rand::rngs::StdRng;
 
 use crate::config::Strategy;
 use crate::lease::Choice;
+
+use least_connections::Lookahead;
 
 /// Index of an address in the pool's table; never reused, so it identifies one address forever.
 pub(crate) type Slot = u32;
@@ -24,6 +25,9 @@ pub(crate) trait Candidates {
     fn step(&self, slot: Slot) -> u32;
     /// Active leases, then how unwell (0 healthy, 1 degraded, 2 probing): lower is lighter.
     fn load(&self, slot: Slot) -> (u32, u8);
+    /// `slot` is likely the next pick: start loading what picking it reads, without waiting
+    /// (a hint only; it changes no pick).
+    fn upcoming(&self, _slot: Slot) {}
 }
 
 /// The keyless picker of one sub-pool.
@@ -70,14 +74,20 @@ impl Keyless {
         members: &[Slot],
         site: u32,
         c: &impl Candidates,
-        rng: &mut StdRng,
+        rng: &mut Lookahead,
     ) -> Option<Slot> {
         match self {
             Self::RoundRobin(rr) => rr.pick(members, c),
             Self::Weighted(w) => w.pick(site, c),
             // One seed per pick, whatever it finds: the generator's stream stays aligned with
             // the Redis store's, which draws it before its call.
-            Self::LeastConnections => least_connections::pick(members, c, rng.next_u32()),
+            Self::LeastConnections => {
+                let picked = least_connections::pick(members, c, rng.next_u32());
+                // The seed the next pick will draw: its first two candidates load while this
+                // pair goes on.
+                least_connections::upcoming(members, c, rng.peek_u32());
+                picked
+            }
         }
     }
 

@@ -308,6 +308,14 @@ impl Schedule {
             self.pass[slot as usize] = next;
             self.heap.replace_top(next, slot);
             picked = Some((pass, slot));
+            // The new top is most likely the next pick: what picking it reads loads while
+            // this pair goes on.
+            if let Some((_, upcoming)) = self.heap.peek() {
+                if let Some(p) = self.pass.get(upcoming as usize) {
+                    crate::hint::prefetch(p);
+                }
+                c.upcoming(upcoming);
+            }
             break;
         }
         // Those passed over come back at the pick's pass (or their own, with none).
