@@ -102,6 +102,8 @@ impl PoolState {
         // What only a member needs goes with the membership.
         let sub_pools = std::mem::take(&mut rec.sub_pools);
         let bound_in = std::mem::take(&mut rec.bound_in);
+        // Its slot is never reused: the window's entries would stay allocated for nothing.
+        rec.window = Window::new(0, std::time::Duration::ZERO);
         if let Some(h) = self.hot.get_mut(slot as usize) {
             h.state = None;
         }
