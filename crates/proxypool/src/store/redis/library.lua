@@ -50,7 +50,7 @@
 --          has no per-field TTL.
 --   bind   hash key → id, then ' NAME' if bound through sub-pool NAME (P2)
 --   pass   zset 'id:step' → pass, of the addresses offered for keyless work and below the cap;
---          the step is the inverse of the weight (state × ramp share), as text
+--          the step is the inverse of the weight (state × ramp share), as text; last, PASS_END
 --   ring   zset 'id:v' → point, the consistent-hash ring (P1), at the points the client computes
 --   ids    zset id → id of the pool's members (least connections draws from it by rank)
 --   sp:NAME:pass, sp:NAME:ring, sp:NAME:ids  the same three for sub-pool NAME and its members
@@ -443,10 +443,17 @@ end
 -- Quarantined and probing count against the quarantine cap (the episode is still open).
 local function counted(s) return s == 'quarantined' or s == 'probing' end
 
+-- Every `pass` holds this member, last (score +inf): longer than `zset-max-listpack-value`
+-- (64 bytes by default), it keeps the set a skiplist, where a batch's pass updates are a
+-- lookup each. In the listpack Redis keeps a small sorted set in (up to 128 members), each
+-- update scans and parses every score: a batch's ZADD took 12 % of a keyless pair's server
+-- instructions at 50 addresses. Readers skip it.
+local PASS_END = 'end of pass: this member keeps the sorted set a skiplist, see library.lua'
+
 -- Joining afresh: at the current lowest pass, so no catch-up burst.
 local function join_pass(pass, m)
   local head = redis.call('ZRANGE', pass, 0, 0, 'WITHSCORES')
-  redis.call('ZADD', pass, head[2] or 0, m)
+  redis.call('ZADD', pass, head[1] ~= PASS_END and head[2] or 0, m)
 end
 
 -- Joins (back below the cap) the `pass` of every pool of the address.
@@ -754,6 +761,7 @@ local function keyless(B, P, lease_deadline, wanted)
       local n = attempt == 1 and wanted or attempt == 2 and wanted + 32 or -1
       local c = {}
       local r = redis.call('ZRANGE', P.pass, '0', digits(n), 'WITHSCORES')
+      if r[#r - 1] == PASS_END then r[#r], r[#r - 1] = nil, nil end
       C.bound, C.bound_m = nil, nil
       if n >= 0 and #r > 2 * n then
         C.bound, C.bound_m = tonumber(r[#r]), r[#r - 1]
@@ -896,7 +904,7 @@ local function least(B, P, lease_deadline, seed)
     best, best_load, best_m = nil, nil, nil
     -- Every eligible one is in `pass` (cooling aside): weighed in id order.
     local ids = {}
-    for k, m in ipairs(redis.call('ZRANGE', P.pass, '0', '-1')) do ids[k] = tonumber(split_member(m)[1]) end
+    for k, m in ipairs(redis.call('ZRANGE', P.pass, '0', '-2')) do ids[k] = tonumber(split_member(m)[1]) end
     table.sort(ids)
     for _, id in ipairs(ids) do weigh(tostring(id)) end
   end
@@ -1026,7 +1034,7 @@ end
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '10'
+local LAYOUT = '11'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -1108,7 +1116,7 @@ local function acquire_one(B, P, strategy, lease_deadline, session_deadline, fac
     return lid, cid, 'hashed'
   end
   -- Nothing offered below the cap: no walk (it would visit the whole ring).
-  if redis.call('ZCARD', P.pass) == 0 then return 0, 0, 'none' end
+  if redis.call('ZCARD', P.pass) <= 1 then return 0, 0, 'none' end
   -- By rank from the key's point, with wrap-around; at most RING_WALK points, and never
   -- past the point where every address has been seen.
   local points, addresses = redis.call('ZCARD', P.ring), members_of(K, P)
@@ -1639,6 +1647,7 @@ local function add(keys, args)
   if sp then redis.call('HSET', addr(K, id), 'sp', sp) end
   for i, P in ipairs(pools_in(K, sp)) do
     if i > 1 then redis.call('HINCRBY', K.meta, P.members, '1') end
+    redis.call('ZADD', P.pass, 'NX', '+inf', PASS_END)
     place(P.ring, id, args, 10)
     redis.call('ZADD', P.ids, id, id)
   end
