@@ -418,15 +418,18 @@ local function member(id, step)
   return r .. ':' .. step
 end
 
--- A `pass` member's address id and step (a number), made once per member (and server): a
--- keyless batch reads a few dozen of them. The inverse of 0x9E3779B1 is 0x0E8B2F51.
+-- A `pass` member's address id, step and rank (numbers), made once per member (and server): a
+-- keyless batch reads a few dozen of them. The inverse of 0x9E3779B1 is 0x0E8B2F51. The rank
+-- orders equal passes as the sorted set does (8 hex digits: as their text), without comparing
+-- strings (Lua's `<` on strings is `strcoll`).
 local members, members_n = {}, 0
 local function split_member(m)
   local parts = members[m]
   if parts then return parts end
   if members_n >= 100000 then members, members_n = {}, 0 end
   local rank, step = string.match(m, '^(%x+):(.+)$')
-  parts = {digits(mul32(tonumber(rank, 16), 3723, 12113)), tonumber(step)}
+  local r = tonumber(rank, 16)
+  parts = {digits(mul32(r, 3723, 12113)), tonumber(step), r}
   members[m], members_n = parts, members_n + 1
   return parts
 end
@@ -690,7 +693,7 @@ local function flush_pool(B, P, C)
   local c = C.cand
   if not c then return end
   local updates, u = {}, 0
-  for i = 1, #c, 5 do
+  for i = 1, #c, 6 do
     if c[i + 3] and not B.full[c[i]] then
       updates[u + 1], updates[u + 2] = digits(c[i + 2]), c[i + 1]
       u = u + 2
@@ -740,6 +743,13 @@ local function cools(B, id)
   return c
 end
 
+-- Whether candidate `i` (see `keyless`) comes before `pass` and `rank`: equal passes in rank
+-- order.
+local function before(c, i, pass, rank)
+  local p = c[i + 2]
+  return p < pass or (p == pass and c[i + 5] < rank)
+end
+
 -- Keyless, stride scheduling, as `strategy::smooth_weighted`: a batch reads the lowest
 -- passes once (`wanted` of them, plus the next one as a bound) and then picks, each time, the
 -- candidate whose pass plus its steps taken in this batch is lowest (equal passes in member
@@ -747,7 +757,8 @@ end
 -- Read again (after writing back) when every candidate is full or the lowest would come after
 -- the bound, where an address not read would be next; candidates cooling for the acquire's
 -- site are passed over. Candidates are flat: id, member, pass (with this batch's picks),
--- changed, step.
+-- changed, step, rank; `order` holds their indices by pass and rank (a pick moves one back),
+-- so that a pick takes the first eligible one rather than looking at every candidate.
 -- Per pool `P` (its state in the batch: `C`).
 local function keyless(B, P, lease_deadline, wanted)
   local C = B.sel[P]
@@ -762,35 +773,37 @@ local function keyless(B, P, lease_deadline, wanted)
       local c = {}
       local r = redis.call('ZRANGE', P.pass, '0', digits(n), 'WITHSCORES')
       if r[#r - 1] == PASS_END then r[#r], r[#r - 1] = nil, nil end
-      C.bound, C.bound_m = nil, nil
+      C.bound, C.bound_rank = nil, nil
       if n >= 0 and #r > 2 * n then
-        C.bound, C.bound_m = tonumber(r[#r]), r[#r - 1]
+        C.bound, C.bound_rank = tonumber(r[#r]), split_member(r[#r - 1])[3]
         r[#r], r[#r - 1] = nil, nil
       end
-      local k = 0
+      local k, order = 0, {}
       for i = 1, #r, 2 do
         local parts = split_member(r[i])
         c[k + 1], c[k + 2], c[k + 3], c[k + 4] = parts[1], r[i], tonumber(r[i + 1]), false
-        c[k + 5] = parts[2]
-        k = k + 5
+        c[k + 5], c[k + 6] = parts[2], parts[3]
+        order[#order + 1] = k + 1
+        k = k + 6
       end
-      C.cand = c
+      C.cand, C.order = c, order
     end
-    local c = C.cand
+    local c, order = C.cand, C.order
     -- Candidates passed over for this acquire (made on first need: most acquire none).
     local cooling = nil
     while true do
-      local best, best_pass, best_m = nil, nil, nil
-      local full = B.full
-      for i = 1, #c, 5 do
-        local p = c[i + 2]
-        if (not best_pass or p < best_pass or (p == best_pass and c[i + 1] < best_m))
-          and not full[c[i]] and not (cooling and cooling[i]) then
-          best, best_pass, best_m = i, p, c[i + 1]
+      -- The first in order that is neither full nor passed over.
+      local best, at, full = nil, nil, B.full
+      for k = 1, #order do
+        local i = order[k]
+        if not full[c[i]] and not (cooling and cooling[i]) then
+          best, at = i, k
+          break
         end
       end
+      local best_pass, best_rank = best and c[best + 2], best and c[best + 5]
       -- After the bound an address not read would be next.
-      if not best or (C.bound and (best_pass > C.bound or (best_pass == C.bound and best_m > C.bound_m))) then
+      if not best or (C.bound and (best_pass > C.bound or (best_pass == C.bound and best_rank > C.bound_rank))) then
         break
       end
       local id = c[best]
@@ -801,17 +814,24 @@ local function keyless(B, P, lease_deadline, wanted)
       else
         local lid = take(B, id, c[best + 1], lease_deadline)
         if lid then
-          c[best + 2] = best_pass + c[best + 4]
+          local p = best_pass + c[best + 4]
+          c[best + 2] = p
           c[best + 3] = true
+          -- Back in order: from the end, where a pass that grew by a whole step usually goes.
+          table.remove(order, at)
+          local k = #order
+          while k >= 1 and not before(c, order[k], p, best_rank) do k = k - 1 end
+          table.insert(order, k + 1, best)
           -- Those passed over for cooling do not bank the turns they missed: no burst at
           -- the site when their cooling ends.
           if cooling then
-            for k in pairs(cooling) do
-              if c[k + 2] < best_pass then
-                c[k + 2] = best_pass
-                c[k + 3] = true
+            for i in pairs(cooling) do
+              if c[i + 2] < best_pass then
+                c[i + 2] = best_pass
+                c[i + 3] = true
               end
             end
+            table.sort(order, function(x, y) return before(c, x, c[y + 2], c[y + 5]) end)
           end
           return lid, id, 'weighted'
         end
