@@ -50,7 +50,7 @@
 --          has no per-field TTL.
 --   bind   hash key → id, then ' NAME' if bound through sub-pool NAME (P2)
 --   pass   zset 'id:step' → pass, of the addresses offered for keyless work and below the cap;
---          the step is the inverse of the weight (state × ramp share), as text
+--          the step is the inverse of the weight (state × ramp share), as text; last, PASS_END
 --   ring   zset 'id:v' → point, the consistent-hash ring (P1), at the points the client computes
 --   ids    zset id → id of the pool's members (least connections draws from it by rank)
 --   sp:NAME:pass, sp:NAME:ring, sp:NAME:ids  the same three for sub-pool NAME and its members
@@ -418,15 +418,18 @@ local function member(id, step)
   return r .. ':' .. step
 end
 
--- A `pass` member's address id and step (a number), made once per member (and server): a
--- keyless batch reads a few dozen of them. The inverse of 0x9E3779B1 is 0x0E8B2F51.
+-- A `pass` member's address id, step and rank (numbers), made once per member (and server): a
+-- keyless batch reads a few dozen of them. The inverse of 0x9E3779B1 is 0x0E8B2F51. The rank
+-- orders equal passes as the sorted set does (8 hex digits: as their text), without comparing
+-- strings (Lua's `<` on strings is `strcoll`).
 local members, members_n = {}, 0
 local function split_member(m)
   local parts = members[m]
   if parts then return parts end
   if members_n >= 100000 then members, members_n = {}, 0 end
   local rank, step = string.match(m, '^(%x+):(.+)$')
-  parts = {digits(mul32(tonumber(rank, 16), 3723, 12113)), tonumber(step)}
+  local r = tonumber(rank, 16)
+  parts = {digits(mul32(r, 3723, 12113)), tonumber(step), r}
   members[m], members_n = parts, members_n + 1
   return parts
 end
@@ -443,10 +446,17 @@ end
 -- Quarantined and probing count against the quarantine cap (the episode is still open).
 local function counted(s) return s == 'quarantined' or s == 'probing' end
 
+-- Every `pass` holds this member, last (score +inf): longer than `zset-max-listpack-value`
+-- (64 bytes by default), it keeps the set a skiplist, where a batch's pass updates are a
+-- lookup each. In the listpack Redis keeps a small sorted set in (up to 128 members), each
+-- update scans and parses every score: a batch's ZADD took 12 % of a keyless pair's server
+-- instructions at 50 addresses. Readers skip it.
+local PASS_END = 'end of pass: this member keeps the sorted set a skiplist, see library.lua'
+
 -- Joining afresh: at the current lowest pass, so no catch-up burst.
 local function join_pass(pass, m)
   local head = redis.call('ZRANGE', pass, 0, 0, 'WITHSCORES')
-  redis.call('ZADD', pass, head[2] or 0, m)
+  redis.call('ZADD', pass, head[1] ~= PASS_END and head[2] or 0, m)
 end
 
 -- Joins (back below the cap) the `pass` of every pool of the address.
@@ -683,7 +693,7 @@ local function flush_pool(B, P, C)
   local c = C.cand
   if not c then return end
   local updates, u = {}, 0
-  for i = 1, #c, 5 do
+  for i = 1, #c, 6 do
     if c[i + 3] and not B.full[c[i]] then
       updates[u + 1], updates[u + 2] = digits(c[i + 2]), c[i + 1]
       u = u + 2
@@ -733,6 +743,13 @@ local function cools(B, id)
   return c
 end
 
+-- Whether candidate `i` (see `keyless`) comes before `pass` and `rank`: equal passes in rank
+-- order.
+local function before(c, i, pass, rank)
+  local p = c[i + 2]
+  return p < pass or (p == pass and c[i + 5] < rank)
+end
+
 -- Keyless, stride scheduling, as `strategy::smooth_weighted`: a batch reads the lowest
 -- passes once (`wanted` of them, plus the next one as a bound) and then picks, each time, the
 -- candidate whose pass plus its steps taken in this batch is lowest (equal passes in member
@@ -740,7 +757,8 @@ end
 -- Read again (after writing back) when every candidate is full or the lowest would come after
 -- the bound, where an address not read would be next; candidates cooling for the acquire's
 -- site are passed over. Candidates are flat: id, member, pass (with this batch's picks),
--- changed, step.
+-- changed, step, rank; `order` holds their indices by pass and rank (a pick moves one back),
+-- so that a pick takes the first eligible one rather than looking at every candidate.
 -- Per pool `P` (its state in the batch: `C`).
 local function keyless(B, P, lease_deadline, wanted)
   local C = B.sel[P]
@@ -754,35 +772,38 @@ local function keyless(B, P, lease_deadline, wanted)
       local n = attempt == 1 and wanted or attempt == 2 and wanted + 32 or -1
       local c = {}
       local r = redis.call('ZRANGE', P.pass, '0', digits(n), 'WITHSCORES')
-      C.bound, C.bound_m = nil, nil
+      if r[#r - 1] == PASS_END then r[#r], r[#r - 1] = nil, nil end
+      C.bound, C.bound_rank = nil, nil
       if n >= 0 and #r > 2 * n then
-        C.bound, C.bound_m = tonumber(r[#r]), r[#r - 1]
+        C.bound, C.bound_rank = tonumber(r[#r]), split_member(r[#r - 1])[3]
         r[#r], r[#r - 1] = nil, nil
       end
-      local k = 0
+      local k, order = 0, {}
       for i = 1, #r, 2 do
         local parts = split_member(r[i])
         c[k + 1], c[k + 2], c[k + 3], c[k + 4] = parts[1], r[i], tonumber(r[i + 1]), false
-        c[k + 5] = parts[2]
-        k = k + 5
+        c[k + 5], c[k + 6] = parts[2], parts[3]
+        order[#order + 1] = k + 1
+        k = k + 6
       end
-      C.cand = c
+      C.cand, C.order = c, order
     end
-    local c = C.cand
+    local c, order = C.cand, C.order
     -- Candidates passed over for this acquire (made on first need: most acquire none).
     local cooling = nil
     while true do
-      local best, best_pass, best_m = nil, nil, nil
-      local full = B.full
-      for i = 1, #c, 5 do
-        local p = c[i + 2]
-        if (not best_pass or p < best_pass or (p == best_pass and c[i + 1] < best_m))
-          and not full[c[i]] and not (cooling and cooling[i]) then
-          best, best_pass, best_m = i, p, c[i + 1]
+      -- The first in order that is neither full nor passed over.
+      local best, at, full = nil, nil, B.full
+      for k = 1, #order do
+        local i = order[k]
+        if not full[c[i]] and not (cooling and cooling[i]) then
+          best, at = i, k
+          break
         end
       end
+      local best_pass, best_rank = best and c[best + 2], best and c[best + 5]
       -- After the bound an address not read would be next.
-      if not best or (C.bound and (best_pass > C.bound or (best_pass == C.bound and best_m > C.bound_m))) then
+      if not best or (C.bound and (best_pass > C.bound or (best_pass == C.bound and best_rank > C.bound_rank))) then
         break
       end
       local id = c[best]
@@ -793,17 +814,24 @@ local function keyless(B, P, lease_deadline, wanted)
       else
         local lid = take(B, id, c[best + 1], lease_deadline)
         if lid then
-          c[best + 2] = best_pass + c[best + 4]
+          local p = best_pass + c[best + 4]
+          c[best + 2] = p
           c[best + 3] = true
+          -- Back in order: from the end, where a pass that grew by a whole step usually goes.
+          table.remove(order, at)
+          local k = #order
+          while k >= 1 and not before(c, order[k], p, best_rank) do k = k - 1 end
+          table.insert(order, k + 1, best)
           -- Those passed over for cooling do not bank the turns they missed: no burst at
           -- the site when their cooling ends.
           if cooling then
-            for k in pairs(cooling) do
-              if c[k + 2] < best_pass then
-                c[k + 2] = best_pass
-                c[k + 3] = true
+            for i in pairs(cooling) do
+              if c[i + 2] < best_pass then
+                c[i + 2] = best_pass
+                c[i + 3] = true
               end
             end
+            table.sort(order, function(x, y) return before(c, x, c[y + 2], c[y + 5]) end)
           end
           return lid, id, 'weighted'
         end
@@ -896,7 +924,7 @@ local function least(B, P, lease_deadline, seed)
     best, best_load, best_m = nil, nil, nil
     -- Every eligible one is in `pass` (cooling aside): weighed in id order.
     local ids = {}
-    for k, m in ipairs(redis.call('ZRANGE', P.pass, '0', '-1')) do ids[k] = tonumber(split_member(m)[1]) end
+    for k, m in ipairs(redis.call('ZRANGE', P.pass, '0', '-2')) do ids[k] = tonumber(split_member(m)[1]) end
     table.sort(ids)
     for _, id in ipairs(ids) do weigh(tostring(id)) end
   end
@@ -1026,7 +1054,7 @@ end
 -- The call's context from the common arguments; sweeps if asked.
 -- The layout of a pool's keys and fields. Processes running library versions with another
 -- layout must not share a pool: the older one would write what this one misreads.
-local LAYOUT = '10'
+local LAYOUT = '11'
 
 -- The call's context from the common arguments, and the values of the `meta` fields
 -- `fields` ('layout', 'epoch', then what the caller needs; those two by default), read
@@ -1108,7 +1136,7 @@ local function acquire_one(B, P, strategy, lease_deadline, session_deadline, fac
     return lid, cid, 'hashed'
   end
   -- Nothing offered below the cap: no walk (it would visit the whole ring).
-  if redis.call('ZCARD', P.pass) == 0 then return 0, 0, 'none' end
+  if redis.call('ZCARD', P.pass) <= 1 then return 0, 0, 'none' end
   -- By rank from the key's point, with wrap-around; at most RING_WALK points, and never
   -- past the point where every address has been seen.
   local points, addresses = redis.call('ZCARD', P.ring), members_of(K, P)
@@ -1639,6 +1667,7 @@ local function add(keys, args)
   if sp then redis.call('HSET', addr(K, id), 'sp', sp) end
   for i, P in ipairs(pools_in(K, sp)) do
     if i > 1 then redis.call('HINCRBY', K.meta, P.members, '1') end
+    redis.call('ZADD', P.pass, 'NX', '+inf', PASS_END)
     place(P.ring, id, args, 10)
     redis.call('ZADD', P.ids, id, id)
   end
