@@ -150,4 +150,39 @@ mod tests {
         expected.extend((0..100).rev().map(|i| format!("c{i:03}")));
         assert_eq!(codes, expected);
     }
+
+    #[test]
+    fn held_codes_at_a_statements_start_middle_and_end_refuse_only_their_creates() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        super::super::schema::migrate(&mut conn).unwrap();
+        let held = ["c000", "c031", "c032", "c033", "c063", "c064", "c099"];
+        for code in held {
+            let (mut c, _) = create(code, "https://example.com/held");
+            assert!(apply(&conn, &mut [&mut c]));
+        }
+        // Sorted, 100 codes are statements of 64, 32 and 4 rows.
+        let mut group: Vec<_> = (0..100)
+            .map(|i| create(&format!("c{i:03}"), &format!("https://example.com/{i}")))
+            .collect();
+        let mut creates: Vec<&mut Create> = group.iter_mut().map(|(c, _)| c).collect();
+        assert!(apply(&conn, &mut creates));
+        for (c, _) in &group {
+            let expected = match held.contains(&c.link.code.as_str()) {
+                true => InsertOutcome::CodeTaken,
+                false => InsertOutcome::Inserted,
+            };
+            let outcome = *c.result.as_ref().unwrap().as_ref().unwrap();
+            assert_eq!(outcome, expected, "{}", c.link.code);
+        }
+        let links = stored(&conn, "SELECT code, long_url FROM links ORDER BY code");
+        assert_eq!(links.len(), 100);
+        for (code, url) in links {
+            let held = held.contains(&code.as_str());
+            assert_eq!(url.ends_with("/held"), held, "{code} {url}");
+        }
+        let audited: i64 = conn
+            .query_row("SELECT count(*) FROM audit", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(audited, 100);
+    }
 }
