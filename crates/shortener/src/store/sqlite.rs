@@ -232,12 +232,28 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreErro
     Ok(conn)
 }
 
+/// Deltas written between two yields of the writer thread: one full statement of days.
+const CLICKS_PER_SLICE: usize = multi_row::MAX_ROWS;
+/// How long into a click batch the writer yields after each slice. A yield lets every waiting
+/// thread go first, so on a machine busy with other work it stretched a batch threefold; past
+/// this the batch runs to its end, and the fold waiting on it (while redirects fill the
+/// click queue) waits at most this much longer.
+const YIELDING_FOR: Duration = Duration::from_millis(250);
+
 /// Adds click deltas to daily rows and link totals (inside the caller's transaction).
 ///
 /// Totals go to `link_clicks`, not to `links`: its rows are a code and two counts, so a batch
 /// over many codes dirties a few dense pages instead of one page of `links` per code. Days
 /// take 64 deltas per statement (`multi_row.rs`): 29 % fewer instructions a day (BENCHMARKS.md).
+///
+/// The writer yields its core after each slice of deltas: a batch under Zipf traffic is tens
+/// of thousands of codes, 100 ms and more of CPU on the cores the redirects run on, and the
+/// scheduler lets a running thread use up its slice before a woken worker gets the core; those
+/// waits (2–25 ms, the writer behind a third of the workers' waits over 1 ms) made Zipf's p99
+/// (quiet A/B at 1 M links: Zipf 0.70–0.72 → 0.75–0.77 × bare, BENCHMARKS.md). With nobody
+/// waiting the yield returns at once.
 fn add_clicks(c: &Connection, mut deltas: Vec<ClickDelta>) -> rusqlite::Result<()> {
+    let started = std::time::Instant::now();
     // In key order, consecutive updates land on the same or the next B-tree leaf: a batch
     // over many codes reads each page once instead of once per code.
     deltas.sort_unstable_by(|a, b| (&a.code, a.day).cmp(&(&b.code, b.day)));
@@ -249,37 +265,43 @@ fn add_clicks(c: &Connection, mut deltas: Vec<ClickDelta>) -> rusqlite::Result<(
         "INSERT INTO link_clicks (code, clicks, bot_clicks) \
          SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM links WHERE code = ?1)",
     )?;
-    let mut counted = Vec::with_capacity(deltas.len());
-    for d in &deltas {
-        let (human, bot) = (to_i64(d.human), to_i64(d.bot));
-        // Unknown codes (deleted from the file by hand, say) count nowhere.
-        if total.execute(params![d.code, human, bot])? == 1
-            || first_total.execute(params![d.code, human, bot])? == 1
-        {
-            counted.push(d);
-        }
-    }
-    multi_row::add_daily_clicks(c, &counted)?;
     let mut read_people =
         c.prepare_cached("SELECT visitors, tops FROM daily_clicks WHERE code = ?1 AND day = ?2")?;
     let mut write_people = c.prepare_cached(
         "UPDATE daily_clicks SET visitors = ?3, tops = ?4 WHERE code = ?1 AND day = ?2",
     )?;
-    for d in counted {
-        if let Some(delta_people) = d.people() {
-            let stored = read_people.query_row(params![d.code, d.day.number()], |r| {
-                Ok(stored_people(
-                    r.get_ref(0)?.as_blob_or_null()?,
-                    r.get_ref(1)?.as_str_or_null()?,
-                ))
-            })?;
-            let people = merged_people(stored, delta_people);
-            write_people.execute(params![
-                d.code,
-                d.day.number(),
-                people.visitors.to_bytes(),
-                people.tops_to_text()
-            ])?;
+    let mut counted = Vec::with_capacity(CLICKS_PER_SLICE);
+    for slice in deltas.chunks(CLICKS_PER_SLICE) {
+        counted.clear();
+        for d in slice {
+            let (human, bot) = (to_i64(d.human), to_i64(d.bot));
+            // Unknown codes (deleted from the file by hand, say) count nowhere.
+            if total.execute(params![d.code, human, bot])? == 1
+                || first_total.execute(params![d.code, human, bot])? == 1
+            {
+                counted.push(d);
+            }
+        }
+        multi_row::add_daily_clicks(c, &counted)?;
+        for d in &counted {
+            if let Some(delta_people) = d.people() {
+                let stored = read_people.query_row(params![d.code, d.day.number()], |r| {
+                    Ok(stored_people(
+                        r.get_ref(0)?.as_blob_or_null()?,
+                        r.get_ref(1)?.as_str_or_null()?,
+                    ))
+                })?;
+                let people = merged_people(stored, delta_people);
+                write_people.execute(params![
+                    d.code,
+                    d.day.number(),
+                    people.visitors.to_bytes(),
+                    people.tops_to_text()
+                ])?;
+            }
+        }
+        if started.elapsed() < YIELDING_FOR {
+            std::thread::yield_now();
         }
     }
     Ok(())

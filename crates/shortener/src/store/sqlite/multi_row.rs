@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 
 /// Most rows per statement. Chunks are powers of two up to this, so a connection caches
 /// at most seven statements per table whatever the batch sizes (its statement cache holds 64).
-const MAX_ROWS: usize = 64;
+pub(super) const MAX_ROWS: usize = 64;
 
 /// Splits `rows` into chunks whose lengths are powers of two, largest first.
 pub(super) fn chunks<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
