@@ -98,7 +98,7 @@ pub(super) struct DisabledInfo {
 }
 
 pub(super) fn short_url(app: &App, code: &str) -> String {
-    format!("{}/{code}", app.base_url)
+    [app.base_url.as_str(), "/", code].concat()
 }
 
 fn budget_headers(response: &mut Response, budget: Budget) {
@@ -161,7 +161,7 @@ async fn create_inner(
     let budget = admit(app, who.as_ref(), client_ip(app, peer, headers)).await?;
     let ApiJson(req) = body?;
     let link = create_link(app, peer, headers, who, budget, req).await?;
-    let location = format!("/api/v1/links/{}", link.code);
+    let location = ["/api/v1/links/", &link.code].concat();
     let created = CreatedLink {
         short_url: short_url(app, &link.code),
         short_code: link.code,

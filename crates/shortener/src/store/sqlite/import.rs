@@ -1,8 +1,6 @@
 //! `shortener import`'s batches on the embedded store: one transaction of multi-row inserts.
 
-use super::multi_row::{
-    append_change_notes, insert_created_audit_rows, insert_new_links, stored_only,
-};
+use super::multi_row::{append_change_notes, insert_created_audit_rows, insert_links, stored_only};
 use rusqlite::{Connection, params};
 use shortener_core::link::Link;
 use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome};
@@ -31,7 +29,7 @@ pub(super) fn tune_writer(c: &Connection) -> rusqlite::Result<()> {
 /// [`LinkStore::import_links`]: shortener_core::store::LinkStore::import_links
 pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Result<ImportOutcome> {
     let links: Vec<&Link> = batch.links.iter().collect();
-    let stored = insert_new_links(c, &links)?;
+    let stored = insert_links(c, &links)?;
     let outcomes: Vec<InsertOutcome> = stored
         .iter()
         .map(|&stored| match stored {
