@@ -24,7 +24,7 @@ use point_reads::PointReads;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::{Actor, Link, LinkChange, Refusal};
+use shortener_core::link::{Actor, Link, LinkChange, RedirectTarget, Refusal};
 use shortener_core::listing::LinkQuery;
 use shortener_core::report::{
     AUTO_DISABLE_WINDOW_SECONDS, AUTO_REPORTS_ACTOR, AutoDisable, NewReport, Report, ReportOutcome,
@@ -625,6 +625,14 @@ impl LinkStore for SqliteStore {
         }
         let code = code.to_owned();
         self.read(move |c| read_link(c, &code)).await
+    }
+
+    async fn redirect_target(&self, code: &str) -> Result<Option<RedirectTarget>, StoreError> {
+        if let Some(read) = self.point_reads.read(|c| point_reads::read_target(c, code)) {
+            return read.map_err(classify);
+        }
+        let code = code.to_owned();
+        self.read(move |c| point_reads::read_target(c, &code)).await
     }
 
     async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
