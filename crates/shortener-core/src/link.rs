@@ -41,6 +41,22 @@ pub struct Link {
     pub created_ip: Option<String>,
 }
 
+/// What a redirect needs of a stored link, and all the caches keep of it: no owner, no
+/// click counts, no details of a disable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedirectTarget {
+    /// Where the redirect sends people.
+    pub long_url: String,
+    /// From this instant on the link answers 404.
+    pub expires_at: UnixSeconds,
+    /// The link's version ([`Link::version`]).
+    pub version: u64,
+    /// Whether the link is disabled (410 until enabled).
+    pub disabled: bool,
+    /// Whether the link is deleted (410 for good).
+    pub deleted: bool,
+}
+
 /// Why and by whom a link is disabled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Disable {
@@ -214,6 +230,17 @@ impl Link {
             LinkStatus::Expired
         } else {
             LinkStatus::Active
+        }
+    }
+
+    /// What a redirect needs of this link.
+    pub fn redirect_target(&self) -> RedirectTarget {
+        RedirectTarget {
+            long_url: self.long_url.clone(),
+            expires_at: self.expires_at,
+            version: self.version,
+            disabled: self.disabled.is_some(),
+            deleted: self.deleted_at.is_some(),
         }
     }
 

@@ -2,7 +2,7 @@
 
 use crate::audit::{AuditQuery, AuditRow, Origin};
 use crate::day::{Day, UnixSeconds};
-use crate::link::{Link, LinkChange, Refusal};
+use crate::link::{Link, LinkChange, RedirectTarget, Refusal};
 use crate::listing::LinkQuery;
 use crate::people::People;
 use crate::report::{AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, ResolveOutcome};
@@ -258,6 +258,10 @@ pub trait LinkStore: Send + Sync + 'static {
 
     /// The link with this code, whatever its status.
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError>;
+
+    /// What a redirect needs of the link with this code ([`Link::redirect_target`] of what
+    /// [`Self::get_link`] would return), read without its click counts: the caches' loads.
+    async fn redirect_target(&self, code: &str) -> Result<Option<RedirectTarget>, StoreError>;
 
     /// A page of links matching `query`, newest first (`created_at`, then `code`, both
     /// descending); never a deleted one.

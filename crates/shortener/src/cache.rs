@@ -486,8 +486,8 @@ impl LinkCache {
             stand_in = Some(found.entry);
         }
         self.metrics.store_link_reads.inc();
-        let entry = match (self.store.get_link(code).await, stand_in) {
-            (Ok(link), _) => l2::Entry::of(link.as_ref()),
+        let entry = match (self.store.redirect_target(code).await, stand_in) {
+            (Ok(target), _) => l2::Entry::of_target(target),
             (Err(StoreError::Unavailable(_)), Some(stale)) => {
                 self.metrics.stale_l2.inc();
                 return Ok((stale, true));
@@ -596,7 +596,7 @@ impl LinkCache {
                 .await
                 .is_some_and(|found| !found.stale && found.entry.version() >= version);
             if !filled {
-                let entry = l2::Entry::of(self.store.get_link(code).await?.as_ref());
+                let entry = l2::Entry::of_target(self.store.redirect_target(code).await?);
                 if let Err(e) = shared.l2.fill(code, &entry, crate::now()).await {
                     tracing::debug!(code, error = %e, "cannot fill L2 with a polled change");
                 }

@@ -54,6 +54,16 @@ async fn days(store: &dyn Store, code: &str, since: i32) -> Vec<(i32, u64, u64)>
     out
 }
 
+/// A redirect's read of `code` says what the full read says of it.
+async fn assert_target_as_read(store: &dyn Store, code: &str) {
+    let full = store.get_link(code).await.unwrap();
+    assert_eq!(
+        store.redirect_target(code).await.unwrap(),
+        full.as_ref().map(Link::redirect_target),
+        "{code}"
+    );
+}
+
 async fn contract(store: &dyn Store) {
     store.ping().await.unwrap();
 
@@ -96,6 +106,9 @@ async fn contract(store: &dyn Store) {
     assert_eq!(store.get_link("nothing").await.unwrap(), None);
     // Codes are case-sensitive.
     assert_eq!(store.get_link("PLAIN").await.unwrap(), None);
+    for code in ["full-fields", "plain", "nothing", "PLAIN"] {
+        assert_target_as_read(store, code).await;
+    }
 
     // Creates write a change note each (a taken code none), so that processes holding the
     // code as unknown hear of it. PostgreSQL numbers them after their commit, when asked
@@ -135,6 +148,7 @@ async fn contract(store: &dyn Store) {
     };
     assert_eq!((before, after.version), (plain.clone(), 2));
     assert_eq!(store.get_link("plain").await.unwrap(), Some(after.clone()));
+    assert_target_as_read(store, "plain").await;
     let disabled = after.disabled.clone().unwrap();
     assert_eq!(
         (
@@ -181,6 +195,7 @@ async fn contract(store: &dyn Store) {
     assert!(
         matches!(deleted, ChangeOutcome::Changed { after, .. } if after.deleted_at == Some(400))
     );
+    assert_target_as_read(store, "plain").await;
     assert_eq!(
         store
             .change_link("plain", &LinkChange::Enable, &admin, 500)

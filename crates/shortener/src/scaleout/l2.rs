@@ -13,7 +13,7 @@
 
 use super::redis::{Redis, Unreachable};
 use shortener_core::day::UnixSeconds;
-use shortener_core::link::Link;
+use shortener_core::link::{Link, RedirectTarget};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -59,19 +59,24 @@ pub(crate) enum Entry {
 
 impl Entry {
     pub(crate) fn of(link: Option<&Link>) -> Self {
-        match link {
+        Self::of_target(link.map(Link::redirect_target))
+    }
+
+    /// What a store's [`RedirectTarget`] read says of a code.
+    pub(crate) fn of_target(target: Option<RedirectTarget>) -> Self {
+        match target {
             None => Self::Unknown,
-            Some(link) => Self::Link {
-                long_url: link.long_url.clone(),
-                expires_at: link.expires_at,
-                gone: if link.deleted_at.is_some() {
+            Some(target) => Self::Link {
+                long_url: target.long_url,
+                expires_at: target.expires_at,
+                gone: if target.deleted {
                     Some(Gone::Deleted)
-                } else if link.disabled.is_some() {
+                } else if target.disabled {
                     Some(Gone::Disabled)
                 } else {
                     None
                 },
-                version: link.version,
+                version: target.version,
             },
         }
     }

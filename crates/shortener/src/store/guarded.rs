@@ -15,7 +15,7 @@ use crate::metrics::Metrics;
 use async_trait::async_trait;
 use shortener_core::audit::{AuditQuery, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::{Link, LinkChange};
+use shortener_core::link::{Link, LinkChange, RedirectTarget};
 use shortener_core::listing::LinkQuery;
 use shortener_core::report::{
     AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
@@ -163,6 +163,10 @@ impl LinkStore for GuardedStore {
 
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
         self.bounded(self.inner.get_link(code)).await
+    }
+
+    async fn redirect_target(&self, code: &str) -> Result<Option<RedirectTarget>, StoreError> {
+        self.bounded(self.inner.redirect_target(code)).await
     }
 
     async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {

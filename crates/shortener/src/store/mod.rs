@@ -23,6 +23,10 @@ const LINK_COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, exp
                             disabled_at, clicks, bot_clicks, created_ip, version, \
                             disabled_reason, disabled_by, disabled_by_kind, deleted_at, \
                             owner_admin";
+/// What a redirect needs of a `links` row ([`shortener_core::link::RedirectTarget`]'s
+/// fields in order): no click counts, which both stores keep apart from these columns.
+const TARGET_COLUMNS: &str = "long_url, expires_at, version, disabled_at IS NOT NULL, \
+                              deleted_at IS NOT NULL";
 /// What a change writes of a link: the columns after `code`, set from `$2` / `?2` on.
 const STATE_COLUMNS: [&str; 8] = [
     "long_url",

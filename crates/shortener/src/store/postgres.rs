@@ -12,8 +12,8 @@ mod schema;
 
 use super::{
     AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SPENT_PRUNED_PER_SPEND,
-    SqlValue, TOKEN_COLUMNS, audit_query_sql, disable_from, link_page_sql, merged_people,
-    report_page_sql, stored_people, stored_token_id, update_state_sql,
+    SqlValue, TARGET_COLUMNS, TOKEN_COLUMNS, audit_query_sql, disable_from, link_page_sql,
+    merged_people, report_page_sql, stored_people, stored_token_id, update_state_sql,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{
@@ -22,7 +22,7 @@ use deadpool_postgres::{
 };
 use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::{Actor, Link, LinkChange, Refusal};
+use shortener_core::link::{Actor, Link, LinkChange, RedirectTarget, Refusal};
 use shortener_core::listing::LinkQuery;
 use shortener_core::people::People;
 use shortener_core::report::{
@@ -1078,6 +1078,30 @@ impl LinkStore for PgStore {
             .query_opt(&stmt, &[&code])
             .await
             .and_then(|row| row.as_ref().map(link_from_row).transpose())
+            .map_err(classify)
+    }
+
+    async fn redirect_target(&self, code: &str) -> Result<Option<RedirectTarget>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {TARGET_COLUMNS} FROM links WHERE code = $1"
+            ))
+            .await
+            .map_err(classify)?;
+        let target = |r: &Row| -> Result<RedirectTarget, tokio_postgres::Error> {
+            Ok(RedirectTarget {
+                long_url: r.try_get(0)?,
+                expires_at: r.try_get(1)?,
+                version: to_u64(r.try_get(2)?),
+                disabled: r.try_get(3)?,
+                deleted: r.try_get(4)?,
+            })
+        };
+        client
+            .query_opt(&stmt, &[&code])
+            .await
+            .and_then(|row| row.as_ref().map(target).transpose())
             .map_err(classify)
     }
 

@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 use shortener_core::audit::{AuditQuery, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::{Link, LinkChange};
+use shortener_core::link::{Link, LinkChange, RedirectTarget};
 use shortener_core::listing::LinkQuery;
 use shortener_core::report::{
     AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
@@ -229,6 +229,28 @@ impl Replicated {
             .map(|(answer, _)| answer)
     }
 
+    /// `read` of one link by its code: on the primary while the code may be newer there than
+    /// on a replica (read your writes), else as [`Self::read`].
+    async fn read_by_code<'c, T>(
+        &'c self,
+        code: &str,
+        read: impl Fn(&'c dyn Store) -> Read<'c, Option<T>>,
+    ) -> Result<Option<T>, StoreError> {
+        if !self.written_recently(code) {
+            return self.read(read, |_| true).await;
+        }
+        self.metrics.primary_reads.inc();
+        match read(&*self.primary).await {
+            // The primary is away: a replica that already has the link beats a 503; one that
+            // does not may only be behind, so its "unknown" is not an answer.
+            Err(e @ StoreError::Unavailable(_)) => match self.read(read, Option::is_some).await {
+                Ok(Some(link)) => Ok(Some(link)),
+                _ => Err(e),
+            },
+            answer => answer,
+        }
+    }
+
     /// [`Self::read`], saying whether a replica answered (`false`: the primary).
     async fn read_tagged<'c, T>(
         &'c self,
@@ -408,24 +430,12 @@ impl LinkStore for Replicated {
     }
 
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
-        if self.written_recently(code) {
-            self.metrics.primary_reads.inc();
-            return match self.primary.get_link(code).await {
-                // The primary is away: a replica that already has the link beats a 503; one
-                // that does not may only be behind, so its "unknown" is not an answer.
-                Err(e @ StoreError::Unavailable(_)) => {
-                    match self
-                        .read(|store| store.get_link(code), Option::is_some)
-                        .await
-                    {
-                        Ok(Some(link)) => Ok(Some(link)),
-                        _ => Err(e),
-                    }
-                }
-                answer => answer,
-            };
-        }
-        self.read(|store| store.get_link(code), |_| true).await
+        self.read_by_code(code, |store| store.get_link(code)).await
+    }
+
+    async fn redirect_target(&self, code: &str) -> Result<Option<RedirectTarget>, StoreError> {
+        self.read_by_code(code, |store| store.redirect_target(code))
+            .await
     }
 
     async fn change_link(

@@ -5,6 +5,7 @@
 //! threads with their own connections, which WAL lets run beside the writer; a link read by
 //! its code runs on the caller's thread instead (`point_reads.rs`).
 
+mod clicks;
 mod creates;
 mod import;
 mod multi_row;
@@ -24,7 +25,7 @@ use point_reads::PointReads;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::{Actor, Link, LinkChange, Refusal};
+use shortener_core::link::{Actor, Link, LinkChange, RedirectTarget, Refusal};
 use shortener_core::listing::LinkQuery;
 use shortener_core::report::{
     AUTO_DISABLE_WINDOW_SECONDS, AUTO_REPORTS_ACTOR, AutoDisable, NewReport, Report, ReportOutcome,
@@ -45,7 +46,7 @@ use writer::{Isolation, Op, WriteOp};
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "shortener.db";
 
-/// Links as read: `links` with the click totals of `link_clicks` added (schema v7).
+/// Links as read: `links` with their click totals (`clicks.rs`) added up (schema v9).
 const COUNTED_LINKS: &str = "counted_links";
 /// Most writes folded into one transaction.
 const MAX_GROUP: usize = 512;
@@ -230,81 +231,6 @@ fn open_connection(path: &Path, read_only: bool) -> Result<Connection, StoreErro
     }
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
-}
-
-/// Deltas written between two yields of the writer thread: one full statement of days.
-const CLICKS_PER_SLICE: usize = multi_row::MAX_ROWS;
-/// How long into a click batch the writer yields after each slice. A yield lets every waiting
-/// thread go first, so on a machine busy with other work it stretched a batch threefold; past
-/// this the batch runs to its end, and the fold waiting on it (while redirects fill the
-/// click queue) waits at most this much longer.
-const YIELDING_FOR: Duration = Duration::from_millis(250);
-
-/// Adds click deltas to daily rows and link totals (inside the caller's transaction).
-///
-/// Totals go to `link_clicks`, not to `links`: its rows are a code and two counts, so a batch
-/// over many codes dirties a few dense pages instead of one page of `links` per code. Days
-/// take 64 deltas per statement (`multi_row.rs`): 29 % fewer instructions a day (BENCHMARKS.md).
-///
-/// The writer yields its core after each slice of deltas: a batch under Zipf traffic is tens
-/// of thousands of codes, 100 ms and more of CPU on the cores the redirects run on, and the
-/// scheduler lets a running thread use up its slice before a woken worker gets the core; those
-/// waits (2–25 ms, the writer behind a third of the workers' waits over 1 ms) made Zipf's p99
-/// (quiet A/B at 1 M links: Zipf 0.70–0.72 → 0.75–0.77 × bare, BENCHMARKS.md). With nobody
-/// waiting the yield returns at once.
-fn add_clicks(c: &Connection, mut deltas: Vec<ClickDelta>) -> rusqlite::Result<()> {
-    let started = std::time::Instant::now();
-    // In key order, consecutive updates land on the same or the next B-tree leaf: a batch
-    // over many codes reads each page once instead of once per code.
-    deltas.sort_unstable_by(|a, b| (&a.code, a.day).cmp(&(&b.code, b.day)));
-    let mut total = c.prepare_cached(
-        "UPDATE link_clicks SET clicks = clicks + ?2, bot_clicks = bot_clicks + ?3 \
-         WHERE code = ?1",
-    )?;
-    let mut first_total = c.prepare_cached(
-        "INSERT INTO link_clicks (code, clicks, bot_clicks) \
-         SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM links WHERE code = ?1)",
-    )?;
-    let mut read_people =
-        c.prepare_cached("SELECT visitors, tops FROM daily_clicks WHERE code = ?1 AND day = ?2")?;
-    let mut write_people = c.prepare_cached(
-        "UPDATE daily_clicks SET visitors = ?3, tops = ?4 WHERE code = ?1 AND day = ?2",
-    )?;
-    let mut counted = Vec::with_capacity(CLICKS_PER_SLICE);
-    for slice in deltas.chunks(CLICKS_PER_SLICE) {
-        counted.clear();
-        for d in slice {
-            let (human, bot) = (to_i64(d.human), to_i64(d.bot));
-            // Unknown codes (deleted from the file by hand, say) count nowhere.
-            if total.execute(params![d.code, human, bot])? == 1
-                || first_total.execute(params![d.code, human, bot])? == 1
-            {
-                counted.push(d);
-            }
-        }
-        multi_row::add_daily_clicks(c, &counted)?;
-        for d in &counted {
-            if let Some(delta_people) = d.people() {
-                let stored = read_people.query_row(params![d.code, d.day.number()], |r| {
-                    Ok(stored_people(
-                        r.get_ref(0)?.as_blob_or_null()?,
-                        r.get_ref(1)?.as_str_or_null()?,
-                    ))
-                })?;
-                let people = merged_people(stored, delta_people);
-                write_people.execute(params![
-                    d.code,
-                    d.day.number(),
-                    people.visitors.to_bytes(),
-                    people.tops_to_text()
-                ])?;
-            }
-        }
-        if started.elapsed() < YIELDING_FOR {
-            std::thread::yield_now();
-        }
-    }
-    Ok(())
 }
 
 fn token_info(r: &rusqlite::Row<'_>) -> rusqlite::Result<TokenInfo> {
@@ -627,6 +553,14 @@ impl LinkStore for SqliteStore {
         self.read(move |c| read_link(c, &code)).await
     }
 
+    async fn redirect_target(&self, code: &str) -> Result<Option<RedirectTarget>, StoreError> {
+        if let Some(read) = self.point_reads.read(|c| point_reads::read_target(c, code)) {
+            return read.map_err(classify);
+        }
+        let code = code.to_owned();
+        self.read(move |c| point_reads::read_target(c, &code)).await
+    }
+
     async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
         let (sql, values) = link_page_sql(query, COUNTED_LINKS, placeholder, "instr");
         self.read(move |c| {
@@ -934,7 +868,7 @@ impl LinkStore for SqliteStore {
 #[async_trait]
 impl ClickSink for SqliteStore {
     async fn apply_clicks(&self, deltas: Vec<ClickDelta>) -> Result<(), StoreError> {
-        self.write_alone(move |c| add_clicks(c, deltas), |_| true)
+        self.write_alone(move |c| clicks::add_clicks(c, deltas), |_| true)
             .await
     }
 
@@ -954,7 +888,7 @@ impl ClickSink for SqliteStore {
                         deltas.extend(batch.deltas);
                     }
                 }
-                add_clicks(c, deltas)?;
+                clicks::add_clicks(c, deltas)?;
                 Ok(fresh)
             },
             |_| true,
@@ -963,15 +897,7 @@ impl ClickSink for SqliteStore {
     }
 
     async fn prune_clicks_before(&self, day: Day) -> Result<u64, StoreError> {
-        self.write(move |c| {
-            c.execute(
-                "DELETE FROM applied_click_batches WHERE day < ?1",
-                [day.number()],
-            )?;
-            c.execute("DELETE FROM daily_clicks WHERE day < ?1", [day.number()])
-                .map(|n| n as u64)
-        })
-        .await
+        self.write(move |c| clicks::prune_days_before(c, day)).await
     }
 }
 

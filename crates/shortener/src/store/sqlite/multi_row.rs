@@ -8,7 +8,6 @@ use rusqlite::{CachedStatement, Connection, Statement, params_from_iter};
 use shortener_core::audit::{AuditAction, AuditRecord, Origin};
 use shortener_core::day::UnixSeconds;
 use shortener_core::link::Link;
-use shortener_core::store::ClickDelta;
 use std::sync::LazyLock;
 
 /// Most rows per statement. Chunks are powers of two up to this, so a connection caches
@@ -169,17 +168,6 @@ static NEW_LINKS: LazyLock<MultiInsert> = LazyLock::new(|| {
             row,
         ],
         "",
-    )
-});
-
-/// Click counts added to days: a day's first clicks insert its row.
-static DAILY_CLICKS: LazyLock<MultiInsert> = LazyLock::new(|| {
-    MultiInsert::new(
-        "daily_clicks",
-        "code, day, clicks, bot_clicks",
-        &[Value::Row; 4],
-        "ON CONFLICT (code, day) DO UPDATE SET clicks = clicks + excluded.clicks, \
-         bot_clicks = bot_clicks + excluded.bot_clicks",
     )
 });
 
@@ -380,18 +368,6 @@ pub(super) fn stored_only<'a>(links: &[&'a Link], stored: &[bool]) -> Vec<&'a Li
         .filter(|(_, stored)| **stored)
         .map(|(l, _)| *l)
         .collect()
-}
-
-/// Adds each delta's counts to its day's row (inside the caller's transaction).
-pub(super) fn add_daily_clicks(c: &Connection, deltas: &[&ClickDelta]) -> rusqlite::Result<()> {
-    DAILY_CLICKS.execute(c, deltas, &[], |d, row| {
-        row.extend([
-            ToSqlOutput::from(d.code.as_str()),
-            ToSqlOutput::from(d.day.number()),
-            ToSqlOutput::from(to_i64(d.human)),
-            ToSqlOutput::from(to_i64(d.bot)),
-        ]);
-    })
 }
 
 /// Appends audit rows (inside the caller's transaction), ids in slice order. Rows all of

@@ -8,9 +8,11 @@
 //! recovering the WAL, say), the read goes to the reader threads, which wait up to the
 //! store's busy timeout without holding up the caller's thread.
 
-use super::open_connection;
+use super::{open_connection, to_u64};
+use crate::store::TARGET_COLUMNS;
 use crossbeam_queue::ArrayQueue;
-use rusqlite::{Connection, ErrorCode};
+use rusqlite::{Connection, ErrorCode, OptionalExtension};
+use shortener_core::link::RedirectTarget;
 use shortener_core::store::StoreError;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -82,6 +84,24 @@ impl PointReads {
         let _ = self.idle.push(conn);
         (!waits).then_some(result)
     }
+}
+
+/// What a redirect needs of a link: one row of `links`, without the view's click totals,
+/// whose table a redirect has no use for (a second B-tree walk per miss).
+pub(super) fn read_target(c: &Connection, code: &str) -> rusqlite::Result<Option<RedirectTarget>> {
+    c.prepare_cached(&format!(
+        "SELECT {TARGET_COLUMNS} FROM links WHERE code = ?1"
+    ))?
+    .query_row([code], |r| {
+        Ok(RedirectTarget {
+            long_url: r.get(0)?,
+            expires_at: r.get(1)?,
+            version: to_u64(r.get(2)?),
+            disabled: r.get(3)?,
+            deleted: r.get(4)?,
+        })
+    })
+    .optional()
 }
 
 #[cfg(test)]

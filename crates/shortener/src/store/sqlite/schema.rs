@@ -166,6 +166,31 @@ const MIGRATIONS: &[&str] = &[
         done   TEXT
     ) WITHOUT ROWID;
     ",
+    // v9: a click flush writes the days alone. `link_clicks` now holds what pruned days held
+    // (written by the prune); a link's totals add its live days' rows. Until now it held
+    // every click since v7, live days' included: those come off. A day counted before v7 is
+    // in `links.clicks` instead, so a link whose live days predate v7 can hold a negative
+    // here; the sum stays exact.
+    "
+    INSERT INTO link_clicks (code, clicks, bot_clicks)
+    SELECT code, -sum(clicks), -sum(bot_clicks) FROM daily_clicks WHERE TRUE GROUP BY code
+    ON CONFLICT (code) DO UPDATE SET clicks = clicks + excluded.clicks,
+                                     bot_clicks = bot_clicks + excluded.bot_clicks;
+    DELETE FROM link_clicks WHERE clicks = 0 AND bot_clicks = 0;
+    DROP VIEW counted_links;
+    CREATE VIEW counted_links AS
+    SELECT l.code, l.long_url, l.owner, l.custom_alias, l.created_at, l.expires_at,
+           l.disabled_at,
+           l.clicks + coalesce(t.clicks, 0)
+             + coalesce((SELECT sum(d.clicks) FROM daily_clicks d WHERE d.code = l.code), 0)
+             AS clicks,
+           l.bot_clicks + coalesce(t.bot_clicks, 0)
+             + coalesce((SELECT sum(d.bot_clicks) FROM daily_clicks d WHERE d.code = l.code), 0)
+             AS bot_clicks,
+           l.created_ip, l.version, l.disabled_reason, l.disabled_by, l.disabled_by_kind,
+           l.deleted_at, l.owner_admin
+      FROM links l LEFT JOIN link_clicks t ON t.code = l.code;
+    ",
 ];
 
 /// Schema version this binary writes.
@@ -286,5 +311,91 @@ mod tests {
         )
         .unwrap();
         assert_eq!(totals(&conn), (10, 3));
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn totals_stay_exact_through_v9_and_the_prunes_after_it() {
+        use crate::store::sqlite::clicks::{add_clicks, prune_days_before};
+        use shortener_core::day::Day;
+        use shortener_core::store::ClickDelta;
+
+        let mut conn = at_version(8);
+        // `a`: 4 clicks counted before v7; since then day 19 000 (pruned), 19 990 (old, not
+        // yet pruned) and 20 020 (live). `b`: its live day counted before v7 only. `c`: none.
+        conn.execute_batch(
+            "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at, clicks, bot_clicks) \
+             VALUES ('a', 'https://example.com/a', 0, 1, 9, 4, 1), \
+                    ('b', 'https://example.com/b', 0, 1, 9, 9, 0), \
+                    ('c', 'https://example.com/c', 0, 1, 9, 0, 0);
+             INSERT INTO daily_clicks (code, day, clicks, bot_clicks) \
+             VALUES ('a', 19990, 6, 2), ('a', 20020, 7, 3), ('b', 20020, 9, 0);
+             INSERT INTO link_clicks (code, clicks, bot_clicks) VALUES ('a', 18, 6);",
+        )
+        .unwrap();
+        let totals = |conn: &Connection| -> Vec<(String, i64, i64)> {
+            conn.prepare("SELECT code, clicks, bot_clicks FROM counted_links ORDER BY code")
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        let expected = |a: (i64, i64)| {
+            vec![
+                ("a".to_owned(), a.0, a.1),
+                ("b".to_owned(), 9, 0),
+                ("c".to_owned(), 0, 0),
+            ]
+        };
+        assert_eq!(totals(&conn), expected((22, 7)));
+        migrate(&mut conn).unwrap();
+        assert_eq!(totals(&conn), expected((22, 7)));
+
+        let tx = conn.transaction().unwrap();
+        assert_eq!(prune_days_before(&tx, Day::from_number(20_000)).unwrap(), 1);
+        tx.commit().unwrap();
+        assert_eq!(totals(&conn), expected((22, 7)));
+        let days: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM daily_clicks WHERE day < 20000",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(days, 0);
+
+        // A flush after it adds to the live day alone, and to nothing for an unknown code.
+        let delta = |code: &str, day: i32| ClickDelta {
+            code: code.to_owned(),
+            day: Day::from_number(day),
+            human: 2,
+            bot: 1,
+            people: None,
+        };
+        let tx = conn.transaction().unwrap();
+        add_clicks(
+            &tx,
+            vec![
+                delta("a", 20_020),
+                delta("a", 20_021),
+                delta("ghost", 20_021),
+            ],
+        )
+        .unwrap();
+        tx.commit().unwrap();
+        assert_eq!(totals(&conn), expected((26, 9)));
+        let pruned: (i64, i64) = conn
+            .query_row(
+                "SELECT clicks, bot_clicks FROM link_clicks WHERE code = 'a'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            pruned,
+            (11, 3),
+            "the days pruned before v9 and by the prune"
+        );
     }
 }
