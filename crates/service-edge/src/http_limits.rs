@@ -202,8 +202,9 @@ impl HttpLimits {
 
     /// The head limits without hyper's head timer, for a server that times heads itself
     /// ([`crate::serve_connections`]). Answers are written from one buffer (a body is copied
-    /// behind its head) rather than as a list of buffers: the answers these servers send are
-    /// small, and the list's bookkeeping cost a short answer more than the copy.
+    /// behind its head) rather than as a list of buffers: most answers these servers send are
+    /// short, and the list's bookkeeping cost a short answer more than the copy; a long one
+    /// (a snapshot, an export) is copied and flushed a buffer's size at a time.
     pub(crate) fn http1_untimed(&self) -> http1::Builder {
         let mut builder = http1::Builder::new();
         builder
