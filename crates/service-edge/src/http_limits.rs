@@ -204,7 +204,7 @@ impl HttpLimits {
     /// ([`crate::serve_connections`]). Answers are written from one buffer (a body is copied
     /// behind its head) rather than as a list of buffers: most answers these servers send are
     /// short, and the list's bookkeeping cost a short answer more than the copy; a long one
-    /// (a snapshot, an export) is copied and flushed a buffer's size at a time.
+    /// (a snapshot, an export) is copied too, once, which costs little beside producing it.
     pub(crate) fn http1_untimed(&self) -> http1::Builder {
         let mut builder = http1::Builder::new();
         builder
