@@ -246,12 +246,12 @@ pub struct RequestBudget {
 
 impl RequestBudget {
     /// Counts a request; `true` when it is the connection's last (answer it with
-    /// `Connection: close`, which makes hyper close after the answer).
+    /// `Connection: close`, which makes hyper close after the answer). An HTTP/1.1 connection
+    /// answers one request at a time, so no two counts race: a load and a store, not the
+    /// compare-and-swap loop every request paid for.
     pub fn take_is_last(&self) -> bool {
-        let before = self
-            .left
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-            .unwrap_or(0);
+        let before = self.left.load(Ordering::Relaxed);
+        self.left.store(before.saturating_sub(1), Ordering::Relaxed);
         before <= 1
     }
 }
