@@ -26,14 +26,17 @@ enum Key {
 
 impl Key {
     fn new(key: &Arc<str>) -> Self {
-        match u8::try_from(key.len()) {
-            Ok(len) if key.len() <= INLINE => {
-                let mut bytes = [0; INLINE];
-                bytes[..key.len()].copy_from_slice(key.as_bytes());
-                Self::Inline { len, bytes }
-            }
-            _ => Self::Shared(Arc::clone(key)),
-        }
+        Self::short(key).unwrap_or_else(|| Self::Shared(Arc::clone(key)))
+    }
+
+    /// The inline key of a short one (zero-padded, so equal keys are equal arrays).
+    fn short(key: &str) -> Option<Self> {
+        let len = u8::try_from(key.len())
+            .ok()
+            .filter(|_| key.len() <= INLINE)?;
+        let mut bytes = [0; INLINE];
+        bytes[..key.len()].copy_from_slice(key.as_bytes());
+        Some(Self::Inline { len, bytes })
     }
 
     fn as_bytes(&self) -> &[u8] {
@@ -52,7 +55,13 @@ impl Hash for Key {
 
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
-        self.as_bytes() == other.as_bytes()
+        match (self, other) {
+            // Fixed-size arrays: compared in a few words, not by a call comparing strings.
+            (Self::Inline { len, bytes }, Self::Inline { len: l, bytes: b }) => {
+                len == l && bytes == b
+            }
+            _ => self.as_bytes() == other.as_bytes(),
+        }
     }
 }
 
@@ -97,6 +106,12 @@ impl Borrow<[u8]> for Entry {
     }
 }
 
+impl Borrow<Key> for Entry {
+    fn borrow(&self) -> &Key {
+        &self.key
+    }
+}
+
 impl Hash for Entry {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.key.hash(state);
@@ -128,7 +143,11 @@ pub(crate) struct Sessions {
 impl Sessions {
     /// The key's binding; renew it by setting its `expires`.
     pub(crate) fn get(&self, key: &str) -> Option<&Binding> {
-        self.map.get(key.as_bytes()).map(|e| &e.binding)
+        let entry = match Key::short(key) {
+            Some(short) => self.map.get(&short),
+            None => self.map.get(key.as_bytes()),
+        };
+        entry.map(|e| &e.binding)
     }
 
     pub(crate) fn len(&self) -> usize {
