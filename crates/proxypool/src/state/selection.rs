@@ -241,10 +241,8 @@ impl PoolState {
         };
         let slot = place(capacity)
             .or_else(|| place(capacity.ceiling()))
-            .ok_or(AcquireError::NoAddressAvailable)?;
-        let rec = self
-            .record_mut(slot)
-            .ok_or(AcquireError::NoAddressAvailable)?;
+            .ok_or_else(no_address)?;
+        let rec = self.record_mut(slot).ok_or_else(no_address)?;
         rec.count_binding(sp, true);
         let address = rec.address.clone();
         self.sub_pools[sp as usize].bound_keys += 1;
@@ -274,7 +272,7 @@ impl PoolState {
         let picked = keyless.pick(members, site, &ctx, &mut self.rng);
         let choice = keyless.choice();
         self.upcoming = ctx.next.get();
-        let slot = picked.ok_or(AcquireError::NoAddressAvailable)?;
+        let slot = picked.ok_or_else(no_address)?;
         Ok((slot, choice))
     }
 
@@ -368,4 +366,10 @@ pub(super) fn cooling(
         sites.get(slot, site).and_then(|c| c.cooling_until)
     };
     until.filter(|u| *u > now)
+}
+
+/// The refusal when nothing can be picked, made only then: `ok_or` would build (and drop)
+/// the error on every pick that succeeds.
+fn no_address() -> AcquireError {
+    AcquireError::NoAddressAvailable
 }

@@ -54,6 +54,7 @@ impl Hash for Key {
 }
 
 impl PartialEq for Key {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
             // Fixed-size arrays: compared in a few words, not by a call comparing strings.
