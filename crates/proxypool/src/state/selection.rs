@@ -80,9 +80,8 @@ impl Ctx<'_> {
         let (Some(r), Some(h)) = (self.record(slot), self.hot.get(slot as usize)) else {
             return 0.0;
         };
-        // Its other lines load while the weight is computed (what is weighed is what gets
-        // picked).
-        std::hint::black_box(r.prefetch());
+        // No burst of its own: what gets weighed was hinted a pair ahead as the likely pick,
+        // and the grant's burst follows.
         match self.level(slot, h) {
             Some(level) => weight::weight(level, &r.health, &self.cfg.health, self.now),
             None if r.health.state.is_offered() => weight::MIN_WEIGHT,
