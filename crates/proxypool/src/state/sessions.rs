@@ -26,17 +26,14 @@ enum Key {
 
 impl Key {
     fn new(key: &Arc<str>) -> Self {
-        Self::short(key).unwrap_or_else(|| Self::Shared(Arc::clone(key)))
-    }
-
-    /// The inline key of a short one (zero-padded, so equal keys are equal arrays).
-    fn short(key: &str) -> Option<Self> {
-        let len = u8::try_from(key.len())
-            .ok()
-            .filter(|_| key.len() <= INLINE)?;
-        let mut bytes = [0; INLINE];
-        bytes[..key.len()].copy_from_slice(key.as_bytes());
-        Some(Self::Inline { len, bytes })
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE => {
+                let mut bytes = [0; INLINE];
+                bytes[..key.len()].copy_from_slice(key.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Shared(Arc::clone(key)),
+        }
     }
 
     fn as_bytes(&self) -> &[u8] {
@@ -54,15 +51,8 @@ impl Hash for Key {
 }
 
 impl PartialEq for Key {
-    #[inline]
     fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            // Fixed-size arrays: compared in a few words, not by a call comparing strings.
-            (Self::Inline { len, bytes }, Self::Inline { len: l, bytes: b }) => {
-                len == l && bytes == b
-            }
-            _ => self.as_bytes() == other.as_bytes(),
-        }
+        self.as_bytes() == other.as_bytes()
     }
 }
 
@@ -107,12 +97,6 @@ impl Borrow<[u8]> for Entry {
     }
 }
 
-impl Borrow<Key> for Entry {
-    fn borrow(&self) -> &Key {
-        &self.key
-    }
-}
-
 impl Hash for Entry {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.key.hash(state);
@@ -144,11 +128,7 @@ pub(crate) struct Sessions {
 impl Sessions {
     /// The key's binding; renew it by setting its `expires`.
     pub(crate) fn get(&self, key: &str) -> Option<&Binding> {
-        let entry = match Key::short(key) {
-            Some(short) => self.map.get(&short),
-            None => self.map.get(key.as_bytes()),
-        };
-        entry.map(|e| &e.binding)
+        self.map.get(key.as_bytes()).map(|e| &e.binding)
     }
 
     pub(crate) fn len(&self) -> usize {
