@@ -121,6 +121,13 @@ impl ProxyAddress {
         Arc::strong_count(&self.0)
     }
 
+    /// Starts loading the line a clone writes (see `hint`), without waiting for it. The hint
+    /// names the shared spellings; the reference count sits just before them, on the same
+    /// line unless they start one.
+    pub(crate) fn prefetch_shared(&self) {
+        crate::hint::prefetch(&*self.0);
+    }
+
     /// The URL with the password replaced by `***`.
     pub fn redacted(&self) -> &str {
         &self.0.redacted

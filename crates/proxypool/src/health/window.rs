@@ -196,16 +196,24 @@ impl Window {
         self.set_horizon();
     }
 
-    /// A word from the header and from the slot the next push writes (see
-    /// `AddressRecord::prefetch`).
+    /// A word from the header (see `AddressRecord::prefetch`); the slot the next push writes
+    /// is hinted, not read: a grant has no use for it, its release comes later.
     pub(crate) fn prefetch(&self) -> u64 {
+        if let Some(e) = self.next_entry() {
+            crate::hint::prefetch(e);
+        }
+        self.horizon_ms
+    }
+
+    /// The slot the next push writes, once the ring is allocated.
+    pub(crate) fn next_entry(&self) -> Option<&Entry> {
         let ring = &self.entries;
         let next = if ring.len() < ring.buf.len() {
             ring.index(ring.len())
         } else {
             usize::from(ring.head)
         };
-        self.horizon_ms ^ ring.buf.get(next).map_or(0, |e| e.at.as_millis())
+        ring.buf.get(next)
     }
 
     /// When the oldest entry ages out, if there is one.

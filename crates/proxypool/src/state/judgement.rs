@@ -155,6 +155,16 @@ impl PoolState {
             return;
         };
         rec.health.refresh(now, cfg);
+        // The common outcome: a success of a healthy address that is not suspect and cannot
+        // have grown its latency tail. The judge reads no evidence for it and decides nothing
+        // (`judge::evaluate`), so it is not asked.
+        if class == Class::Success
+            && !slower
+            && rec.health.state == HealthState::Healthy
+            && rec.health.suspect.is_none()
+        {
+            return;
+        }
         let standing = Standing::of(&rec.health, now, cfg);
         let thresholds = Thresholds::of(cfg);
         let mut evidence = Windows {

@@ -40,6 +40,8 @@ use sub_pool::SubPool;
 
 /// A time nothing falls due at.
 const NEVER: Timestamp = Timestamp::from_millis(u64::MAX);
+/// No slot (slots are given from 0 up and never reach this).
+const NO_SLOT: Slot = Slot::MAX;
 
 #[derive(Debug, Default)]
 struct Counters {
@@ -81,6 +83,9 @@ pub(crate) struct PoolState {
     metrics: PoolMetrics,
     /// Reused by the fall judgement, so releases do not allocate.
     scratch_sites: Vec<u32>,
+    /// The likely next keyless picks (`NO_SLOT` where none), whose record lines the last pick
+    /// hinted: see `hint_upcoming`.
+    upcoming: [Slot; 2],
 }
 impl PoolState {
     pub(crate) fn new(cfg: PoolConfig, sub_pools: &[(String, Strategy)], rng: StdRng) -> Self {
@@ -112,6 +117,16 @@ impl PoolState {
             counters: Counters::default(),
             metrics: PoolMetrics::new(),
             scratch_sites: Vec::new(),
+            upcoming: [NO_SLOT; 2],
+        }
+    }
+
+    /// Hints what the likely next picks' records point to (their window's next entry, their
+    /// address), now that the records' own lines, hinted by the pick a release ago, are in:
+    /// a pair's chain of dependent loads then starts a pair early.
+    fn hint_upcoming(&mut self) {
+        for slot in std::mem::replace(&mut self.upcoming, [NO_SLOT; 2]) {
+            self.records.prefetch_pointed(slot);
         }
     }
 

@@ -31,6 +31,7 @@ impl PoolState {
         }
         self.counters.released += 1;
         self.record_outcome(slot, release.site, &release.outcome, now);
+        self.hint_upcoming();
     }
 
     /// An outcome of `slot` at `site`: windows, site judgement, the address's evaluation.

@@ -71,6 +71,16 @@ impl AddressRecord {
         hint::prefetch(&self.latency_seen);
     }
 
+    /// Starts loading what a pair reaches through the record's pointers: the window entry
+    /// the next push writes and the address a grant clones. Reads the record's lines 2 and 3
+    /// (a wait if they are not in yet).
+    fn prefetch_pointed(&self) {
+        if let Some(e) = self.window.next_entry() {
+            hint::prefetch(e);
+        }
+        self.address.prefetch_shared();
+    }
+
     /// Reads one word from each cache line an acquire + release pair will touch and folds
     /// them together (for `black_box`). At thousands of addresses a pair reaches its record at
     /// random and the lines are far apart in memory: loaded in one burst, their misses
@@ -234,6 +244,14 @@ impl Records {
     pub(crate) fn prefetch(&self, slot: Slot) {
         if let Some(r) = self.list.get(slot as usize) {
             r.prefetch_lines();
+        }
+    }
+
+    /// Starts loading what `slot`'s record points to and a pair touches (see
+    /// `AddressRecord::prefetch_pointed`); nothing for a slot never given.
+    pub(crate) fn prefetch_pointed(&self, slot: Slot) {
+        if let Some(r) = self.list.get(slot as usize) {
+            r.prefetch_pointed();
         }
     }
 }

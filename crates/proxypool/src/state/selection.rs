@@ -1,6 +1,7 @@
 //! Selection: acquire (bindings, the ring, keyless strategies), the view strategies see,
 //! and the end of sessions.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use crate::clock::Timestamp;
@@ -14,6 +15,7 @@ use crate::strategy::consistent_hash::{Capacity, key_hash};
 use crate::strategy::{Candidates, Slot};
 use crate::ticket::Ticket;
 
+use super::NO_SLOT;
 use super::record::{AddressRecord, Hot, Records};
 use super::sessions::Binding;
 use super::sites::{NO_SITE, Sites};
@@ -30,6 +32,10 @@ pub(super) struct Ctx<'a> {
     /// The ticket's site.
     site: u32,
     now: Timestamp,
+    /// The last two slots the pick hinted as likely next picks (`NO_SLOT` where none): the
+    /// lines their records point to are hinted once their records' lines are in
+    /// (`PoolState::hint_upcoming`).
+    next: Cell<[Slot; 2]>,
 }
 
 impl Ctx<'_> {
@@ -74,9 +80,8 @@ impl Ctx<'_> {
         let (Some(r), Some(h)) = (self.record(slot), self.hot.get(slot as usize)) else {
             return 0.0;
         };
-        // Its other lines load while the weight is computed (what is weighed is what gets
-        // picked).
-        std::hint::black_box(r.prefetch());
+        // No burst of its own: what gets weighed was hinted a pair ahead as the likely pick,
+        // and the grant's burst follows.
         match self.level(slot, h) {
             Some(level) => weight::weight(level, &r.health, &self.cfg.health, self.now),
             None if r.health.state.is_offered() => weight::MIN_WEIGHT,
@@ -91,6 +96,8 @@ impl Candidates for Ctx<'_> {
             hint::prefetch(h);
         }
         self.records.prefetch(slot);
+        let [_, last] = self.next.get();
+        self.next.set([last, slot]);
     }
 
     fn eligible(&self, slot: Slot) -> bool {
@@ -162,6 +169,7 @@ impl PoolState {
             cfg: &self.cfg,
             site,
             now,
+            next: Cell::new([NO_SLOT; 2]),
         }
     }
 
@@ -175,6 +183,10 @@ impl PoolState {
         let expires = now.after(self.cfg.sticky_ttl);
         if let Some(b) = self.sessions.get(key) {
             let slot = b.slot;
+            // The record's lines and the address a grant clones (the binding holds it too)
+            // load while its `Hot` entry is read and the grant prepared.
+            self.records.prefetch(slot);
+            b.address.prefetch_shared();
             let live = self
                 .hot
                 .get(slot as usize)
@@ -228,10 +240,8 @@ impl PoolState {
         };
         let slot = place(capacity)
             .or_else(|| place(capacity.ceiling()))
-            .ok_or(AcquireError::NoAddressAvailable)?;
-        let rec = self
-            .record_mut(slot)
-            .ok_or(AcquireError::NoAddressAvailable)?;
+            .ok_or_else(no_address)?;
+        let rec = self.record_mut(slot).ok_or_else(no_address)?;
         rec.count_binding(sp, true);
         let address = rec.address.clone();
         self.sub_pools[sp as usize].bound_keys += 1;
@@ -253,14 +263,16 @@ impl PoolState {
             cfg: &self.cfg,
             site,
             now,
+            next: Cell::new([NO_SLOT; 2]),
         };
         let SubPool {
             keyless, members, ..
         } = &mut self.sub_pools[sp as usize];
-        let slot = keyless
-            .pick(members, site, &ctx, &mut self.rng)
-            .ok_or(AcquireError::NoAddressAvailable)?;
-        Ok((slot, keyless.choice()))
+        let picked = keyless.pick(members, site, &ctx, &mut self.rng);
+        let choice = keyless.choice();
+        self.upcoming = ctx.next.get();
+        let slot = picked.ok_or_else(no_address)?;
+        Ok((slot, choice))
     }
 
     pub(super) fn grant(
@@ -353,4 +365,10 @@ pub(super) fn cooling(
         sites.get(slot, site).and_then(|c| c.cooling_until)
     };
     until.filter(|u| *u > now)
+}
+
+/// The refusal when nothing can be picked, made only then: `ok_or` would build (and drop)
+/// the error on every pick that succeeds.
+fn no_address() -> AcquireError {
+    AcquireError::NoAddressAvailable
 }
