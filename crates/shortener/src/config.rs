@@ -12,13 +12,6 @@ use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Click events the queue holds by default. The fold takes nothing from it while it waits for
-/// a write, so the queue must hold what arrives meanwhile: on a machine busy with other work a
-/// write of 50 000 events took 250–360 ms, and 65 536 slots overflowed in every probe at ~100 000
-/// redirects/s (1 000–170 000 clicks dropped); 131 072 dropped none, for 2–6 MiB more resident
-/// memory (BENCHMARKS.md, 2026-12-04).
-const DEFAULT_CLICK_QUEUE: usize = 131_072;
-
 /// Everything `serve` needs, validated.
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -393,10 +386,7 @@ impl ServeConfig {
                 .drop_bot_clicks
                 .or(file.drop_bot_clicks)
                 .unwrap_or(false),
-            click_queue: args
-                .click_queue
-                .or(file.click_queue)
-                .unwrap_or(DEFAULT_CLICK_QUEUE),
+            click_queue: args.click_queue.or(file.click_queue).unwrap_or(65_536),
             click_flush: Duration::from_millis(
                 args.click_flush_ms.or(file.click_flush_ms).unwrap_or(1000),
             ),
