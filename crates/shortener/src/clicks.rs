@@ -159,9 +159,6 @@ impl Aggregator {
                 self.prune().await;
                 last_write = tokio::time::Instant::now();
             }
-            if self.is_done() {
-                self.oldest = None;
-            }
             let lag = self.oldest.map_or(0, |at| (crate::now() - at).max(0));
             self.metrics.click_lag_seconds.set(lag);
         }
@@ -318,7 +315,18 @@ impl Aggregator {
         }
     }
 
+    /// Writes (or ships) what is pending; once nothing is left, the lag starts again from the
+    /// next click taken. Under a steady load the backlog bound forces every write and the
+    /// fold is never found empty between rounds, so the lag is reset here, not when idle:
+    /// before, it grew with the uptime of a busy process (30 s after 30 s of load).
     async fn flush(&mut self) {
+        self.write().await;
+        if self.is_done() {
+            self.oldest = None;
+        }
+    }
+
+    async fn write(&mut self) {
         if let Some(shipper) = self.shipper.clone() {
             return self.ship(&shipper).await;
         }
@@ -435,6 +443,26 @@ mod tests {
         assert_eq!(fold.pending_events, 9);
         assert_eq!(fold.oldest, Some(day));
         assert!(queue.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_lag_counts_from_the_oldest_click_not_yet_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
+        let mut fold = aggregator(store);
+        let code: Arc<str> = Arc::from("someone");
+        let queue = ArrayQueue::new(16);
+        let at = 1_700_000_000;
+        queue.push(click(&code, at, true, false)).unwrap();
+        fold.fold_all(&queue);
+        assert_eq!(fold.oldest, Some(at));
+        fold.flush().await;
+        assert!(fold.is_done());
+        assert_eq!(fold.oldest, None);
+        // A busy process folds again right after a write: its lag is that of the new clicks.
+        queue.push(click(&code, at + 7, true, false)).unwrap();
+        fold.fold_all(&queue);
+        assert_eq!(fold.oldest, Some(at + 7));
     }
 
     #[test]
