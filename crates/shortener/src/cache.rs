@@ -44,7 +44,7 @@ use shortener_core::link::Link;
 use shortener_core::store::StoreError;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -63,15 +63,6 @@ const GHOSTS: f64 = 0.1;
 const TYPICAL_ENTRY: u64 = 260;
 /// What `Bytes` allocates beside a destination's buffer when a hit first clones it.
 const BYTES_SHARED: usize = 24;
-/// Bytes of `--cache-mb` per slot of the read clock ([`LinkCache::note_read`]): 1 Mi slots
-/// (2 MiB) at the default 64 MiB, so that few dead entries share a slot with a live one (with
-/// 65 536 slots and the 217 000 codes of the bench's 10 M-link Zipf, 96 % would).
-const BYTES_PER_READ_SLOT: u64 = 64;
-/// An entry no lookup found for this long goes at the next sweep while its room is nearly
-/// full (seconds).
-const IDLE_SECONDS: u16 = 60;
-/// How often [`LinkCache::drop_idle`] should run.
-pub(crate) const IDLE_SWEEP: Duration = Duration::from_secs(10);
 /// Announcements remembered per poll period at most (past this, polled notes look at L2).
 const MAX_HEARD: usize = 100_000;
 
@@ -248,11 +239,6 @@ pub(crate) struct LinkCache {
     /// ...and longer aliases.
     long_negatives: Cache<Arc<str>, Negative, NegativeWeigher>,
     generations: Box<[AtomicU32]>,
-    /// When a lookup last found a code of each slot (Unix seconds mod 2^16): quick_cache's
-    /// hot part makes room only when it promotes an entry, so a working set that moved on
-    /// (the bench's 1 M-link Zipf before its 10 M one) stayed while the new one's codes seen
-    /// once a cycle were never admitted (BENCHMARKS.md, issue 18 at 10 M links).
-    reads: Box<[AtomicU16]>,
     /// quick_cache's own fast keyed hasher: SipHash here cost a redirect more than the
     /// cache lookup itself.
     hasher: quick_cache::DefaultHashBuilder,
@@ -300,13 +286,9 @@ impl LinkCache {
         let negative_bytes = settings.max_bytes / 16;
         let long_negative_bytes = settings.max_bytes / 64;
         let generations = (SHARDS * size_of::<AtomicU32>()) as u64;
-        let read_slots = usize::try_from(settings.max_bytes / BYTES_PER_READ_SLOT)
-            .unwrap_or(usize::MAX)
-            .next_power_of_two();
-        let reads = (read_slots * size_of::<AtomicU16>()) as u64;
-        let fresh_bytes = settings.max_bytes.saturating_sub(
-            shelf_bytes + negative_bytes + long_negative_bytes + generations + reads,
-        );
+        let fresh_bytes = settings
+            .max_bytes
+            .saturating_sub(shelf_bytes + negative_bytes + long_negative_bytes + generations);
         let long_negative_typical = entry_bytes::<Negative>("a-twenty-char-alias") as u64;
         Ok(Self {
             slots: room(fresh_bytes, TYPICAL_ENTRY, SlotWeigher)?,
@@ -314,7 +296,6 @@ impl LinkCache {
             negatives: PackedNegatives::new(negative_bytes),
             long_negatives: room(long_negative_bytes, long_negative_typical, NegativeWeigher)?,
             generations: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
-            reads: (0..read_slots).map(|_| AtomicU16::new(0)).collect(),
             hasher: quick_cache::DefaultHashBuilder::default(),
             settings,
             store,
@@ -341,36 +322,6 @@ impl LinkCache {
         &self.generations[(hash as usize) & (SHARDS - 1)]
     }
 
-    fn read_slot(&self, hash: u64) -> &AtomicU16 {
-        // Other bits than the generation's; the length is a power of two.
-        &self.reads[(hash >> 32) as usize & (self.reads.len() - 1)]
-    }
-
-    /// Notes that a lookup found `hash`'s code at `now`. Written only when the second
-    /// changed, so a hot link's slot is not moved between cores on every hit.
-    fn note_read(&self, hash: u64, now: UnixSeconds) {
-        let slot = self.read_slot(hash);
-        let stamp = now as u16;
-        if slot.load(Ordering::Relaxed) != stamp {
-            slot.store(stamp, Ordering::Relaxed);
-        }
-    }
-
-    /// Drops the links' entries that no lookup found for [`IDLE_SECONDS`] while their room is
-    /// at least 90 % full (run every [`IDLE_SWEEP`], off the request path: a shard's write
-    /// lock is held while it is walked). An entry sharing its slot with a live one stays; one
-    /// unread for a multiple of 2^16 s and a little more may too.
-    pub(crate) fn drop_idle(&self, now: UnixSeconds) {
-        if self.slots.weight() < self.slots.capacity() / 10 * 9 {
-            return;
-        }
-        let stamp = now as u16;
-        self.slots.retain(|code, _| {
-            stamp.wrapping_sub(self.read_slot(self.hash(code)).load(Ordering::Relaxed))
-                < IDLE_SECONDS
-        });
-    }
-
     fn usable(&self, slot: &Slot, generation: &AtomicU32, now: UnixSeconds) -> bool {
         now < slot.fresh_until && slot.generation == generation.load(Ordering::Acquire)
     }
@@ -388,7 +339,6 @@ impl LinkCache {
         let generation = self.generation(hash);
         if let Some(slot) = self.slots.get(code) {
             if self.usable(&slot, generation, now) {
-                self.note_read(hash, now);
                 match slot.link {
                     Some(_) => self.metrics.cache_hit.inc(),
                     None => self.metrics.cache_negative_hit.inc(),
@@ -416,10 +366,7 @@ impl LinkCache {
         let key: Arc<str> = Arc::from(code);
         loop {
             let guard = match self.slots.get_value_or_guard_async(&key).await {
-                Ok(slot) if self.usable(&slot, generation, now) => {
-                    self.note_read(hash, now);
-                    return Ok(slot.link);
-                }
+                Ok(slot) if self.usable(&slot, generation, now) => return Ok(slot.link),
                 Ok(slot) => {
                     // We joined a read that started before a write to this code, or found
                     // an entry past its time: read again.
@@ -472,7 +419,6 @@ impl LinkCache {
             // Err only if an invalidation removed the placeholder meanwhile; the answer we
             // return is still what the store said when asked.
             let _ = guard.insert(slot.clone());
-            self.note_read(hash, now);
             self.shelf.remove(code);
             if slot.generation == generation.load(Ordering::Acquire) {
                 return Ok(slot.link);
@@ -835,48 +781,6 @@ mod tests {
             assert!(cache.cached(code, now).is_none());
             assert!(get(&cache, code, now).await.unwrap().is_some());
         }
-    }
-
-    #[tokio::test]
-    async fn a_sweep_drops_entries_unread_for_a_minute_once_the_room_is_nearly_full() {
-        let (_dir, _store, cache) = cache_on_sqlite();
-        let put = |code: &Arc<str>| {
-            let slot = SETTINGS.slot(Some(link(NOW + 9_000, false)), 0, NOW);
-            cache.slots.insert(code.clone(), slot);
-            cache.note_read(cache.hash(code), NOW);
-        };
-        let held = |codes: &[Arc<str>]| -> Vec<Arc<str>> {
-            codes
-                .iter()
-                .filter(|c| cache.slots.peek(c.as_ref()).is_some())
-                .cloned()
-                .collect()
-        };
-        let first: Arc<str> = Arc::from("first");
-        put(&first);
-        // Far from full: nothing goes, however long unread.
-        cache.drop_idle(NOW + 600);
-        assert_eq!(held(&[first]).len(), 1);
-        let mut codes = Vec::new();
-        for i in 0.. {
-            if cache.slots.weight() >= cache.slots.capacity() / 100 * 95 {
-                break;
-            }
-            let code: Arc<str> = Arc::from(format!("c{i:06}"));
-            put(&code);
-            codes.push(code);
-        }
-        // Those quick_cache's shards kept, half of them read a minute later.
-        let codes = held(&codes);
-        let (read, unread) = codes.split_at(codes.len() / 2);
-        for code in read {
-            cache.note_read(cache.hash(code), NOW + 59);
-        }
-        cache.drop_idle(NOW + 60);
-        assert_eq!(held(read).len(), read.len());
-        // Only those sharing a read slot with a code read since stay (1 in 14 slots here).
-        let kept = held(unread).len();
-        assert!(kept * 5 < unread.len(), "{kept} of {} stayed", unread.len());
     }
 
     #[test]

@@ -270,19 +270,6 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             }
         })
     };
-    background.push(tokio::spawn({
-        let app = app.clone();
-        async move {
-            let mut tick = tokio::time::interval(crate::cache::IDLE_SWEEP);
-            loop {
-                tick.tick().await;
-                let app = app.clone();
-                // A blocking task: the sweep holds each shard's write lock while it walks it.
-                let _ =
-                    tokio::task::spawn_blocking(move || app.cache.drop_idle(crate::now())).await;
-            }
-        }
-    }));
 
     tracing::info!(listen = %bound, store = %config.store, "serving");
     // Tests and scripts read the bound port from this line.
