@@ -85,6 +85,19 @@ pub(crate) enum Verdict {
     Clear,
 }
 
+/// Whether [`evaluate`] has nothing to decide, without asking it: a success of a healthy
+/// address that is not suspect, when the outcome cannot have grown its latency tail
+/// (`may_grow_tail`: the evidence then says no tail, so no fall, clear or slow verdict can
+/// come). The common release; an engine skips building the evaluation's inputs for it.
+pub(crate) fn nothing_to_decide(
+    state: HealthState,
+    suspect: Option<u32>,
+    class: Class,
+    may_grow_tail: bool,
+) -> bool {
+    class == Class::Success && !may_grow_tail && state == HealthState::Healthy && suspect.is_none()
+}
+
 /// The address's evaluation after an outcome of `class` (P3–P5, P10). `excused`: the outcome's
 /// site is judged degraded (P9), so it says nothing about the address. A fall is judged when
 /// a bad outcome arrives: a success cannot start one.
@@ -355,6 +368,46 @@ mod tests {
         of: 5,
         window_success: 0.9,
     };
+
+    #[test]
+    fn nothing_to_decide_only_where_evaluate_decides_nothing() {
+        let cfg = Thresholds::of(&HealthConfig::default());
+        let states = [
+            HealthState::Healthy,
+            HealthState::Degraded,
+            HealthState::Quarantined,
+            HealthState::Probing,
+            HealthState::Dead,
+        ];
+        let mut skipped = 0;
+        for state in states {
+            for suspect in [None, Some(1)] {
+                for class in [Class::Success, Class::Failure, Class::Captcha] {
+                    for dwelt in [false, true] {
+                        let at = Standing {
+                            state,
+                            suspect,
+                            dwelt,
+                            ..healthy()
+                        };
+                        // The evidence a tail-less outcome gives: no tail, whatever the fall.
+                        let mut said = Said {
+                            fall: Some(THREE_OF_FIVE),
+                            slow: None,
+                            reads: 0,
+                        };
+                        if nothing_to_decide(state, suspect, class, false) {
+                            skipped += 1;
+                            assert_eq!(evaluate(at, class, false, cfg, &mut said), None);
+                        }
+                        // An outcome that may grow the tail is always judged.
+                        assert!(!nothing_to_decide(state, suspect, class, true));
+                    }
+                }
+            }
+        }
+        assert_eq!(skipped, 2, "a healthy, unsuspected success, dwelt or not");
+    }
 
     #[test]
     fn three_of_five_against_a_good_record_makes_suspect_then_confirms() {

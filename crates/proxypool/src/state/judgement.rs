@@ -155,14 +155,8 @@ impl PoolState {
             return;
         };
         rec.health.refresh(now, cfg);
-        // The common outcome: a success of a healthy address that is not suspect and cannot
-        // have grown its latency tail. The judge reads no evidence for it and decides nothing
-        // (`judge::evaluate`), so it is not asked.
-        if class == Class::Success
-            && !slower
-            && rec.health.state == HealthState::Healthy
-            && rec.health.suspect.is_none()
-        {
+        // The common outcome, where the judge would decide nothing: not asked.
+        if judge::nothing_to_decide(rec.health.state, rec.health.suspect, class, slower) {
             return;
         }
         let standing = Standing::of(&rec.health, now, cfg);
