@@ -35,7 +35,9 @@ impl Clicks {
         };
         Ok(Clicks {
             dropped: value("shortener_click_events_dropped_total"),
-            written: value("shortener_click_events_flushed_total"),
+            // Written to the store, or (scale-out) shipped to the stream.
+            written: value("shortener_click_events_flushed_total")
+                + value("shortener_click_events_shipped_total"),
             writes: value("shortener_click_flush_seconds_count"),
             write_seconds: value("shortener_click_flush_seconds_sum"),
             lag_seconds: value("shortener_click_lag_seconds"),
