@@ -7,6 +7,7 @@
 //! Absolute numbers move with the machine's load; the ratio, measured in one run, is the figure.
 
 mod backend;
+mod click_metrics;
 mod feed_ab;
 mod procfs;
 mod wrk;
@@ -14,6 +15,7 @@ mod wrk;
 use anyhow::{Context, bail};
 use backend::Backend;
 use clap::Parser;
+use click_metrics::{Clicks, LagWatch};
 use procfs::{cpu_seconds, rss_mib};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -218,6 +220,7 @@ fn main() -> anyhow::Result<()> {
             format_args!("{:.2}", median(result.cpu_ratios().into_iter())),
             spread(result.cpu_ratios().into_iter(), 2),
         );
+        println!("{:<24} {}", "", result.clicks);
     }
     let creates = median(create_runs.iter().map(Run::ok_per_second));
     let creates_bar = backend.creates_bar();
@@ -343,6 +346,8 @@ struct CaseResult {
     ours_cpu_us: Vec<f64>,
     /// The shortener's resident memory after the case, MiB.
     rss_after: f64,
+    /// Its click pipeline over the warm-up and the rounds: drops, writes, lag.
+    clicks: String,
 }
 
 /// What a redirect case must reach (issue 18).
@@ -473,6 +478,8 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
             .map(|p| vec![("PATHS", p.to_str().unwrap_or_default())])
             .unwrap_or_default();
         let script = paths.map(|_| paths_lua.as_path());
+        let clicks_before = Clicks::read(plan.shortener_base)?;
+        let lag_watch = LagWatch::start(plan.shortener_base);
         // Unmeasured runs first: the steady state of a long-running server, warm caches. A
         // path list is played through at least once, so every code of it has been seen.
         let warm = Wrk {
@@ -520,8 +527,12 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
                 }
             }
         }
+        let lag_max = lag_watch.finish();
+        let clicks = clicks_before.since(&Clicks::read(plan.shortener_base)?, lag_max);
         let rss_after = rss_mib(plan.shortener_pid)?;
-        println!("shortener RSS after case {name}: {rss_after:.1} MiB");
+        println!(
+            "shortener RSS after case {name}: {rss_after:.1} MiB; warm-up and rounds: {clicks}"
+        );
         if index == 1 {
             rss_serving_zipf = Some(rss_after);
         }
@@ -534,6 +545,7 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
             bare_cpu_us,
             ours_cpu_us,
             rss_after,
+            clicks,
         });
     }
     Ok((results, rss_serving_zipf))

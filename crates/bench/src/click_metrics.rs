@@ -1,0 +1,111 @@
+//! What the shortener's `/metrics` says of its click pipeline while the cases run: clicks
+//! dropped because the queue was full (issue 18: none while the store is only slow), the
+//! writes, and the lag gauge, sampled.
+
+use anyhow::{Context, bail};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How often the lag gauge is read during a case.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+
+/// The click counters at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Clicks {
+    dropped: f64,
+    written: f64,
+    writes: f64,
+    write_seconds: f64,
+    lag_seconds: f64,
+}
+
+impl Clicks {
+    /// Reads them from the server at `base` (`http://host:port`).
+    pub(crate) fn read(base: &str) -> anyhow::Result<Clicks> {
+        let text = get_metrics(base)?;
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.0)
+        };
+        Ok(Clicks {
+            dropped: value("shortener_click_events_dropped_total"),
+            // Written to the store, or (scale-out) shipped to the stream.
+            written: value("shortener_click_events_flushed_total")
+                + value("shortener_click_events_shipped_total"),
+            writes: value("shortener_click_flush_seconds_count"),
+            write_seconds: value("shortener_click_flush_seconds_sum"),
+            lag_seconds: value("shortener_click_lag_seconds"),
+        })
+    }
+
+    /// One line: what happened between `self` (earlier) and `later`.
+    pub(crate) fn since(&self, later: &Clicks, lag_max: f64) -> String {
+        let writes = later.writes - self.writes;
+        format!(
+            "clicks dropped {:.0}, written {:.0} in {writes:.0} writes (mean {:.0} ms), lag gauge up to {lag_max:.0} s",
+            later.dropped - self.dropped,
+            later.written - self.written,
+            (later.write_seconds - self.write_seconds) / writes.max(1.0) * 1e3,
+        )
+    }
+}
+
+/// `GET /metrics` over a plain connection: the bench's other requests run under wrk or in
+/// their own runtime, and this one is read from a sampling thread too.
+fn get_metrics(base: &str) -> anyhow::Result<String> {
+    let host = base.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(host).with_context(|| format!("connect {host}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let Some((head, body)) = response.split_once("\r\n\r\n") else {
+        bail!("no body in the /metrics answer");
+    };
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!(
+            "/metrics answered {}",
+            head.lines().next().unwrap_or_default()
+        );
+    }
+    Ok(body.to_owned())
+}
+
+/// Samples the lag gauge until stopped; gives the highest value read.
+pub(crate) struct LagWatch {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<f64>,
+}
+
+impl LagWatch {
+    pub(crate) fn start(base: &str) -> LagWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (base, stopped) = (base.to_owned(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut highest: f64 = 0.0;
+            while !stopped.load(Ordering::Relaxed) {
+                // A failed read (the server busy past the timeout) is a sample missed, not an error.
+                if let Ok(clicks) = Clicks::read(&base) {
+                    highest = highest.max(clicks.lag_seconds);
+                }
+                std::thread::sleep(SAMPLE_EVERY);
+            }
+            highest
+        });
+        LagWatch { stop, thread }
+    }
+
+    pub(crate) fn finish(self) -> f64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or(f64::NAN)
+    }
+}
