@@ -1422,7 +1422,7 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
     leases[count] = args[i]
   end
   -- Which were still open, closing them: a ZREM each, whose number reply says. (One ZMSCORE
-  -- for the batch cost more, 2.3 % of a pair's server instructions: Redis 7.0 prints each
+  -- for the batch cost more, 2.4 % of a pair's server instructions: Redis 7.0 prints each
   -- score with `%.17g` into an array reply that becomes a Lua table. A lease named twice in
   -- a batch is closed once.)
   local was_open = {}
