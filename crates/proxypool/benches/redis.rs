@@ -11,10 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use proxypool::{Outcome, Pool, PoolConfig, RedisOptions, Ticket};
+use proxypool::{Outcome, Pool};
+use redis_support::{TASKS, latency, ticket};
 use testkit::RedisServer;
 
-const TASKS: usize = 50;
+mod redis_support;
+
 const RUN: Duration = Duration::from_secs(3);
 /// Unmeasured pairs of each kind before the first round: the first seconds of a pool (its
 /// caches in the script and in this process filling, the server's memory settling) are not
@@ -83,15 +85,8 @@ async fn pairs_per_second(pool: &Pool, keyed: bool, run: Duration) -> f64 {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
-                let ticket = if keyed {
-                    Ticket::new().key(format!("k{}", (t as u64 * 7919 + i) % 2_000))
-                } else {
-                    Ticket::new()
-                };
-                let lease = pool.acquire(ticket).await.unwrap();
-                // Latencies that vary, as real ones do: each success moves the address's
-                // running figures (steady ones would leave nothing to write).
-                let latency = Duration::from_millis(30 + (t as u64 * 31 + i * 17) % 100);
+                let lease = pool.acquire(ticket(keyed, t, i)).await.unwrap();
+                let latency = latency(t, i);
                 lease.release(Outcome::Success { latency }).await.unwrap();
                 done.fetch_add(1, Ordering::Relaxed);
             }
@@ -124,21 +119,8 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("proxypool-redis-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let redis = RedisServer::start(&dir).unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut cfg = PoolConfig::default();
-    cfg.max_leases_per_address = 1_000;
-    let pool = rt.block_on(
-        Pool::builder()
-            .addresses((1..=50).map(|i| format!("http://10.0.1.{i}:3128")))
-            .config(cfg)
-            .redis(RedisOptions::new(redis.url(), "bench").timeout(Duration::from_secs(5)))
-            .connect(),
-    );
-    let pool = pool.unwrap();
+    let rt = redis_support::runtime();
+    let pool = rt.block_on(redis_support::pool(redis.url()));
     for keyed in [false, true] {
         rt.block_on(pairs_per_second(&pool, keyed, WARM_UP));
     }

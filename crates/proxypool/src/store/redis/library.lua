@@ -1421,24 +1421,20 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
     count = count + 1
     leases[count] = args[i]
   end
-  -- Which are still open, and close them: two calls for the whole batch.
-  local scores = call('ZMSCORE', K.due, unpack(leases, 1, count))
-  local open_leases, open_n = {}, 0
-  for j = 1, count do
-    if scores[j] then
-      open_n = open_n + 1
-      open_leases[open_n] = leases[j]
-    end
-  end
-  if open_n > 0 then call('ZREM', K.due, unpack(open_leases, 1, open_n)) end
+  -- Which were still open, closing them: a ZREM each, whose number reply says. (One ZMSCORE
+  -- for the batch cost more, 2.4 % of a pair's server instructions: Redis 7.0 prints each
+  -- score with `%.17g` into an array reply that becomes a Lua table. A lease named twice in
+  -- a batch is closed once.)
+  local was_open = {}
+  for j = 1, count do was_open[j] = call('ZREM', K.due, leases[j]) == 1 end
   local abandoned, released = 0, 0
   -- Lease ids of this epoch: an expired lease's outcome is still news about its address; one
   -- from before a loss names nothing.
   local first, last = num(got[3]), num(got[4])
   for j = 1, count do
     local i = from + (j - 1) * RELEASE_ARGS
-    local lid = not scores[j] and tonumber(string.match(args[i], '^l(%d+):'))
-    if scores[j] or (lid and lid > first and lid <= last) then
+    local lid = not was_open[j] and tonumber(string.match(args[i], '^l(%d+):'))
+    if was_open[j] or (lid and lid > first and lid <= last) then
       local id, class, site = args[i + 1], args[i + 2], args[i + 3]
       local names = names_of(site)
       -- A success's latency level, as its process judged it from its own successes, when
@@ -1464,9 +1460,9 @@ local function release_part(K, now, cap, H, got, S, args, from, to, judged)
         end
         av, pb = f[4], f[5]
       end
-      if scores[j] then freed(K, id, f[1], cap, H) end
+      if was_open[j] then freed(K, id, f[1], cap, H) end
       if class == 'a' then
-        if scores[j] then
+        if was_open[j] then
           abandoned = abandoned + 1
           if f[1] then call('HINCRBY', counts_key(K, id), '-|a', '1') end
         end
