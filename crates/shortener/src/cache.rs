@@ -337,13 +337,6 @@ impl LinkCache {
     pub(crate) fn cached(&self, code: &str, now: UnixSeconds) -> Option<Option<CachedLink>> {
         let hash = self.hash(code);
         let generation = self.generation(hash);
-        // The generation (256 KiB of them) and the code's bucket of negatives (a table larger
-        // than a core's cache) come from memory while the links' room is searched.
-        prefetch(generation);
-        let packed = negatives::packed(code);
-        if packed.is_some() {
-            self.negatives.prefetch(hash);
-        }
         if let Some(slot) = self.slots.get(code) {
             if self.usable(&slot, generation, now) {
                 match slot.link {
@@ -354,7 +347,7 @@ impl LinkCache {
             }
             self.forget(code, &slot, now);
         }
-        if self.known_unknown(code, packed, hash, generation, now) {
+        if self.known_unknown(code, hash, generation, now) {
             self.metrics.cache_negative_hit.inc();
             return Some(None);
         }
@@ -383,7 +376,7 @@ impl LinkCache {
                 Err(guard) => guard,
             };
             // The read we waited on may have found the code unknown (kept apart).
-            if self.known_unknown(code, negatives::packed(code), hash, generation, now) {
+            if self.known_unknown(code, hash, generation, now) {
                 return Ok(None);
             }
             // Read the generation before the store: a write that lands after this load
@@ -433,13 +426,11 @@ impl LinkCache {
         }
     }
 
-    /// Whether `code` (`packed`: [`negatives::packed`]) is cached as unknown (and still may
-    /// be). A packed entry past its time stays until its way is needed; a long alias's is
-    /// dropped.
+    /// Whether `code` is cached as unknown (and still may be). A packed entry past its time
+    /// stays until its way is needed; a long alias's is dropped.
     fn known_unknown(
         &self,
         code: &str,
-        packed: Option<u64>,
         hash: u64,
         generation: &AtomicU32,
         now: UnixSeconds,
@@ -447,7 +438,7 @@ impl LinkCache {
         let usable = |n: &Negative| {
             now < n.fresh_until && n.generation == generation.load(Ordering::Acquire)
         };
-        if let Some(packed) = packed {
+        if let Some(packed) = negatives::packed(code) {
             return self.negatives.get(packed, hash).is_some_and(|entry| {
                 usable(&Negative {
                     generation: entry.generation,
@@ -652,16 +643,6 @@ impl LinkCache {
                 + negative_bytes,
         )
     }
-}
-
-/// Starts loading the cache line that holds `value` and returns without waiting for it
-/// (a prefetch never faults; elsewhere than x86-64 a no-op).
-#[inline(always)]
-fn prefetch<T>(value: &T) {
-    #[cfg(target_arch = "x86_64")]
-    safe_arch::prefetch_t0(value);
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
 }
 
 /// Unix seconds as the packed negatives keep them (saturated: 32 bits last until 2106).

@@ -236,14 +236,6 @@ impl PackedNegatives {
         ]
     }
 
-    /// Starts loading the first bucket of `hash`'s code, if its segment exists, and returns
-    /// without waiting for it.
-    pub(super) fn prefetch(&self, hash: u64) {
-        if let Some(bucket) = self.bucket(self.places(hash)[0]) {
-            super::prefetch(bucket);
-        }
-    }
-
     fn segment_len(&self) -> usize {
         1 << self.segment_bits
     }
