@@ -28,6 +28,13 @@
 //! meanwhile — not only the one that took the entry out — can still serve it. An invalidation
 //! empties the shelf's entry and moves the generation, and rewrites the L2 entry, so nothing
 //! is served stale after a change was announced.
+//!
+//! Idle entries go while the links' room is nearly full: quick_cache's hot part makes room
+//! only when it promotes an entry, so a working set that moved on (the bench's 1 M-link Zipf
+//! before its 10 M one) stayed, hit before, while the new one's codes seen once a cycle were
+//! never promoted (BENCHMARKS.md, issue 18 at 10 M links). Each entry keeps the second a
+//! lookup last found it, written by the hit's own clone of the entry (the line it reads
+//! anyway, see [`Slot`]); a sweep every [`IDLE_SWEEP`] drops those unread for [`IDLE_SECONDS`].
 
 mod negatives;
 
@@ -42,6 +49,7 @@ use quick_cache::sync::Cache;
 use shortener_core::day::UnixSeconds;
 use shortener_core::link::Link;
 use shortener_core::store::StoreError;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -63,6 +71,11 @@ const GHOSTS: f64 = 0.1;
 const TYPICAL_ENTRY: u64 = 260;
 /// What `Bytes` allocates beside a destination's buffer when a hit first clones it.
 const BYTES_SHARED: usize = 24;
+/// An entry no lookup found for this long goes at the next sweep while its room is nearly
+/// full (seconds).
+const IDLE_SECONDS: u32 = 60;
+/// How often [`LinkCache::drop_idle`] should run.
+pub(crate) const IDLE_SWEEP: Duration = Duration::from_secs(10);
 /// Announcements remembered per poll period at most (past this, polled notes look at L2).
 const MAX_HEARD: usize = 100_000;
 
@@ -90,14 +103,45 @@ pub(crate) struct CachedLink {
     pub(crate) version: u64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Slot {
     link: Option<CachedLink>,
     generation: u32,
+    /// The second (Unix, 32 bits) a lookup last found this entry; in the padding after
+    /// `generation`, so it costs no byte.
+    read_at: AtomicU32,
     /// Served while `now < fresh_until` (Unix seconds).
     fresh_until: UnixSeconds,
     /// Past `fresh_until`, served while `now < stale_until` if the store is unavailable.
     stale_until: UnixSeconds,
+}
+
+thread_local! {
+    /// The second of the lookup this thread is making (0 outside [`LinkCache::cached`]),
+    /// for [`Slot::clone`].
+    static LOOKUP_AT: Cell<u32> = const { Cell::new(0) };
+}
+
+/// quick_cache's `get` hands out a clone made under the shard's read lock, and the clone is
+/// the only code that sees the entry the cache keeps: a lookup's clone notes the read there,
+/// on the line it reads anyway (a stamp array beside the cache was a cache miss per hit).
+impl Clone for Slot {
+    fn clone(&self) -> Self {
+        let at = LOOKUP_AT.get();
+        let read_at = self.read_at.load(Ordering::Relaxed);
+        // Only forwards and once a second, so a hot entry's line is seldom written; two
+        // lookups racing across a second may lose the later one's second (harmless).
+        if at > read_at {
+            self.read_at.store(at, Ordering::Relaxed);
+        }
+        Self {
+            link: self.link.clone(),
+            generation: self.generation,
+            read_at: AtomicU32::new(read_at.max(at)),
+            fresh_until: self.fresh_until,
+            stale_until: self.stale_until,
+        }
+    }
 }
 
 /// Sizes and lifetimes of the cache.
@@ -149,6 +193,7 @@ impl CacheSettings {
             fresh_until,
             link,
             generation,
+            read_at: AtomicU32::new(seconds_u32(now)),
         }
     }
 }
@@ -322,6 +367,19 @@ impl LinkCache {
         &self.generations[(hash as usize) & (SHARDS - 1)]
     }
 
+    /// Drops the links' entries that no lookup found for [`IDLE_SECONDS`] while their room is
+    /// at least 90 % full (run every [`IDLE_SWEEP`], off the request path: a shard's write
+    /// lock is held while it is walked).
+    pub(crate) fn drop_idle(&self, now: UnixSeconds) {
+        if self.slots.weight() < self.slots.capacity() / 10 * 9 {
+            return;
+        }
+        let now = seconds_u32(now);
+        self.slots.retain(|_, slot| {
+            now.saturating_sub(slot.read_at.load(Ordering::Relaxed)) < IDLE_SECONDS
+        });
+    }
+
     fn usable(&self, slot: &Slot, generation: &AtomicU32, now: UnixSeconds) -> bool {
         now < slot.fresh_until && slot.generation == generation.load(Ordering::Acquire)
     }
@@ -337,7 +395,10 @@ impl LinkCache {
     pub(crate) fn cached(&self, code: &str, now: UnixSeconds) -> Option<Option<CachedLink>> {
         let hash = self.hash(code);
         let generation = self.generation(hash);
-        if let Some(slot) = self.slots.get(code) {
+        LOOKUP_AT.set(seconds_u32(now));
+        let found = self.slots.get(code);
+        LOOKUP_AT.set(0);
+        if let Some(slot) = found {
             if self.usable(&slot, generation, now) {
                 match slot.link {
                     Some(_) => self.metrics.cache_hit.inc(),
@@ -783,6 +844,89 @@ mod tests {
         }
     }
 
+    /// Fills `cache`'s links' room to 95 % with entries read at [`NOW`]; the codes it kept.
+    fn fill_read_at_now(cache: &LinkCache) -> Vec<Arc<str>> {
+        let mut codes = Vec::new();
+        for i in 0.. {
+            if cache.slots.weight() >= cache.slots.capacity() / 100 * 95 {
+                break;
+            }
+            let code: Arc<str> = Arc::from(format!("c{i:06}"));
+            let slot = SETTINGS.slot(Some(link(NOW + 9_000, false)), 0, NOW);
+            cache.slots.insert(code.clone(), slot);
+            codes.push(code);
+        }
+        // Those quick_cache's shards kept.
+        codes.retain(|c| cache.slots.peek(c.as_ref()).is_some());
+        codes
+    }
+
+    fn held(cache: &LinkCache, codes: &[Arc<str>]) -> usize {
+        codes
+            .iter()
+            .filter(|c| cache.slots.peek(c.as_ref()).is_some())
+            .count()
+    }
+
+    #[tokio::test]
+    async fn a_sweep_drops_entries_unread_for_a_minute_once_the_room_is_nearly_full() {
+        let (_dir, _store, cache) = cache_on_sqlite();
+        let first: Arc<str> = Arc::from("first");
+        let slot = SETTINGS.slot(Some(link(NOW + 9_000, false)), 0, NOW);
+        cache.slots.insert(first.clone(), slot);
+        // Far from full: nothing goes, however long unread.
+        cache.drop_idle(NOW + 600);
+        assert_eq!(held(&cache, &[first]), 1);
+        cache.slots.clear();
+
+        let codes = fill_read_at_now(&cache);
+        let (read, unread) = codes.split_at(codes.len() / 2);
+        for code in read {
+            assert!(cache.cached(code, NOW + 59).is_some());
+        }
+        // A peek is no read.
+        for code in unread {
+            assert!(cache.slots.peek(code.as_ref()).is_some());
+        }
+        cache.drop_idle(NOW + 60);
+        assert_eq!(held(&cache, read), read.len());
+        assert_eq!(held(&cache, unread), 0);
+    }
+
+    #[tokio::test]
+    async fn lookups_racing_sweeps_leave_their_read_on_the_entry_kept() {
+        let (_dir, _store, cache) = cache_on_sqlite();
+        let codes = fill_read_at_now(&cache);
+        let (read, unread) = codes.split_at(codes.len() / 2);
+        for code in read {
+            assert!(cache.cached(code, NOW + 50).is_some());
+        }
+        std::thread::scope(|s| {
+            for chunk in read.chunks(read.len() / 4 + 1) {
+                let cache = &cache;
+                s.spawn(move || {
+                    for _ in 0..5 {
+                        for code in chunk {
+                            assert!(cache.cached(code, NOW + 100).is_some());
+                        }
+                    }
+                });
+            }
+            // Entries read at +50 stay through these; those never read go.
+            s.spawn(|| {
+                for _ in 0..50 {
+                    cache.drop_idle(NOW + 100);
+                }
+            });
+        });
+        assert_eq!(held(&cache, unread), 0);
+        // And every racing lookup's read landed on the entry the cache keeps.
+        for code in read {
+            let slot = cache.slots.peek(code.as_ref()).unwrap();
+            assert_eq!(slot.read_at.into_inner(), seconds_u32(NOW + 100), "{code}");
+        }
+    }
+
     #[test]
     fn entries_weigh_what_quick_cache_keeps_for_them() {
         // One shard and a power of two of entries: the slab's capacity is its length.
@@ -810,6 +954,8 @@ mod tests {
         assert_eq!(used.entries / n, size_of::<(Arc<str>, Slot)>() + 16);
         assert!((6..=12).contains(&(used.map / n)), "{}", used.map / n);
         assert_eq!(CACHE_EXTRA, 16 + 8);
+        // The read stamp sits in what was padding after the generation.
+        assert_eq!(size_of::<Slot>(), size_of::<Option<CachedLink>>() + 3 * 8);
         // And the weight adds the code's `Arc`, the destination and `Bytes`' header.
         let code: Arc<str> = Arc::from("abcdefg");
         let slot = SETTINGS.slot(Some(link(NOW + 1, false)), 0, NOW);

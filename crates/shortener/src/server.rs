@@ -256,6 +256,19 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     }
     background.push(tokio::spawn(feeds::sweep_forever(app.clone(), sweep)));
     background.push(tokio::spawn({
+        let app = app.clone();
+        async move {
+            let mut tick = tokio::time::interval(crate::cache::IDLE_SWEEP);
+            loop {
+                tick.tick().await;
+                let app = app.clone();
+                // A blocking task: the sweep holds each shard's write lock while it walks it.
+                let _ =
+                    tokio::task::spawn_blocking(move || app.cache.drop_idle(crate::now())).await;
+            }
+        }
+    }));
+    background.push(tokio::spawn({
         let (store, days) = (app.store.clone(), config.audit_retention_days);
         async move { crate::retention::prune_forever(store.as_ref(), days).await }
     }));
