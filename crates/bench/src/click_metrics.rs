@@ -3,8 +3,6 @@
 //! writes, and the lag gauge, sampled.
 
 use anyhow::{Context, bail};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -56,28 +54,19 @@ impl Clicks {
     }
 }
 
-/// `GET /metrics` over a plain connection: the bench's other requests run under wrk or in
-/// their own runtime, and this one is read from a sampling thread too.
+/// `GET /metrics`, blocking: it is read between wrk runs and from the sampling thread, outside
+/// the bench's runtime.
 fn get_metrics(base: &str) -> anyhow::Result<String> {
-    let host = base.trim_start_matches("http://");
-    let mut stream = TcpStream::connect(host).with_context(|| format!("connect {host}"))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let Some((head, body)) = response.split_once("\r\n\r\n") else {
-        bail!("no body in the /metrics answer");
-    };
-    if !head.starts_with("HTTP/1.1 200") {
-        bail!(
-            "/metrics answered {}",
-            head.lines().next().unwrap_or_default()
-        );
+    let response = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()?
+        .get(format!("{base}/metrics"))
+        .send()
+        .with_context(|| format!("GET {base}/metrics"))?;
+    if !response.status().is_success() {
+        bail!("/metrics answered {}", response.status());
     }
-    Ok(body.to_owned())
+    Ok(response.text()?)
 }
 
 /// Samples the lag gauge until stopped; gives the highest value read.
