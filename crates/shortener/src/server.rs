@@ -263,8 +263,10 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 tick.tick().await;
                 let app = app.clone();
                 // A blocking task: the sweep holds each shard's write lock while it walks it.
-                let _ =
-                    tokio::task::spawn_blocking(move || app.cache.drop_idle(crate::now())).await;
+                let swept = tokio::task::spawn_blocking(move || app.cache.drop_idle(crate::now()));
+                if let Err(e) = swept.await {
+                    tracing::error!(error = %e, "the cache's idle sweep failed");
+                }
             }
         }
     }));
