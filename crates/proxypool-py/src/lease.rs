@@ -137,12 +137,25 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.generation != runtime::generation()
-            && let Some(lease) = self.inner.take()
-        {
+        let Some(lease) = self.inner.take() else {
+            return;
+        };
+        if self.generation != runtime::generation() {
             // The parent's lease: the parent releases its own copy; touching its store from
             // here would reach a runtime without threads.
             std::mem::forget(lease);
+        } else if self.remote && tokio::runtime::Handle::try_current().is_err() {
+            // Awaited, not queued: a worker process often drops its last lease and exits at
+            // once (`os._exit` in multiprocessing), and a queued abandon would die with it,
+            // holding the slot until the lease TTL. Dropped on a runtime thread (a result
+            // nobody took), it can only be queued.
+            Python::attach(|py| match runtime::runtime(py) {
+                Ok(rt) => {
+                    // Failed: the lease TTL frees the slot, as for a lost queue.
+                    let _ = py.detach(|| rt.block_on(lease.abandon()));
+                }
+                Err(_) => drop(lease),
+            });
         }
     }
 }

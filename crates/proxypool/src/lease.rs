@@ -140,6 +140,29 @@ impl Lease {
         };
         pool.store.release(release, pool.clock.now()).await
     }
+
+    /// Gives the address back without an outcome, as dropping the lease does, and waits until
+    /// the store has it. A dropped lease's abandon is queued, and with a shared store a
+    /// process that exits at once can take the queue with it, leaving the slot held until the
+    /// lease TTL; a process about to exit abandons this way instead.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let pool = proxypool::Pool::builder().address("http://10.0.0.1:8080").build()?;
+    /// let lease = pool.acquire(proxypool::Ticket::new()).await?;
+    /// lease.abandon().await?;
+    /// assert_eq!(pool.snapshot().await.addresses[0].active_leases, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn abandon(mut self) -> Result<(), PoolError> {
+        let Some(pool) = self.pool.take() else {
+            return Ok(());
+        };
+        pool.store
+            .abandon_settled(self.lease, self.slot, pool.clock.now())
+            .await
+    }
 }
 
 impl Drop for Lease {

@@ -512,6 +512,26 @@ async fn a_dropped_lease_is_abandoned_in_redis() {
     }
 }
 
+/// `abandon` returns once Redis has it: another process sees the slot free at once, whatever
+/// this process's queue still holds (its snapshot would settle only its own queue).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_awaited_abandon_is_in_redis_when_it_returns() {
+    let redis = RedisServer::start(&dir("abandon")).unwrap();
+    let clock = ManualClock::new();
+    let pool = shared_pool(&redis, "abandon", &clock, PoolConfig::default()).await;
+    let other = shared_pool(&redis, "abandon", &clock, PoolConfig::default()).await;
+    for _ in 0..20 {
+        pool.acquire(Ticket::new())
+            .await
+            .unwrap()
+            .abandon()
+            .await
+            .unwrap();
+        assert_eq!(other.snapshot().await.pool.active_leases, 0);
+    }
+    assert_eq!(other.snapshot().await.pool.abandoned, 20);
+}
+
 /// A named site's blocks reach both the address's window and the pair's (P9, as in memory):
 /// an address doing well elsewhere is avoided on that site only — keyless work there passes
 /// it over until the pair's evidence ages out, its bound session keeps it — and forgiven then;

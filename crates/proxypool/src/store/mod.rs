@@ -105,6 +105,24 @@ impl Store {
         }
     }
 
+    /// [`Self::abandon`], waiting until a networked backend has it.
+    pub(crate) async fn abandon_settled(
+        &self,
+        lease: LeaseRef,
+        slot: Slot,
+        now: Timestamp,
+    ) -> Result<(), PoolError> {
+        match self {
+            Self::Memory(m) => {
+                let _ = slot;
+                m.abandon(lease, now);
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.abandon_settled_counted(lease, slot, now).await,
+        }
+    }
+
     pub(crate) async fn end_session(&self, key: &str, now: Timestamp) -> bool {
         match self {
             Self::Memory(m) => m.end_session(key, now),

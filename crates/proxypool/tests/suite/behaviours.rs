@@ -1039,6 +1039,18 @@ async fn a_dropped_lease_is_recorded_as_abandoned_and_frees_its_slot() {
 }
 
 #[tokio::test]
+async fn an_abandoned_lease_is_recorded_as_abandoned_and_frees_its_slot() {
+    let clock = ManualClock::new();
+    let pool = pool(2, &clock).await;
+    let lease = pool.acquire(Ticket::new()).await.unwrap();
+    let a = lease.address().redacted().to_owned();
+    lease.abandon().await.unwrap();
+    let snap = pool.snapshot().await;
+    assert_eq!((snap.pool.active_leases, snap.pool.abandoned), (0, 1));
+    assert_eq!(snap.address(&a).unwrap().totals.abandoned, 1);
+}
+
+#[tokio::test]
 async fn rate_limited_cools_the_address_for_that_site_only() {
     let clock = ManualClock::new();
     let pool = pool_with(2, &clock, rr()).await;

@@ -281,6 +281,21 @@ impl RedisStore {
         });
     }
 
+    /// [`Self::abandon`], awaited: done once Redis has it, or failed (then the lease TTL frees
+    /// the slot).
+    pub(crate) async fn abandon_settled(
+        &self,
+        lease: LeaseRef,
+        slot: u32,
+        now: Timestamp,
+    ) -> Result<(), PoolError> {
+        let request = Op::Release(abandon_request(lease.id.0, slot, now));
+        self.batched(&self.ops, request, self.deadline())
+            .await
+            .map(drop)
+            .map_err(PoolError::StoreUnavailable)
+    }
+
     /// Queues the abandon of `lease` with the releases; the receiver hears when its batch is
     /// done.
     fn queue_abandon(
@@ -290,18 +305,8 @@ impl RedisStore {
         now: Timestamp,
     ) -> oneshot::Receiver<Result<Answer, String>> {
         let (reply, answer) = oneshot::channel();
-        let request = ReleaseRequest {
-            now,
-            lease,
-            id: slot,
-            class: "a",
-            site: Arc::from(NO_SITE),
-            cool_until: 0,
-            level: None,
-            success: None,
-        };
         let _ = self.ops.send(Job {
-            request: Op::Release(request),
+            request: Op::Release(abandon_request(lease, slot, now)),
             reply,
         });
         answer
@@ -686,5 +691,19 @@ impl RedisStore {
                 SharedView::empty(now).snapshot
             }
         }
+    }
+}
+
+/// A release without an outcome: the lease was dropped, the work's result is unknown.
+fn abandon_request(lease: u64, slot: u32, now: Timestamp) -> ReleaseRequest {
+    ReleaseRequest {
+        now,
+        lease,
+        id: slot,
+        class: "a",
+        site: Arc::from(NO_SITE),
+        cool_until: 0,
+        level: None,
+        success: None,
     }
 }

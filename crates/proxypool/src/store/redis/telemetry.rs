@@ -143,4 +143,15 @@ impl RedisStore {
         self.telemetry.pool.abandoned();
         self.abandon(lease, slot, now);
     }
+
+    /// [`Self::abandon_settled`], counted as a lease lost.
+    pub(crate) async fn abandon_settled_counted(
+        &self,
+        lease: LeaseRef,
+        slot: u32,
+        now: Timestamp,
+    ) -> Result<(), PoolError> {
+        self.telemetry.pool.abandoned();
+        self.abandon_settled(lease, slot, now).await
+    }
 }
