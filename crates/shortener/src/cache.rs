@@ -597,12 +597,14 @@ impl LinkCache {
         }
     }
 
-    /// Whether this instance holds `version` of `code` or a later one.
+    /// Whether this instance holds `version` of `code` or a later one, on the shelf too: a
+    /// late note of a change already read must not take the stand-in an outage would need.
     fn knows(&self, code: &str, version: u64) -> bool {
-        self.slots
-            .peek(code)
-            .and_then(|slot| slot.link)
-            .is_some_and(|link| link.version >= version)
+        let holds = |slot: Option<Slot>| {
+            slot.and_then(|slot| slot.link)
+                .is_some_and(|link| link.version >= version)
+        };
+        holds(self.slots.peek(code)) || holds(self.shelf.peek(code))
     }
 
     /// An instance (this one included) announced that `code` reached `version`: forgets it
@@ -842,6 +844,31 @@ mod tests {
             assert!(cache.cached(code, now).is_none());
             assert!(get(&cache, code, now).await.unwrap().is_some());
         }
+    }
+
+    #[tokio::test]
+    async fn a_late_note_of_a_change_already_read_keeps_the_shelved_stand_in() {
+        let (_dir, store, cache) = cache_on_sqlite();
+        let now = crate::now();
+        let origin = shortener_core::audit::Origin::system("test");
+        let link = Link::new("shelved", "https://example.com/", now, now + 86_400);
+        store.insert_link(&link, &origin).await.unwrap();
+        let read = get(&cache, "shelved", now).await.unwrap().unwrap();
+        // Past its TTL a lookup moves the entry to the shelf (the store is asked next).
+        assert!(cache.cached("shelved", now + 301).is_none());
+        assert!(cache.slots.peek("shelved").is_none());
+        // The change sequence reports the create this instance read: the stand-in stays.
+        cache
+            .changed_elsewhere("shelved", read.version)
+            .await
+            .unwrap();
+        assert!(cache.shelf.peek("shelved").is_some());
+        // A later version is news: forgotten.
+        cache
+            .changed_elsewhere("shelved", read.version + 1)
+            .await
+            .unwrap();
+        assert!(cache.shelf.peek("shelved").is_none());
     }
 
     /// Fills `cache`'s links' room to 95 % with entries read at [`NOW`]; the codes it kept.
