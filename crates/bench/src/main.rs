@@ -7,19 +7,19 @@
 //! Absolute numbers move with the machine's load; the ratio, measured in one run, is the figure.
 
 mod backend;
-mod click_metrics;
 mod feed_ab;
 mod procfs;
+mod server_metrics;
 mod wrk;
 
 use anyhow::{Context, bail};
 use backend::Backend;
 use clap::Parser;
-use click_metrics::{Clicks, LagWatch};
 use procfs::{cpu_seconds, rss_mib};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_distr::Distribution;
+use server_metrics::{CacheFill, Clicks, LagWatch};
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -178,7 +178,13 @@ fn main() -> anyhow::Result<()> {
             .iter()
             .find(|r| r.index == 1)
             .map(CaseResult::ratio);
-        growth.push((stored, zipf, rss, fill_rate));
+        growth.push((
+            stored,
+            zipf,
+            rss,
+            fill_rate,
+            CacheFill::read(&shortener_base)?,
+        ));
         if last {
             results = stage_results;
             rss_serving_zipf = rss;
@@ -239,23 +245,29 @@ fn main() -> anyhow::Result<()> {
         lag.as_secs_f64(),
         verdict(lag <= Duration::from_secs(2), "lag", &mut failed)
     );
-    // The RSS bar holds after every case (the unknown-code flood's negatives included).
-    for (links, zipf, rss, fill_rate) in growth.iter().filter(|g| g.1.is_some()) {
+    for (links, zipf, rss, fill_rate, cache) in growth.iter().filter(|g| g.1.is_some()) {
         println!(
-            "growth: {links} links: Zipf ratio {}, RSS after Zipf {}, filled at {fill_rate:.0} links/s",
+            "growth: {links} links: Zipf ratio {}, RSS after Zipf {}, {cache}, filled at {fill_rate:.0} links/s",
             zipf.map_or("-".to_owned(), |z| format!("{z:.2}")),
             rss.map_or("-".to_owned(), |r| format!("{r:.1} MiB")),
         );
     }
-    // The bar is about serving redirects: a run of creates alone has no case to hold it to.
-    if let Some(rss_peak) = results.iter().map(|r| r.rss_after).reduce(f64::max) {
-        println!(
+    // The RSS bar is issue 18's: at 1 M links (after every case, the unknown-code flood's
+    // negatives included). Past that the links' room fills its share of `--cache-mb` and
+    // RSS is measured, not judged (the issue's 10 M row); a run that grows judges its 1 M
+    // stage, where only Zipf ran. A run of creates alone has no case to hold it to.
+    let rss_peak = results.iter().map(|r| r.rss_after).reduce(f64::max);
+    match (rss_peak, growth.first()) {
+        (Some(rss_peak), _) if stored <= STAGE_LINKS => println!(
             "shortener RSS with {stored} links: after Zipf {}, highest after a case {rss_peak:.1} MiB  (≤ {RSS_BAR_MIB} MiB after every case {}); at the end: {rss_end:.1} MiB",
             rss_serving_zipf.map_or("-".to_owned(), |r| format!("{r:.1} MiB")),
             verdict(rss_peak <= RSS_BAR_MIB, "rss", &mut failed)
-        );
-    } else {
-        println!("shortener RSS with {stored} links at the end: {rss_end:.1} MiB");
+        ),
+        (Some(rss_peak), Some((staged, _, Some(rss_staged), _, _))) => println!(
+            "shortener RSS with {staged} links after Zipf {rss_staged:.1} MiB  (≤ {RSS_BAR_MIB} MiB {}); with {stored} links (measured): highest after a case {rss_peak:.1} MiB, at the end {rss_end:.1} MiB",
+            verdict(*rss_staged <= RSS_BAR_MIB, "rss", &mut failed)
+        ),
+        _ => println!("shortener RSS with {stored} links at the end: {rss_end:.1} MiB"),
     }
     shortener.terminate()?;
     conclude(&failed)

@@ -1,6 +1,6 @@
-//! What the shortener's `/metrics` says of its click pipeline while the cases run: clicks
+//! What the shortener's `/metrics` says while the cases run: of its click pipeline, clicks
 //! dropped because the queue was full (issue 18: none while the store is only slow), the
-//! writes, and the lag gauge, sampled.
+//! writes, and the lag gauge, sampled; of its link cache, how full it is.
 
 use anyhow::{Context, bail};
 use std::sync::Arc;
@@ -25,12 +25,7 @@ impl Clicks {
     /// Reads them from the server at `base` (`http://host:port`).
     pub(crate) fn read(base: &str) -> anyhow::Result<Clicks> {
         let text = get_metrics(base)?;
-        let value = |name: &str| -> f64 {
-            text.lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0.0)
-        };
+        let value = |name: &str| metric(&text, name);
         Ok(Clicks {
             dropped: value("shortener_click_events_dropped_total"),
             // Written to the store, or (scale-out) shipped to the stream.
@@ -52,6 +47,43 @@ impl Clicks {
             (later.write_seconds - self.write_seconds) / writes.max(1.0) * 1e3,
         )
     }
+}
+
+/// The link cache's fill: what explains most of the RSS once its room is full.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CacheFill {
+    entries: f64,
+    weight_bytes: f64,
+}
+
+impl CacheFill {
+    /// Reads it from the server at `base` (`http://host:port`).
+    pub(crate) fn read(base: &str) -> anyhow::Result<CacheFill> {
+        let text = get_metrics(base)?;
+        Ok(CacheFill {
+            entries: metric(&text, "shortener_cache_entries"),
+            weight_bytes: metric(&text, "shortener_cache_weight_bytes"),
+        })
+    }
+}
+
+impl std::fmt::Display for CacheFill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "link cache {:.0} entries, {:.1} MiB by its estimate",
+            self.entries,
+            self.weight_bytes / (1024.0 * 1024.0)
+        )
+    }
+}
+
+/// The value of an unlabelled metric in `/metrics`' text, 0 when absent.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// `GET /metrics`, blocking: it is read between wrk runs and from the sampling thread, outside
