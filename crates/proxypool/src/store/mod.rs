@@ -113,13 +113,13 @@ impl Store {
         now: Timestamp,
     ) -> Result<(), PoolError> {
         match self {
-            Self::Memory(m) => {
-                let _ = slot;
-                m.abandon(lease, now);
-                Ok(())
-            }
             #[cfg(feature = "redis")]
             Self::Redis(r) => r.abandon_settled_counted(lease, slot, now).await,
+            // The engine has it as soon as the call returns.
+            Self::Memory(_) => {
+                self.abandon(lease, slot, now);
+                Ok(())
+            }
         }
     }
 

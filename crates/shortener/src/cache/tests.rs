@@ -1,0 +1,294 @@
+//! The cache's tests: lifetimes, rooms and weights, the idle sweep, the shelf (on a real embedded
+//! store where one is needed).
+
+use super::*;
+
+const SETTINGS: CacheSettings = CacheSettings {
+    max_bytes: 1 << 20,
+    ttl: Duration::from_secs(300),
+    negative_ttl: Duration::from_secs(60),
+    stale_max_age: Duration::from_secs(86_400),
+};
+const NOW: UnixSeconds = 1_700_000_000;
+
+/// What a redirect gets for `code`: the cache's answer, else the store's.
+async fn get(
+    cache: &LinkCache,
+    code: &str,
+    now: UnixSeconds,
+) -> Result<Option<CachedLink>, StoreError> {
+    match cache.cached(code, now) {
+        Some(answer) => Ok(answer),
+        None => cache.read(code, now).await,
+    }
+}
+
+fn link(expires_at: UnixSeconds, disabled: bool) -> CachedLink {
+    CachedLink {
+        code: Arc::from("abcdefg"),
+        location: Some(HeaderValue::from_static("https://example.com/")),
+        expires_at,
+        gone: disabled.then_some(Gone::Disabled),
+        version: 1,
+    }
+}
+
+#[test]
+fn a_live_link_is_kept_its_ttl_but_never_past_its_expiry() {
+    let far = link(NOW + 86_400, false);
+    assert_eq!(SETTINGS.fresh_until(Some(&far), NOW), NOW + 300);
+    let soon = link(NOW + 10, false);
+    assert_eq!(SETTINGS.fresh_until(Some(&soon), NOW), NOW + 10);
+}
+
+#[test]
+fn unknown_and_expired_codes_get_the_negative_ttl_disabled_ones_the_full_ttl() {
+    assert_eq!(SETTINGS.fresh_until(None, NOW), NOW + 60);
+    assert_eq!(SETTINGS.fresh_until(Some(&link(NOW, false)), NOW), NOW + 60);
+    assert_eq!(
+        SETTINGS.fresh_until(Some(&link(NOW - 5, true)), NOW),
+        NOW + 300
+    );
+}
+
+#[test]
+fn links_stay_servable_stale_for_the_stale_age_but_never_past_expiry_unknowns_never() {
+    let far = SETTINGS.slot(Some(link(NOW + 10 * 86_400, false)), 0, NOW);
+    assert_eq!(far.stale_until, NOW + 300 + 86_400);
+    let soon = SETTINGS.slot(Some(link(NOW + 1000, false)), 0, NOW);
+    assert_eq!(soon.stale_until, NOW + 1000);
+    let capped = SETTINGS.slot(Some(link(NOW + 10, false)), 0, NOW);
+    assert_eq!(capped.stale_until, NOW + 10);
+    let disabled = SETTINGS.slot(Some(link(NOW - 5, true)), 0, NOW);
+    assert_eq!(disabled.stale_until, NOW + 300 + 86_400);
+    assert_eq!(SETTINGS.slot(None, 0, NOW).stale_until, NOW + 60);
+    let expired = SETTINGS.slot(Some(link(NOW, false)), 0, NOW);
+    assert_eq!(expired.stale_until, expired.fresh_until);
+}
+
+/// A cache of [`SETTINGS`] (1 MiB: a packed room of 512 buckets, 3 584 codes) in front of
+/// a fresh embedded store, and the directory that holds the store.
+fn cache_on_sqlite() -> (tempfile::TempDir, Arc<dyn Store>, LinkCache) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
+    let cache = LinkCache::new(store.clone(), None, Arc::new(Metrics::new()), SETTINGS).unwrap();
+    (dir, store, cache)
+}
+
+#[tokio::test]
+async fn a_sweep_of_unknown_codes_evicts_no_live_link() {
+    let (_dir, store, cache) = cache_on_sqlite();
+    let now = crate::now();
+    let origin = shortener_core::audit::Origin::system("test");
+    let codes: Vec<String> = (0..50).map(|i| format!("live{i:03}")).collect();
+    for code in &codes {
+        let link = Link::new(code, "https://example.com/", now, now + 86_400);
+        store.insert_link(&link, &origin).await.unwrap();
+        assert!(get(&cache, code, now).await.unwrap().is_some());
+    }
+    // Far more unknown codes than their rooms hold, packed and long: more than the links'
+    // room would hold too, were they kept there.
+    for i in 0..5_000 {
+        for code in [format!("nope{i:04}"), format!("nope{i:04}-a-long-alias")] {
+            assert!(get(&cache, &code, now).await.unwrap().is_none());
+        }
+    }
+    for code in &codes {
+        assert!(
+            cache.slots.peek(code.as_str()).is_some(),
+            "{code} was evicted"
+        );
+    }
+    // And the last unknown codes are answered from their own rooms.
+    let reads = cache.metrics.store_link_reads.get();
+    for code in ["nope4999", "nope4999-a-long-alias"] {
+        assert!(get(&cache, code, now).await.unwrap().is_none());
+    }
+    assert_eq!(cache.metrics.store_link_reads.get(), reads);
+}
+
+#[tokio::test]
+async fn unknown_codes_short_or_long_are_remembered_until_a_write_to_them() {
+    let (_dir, store, cache) = cache_on_sqlite();
+    let now = crate::now();
+    let origin = shortener_core::audit::Origin::system("test");
+    // Packed (up to 10 characters) and a long alias's room.
+    for code in ["abcdefg", "a-much-longer-alias"] {
+        assert!(get(&cache, code, now).await.unwrap().is_none());
+        let reads = cache.metrics.store_link_reads.get();
+        assert!(matches!(cache.cached(code, now), Some(None)));
+        assert!(get(&cache, code, now).await.unwrap().is_none());
+        assert_eq!(cache.metrics.store_link_reads.get(), reads);
+        // Past its time the store is asked again.
+        assert!(cache.cached(code, now + 60).is_none());
+
+        let link = Link::new(code, "https://example.com/", now, now + 86_400);
+        store.insert_link(&link, &origin).await.unwrap();
+        cache.invalidate(code);
+        assert!(cache.cached(code, now).is_none());
+        assert!(get(&cache, code, now).await.unwrap().is_some());
+    }
+}
+
+#[tokio::test]
+async fn a_late_note_of_a_change_already_read_keeps_the_shelved_stand_in() {
+    let (_dir, store, cache) = cache_on_sqlite();
+    let now = crate::now();
+    let origin = shortener_core::audit::Origin::system("test");
+    let link = Link::new("shelved", "https://example.com/", now, now + 86_400);
+    store.insert_link(&link, &origin).await.unwrap();
+    let read = get(&cache, "shelved", now).await.unwrap().unwrap();
+    // Past its TTL a lookup moves the entry to the shelf (the store is asked next).
+    assert!(cache.cached("shelved", now + 301).is_none());
+    assert!(cache.slots.peek("shelved").is_none());
+    // The change sequence reports the create this instance read: the stand-in stays.
+    cache
+        .changed_elsewhere("shelved", read.version)
+        .await
+        .unwrap();
+    assert!(cache.shelf.peek("shelved").is_some());
+    // A later version is news: forgotten.
+    cache
+        .changed_elsewhere("shelved", read.version + 1)
+        .await
+        .unwrap();
+    assert!(cache.shelf.peek("shelved").is_none());
+}
+
+/// Fills `cache`'s links' room to 95 % with entries read at [`NOW`]; the codes it kept.
+fn fill_read_at_now(cache: &LinkCache) -> Vec<Arc<str>> {
+    let mut codes = Vec::new();
+    for i in 0.. {
+        if cache.slots.weight() >= cache.slots.capacity() / 100 * 95 {
+            break;
+        }
+        let code: Arc<str> = Arc::from(format!("c{i:06}"));
+        let slot = SETTINGS.slot(Some(link(NOW + 9_000, false)), 0, NOW);
+        cache.slots.insert(code.clone(), slot);
+        codes.push(code);
+    }
+    // Those quick_cache's shards kept.
+    codes.retain(|c| cache.slots.peek(c.as_ref()).is_some());
+    codes
+}
+
+fn held(cache: &LinkCache, codes: &[Arc<str>]) -> usize {
+    codes
+        .iter()
+        .filter(|c| cache.slots.peek(c.as_ref()).is_some())
+        .count()
+}
+
+#[tokio::test]
+async fn a_sweep_drops_entries_unread_for_a_minute_once_the_room_is_nearly_full() {
+    let (_dir, _store, cache) = cache_on_sqlite();
+    let first: Arc<str> = Arc::from("first");
+    let slot = SETTINGS.slot(Some(link(NOW + 9_000, false)), 0, NOW);
+    cache.slots.insert(first.clone(), slot);
+    // Far from full: nothing goes, however long unread.
+    cache.drop_idle(NOW + 600);
+    assert_eq!(held(&cache, &[first]), 1);
+    cache.slots.clear();
+
+    let codes = fill_read_at_now(&cache);
+    let (read, unread) = codes.split_at(codes.len() / 2);
+    for code in read {
+        assert!(cache.cached(code, NOW + 59).is_some());
+    }
+    // A peek is no read.
+    for code in unread {
+        assert!(cache.slots.peek(code.as_ref()).is_some());
+    }
+    cache.drop_idle(NOW + 60);
+    assert_eq!(held(&cache, read), read.len());
+    assert_eq!(held(&cache, unread), 0);
+}
+
+#[tokio::test]
+async fn lookups_racing_sweeps_leave_their_read_on_the_entry_kept() {
+    let (_dir, _store, cache) = cache_on_sqlite();
+    let codes = fill_read_at_now(&cache);
+    let (read, unread) = codes.split_at(codes.len() / 2);
+    for code in read {
+        assert!(cache.cached(code, NOW + 50).is_some());
+    }
+    std::thread::scope(|s| {
+        for chunk in read.chunks(read.len() / 4 + 1) {
+            let cache = &cache;
+            s.spawn(move || {
+                for _ in 0..5 {
+                    for code in chunk {
+                        assert!(cache.cached(code, NOW + 100).is_some());
+                    }
+                }
+            });
+        }
+        // Entries read at +50 stay through these; those never read go.
+        s.spawn(|| {
+            for _ in 0..50 {
+                cache.drop_idle(NOW + 100);
+            }
+        });
+    });
+    assert_eq!(held(&cache, unread), 0);
+    // And every racing lookup's read landed on the entry the cache keeps.
+    for code in read {
+        let slot = cache.slots.peek(code.as_ref()).unwrap();
+        assert_eq!(slot.read_at.into_inner(), seconds_u32(NOW + 100), "{code}");
+    }
+}
+
+#[test]
+fn entries_weigh_what_quick_cache_keeps_for_them() {
+    // One shard and a power of two of entries: the slab's capacity is its length.
+    let options = quick_cache::OptionsBuilder::new()
+        .shards(1)
+        .estimated_items_capacity(1024)
+        .weight_capacity(u64::MAX)
+        .build()
+        .unwrap();
+    let cache: Cache<Arc<str>, Slot, SlotWeigher> = Cache::with_options(
+        options,
+        SlotWeigher,
+        quick_cache::DefaultHashBuilder::default(),
+        quick_cache::sync::DefaultLifecycle::default(),
+    );
+    let n = 1024;
+    for i in 0..n {
+        let code: Arc<str> = Arc::from(format!("c{i:06}"));
+        cache.insert(code, SETTINGS.slot(Some(link(NOW + 1, false)), 0, NOW));
+    }
+    assert_eq!(cache.len(), n);
+    let used = cache.memory_used();
+    // A slab slot is the key, the value and 16 bytes; the index takes 5 bytes a bucket,
+    // at 1.14 to 2.3 buckets an entry (8 on average over its growth).
+    assert_eq!(used.entries / n, size_of::<(Arc<str>, Slot)>() + 16);
+    assert!((6..=12).contains(&(used.map / n)), "{}", used.map / n);
+    assert_eq!(CACHE_EXTRA, 16 + 8);
+    // The read stamp sits in what was padding after the generation.
+    assert_eq!(size_of::<Slot>(), size_of::<Option<CachedLink>>() + 3 * 8);
+    // And the weight adds the code's `Arc`, the destination and `Bytes`' header.
+    let code: Arc<str> = Arc::from("abcdefg");
+    let slot = SETTINGS.slot(Some(link(NOW + 1, false)), 0, NOW);
+    assert_eq!(
+        SlotWeigher.weight(&code, &slot),
+        (size_of::<(Arc<str>, Slot)>() + CACHE_EXTRA + 24 + 24 + 24) as u64
+    );
+}
+
+#[test]
+fn allocations_round_up_to_the_allocators_size_classes() {
+    let sizes = [
+        (1, 8),
+        (23, 24),
+        (64, 64),
+        (65, 80),
+        (96, 96),
+        (129, 160),
+        (700, 768),
+    ];
+    for (bytes, block) in sizes {
+        assert_eq!(allocation(bytes), block, "{bytes}");
+    }
+}
