@@ -248,6 +248,7 @@ pub(crate) fn judge_pair(
 
 /// When an avoided pair is forgiven by time alone (no more outcomes there), and why: judged
 /// again each time its oldest outcome ages out, as the memory store's sweep does.
+#[cfg(feature = "redis")]
 pub(crate) fn pair_cleared_at(
     window: &Window,
     cfg: &HealthConfig,
@@ -435,6 +436,8 @@ mod tests {
         assert_eq!(said.reads, 0);
     }
 
+    // `pair_cleared_at` serves the Redis store (memory sweeps instead).
+    #[cfg(feature = "redis")]
     #[test]
     fn p9_an_avoided_pair_is_forgiven_when_its_window_clears_by_aging() {
         let cfg = HealthConfig::default();

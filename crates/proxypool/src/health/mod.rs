@@ -5,6 +5,7 @@ pub(crate) mod backoff;
 pub(crate) mod quarantine;
 pub(crate) mod ramp;
 pub(crate) mod signals;
+#[cfg(feature = "redis")]
 pub(crate) mod tables;
 pub(crate) mod weight;
 pub(crate) mod window;

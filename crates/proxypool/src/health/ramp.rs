@@ -35,6 +35,7 @@ pub(crate) fn share(
 /// When each stage of [`share`] ends, in ms after the ramp's start: stage `k` (from 0, the
 /// share `steps[k]`) lasts until `ends[k]`, the last one until the ramp's end. Empty when
 /// there is nothing to ramp. The Redis library looks stages up here (`super::tables`).
+#[cfg(feature = "redis")]
 pub(crate) fn stage_ends(steps: &[f64], duration: Duration) -> Vec<u64> {
     let (ramping, duration) = (
         steps.len().saturating_sub(1) as u128,
@@ -67,7 +68,10 @@ mod tests {
         assert_eq!(at(20), Some(0.25));
         assert_eq!(at(45), Some(0.50));
         assert_eq!(at(60), None);
-        assert_eq!(stage_ends(&steps, d), [20_000, 40_000, 60_000]);
-        assert_eq!(stage_ends(&[1.0], d), [] as [u64; 0]);
+        #[cfg(feature = "redis")]
+        {
+            assert_eq!(stage_ends(&steps, d), [20_000, 40_000, 60_000]);
+            assert_eq!(stage_ends(&[1.0], d), [] as [u64; 0]);
+        }
     }
 }

@@ -223,6 +223,7 @@ impl Window {
 
     /// When the oldest entry still young at `now` ages out, if there is one (reads, as of
     /// `now`, what [`Window::horizon`] is after [`Window::expire`]).
+    #[cfg(feature = "redis")]
     pub(crate) fn horizon_at(&self, now: Timestamp) -> Option<Timestamp> {
         let max_age = u64::from(self.max_age_ms);
         self.entries
