@@ -4,11 +4,13 @@
 //! On Redis 7.0 a function call's fixed cost (the call itself, its arguments, the socket
 //! round) is most of what a small operation costs, so under load one call for many operations
 //! is most of the throughput. When idle nothing waits: a lone call goes out at once; calls
-//! arriving while [`IN_FLIGHT`] batches are out queue up and leave together as the next batch,
+//! arriving while the batches allowed out at once are out queue up and leave together as the
+//! next batch,
 //! which first yields a few times ([`GATHER_YIELDS`]) so that callers ready to run join it.
 //! Each caller still waits for exactly one round trip carrying its operation.
 
 use std::future::Future;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Weak};
 
 use std::panic::AssertUnwindSafe;
@@ -17,13 +19,12 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
-/// Batches out at once: more keep the server busy while answers travel back, fewer make larger
-/// batches (each call has a fixed cost). The 50-task benchmark: 2 (with the yields below) keeps
-/// the server 95 % busy; 8 made batches smaller for no more work done.
-const IN_FLIGHT: usize = 2;
-
 /// How often a batch about to leave while another is out yields first. On the 50-task
-/// benchmark (medians keyless / keyed, 2 in flight unless said): none left the server idle a
+/// benchmark (medians keyless / keyed, 2 in flight unless said; batches out at once are
+/// `RedisOptions::batches_in_flight`, 2 by default: with the yields the Rust caller keeps the
+/// server 95 % busy, 8 made batches smaller for no more work done; the Python binding's event
+/// loop, whose calls arrive in bursts from another thread, left the server a third idle at 2,
+/// and at 4 did 0.62 × the Rust caller's pairs instead of 0.57, at 8 0.58): none left the server idle a
 /// fifth of the time (0.36 / 0.37, 4 in flight), one 0.47 / 0.47 (4 in flight), two 0.44 /
 /// 0.50, three 0.50 / 0.50, four 0.49 / 0.54, eight 0.49 / 0.53: past four the batches are as
 /// large as the callers make them and the server is busy 96 % of the time.
@@ -43,11 +44,17 @@ pub(super) struct Job<R, O> {
 pub(super) type Queue<R, O> = mpsc::UnboundedSender<Job<R, O>>;
 
 /// Starts the worker of one queue on the current tokio runtime. It runs `run` for each batch,
-/// a batch holding a job that `settles` names only once every earlier batch is done,
+/// at most `in_flight` at once, a batch holding a job that `settles` names only once every
+/// earlier batch is done,
 /// holding `owner` only while a batch runs, and stops when the queue's sender is dropped and
 /// its last batches are done. The batches run inside the worker's own task: a finished batch
 /// makes room for the next without another task's wake-up in between.
-pub(super) fn spawn<T, R, O, F, Fut>(owner: Weak<T>, settles: fn(&R) -> bool, run: F) -> Queue<R, O>
+pub(super) fn spawn<T, R, O, F, Fut>(
+    owner: Weak<T>,
+    in_flight: NonZeroUsize,
+    settles: fn(&R) -> bool,
+    run: F,
+) -> Queue<R, O>
 where
     T: Send + Sync + 'static,
     R: Send + 'static,
@@ -62,7 +69,7 @@ where
         loop {
             tokio::select! {
                 Some(()) = running.next(), if !running.is_empty() => {}
-                job = rx.recv(), if open && running.len() < IN_FLIGHT => {
+                job = rx.recv(), if open && running.len() < in_flight.get() => {
                     let Some(first) = job else {
                         open = false;
                         continue;
@@ -101,11 +108,21 @@ where
 mod tests {
     use super::*;
 
+    const TWO: NonZeroUsize = NonZeroUsize::MIN.saturating_add(1);
+
+    /// Queues `request`; its answer.
+    fn ask(queue: &Queue<u32, u32>, request: u32) -> oneshot::Receiver<u32> {
+        let (reply, answer) = oneshot::channel();
+        queue.send(Job { request, reply }).unwrap();
+        answer
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_calls_share_batches_and_every_caller_gets_its_own_answer() {
         let owner = Arc::new(std::sync::Mutex::new(Vec::<usize>::new()));
         let queue = spawn(
             Arc::downgrade(&owner),
+            TWO,
             |_| false,
             |sizes, jobs: Vec<Job<u32, u32>>| async move {
                 // A slow "server": later callers pile up behind the batches in flight.
@@ -136,11 +153,55 @@ mod tests {
         assert!(sizes.len() < 200, "no call was shared: {sizes:?}");
     }
 
+    #[tokio::test]
+    async fn no_more_batches_are_out_at_once_than_allowed() {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        // Every batch holds until the gate opens; `started` counts the batches that began.
+        let (open, gate) = tokio::sync::watch::channel(false);
+        let started = Arc::new(AtomicUsize::new(0));
+        let three = NonZeroUsize::new(3).unwrap();
+        let queue = spawn(
+            Arc::downgrade(&started),
+            three,
+            |_| false,
+            move |started, jobs: Vec<Job<u32, u32>>| {
+                let mut gate = gate.clone();
+                async move {
+                    started.fetch_add(1, SeqCst);
+                    let _ = gate.wait_for(|open| *open).await;
+                    for job in jobs {
+                        let _ = job.reply.send(job.request);
+                    }
+                }
+            },
+        );
+        let mut answers = Vec::new();
+        // One runtime thread: the worker runs whenever this task yields.
+        for i in 1..=3 {
+            answers.push(ask(&queue, i));
+            while started.load(SeqCst) < i as usize {
+                tokio::task::yield_now().await;
+            }
+        }
+        answers.push(ask(&queue, 4));
+        answers.push(ask(&queue, 5));
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(started.load(SeqCst), 3, "a fourth batch went out");
+        open.send(true).unwrap();
+        for (i, answer) in (1..).zip(answers) {
+            assert_eq!(answer.await.unwrap(), i);
+        }
+        assert!(started.load(SeqCst) >= 4);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_batch_that_panics_loses_its_answers_not_the_worker() {
         let owner = Arc::new(());
         let queue = spawn(
             Arc::downgrade(&owner),
+            TWO,
             |_| false,
             |_, jobs: Vec<Job<u32, u32>>| async move {
                 assert!(jobs.iter().all(|j| j.request != 0), "a poisoned batch");
@@ -149,14 +210,9 @@ mod tests {
                 }
             },
         );
-        let ask = |request| {
-            let (reply, answer) = oneshot::channel();
-            queue.send(Job { request, reply }).unwrap();
-            answer
-        };
-        assert!(ask(0).await.is_err());
+        assert!(ask(&queue, 0).await.is_err());
         for i in 1..=20 {
-            assert_eq!(ask(i).await.unwrap(), i);
+            assert_eq!(ask(&queue, i).await.unwrap(), i);
         }
     }
 
@@ -168,6 +224,7 @@ mod tests {
         let hooks = Arc::new(std::sync::Mutex::new((Some(started_tx), Some(gate))));
         let queue = spawn(
             Arc::downgrade(&hooks),
+            TWO,
             |r: &u32| *r == 0,
             |hooks, jobs: Vec<Job<u32, u32>>| async move {
                 let (started, gate) = {
@@ -183,14 +240,9 @@ mod tests {
                 }
             },
         );
-        let ask = |request| {
-            let (reply, answer) = oneshot::channel();
-            queue.send(Job { request, reply }).unwrap();
-            answer
-        };
-        let first = ask(1);
+        let first = ask(&queue, 1);
         started.await.unwrap();
-        let mut settled = ask(0);
+        let mut settled = ask(&queue, 0);
         // A slot is free (2 in flight), yet the settling job stays behind the held batch.
         let early = tokio::time::timeout(std::time::Duration::from_millis(200), &mut settled).await;
         assert!(
@@ -207,6 +259,7 @@ mod tests {
         let owner = Arc::new(());
         let queue = spawn(
             Arc::downgrade(&owner),
+            TWO,
             |_| false,
             |_, _: Vec<Job<(), ()>>| async {},
         );

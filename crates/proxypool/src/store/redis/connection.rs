@@ -129,7 +129,12 @@ impl RedisStore {
             prober_token: format!("{:016x}", rand::random::<u64>()),
             #[cfg(feature = "probe")]
             logged: AtomicU64::new(0),
-            ops: batch::spawn(me.clone(), |op| matches!(op, Op::Settle), Self::ops_batch),
+            ops: batch::spawn(
+                me.clone(),
+                options.batches_in_flight,
+                |op| matches!(op, Op::Settle),
+                Self::ops_batch,
+            ),
             stale: Arc::default(),
             lease_ids: Mutex::default(),
         });
