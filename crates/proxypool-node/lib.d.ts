@@ -17,6 +17,7 @@ export declare class Pool {
   acquire(ticket?: TicketOptions): Promise<Lease>
   withLease<R extends WorkResult>(ticket: TicketOptions | undefined, work: (lease: Lease) => Promise<R>): Promise<R>
   snapshot(): Promise<any>
+  settle(): Promise<void>
   add(address: string, subPools?: string[]): Promise<void>
   remove(address: string): Promise<void>
   endSession(key: string): Promise<boolean>

@@ -84,6 +84,8 @@ class Pool {
     return new Lease(await call(this.inner.acquire(ticket)))
   }
   snapshot() { return call(this.inner.snapshot()) }
+  /** Resolves once the store has every operation this process queued (dropped leases' abandons). */
+  settle() { return call(this.inner.settle()) }
   add(address, subPools = undefined) { return call(this.inner.add(address, subPools)) }
   remove(address) { return call(this.inner.remove(address)) }
   endSession(key) { return call(this.inner.endSession(key)) }

@@ -165,6 +165,15 @@ impl Pool {
         })
     }
 
+    /// Resolves once the store has every operation this process queued before the call: with
+    /// Redis, the abandons of leases dropped unreleased (collected by the garbage collector),
+    /// which travel with the next batch. Await it last in a process that exits at once
+    /// (`process.exit`), or the lease TTL frees those slots.
+    #[napi]
+    pub async fn settle(&self) -> Result<()> {
+        self.inner.settle().await.map_err(pool_error)
+    }
+
     /// The whole state as plain objects, shaped like `GET /v1/snapshot`'s `snapshot`.
     #[napi]
     pub async fn snapshot(&self) -> Result<serde_json::Value> {

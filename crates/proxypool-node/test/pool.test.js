@@ -63,6 +63,7 @@ test('withLease reports a thrown error and throws it again', async () => {
     pool.withLease({}, (lease) => fetch(target.url, { dispatcher: new ProxyAgent(lease.address) })),
     TypeError,
   )
+  await pool.settle()
   const totals = (await pool.snapshot()).addresses[0].totals
   assert.equal(totals.failures, 1)
 })
@@ -113,6 +114,7 @@ test('worker threads share one pool through Redis and never exceed the cap', asy
   })))
   assert.equal(Atomics.load(highest, 0), cap)
   const pool = await proxypool.Pool.create(options)
+  await pool.settle()
   const snapshot = await pool.snapshot()
   assert.equal(snapshot.addresses.reduce((n, a) => n + a.totals.successes, 0), 90)
   assert.ok(snapshot.addresses.every((a) => a.active_leases === 0))

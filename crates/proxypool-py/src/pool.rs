@@ -240,6 +240,23 @@ impl Pool {
         })
     }
 
+    /// Returns once the store has every operation this process queued before the call: with
+    /// Redis, the abandons of leases dropped unreleased inside a coroutine, which travel with
+    /// the next batch (a blocking drop waits for its own). Call it last in a process that
+    /// leaves with `os._exit` (a forked multiprocessing worker) after dropping leases in
+    /// asyncio code; otherwise the lease TTL frees those slots.
+    fn settle(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, |p| async move { p.settle().await })?
+            .map_err(errors::pool)
+    }
+
+    /// `settle` as a coroutine.
+    fn settle_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.run_async(py, |p| async move {
+            finish_none(p.settle().await, errors::pool)
+        })
+    }
+
     /// The whole state as plain dicts, shaped like `GET /v1/snapshot`'s `snapshot`.
     fn snapshot(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let snapshot = self.run(py, |p| async move { p.snapshot().await })?;

@@ -3,6 +3,7 @@ both the spawn and the fork start methods, with the lease cap never exceeded."""
 
 import asyncio
 import multiprocessing
+import os
 import time
 
 import pytest
@@ -124,6 +125,34 @@ def test_a_forked_child_reconnects_and_refuses_what_it_cannot_use(redis_url, poo
     held.release()
     assert not any(a["active_leases"] for a in FORKED_POOL.snapshot()["addresses"])
     assert FORKED_POOL.snapshot()["pool"]["abandoned"] == 1
+
+
+def drop_in_coroutines_and_leave(url, name):
+    """In a child: leases dropped unreleased inside coroutines (their abandons only queued),
+    `settle_async`, then `os._exit`, as a multiprocessing worker leaves."""
+
+    async def main():
+        pool = shared_pool(url, name)
+        for _ in range(3):
+            leases = [await pool.acquire_async() for _ in range(CAP * len(ADDRESSES))]
+            del leases
+            await pool.settle_async()
+        pool.settle()
+
+    asyncio.run(main())
+    os._exit(0)
+
+
+def test_settle_sends_the_abandons_of_leases_dropped_in_coroutines(redis_url, pool_name):
+    child = multiprocessing.get_context("fork").Process(
+        target=drop_in_coroutines_and_leave, args=(redis_url, pool_name)
+    )
+    child.start()
+    child.join(HANG)
+    assert child.exitcode == 0
+    snapshot = shared_pool(redis_url, pool_name).snapshot()
+    assert not any(a["active_leases"] for a in snapshot["addresses"])
+    assert snapshot["pool"]["abandoned"] == 3 * CAP * len(ADDRESSES)
 
 
 def test_fifty_asyncio_tasks_through_redis_keep_the_cap(redis_url, pool_name):

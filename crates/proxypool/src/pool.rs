@@ -124,6 +124,28 @@ impl Pool {
         self.shared.store.report_probe(address, passed, now).await
     }
 
+    /// Waits until the store has every operation this process queued before the call: with
+    /// Redis, the abandons of leases dropped unreleased, which travel with the next batch
+    /// rather than on their own (an in-memory pool has them at once). A process about to leave
+    /// without running its runtime further (`std::process::exit`, a forked worker's
+    /// `os._exit`) calls this last; [`StoreUnavailable`](PoolError::StoreUnavailable) if Redis
+    /// does not answer within `RedisOptions::timeout`, and then the lease TTL frees those
+    /// slots.
+    ///
+    /// ```
+    /// use proxypool::{Pool, Ticket};
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// let pool = Pool::builder().address("http://10.0.0.1:3128").build()?;
+    /// drop(pool.acquire(Ticket::new()).await?);
+    /// pool.settle().await?;
+    /// assert_eq!(pool.snapshot().await.addresses[0].totals.abandoned, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn settle(&self) -> Result<(), PoolError> {
+        self.shared.store.settle().await
+    }
+
     /// The whole state as plain data.
     pub async fn snapshot(&self) -> Snapshot {
         let now = self.shared.clock.now();

@@ -532,6 +532,24 @@ async fn an_awaited_abandon_is_in_redis_when_it_returns() {
     assert_eq!(other.snapshot().await.pool.abandoned, 20);
 }
 
+/// Dropped leases' abandons travel with the next batch; `settle` returns once Redis has all of
+/// them: another process then sees every slot free (its snapshot settles only its own queue).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settle_returns_once_redis_has_every_dropped_lease() {
+    let redis = RedisServer::start(&dir("settle")).unwrap();
+    let clock = ManualClock::new();
+    let pool = shared_pool(&redis, "settle", &clock, PoolConfig::default()).await;
+    let other = shared_pool(&redis, "settle", &clock, PoolConfig::default()).await;
+    for round in 1..=10 {
+        let leases =
+            futures_util::future::join_all((0..5).map(|_| pool.acquire(Ticket::new()))).await;
+        drop(leases);
+        pool.settle().await.unwrap();
+        let seen = other.snapshot().await.pool;
+        assert_eq!((seen.active_leases, seen.abandoned), (0, 5 * round));
+    }
+}
+
 /// A named site's blocks reach both the address's window and the pair's (P9, as in memory):
 /// an address doing well elsewhere is avoided on that site only — keyless work there passes
 /// it over until the pair's evidence ages out, its bound session keeps it — and forgiven then;

@@ -182,6 +182,16 @@ impl Store {
         }
     }
 
+    /// Waits until a networked backend has every operation queued before the call.
+    pub(crate) async fn settle(&self) -> Result<(), PoolError> {
+        match self {
+            // Its calls are done when they return.
+            Self::Memory(_) => Ok(()),
+            #[cfg(feature = "redis")]
+            Self::Redis(r) => r.settle().await,
+        }
+    }
+
     pub(crate) async fn snapshot(&self, now: Timestamp) -> Snapshot {
         match self {
             Self::Memory(m) => m.snapshot(now),

@@ -679,10 +679,19 @@ impl RedisStore {
         Ok(view)
     }
 
+    /// Returns once every operation this process queued before the call has reached Redis (a
+    /// dropped lease's abandon among them).
+    pub(crate) async fn settle(&self) -> Result<(), PoolError> {
+        self.batched(&self.ops, Op::Settle, self.deadline())
+            .await
+            .map(drop)
+            .map_err(PoolError::StoreUnavailable)
+    }
+
     pub(crate) async fn snapshot(&self, now: Timestamp) -> Snapshot {
         // This process's queued operations first (a dropped lease's abandon among them); a
         // queue that does not answer in time leaves the read to say so.
-        let _ = self.batched(&self.ops, Op::Settle, self.deadline()).await;
+        let _ = self.settle().await;
         match self.read(now).await {
             Ok(view) => view.snapshot,
             Err(e) => {
