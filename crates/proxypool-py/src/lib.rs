@@ -12,6 +12,7 @@ mod aio;
 mod call;
 mod config;
 mod errors;
+mod exit;
 mod lease;
 mod outcome;
 mod pool;
@@ -47,6 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<aio::Completions>()?;
     m.add_class::<call::Call>()?;
     m.add_function(wrap_pyfunction!(runtime::after_fork_in_child, m)?)?;
+    m.add_function(wrap_pyfunction!(exit::settle_dropped_pools, m)?)?;
     errors::register(m)?;
     Ok(())
 }

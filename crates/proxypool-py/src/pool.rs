@@ -33,6 +33,21 @@ impl Pool {
         self.recipe.redis.is_some()
     }
 
+    /// The Redis library pool this process built or connected, if it did.
+    fn used_here(&self) -> Option<proxypool::Pool> {
+        if !self.remote() {
+            return None;
+        }
+        let generation = runtime::generation();
+        if generation == self.generation {
+            return self.pool.clone();
+        }
+        let slot = self.child.lock().unwrap_or_else(PoisonError::into_inner);
+        slot.as_ref()
+            .filter(|(g, _)| *g == generation)
+            .and_then(|(_, cell)| cell.get().cloned())
+    }
+
     /// The library pool of this process: the one built here, or (Redis, forked child) one
     /// connected anew; an in-memory pool is refused in a child.
     fn current(&self, py: Python<'_>) -> PyResult<Cow<'_, proxypool::Pool>> {
@@ -257,6 +272,20 @@ impl Pool {
         })
     }
 
+    /// `settle` at the process's exit (the package's exit hook), if this process used the pool:
+    /// a Redis pool inherited through a fork and never used here has nothing queued, and is
+    /// not connected for it. A failure is left to the lease TTL.
+    fn _settle_at_exit(&self, py: Python<'_>) -> PyResult<()> {
+        // Inside a runtime (an exit from a runtime thread) `block_on` cannot run.
+        if let Some(pool) = self.used_here()
+            && tokio::runtime::Handle::try_current().is_err()
+        {
+            let rt = runtime::runtime(py)?;
+            let _ = py.detach(|| rt.block_on(pool.settle()));
+        }
+        Ok(())
+    }
+
     /// The whole state as plain dicts, shaped like `GET /v1/snapshot`'s `snapshot`.
     fn snapshot(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let snapshot = self.run(py, |p| async move { p.snapshot().await })?;
@@ -355,6 +384,12 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
+        // What it queued (dropped leases' abandons) must reach Redis all the same.
+        if let Some(pool) = self.used_here() {
+            Python::attach(|py| {
+                let _ = crate::exit::settle_dropped(py, pool);
+            });
+        }
         if self.generation != runtime::generation()
             && let Some(pool) = self.pool.take()
         {

@@ -127,25 +127,41 @@ def test_a_forked_child_reconnects_and_refuses_what_it_cannot_use(redis_url, poo
     assert FORKED_POOL.snapshot()["pool"]["abandoned"] == 1
 
 
-def drop_in_coroutines_and_leave(url, name):
-    """In a child: leases dropped unreleased inside coroutines (their abandons only queued),
-    `settle_async`, then `os._exit`, as a multiprocessing worker leaves."""
+KEPT = []
+
+
+def drop_in_coroutines_and_leave(url, name, how):
+    """In a worker: leases dropped unreleased inside coroutines (their abandons only queued),
+    then: `settle` and `os._exit` at once; or a plain return with the pool still alive, or with
+    it dropped (multiprocessing's exit then runs the package's exit hook before its own
+    `os._exit`). Redis holds the last abandons (`CLIENT PAUSE`) past the worker's own end: a
+    worker that did not wait for them would take them with it when it closes the connection."""
 
     async def main():
         pool = shared_pool(url, name)
-        for _ in range(3):
+        if how == "alive":
+            KEPT.append(pool)
+        for round in range(3):
             leases = [await pool.acquire_async() for _ in range(CAP * len(ADDRESSES))]
+            if round == 2:
+                redis_client.Redis.from_url(url).execute_command("CLIENT", "PAUSE", 300, "WRITE")
             del leases
+        if how == "settle":
             await pool.settle_async()
-        pool.settle()
+            pool.settle()
 
     asyncio.run(main())
-    os._exit(0)
+    if how == "settle":
+        os._exit(0)
 
 
-def test_settle_sends_the_abandons_of_leases_dropped_in_coroutines(redis_url, pool_name):
-    child = multiprocessing.get_context("fork").Process(
-        target=drop_in_coroutines_and_leave, args=(redis_url, pool_name)
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+@pytest.mark.parametrize("how", ["settle", "alive", "dropped"])
+def test_a_worker_leaving_after_dropping_leases_in_coroutines_frees_them(
+    redis_url, pool_name, how, method
+):
+    child = multiprocessing.get_context(method).Process(
+        target=drop_in_coroutines_and_leave, args=(redis_url, pool_name, how)
     )
     child.start()
     child.join(HANG)

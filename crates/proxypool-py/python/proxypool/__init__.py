@@ -9,7 +9,9 @@ The proxypool engine (Rust) in process: state in memory, or shared with every ot
         lease.observe(r)        # 403 -> blocked, 429 -> rate_limited, captcha -> captcha
 """
 
+import multiprocessing.util as _mp_util
 import os as _os
+import weakref as _weakref
 
 from . import _native
 from ._native import (
@@ -41,6 +43,36 @@ from .outcomes import (
 # parent's threads, which do not exist there.
 _os.register_at_fork(after_in_child=_native.after_fork_in_child)
 
+# Redis pools of this process, settled at its exit: a lease dropped inside a coroutine only
+# queues its abandon, and a process that exits before the next batch would leave the slot
+# taken until the lease TTL.
+_redis_pools = _weakref.WeakSet()
+
+
+def _settle_at_exit():
+    for pool in list(_redis_pools):
+        pool._settle_at_exit()
+    # Those dropped before: each handed to a task that settles it.
+    _native.settle_dropped_pools()
+
+
+def _register_exit_hook(_=None):
+    # multiprocessing's exit function runs it: at the interpreter's exit (atexit), and at the
+    # end of a worker, just before its os._exit (which runs no atexit hook).
+    _mp_util.Finalize(None, _settle_at_exit, exitpriority=100)
+
+
+class _Registration:
+    """Kept alive here: multiprocessing's after-fork registry holds it weakly."""
+
+
+_registration = _Registration()
+_register_exit_hook()
+# A finalizer runs only in the process that made it: made again in a forked child, and again
+# in a multiprocessing worker, which empties its finalizers when it starts, then runs these.
+_os.register_at_fork(after_in_child=_register_exit_hook)
+_mp_util.register_after_fork(_registration, _register_exit_hook)
+
 
 class Pool(_native.Pool):
     """Pool(addresses, *, redis=None, name="default", sub_pools=None, seed=None,
@@ -52,6 +84,11 @@ class Pool(_native.Pool):
     `tunables`: fields of the engine's configuration (strategy="round_robin", sticky_ttl=600,
     max_leases_per_address=4, health={"window": 20}, ...); durations are seconds.
     """
+
+    def __init__(self, *args, **kwargs):
+        # Built by the native constructor, which took the same arguments.
+        if kwargs.get("redis") is not None:
+            _redis_pools.add(self)
 
     def lease(self, key=None, site=None, sub_pool=None):
         """A context manager (`with` and `async with`) that acquires on entry and releases on
