@@ -512,14 +512,20 @@ async fn a_dropped_lease_is_abandoned_in_redis() {
     }
 }
 
+/// A Redis of its own and the pools of two processes on it (a pool clock standing still).
+async fn two_processes(name: &str) -> (RedisServer, Pool, Pool) {
+    let redis = RedisServer::start(&dir(name)).unwrap();
+    let clock = ManualClock::new();
+    let pool = shared_pool(&redis, name, &clock, PoolConfig::default()).await;
+    let other = shared_pool(&redis, name, &clock, PoolConfig::default()).await;
+    (redis, pool, other)
+}
+
 /// `abandon` returns once Redis has it: another process sees the slot free at once, whatever
 /// this process's queue still holds (its snapshot would settle only its own queue).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_awaited_abandon_is_in_redis_when_it_returns() {
-    let redis = RedisServer::start(&dir("abandon")).unwrap();
-    let clock = ManualClock::new();
-    let pool = shared_pool(&redis, "abandon", &clock, PoolConfig::default()).await;
-    let other = shared_pool(&redis, "abandon", &clock, PoolConfig::default()).await;
+    let (_redis, pool, other) = two_processes("abandon").await;
     for _ in 0..20 {
         pool.acquire(Ticket::new())
             .await
@@ -536,10 +542,7 @@ async fn an_awaited_abandon_is_in_redis_when_it_returns() {
 /// them: another process then sees every slot free (its snapshot settles only its own queue).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settle_returns_once_redis_has_every_dropped_lease() {
-    let redis = RedisServer::start(&dir("settle")).unwrap();
-    let clock = ManualClock::new();
-    let pool = shared_pool(&redis, "settle", &clock, PoolConfig::default()).await;
-    let other = shared_pool(&redis, "settle", &clock, PoolConfig::default()).await;
+    let (_redis, pool, other) = two_processes("settle").await;
     for round in 1..=10 {
         let leases =
             futures_util::future::join_all((0..5).map(|_| pool.acquire(Ticket::new()))).await;
@@ -548,6 +551,28 @@ async fn settle_returns_once_redis_has_every_dropped_lease() {
         let seen = other.snapshot().await.pool;
         assert_eq!((seen.active_leases, seen.abandoned), (0, 5 * round));
     }
+}
+
+/// A pool dropped before its leases: their abandons still reach Redis (the store is kept until
+/// they have), so another process sees the slots free well before the lease TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_dropped_after_their_pool_still_free_their_slots() {
+    let (_redis, pool, other) = two_processes("orphans").await;
+    let leases = futures_util::future::join_all((0..5).map(|_| pool.acquire(Ticket::new()))).await;
+    drop(pool);
+    drop(leases);
+    // The pool clock stands still: only the abandons can free the slots.
+    let freed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let seen = other.snapshot().await.pool;
+            if (seen.active_leases, seen.abandoned) == (0, 5) {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(freed.is_ok(), "{:?}", other.snapshot().await.pool);
 }
 
 /// A named site's blocks reach both the address's window and the pair's (P9, as in memory):

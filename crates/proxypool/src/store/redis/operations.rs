@@ -260,10 +260,24 @@ impl RedisStore {
         Ok(())
     }
 
-    /// From `Drop`: queued with the releases, unanswered. Should it be lost (no runtime, Redis
-    /// down), the lease TTL frees the slot.
+    /// Queued with the releases, unanswered. Should it be lost (no runtime, Redis down), the
+    /// lease TTL frees the slot.
     pub(crate) fn abandon(&self, lease: LeaseRef, slot: u32, now: Timestamp) {
         drop(self.queue_abandon(lease.id.0, slot, now));
+    }
+
+    /// From a lease's `Drop`: [`Self::abandon`], the store kept until the abandon's batch has
+    /// run (by a task, where a runtime is at hand). Dropped with its last lease, the store
+    /// would stop its batch worker, and the abandon with it.
+    pub(crate) fn abandon_kept(self: &Arc<Self>, lease: LeaseRef, slot: u32, now: Timestamp) {
+        let answer = self.queue_abandon(lease.id.0, slot, now);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let store = Arc::clone(self);
+            runtime.spawn(async move {
+                let _ = answer.await;
+                drop(store);
+            });
+        }
     }
 
     /// Gives back grants made for callers that left; `open` is finished once the batches

@@ -138,10 +138,10 @@ impl RedisStore {
         self.release(release, now).await
     }
 
-    /// [`Self::abandon`], counted as a lease lost.
-    pub(crate) fn abandon_counted(&self, lease: LeaseRef, slot: u32, now: Timestamp) {
+    /// [`Self::abandon_kept`], counted as a lease lost.
+    pub(crate) fn abandon_counted(self: &Arc<Self>, lease: LeaseRef, slot: u32, now: Timestamp) {
         self.telemetry.pool.abandoned();
-        self.abandon(lease, slot, now);
+        self.abandon_kept(lease, slot, now);
     }
 
     /// [`Self::abandon_settled`], counted as a lease lost.
