@@ -257,9 +257,9 @@ impl Pool {
 
     /// Returns once the store has every operation this process queued before the call: with
     /// Redis, the abandons of leases dropped unreleased inside a coroutine, which travel with
-    /// the next batch (a blocking drop waits for its own). Call it last in a process that
-    /// leaves with `os._exit` (a forked multiprocessing worker) after dropping leases in
-    /// asyncio code; otherwise the lease TTL frees those slots.
+    /// the next batch (a blocking drop waits for its own). The package does this when the
+    /// process exits, a multiprocessing worker's end included; call it before a bare
+    /// `os._exit`, else the lease TTL frees those slots.
     fn settle(&self, py: Python<'_>) -> PyResult<()> {
         self.run(py, |p| async move { p.settle().await })?
             .map_err(errors::pool)
