@@ -1,13 +1,13 @@
 //! What a process queued for Redis reaches it before the process ends.
 //!
-//! A lease dropped unreleased inside a coroutine only queues its abandon for the next batch,
-//! and a pool dropped meanwhile would take its batch worker, and the queue, with it. So a Redis
-//! pool dropped in the process that uses it hands its library pool to a runtime task that
-//! settles it (the task holds the pool, and so its worker, until Redis has everything queued),
-//! and the package's exit hook (`proxypool._settle_at_exit`: at the interpreter's exit, and at
-//! the end of a multiprocessing worker, before its `os._exit`) settles the live pools and
-//! waits for those tasks. Bounded: each settle gives up after the pool's Redis timeout, and
-//! then the lease TTL frees what it held.
+//! A lease dropped unreleased inside a coroutine only queues its abandon for the next batch
+//! (the library keeps the store until it is sent, even past the pool's drop), and nothing would
+//! wait for it: a process that ends first takes it along, and the slot stays taken until the
+//! lease TTL. So the package's exit hook (`proxypool._settle_at_exit`: at the interpreter's
+//! exit, and at the end of a multiprocessing worker, before its `os._exit`) settles every Redis
+//! pool this process used, live ones and those dropped before (each dropped one hands its
+//! library pool here), in tasks on the runtime, and waits for them. Bounded: each settle gives
+//! up after the pool's Redis timeout, and then the lease TTL frees what it held.
 
 use std::sync::{Mutex, PoisonError};
 
@@ -16,18 +16,18 @@ use tokio::task::JoinHandle;
 
 use crate::runtime;
 
-/// The settling tasks of pools dropped in this process (the generation they were spawned in).
-static DROPPED: Mutex<Option<(u64, Vec<JoinHandle<()>>)>> = Mutex::new(None);
+/// Settling tasks of this process (the generation they were spawned in).
+static SETTLING: Mutex<Option<(u64, Vec<JoinHandle<()>>)>> = Mutex::new(None);
 
-/// Settles `pool`, dropped in this process, on the runtime.
-pub(crate) fn settle_dropped(py: Python<'_>, pool: proxypool::Pool) -> PyResult<()> {
+/// Settles `pool` in a task that [`wait_for_settles`] waits for.
+pub(crate) fn settle_later(py: Python<'_>, pool: proxypool::Pool) -> PyResult<()> {
     let rt = runtime::runtime(py)?;
     let task = rt.spawn(async move {
         // A failure leaves the slots to the lease TTL.
         let _ = pool.settle().await;
     });
     let generation = runtime::generation();
-    let mut slot = DROPPED.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut slot = SETTLING.lock().unwrap_or_else(PoisonError::into_inner);
     match slot.as_mut() {
         Some((spawned_in, tasks)) if *spawned_in == generation => {
             tasks.retain(|t| !t.is_finished());
@@ -41,11 +41,11 @@ pub(crate) fn settle_dropped(py: Python<'_>, pool: proxypool::Pool) -> PyResult<
     Ok(())
 }
 
-/// Waits until the pools dropped in this process are settled (the exit hook's second half).
+/// Waits until every settle started in this process is done (the exit hook's end).
 #[pyfunction]
-pub(crate) fn settle_dropped_pools(py: Python<'_>) -> PyResult<()> {
+pub(crate) fn wait_for_settles(py: Python<'_>) -> PyResult<()> {
     let generation = runtime::generation();
-    let tasks = match DROPPED
+    let tasks = match SETTLING
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .as_mut()

@@ -48,7 +48,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<aio::Completions>()?;
     m.add_class::<call::Call>()?;
     m.add_function(wrap_pyfunction!(runtime::after_fork_in_child, m)?)?;
-    m.add_function(wrap_pyfunction!(exit::settle_dropped_pools, m)?)?;
+    m.add_function(wrap_pyfunction!(exit::wait_for_settles, m)?)?;
     errors::register(m)?;
     Ok(())
 }

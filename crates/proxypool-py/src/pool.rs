@@ -272,18 +272,14 @@ impl Pool {
         })
     }
 
-    /// `settle` at the process's exit (the package's exit hook), if this process used the pool:
-    /// a Redis pool inherited through a fork and never used here has nothing queued, and is
-    /// not connected for it. A failure is left to the lease TTL.
+    /// At the process's exit (the package's exit hook): settles the pool in a task the hook
+    /// then waits for, if this process used it (a Redis pool inherited through a fork and never
+    /// used here has nothing queued, and is not connected for it).
     fn _settle_at_exit(&self, py: Python<'_>) -> PyResult<()> {
-        // Inside a runtime (an exit from a runtime thread) `block_on` cannot run.
-        if let Some(pool) = self.used_here()
-            && tokio::runtime::Handle::try_current().is_err()
-        {
-            let rt = runtime::runtime(py)?;
-            let _ = py.detach(|| rt.block_on(pool.settle()));
+        match self.used_here() {
+            Some(pool) => crate::exit::settle_later(py, pool),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// The whole state as plain dicts, shaped like `GET /v1/snapshot`'s `snapshot`.
@@ -384,10 +380,10 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        // What it queued (dropped leases' abandons) must reach Redis all the same.
+        // What it queued (dropped leases' abandons) is waited for at exit all the same.
         if let Some(pool) = self.used_here() {
             Python::attach(|py| {
-                let _ = crate::exit::settle_dropped(py, pool);
+                let _ = crate::exit::settle_later(py, pool);
             });
         }
         if self.generation != runtime::generation()

@@ -43,17 +43,17 @@ from .outcomes import (
 # parent's threads, which do not exist there.
 _os.register_at_fork(after_in_child=_native.after_fork_in_child)
 
-# Redis pools of this process, settled at its exit: a lease dropped inside a coroutine only
-# queues its abandon, and a process that exits before the next batch would leave the slot
-# taken until the lease TTL.
-_redis_pools = _weakref.WeakSet()
+# Pools of this process, settled at its exit (those in Redis): a lease dropped inside a
+# coroutine only queues its abandon, and a process that exits before the next batch would
+# leave the slot taken until the lease TTL.
+_pools = _weakref.WeakSet()
 
 
 def _settle_at_exit():
-    for pool in list(_redis_pools):
+    for pool in list(_pools):
         pool._settle_at_exit()
-    # Those dropped before: each handed to a task that settles it.
-    _native.settle_dropped_pools()
+    # Theirs, and those of pools dropped before.
+    _native.wait_for_settles()
 
 
 def _register_exit_hook(_=None):
@@ -87,8 +87,7 @@ class Pool(_native.Pool):
 
     def __init__(self, *args, **kwargs):
         # Built by the native constructor, which took the same arguments.
-        if kwargs.get("redis") is not None:
-            _redis_pools.add(self)
+        _pools.add(self)
 
     def lease(self, key=None, site=None, sub_pool=None):
         """A context manager (`with` and `async with`) that acquires on entry and releases on

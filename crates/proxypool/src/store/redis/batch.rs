@@ -4,10 +4,10 @@
 //! On Redis 7.0 a function call's fixed cost (the call itself, its arguments, the socket
 //! round) is most of what a small operation costs, so under load one call for many operations
 //! is most of the throughput. When idle nothing waits: a lone call goes out at once; calls
-//! arriving while the batches allowed out at once are out queue up and leave together as the
-//! next batch,
-//! which first yields a few times ([`GATHER_YIELDS`]) so that callers ready to run join it.
-//! Each caller still waits for exactly one round trip carrying its operation.
+//! arriving while as many batches are out as `RedisOptions::batches_in_flight` allows queue up
+//! and leave together as the next batch, which first yields a few times ([`GATHER_YIELDS`]) so
+//! that callers ready to run join it. Each caller still waits for exactly one round trip
+//! carrying its operation.
 
 use std::future::Future;
 use std::num::NonZeroUsize;
@@ -20,11 +20,7 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
 /// How often a batch about to leave while another is out yields first. On the 50-task
-/// benchmark (medians keyless / keyed, 2 in flight unless said; batches out at once are
-/// `RedisOptions::batches_in_flight`, 2 by default: with the yields the Rust caller keeps the
-/// server 95 % busy, 8 made batches smaller for no more work done; the Python binding's event
-/// loop, whose calls arrive in bursts from another thread, left the server a third idle at 2,
-/// and at 4 did 0.62 × the Rust caller's pairs instead of 0.57, at 8 0.58): none left the server idle a
+/// benchmark (medians keyless / keyed, 2 in flight unless said): none left the server idle a
 /// fifth of the time (0.36 / 0.37, 4 in flight), one 0.47 / 0.47 (4 in flight), two 0.44 /
 /// 0.50, three 0.50 / 0.50, four 0.49 / 0.54, eight 0.49 / 0.53: past four the batches are as
 /// large as the callers make them and the server is busy 96 % of the time.
