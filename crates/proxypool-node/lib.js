@@ -72,9 +72,24 @@ class Lease {
   }
 }
 
+// The native pools built here, weakly, for the exit hook below (a collected one settles from
+// its own drop).
+const built = new Set()
+
+// Leases the garbage collector took unreleased queue their abandons for the next batch; a
+// process leaving first (process.exit, or its event loop running dry while Redis is slow)
+// would take them along, and their slots would stay taken until the lease TTL. At exit every
+// Redis pool is settled, each at most its Redis timeout, on the main thread and in workers.
+process.on('exit', () => {
+  for (const ref of built) ref.deref()?.settleAtExit()
+  native.waitForSettles()
+})
+
 class Pool {
   constructor(inner) {
     this.inner = inner
+    for (const ref of built) if (!ref.deref()) built.delete(ref)
+    built.add(new WeakRef(inner))
   }
   /** Builds a pool: in memory, or shared through Redis with `redis` and `name`. */
   static async create(options) {
@@ -84,7 +99,7 @@ class Pool {
     return new Lease(await call(this.inner.acquire(ticket)))
   }
   snapshot() { return call(this.inner.snapshot()) }
-  /** Resolves once the store has every operation this process queued (dropped leases' abandons). */
+  /** Resolves once the store has every operation this process queued (dropped leases' abandons; the process's exit waits for them too). */
   settle() { return call(this.inner.settle()) }
   add(address, subPools = undefined) { return call(this.inner.add(address, subPools)) }
   remove(address) { return call(this.inner.remove(address)) }

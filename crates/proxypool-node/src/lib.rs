@@ -8,6 +8,8 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
+mod exit;
+
 // One reading of outcomes and of tunables for both bindings.
 #[path = "../../proxypool-py/src/outcome.rs"]
 mod outcome;
@@ -19,6 +21,7 @@ mod tunables;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use proxypool::{AcquireError, BuildError, PoolError, Ticket};
+use tokio::runtime::Handle;
 
 fn error(code: &str, message: impl std::fmt::Display) -> Error {
     Error::new(Status::GenericFailure, format!("{code}: {message}"))
@@ -101,11 +104,22 @@ pub struct ReleaseOptions {
     pub retry_after: Option<f64>,
 }
 
+/// Waits until every settle this process started is done: `lib.js`'s exit hook, after
+/// `settleAtExit` on its live pools (see `exit`).
+#[napi]
+pub fn wait_for_settles() {
+    exit::wait_for_settles();
+}
+
 /// A pool of proxy addresses behind acquire and release.
 #[napi]
 #[derive(Debug)]
 pub struct Pool {
     inner: proxypool::Pool,
+    /// Shared through Redis: what it queued is settled at exit (see `exit`).
+    redis: bool,
+    /// The runtime its calls run on (napi's): a drop's work is spawned there.
+    runtime: Handle,
 }
 
 #[napi]
@@ -128,6 +142,7 @@ impl Pool {
         if let Some(seed) = options.seed {
             b = b.seed(seed as u64);
         }
+        let redis = options.redis.is_some();
         if let Some(url) = options.redis {
             let name = options.name.as_deref().unwrap_or("default");
             let redis = redis_url::options(&url, name, options.redis_timeout.unwrap_or(0.5))
@@ -135,7 +150,11 @@ impl Pool {
             b = b.redis(redis);
         }
         let inner = b.connect().await.map_err(build_error)?;
-        Ok(Pool { inner })
+        Ok(Pool {
+            inner,
+            redis,
+            runtime: Handle::current(),
+        })
     }
 
     /// A lease for the ticket, or why there is none.
@@ -162,16 +181,26 @@ impl Pool {
                 .unwrap_or_default(),
             acquired: Instant::now(),
             inner: Mutex::new(Some(lease)),
+            pool: self.redis.then(|| self.inner.clone()),
+            runtime: Handle::current(),
         })
     }
 
     /// Resolves once the store has every operation this process queued before the call: with
     /// Redis, the abandons of leases dropped unreleased (collected by the garbage collector),
-    /// which travel with the next batch. Await it last in a process that exits at once
-    /// (`process.exit`), or the lease TTL frees those slots.
+    /// which travel with the next batch. The process's exit waits for them all the same.
     #[napi]
     pub async fn settle(&self) -> Result<()> {
         self.inner.settle().await.map_err(pool_error)
+    }
+
+    /// For `lib.js`'s exit hook: starts settling a Redis pool (what its live leases queue
+    /// later is settled by their own drops), which `waitForSettles` then waits for.
+    #[napi]
+    pub fn settle_at_exit(&self) {
+        if self.redis {
+            exit::settle_later(&self.runtime, self.inner.clone());
+        }
     }
 
     /// The whole state as plain objects, shaped like `GET /v1/snapshot`'s `snapshot`.
@@ -225,6 +254,9 @@ pub struct Lease {
     id: i64,
     choice: String,
     acquired: Instant,
+    /// Its Redis pool: a drop unreleased settles it (see `exit`).
+    pool: Option<proxypool::Pool>,
+    runtime: Handle,
 }
 
 #[napi]
@@ -271,5 +303,24 @@ impl Lease {
                 )
             })?;
         lease.release(outcome).await.map_err(pool_error)
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let lease = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        // Unreleased: the abandon is queued for the next batch, and the settle after it, which
+        // the process's exit waits for, keeps the store until it has gone out (even past the
+        // pool's drop).
+        if let Some(lease) = lease {
+            drop(lease);
+            if let Some(pool) = self.pool.take() {
+                exit::settle_later(&self.runtime, pool);
+            }
+        }
     }
 }

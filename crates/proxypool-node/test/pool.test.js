@@ -1,10 +1,12 @@
 'use strict'
 // The Node package against real parts: fetch through a tinyproxy upstream (undici's
-// ProxyAgent), sticky sessions, typed errors, worker threads sharing one pool in Redis, a pool
-// in a Redis Cluster, probe reports.
+// ProxyAgent), sticky sessions, typed errors, worker threads sharing one pool in Redis, what a
+// leaving process queued reaching Redis, a pool in a Redis Cluster, probe reports.
 
 const assert = require('node:assert/strict')
 const { after, before, test } = require('node:test')
+const { spawn } = require('node:child_process')
+const { once } = require('node:events')
 const path = require('node:path')
 const { Worker } = require('node:worker_threads')
 const { ProxyAgent } = require('undici')
@@ -119,6 +121,24 @@ test('worker threads share one pool through Redis and never exceed the cap', asy
   assert.equal(snapshot.addresses.reduce((n, a) => n + a.totals.successes, 0), 90)
   assert.ok(snapshot.addresses.every((a) => a.active_leases === 0))
 })
+
+for (const how of ['exit', 'end', 'dropped']) {
+  test(`a process leaving right after the collector took its leases frees them (${how})`, async () => {
+    const name = `node-exit-${how}-${process.pid}-${Date.now()}`
+    const options = {
+      addresses: ['http://10.0.5.1:3128', 'http://10.0.5.2:3128'], redis: `redis://127.0.0.1:${redis.port}`,
+      name, redisTimeout: 5, tunables: { max_leases_per_address: 3 },
+    }
+    const child = spawn(process.execPath, ['--expose-gc', path.join(__dirname, 'exit_child.js'), JSON.stringify(options), how],
+      { stdio: ['ignore', 'inherit', 'inherit'] })
+    const [code] = await once(child, 'exit')
+    assert.equal(code, 0)
+    const pool = await proxypool.Pool.create(options)
+    const snapshot = await pool.snapshot()
+    assert.deepEqual(snapshot.addresses.map((a) => a.active_leases), [0, 0])
+    assert.equal(snapshot.pool.abandoned, 6)
+  })
+}
 
 test('two pools share one pool in a Redis Cluster', async () => {
   const options = {
