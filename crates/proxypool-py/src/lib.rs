@@ -49,6 +49,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<call::Call>()?;
     m.add_function(wrap_pyfunction!(runtime::after_fork_in_child, m)?)?;
     m.add_function(wrap_pyfunction!(exit::wait_for_settles, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::runtime_fd, m)?)?;
     errors::register(m)?;
     Ok(())
 }

@@ -2,8 +2,10 @@
 both the spawn and the fork start methods, with the lease cap never exceeded."""
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
+import signal
 import time
 
 import pytest
@@ -293,11 +295,11 @@ def test_sticky_sessions_are_shared_between_pools_on_one_redis(redis_url, pool_n
     assert a.acquire(key="account-1").choice == "hashed"
 
 
-def test_a_blocking_call_releases_the_gil_while_redis_does_not_answer(workdir, pool_name):
+@contextlib.contextmanager
+def redis_to_freeze(workdir):
+    """A Redis of its own: its port, and a function that stops it (SIGSTOP: it accepts and
+    never answers, so calls wait their whole timeout) until the block ends."""
     from conftest import _start, _stop
-    import os
-    import signal
-    import threading
 
     port, server = _start(
         lambda p: ["redis-server", "--port", str(p), "--bind", "127.0.0.1", "--save", "",
@@ -306,10 +308,19 @@ def test_a_blocking_call_releases_the_gil_while_redis_does_not_answer(workdir, p
         workdir,
     )
     try:
+        yield port, lambda: os.kill(server.pid, signal.SIGSTOP)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        _stop(server)
+
+
+def test_a_blocking_call_releases_the_gil_while_redis_does_not_answer(workdir, pool_name):
+    import threading
+
+    with redis_to_freeze(workdir) as (port, freeze):
         pool = proxypool.Pool(ADDRESSES, redis=f"redis://127.0.0.1:{port}", name=pool_name,
                               redis_timeout=0.5)
-        # A server that accepts and never answers: the call waits its whole timeout.
-        os.kill(server.pid, signal.SIGSTOP)
+        freeze()
         done = threading.Event()
         errors = []
 
@@ -326,9 +337,87 @@ def test_a_blocking_call_releases_the_gil_while_redis_does_not_answer(workdir, p
             spins += 1
         # The main thread ran Python all along: the waiting call did not hold the GIL.
         assert errors and spins > 500_000
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
-        _stop(server)
+
+
+def test_an_asyncio_call_times_out_while_redis_does_not_answer(workdir, pool_name):
+    # The call's deadline is a timer of the runtime the loop drives: it fires though no I/O
+    # wakes the loop, and the loop runs its other tasks meanwhile.
+    with redis_to_freeze(workdir) as (port, freeze):
+        pool = proxypool.Pool(ADDRESSES, redis=f"redis://127.0.0.1:{port}", name=pool_name,
+                              redis_timeout=0.3)
+        freeze()
+
+        async def main():
+            ticks = 0
+
+            async def beside():
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            other = asyncio.create_task(beside())
+            started = time.monotonic()
+            with pytest.raises(proxypool.StoreUnavailable):
+                await asyncio.wait_for(pool.acquire_async(), HANG)
+            waited = time.monotonic() - started
+            other.cancel()
+            return waited, ticks
+
+        waited, ticks = asyncio.run(main())
+        assert 0.3 <= waited < 2, waited
+        assert ticks >= 10, ticks
+
+
+def test_blocking_threads_and_an_asyncio_loop_share_a_redis_pool(redis_url, pool_name):
+    # Blocking calls drive the runtime on their threads while a loop drives it on its own:
+    # every call completes and the cap holds.
+    import threading
+
+    pool = shared_pool(redis_url, pool_name)
+    holding = {a: 0 for a in ADDRESSES}
+    highest = 0
+    guard = threading.Lock()
+
+    def hold(lease, delta):
+        nonlocal highest
+        with guard:
+            holding[lease.address] += delta
+            highest = max(highest, holding[lease.address])
+
+    def blocking():
+        for _ in range(40):
+            lease = acquire_retrying(pool)
+            hold(lease, 1)
+            time.sleep(0.001)
+            hold(lease, -1)
+            lease.release("success", latency=0.02)
+
+    async def task():
+        for _ in range(40):
+            while True:
+                try:
+                    lease = await pool.acquire_async()
+                    break
+                except proxypool.NoAddressAvailable:
+                    await asyncio.sleep(0.001)
+            hold(lease, 1)
+            await asyncio.sleep(0.001)
+            hold(lease, -1)
+            await lease.release_async("success", latency=0.02)
+
+    async def tasks():
+        await asyncio.wait_for(asyncio.gather(*(task() for _ in range(10))), HANG)
+
+    threads = [threading.Thread(target=blocking) for _ in range(3)]
+    threads.append(threading.Thread(target=asyncio.run, args=(tasks(),)))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(HANG)
+    assert not any(t.is_alive() for t in threads)
+    assert highest <= CAP
+    assert successes(pool) == 3 * 40 + 10 * 40
 
 
 def address_view(pool, address):
