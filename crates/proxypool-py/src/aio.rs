@@ -265,13 +265,6 @@ impl Completions {
                 continue;
             };
             self.out.fetch_sub(1, Ordering::Relaxed);
-            resumed += 1;
-            if let Some(rt) = pumped
-                && resumed % LEAVE_EVERY == 0
-            {
-                self.start_made_in_drain(true);
-                quiet_pump(py, rt);
-            }
             if let Err(e) = Call::complete(task.call.bind(py), finish) {
                 // A KeyboardInterrupt or SystemExit leaves as from any loop callback; the
                 // other tasks wait for the next drain.
@@ -279,6 +272,13 @@ impl Completions {
                     self.inbox.push(task);
                 }
                 return Err(e);
+            }
+            resumed += 1;
+            if let Some(rt) = pumped
+                && resumed % LEAVE_EVERY == 0
+            {
+                self.start_made_in_drain(true);
+                quiet_pump(py, rt);
             }
         }
         Ok(())
@@ -404,9 +404,16 @@ impl Completions {
 /// [`runtime::pump`] on a loop's thread, the GIL released (another thread may be driving:
 /// it waits for that one), whatever it completes of ours drained right after.
 fn quiet_pump(py: Python<'_>, rt: &Runtime) {
+    /// Clears `QUIET` however the pump ends.
+    struct Quiet;
+    impl Drop for Quiet {
+        fn drop(&mut self) {
+            QUIET.set(false);
+        }
+    }
     QUIET.set(true);
+    let _quiet = Quiet;
     py.detach(|| runtime::pump(rt));
-    QUIET.set(false);
 }
 
 /// Polls a new call (the caller has entered the runtime's context).
