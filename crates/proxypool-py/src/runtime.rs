@@ -4,16 +4,16 @@
 //! future with `block_on` on the caller's thread (the GIL released), which also does the
 //! runtime's I/O and runs its tasks (the store's batch worker, the connection's driver)
 //! meanwhile. An asyncio loop drives it from its own thread ([`pump`]): the loop watches the
-//! runtime's epoll descriptor ([`Driven::fd`]), so a Redis reply wakes the loop's thread, which
-//! reads it, runs the batch to its end and resumes the tasks waiting on it, and the calls they
-//! make leave for Redis from the same thread; no other thread takes part in a round trip (the
-//! asyncio bench: 0.61 -> 0.96 x the Rust caller; each hand-off between threads was a wake-up
-//! and the batches half as large, see BENCHMARKS.md). Between calls, with no loop running,
-//! nothing drives it: its background work (a late reply's grants given back, lost grants
-//! looked up again) waits for the next call or the exit's settle; the lease TTL bounds what
-//! that delays. Where that descriptor cannot be found (no
-//! `/proc`), or `PROXYPOOL_RUNTIME=threads` asks for it, the runtime has one worker thread of
-//! its own instead, and asyncio calls are driven there.
+//! runtime's epoll descriptor ([`Driven::ByWaiters`]), so a Redis reply wakes the loop's
+//! thread, which reads it, runs the batch to its end and resumes the tasks waiting on it, and
+//! the calls they make leave for Redis from the same thread; no other thread takes part in a
+//! round trip (the asyncio bench: 0.61 -> 0.97 x the Rust caller; each hand-off between
+//! threads was a wake-up and the batches half as large, see BENCHMARKS.md). Between calls,
+//! with no loop running, nothing drives it: its background work (a late reply's grants given
+//! back, lost grants looked up again) waits for the next call or the exit's settle; the lease
+//! TTL bounds what that delays. Where that descriptor cannot be found (no `/proc`), or
+//! `PROXYPOOL_RUNTIME=threads` asks for it, the runtime has one worker thread of its own
+//! instead, and asyncio calls are driven there.
 //!
 //! A forked child inherits the parent's memory but none of its threads: the parent's runtime
 //! (its timers, the Redis connection tasks) is a husk there, and waiting on it hangs. The
