@@ -147,8 +147,9 @@ impl Drop for Lease {
         } else if self.remote && tokio::runtime::Handle::try_current().is_err() {
             // Awaited, not queued: a worker process often drops its last lease and exits at
             // once (`os._exit` in multiprocessing), and a queued abandon would die with it,
-            // holding the slot until the lease TTL. Dropped on a runtime thread (a result
-            // nobody took), it can only be queued.
+            // holding the slot until the lease TTL. Dropped inside the runtime's context (a
+            // loop's drain: a cancelled call's result), it can only be queued; the drain's pump
+            // sends it.
             Python::attach(|py| match runtime::runtime(py) {
                 Ok(rt) => {
                     // Failed: the lease TTL frees the slot, as for a lost queue.
