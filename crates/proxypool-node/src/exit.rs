@@ -9,44 +9,29 @@
 //! settles ([`wait_for_settles`]). The wait blocks the JavaScript thread, bounded: each settle
 //! gives up after the pool's Redis timeout, and then the lease TTL frees what it held.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::OnceLock;
 
 use tokio::runtime::Handle;
-use tokio::task::JoinHandle;
 
-/// Settling tasks of this process, and the runtime they run on.
-static SETTLING: Mutex<Option<(Handle, Vec<JoinHandle<()>>)>> = Mutex::new(None);
+use crate::settling;
+
+/// The runtime the settles run on (napi's).
+static RUNTIME: OnceLock<Handle> = OnceLock::new();
 
 /// Settles `pool` on `runtime`, in a task [`wait_for_settles`] waits for.
 pub(crate) fn settle_later(runtime: &Handle, pool: proxypool::Pool) {
-    let task = runtime.spawn(async move {
-        // A failure leaves the slots to the lease TTL.
-        let _ = pool.settle().await;
-    });
-    let mut slot = SETTLING.lock().unwrap_or_else(PoisonError::into_inner);
-    let (_, tasks) = slot.get_or_insert_with(|| (runtime.clone(), Vec::new()));
-    tasks.retain(|t| !t.is_finished());
-    tasks.push(task);
+    RUNTIME.get_or_init(|| runtime.clone());
+    // A Node process never forks its runtime: one generation.
+    settling::settle_later(0, runtime, pool);
 }
 
 /// Waits until every settle started in this process is done (the exit hook's end).
 pub(crate) fn wait_for_settles() {
-    let Some((runtime, tasks)) = SETTLING
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_mut()
-        .map(|(runtime, tasks)| (runtime.clone(), std::mem::take(tasks)))
-    else {
-        return;
-    };
-    // On one of the runtime's own threads nothing can be waited for (never the case from
-    // JavaScript, which runs on its own thread).
-    if tasks.is_empty() || Handle::try_current().is_ok() {
-        return;
+    if let (Some(runtime), Some(tasks)) = (RUNTIME.get(), settling::take(0)) {
+        runtime.block_on(async {
+            for task in tasks {
+                let _ = task.await;
+            }
+        });
     }
-    runtime.block_on(async {
-        for task in tasks {
-            let _ = task.await;
-        }
-    });
 }

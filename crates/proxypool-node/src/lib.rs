@@ -15,6 +15,8 @@ mod exit;
 mod outcome;
 #[path = "../../proxypool-py/src/redis_url.rs"]
 mod redis_url;
+#[path = "../../proxypool-py/src/settling.rs"]
+mod settling;
 #[path = "../../proxypool-py/src/tunables.rs"]
 mod tunables;
 
@@ -181,8 +183,9 @@ impl Pool {
                 .unwrap_or_default(),
             acquired: Instant::now(),
             inner: Mutex::new(Some(lease)),
-            pool: self.redis.then(|| self.inner.clone()),
-            runtime: Handle::current(),
+            settle_on_drop: self
+                .redis
+                .then(|| (self.runtime.clone(), self.inner.clone())),
         })
     }
 
@@ -254,9 +257,8 @@ pub struct Lease {
     id: i64,
     choice: String,
     acquired: Instant,
-    /// Its Redis pool: a drop unreleased settles it (see `exit`).
-    pool: Option<proxypool::Pool>,
-    runtime: Handle,
+    /// Its Redis pool and the runtime it runs on: a drop unreleased settles it (see `exit`).
+    settle_on_drop: Option<(Handle, proxypool::Pool)>,
 }
 
 #[napi]
@@ -318,8 +320,8 @@ impl Drop for Lease {
         // pool's drop).
         if let Some(lease) = lease {
             drop(lease);
-            if let Some(pool) = self.pool.take() {
-                exit::settle_later(&self.runtime, pool);
+            if let Some((runtime, pool)) = self.settle_on_drop.take() {
+                exit::settle_later(&runtime, pool);
             }
         }
     }

@@ -317,16 +317,12 @@ impl Completions {
     fn drive(slf: &Bound<'_, Self>, event_loop: Py<PyAny>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
-        let rt = runtime::runtime(py)?;
-        let pumped = match runtime::driven(py)? {
-            Driven::ByWaiters { .. } => Some(&*rt),
-            Driven::OwnThread => None,
-        };
-        let Some(pumped) = pumped else {
-            return Self::drain(slf, &rt, &event_loop, None);
-        };
+        let (rt, driven) = runtime::current(py)?;
+        if driven == Driven::OwnThread {
+            return Self::drain(slf, &rt, &event_loop, false);
+        }
         for round in 0.. {
-            quiet_pump(py, pumped);
+            quiet_pump(py, &rt);
             if this.inbox.is_empty() {
                 break;
             }
@@ -335,7 +331,7 @@ impl Completions {
                 this.inbox.wake_loop();
                 break;
             }
-            Self::drain(slf, &rt, &event_loop, Some(pumped))?;
+            Self::drain(slf, &rt, &event_loop, true)?;
         }
         Self::tick_while_out(slf, &event_loop)
     }
@@ -361,12 +357,13 @@ const ROUNDS: usize = 16;
 const TICK_SECONDS: f64 = 0.05;
 
 impl Completions {
-    /// Resumes the tasks woken so far, then polls the calls they made (see `drain_woken`).
+    /// Resumes the tasks woken so far, then polls the calls they made (see `drain_woken`;
+    /// `pumped`: the loop drives `rt`).
     fn drain(
         slf: &Bound<'_, Self>,
         rt: &Runtime,
         event_loop: &Py<PyAny>,
-        pumped: Option<&Runtime>,
+        pumped: bool,
     ) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
@@ -379,7 +376,7 @@ impl Completions {
             .made_in_drain
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(Vec::new());
-        let drained = this.drain_woken(py, pumped);
+        let drained = this.drain_woken(py, pumped.then_some(rt));
         this.start_made_in_drain(false);
         drained
     }
@@ -464,12 +461,12 @@ where
     bridge.get().out.fetch_add(1, Ordering::Relaxed);
     if let Some(task) = bridge.get().defer(task) {
         // Made outside a drain: it leaves now.
-        let rt = runtime::runtime(py)?;
+        let (rt, driven) = runtime::current(py)?;
         {
             let _context = rt.enter();
             first_poll(task);
         }
-        if let Driven::ByWaiters { .. } = runtime::driven(py)? {
+        if driven == Driven::ByWaiters {
             // What this completes wakes the loop as any completion does (not QUIET: no drain
             // follows here).
             py.detach(|| runtime::pump(&rt));

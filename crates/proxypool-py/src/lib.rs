@@ -18,6 +18,7 @@ mod outcome;
 mod pool;
 mod redis_url;
 mod runtime;
+mod settling;
 mod tunables;
 
 use std::pin::pin;

@@ -4,7 +4,7 @@
 //! future with `block_on` on the caller's thread (the GIL released), which also does the
 //! runtime's I/O and runs its tasks (the store's batch worker, the connection's driver)
 //! meanwhile. An asyncio loop drives it from its own thread ([`pump`]): the loop watches the
-//! runtime's epoll descriptor ([`Driven::ByWaiters`]), so a Redis reply wakes the loop's
+//! runtime's epoll descriptor ([`runtime_fd`]), so a Redis reply wakes the loop's
 //! thread, which reads it, runs the batch to its end and resumes the tasks waiting on it, and
 //! the calls they make leave for Redis from the same thread; no other thread takes part in a
 //! round trip (the asyncio bench: 0.61 -> 0.97 x the Rust caller; each hand-off between
@@ -36,22 +36,21 @@ use tokio::runtime::{Builder, Runtime};
 /// How the runtime is driven.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Driven {
-    /// By its waiters; asyncio loops watch this descriptor (the runtime's epoll).
-    ByWaiters { fd: i32 },
+    /// By its waiters; asyncio loops watch its epoll ([`runtime_fd`]).
+    ByWaiters,
     /// By a worker thread of its own.
     OwnThread,
 }
 
 thread_local! {
-    /// Set when the runtime, driven on this thread, ran out of work (see [`pump`]).
-    static IDLE: Cell<bool> = const { Cell::new(false) };
-    /// The [`pump`] waiting for that.
+    /// The [`pump`] driving the runtime on this thread, until the runtime runs out of work
+    /// (`about_to_park` takes it then).
     static PUMP: Cell<Option<Waker>> = const { Cell::new(None) };
     /// This thread's watch on the runtime's epoll (see [`io_waiting`]).
     static WATCH: RefCell<Option<(i32, mio::Poll, mio::Events)>> = const { RefCell::new(None) };
 }
 
-/// The runtime's epoll descriptor (-1: none), for [`io_waiting`].
+/// The epoll descriptor of the runtime driven by its waiters (-1: it has a thread of its own).
 static EPOLL: AtomicI32 = AtomicI32::new(-1);
 
 /// Called by the runtime, driven on this thread, when it has no task to run and is about to
@@ -66,7 +65,6 @@ fn about_to_park() {
     if io_waiting() {
         PUMP.set(Some(pump));
     } else {
-        IDLE.set(true);
         pump.wake();
     }
 }
@@ -120,12 +118,8 @@ pub(crate) fn runtime(py: Python<'_>) -> PyResult<Arc<Runtime>> {
     Ok(current(py)?.0)
 }
 
-/// How this process's runtime is driven.
-pub(crate) fn driven(py: Python<'_>) -> PyResult<Driven> {
-    Ok(current(py)?.1)
-}
-
-fn current(_gil: Python<'_>) -> PyResult<(Arc<Runtime>, Driven)> {
+/// The runtime of this process and how it is driven.
+pub(crate) fn current(_gil: Python<'_>) -> PyResult<(Arc<Runtime>, Driven)> {
     let generation = generation();
     let mut slot = RUNTIME.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((built_in, rt, driven)) = slot.as_ref()
@@ -158,9 +152,10 @@ fn build() -> std::io::Result<(Runtime, Driven)> {
             && let Some(&fd) = after.difference(&before).min()
         {
             EPOLL.store(fd, Ordering::Relaxed);
-            return Ok((rt, Driven::ByWaiters { fd }));
+            return Ok((rt, Driven::ByWaiters));
         }
     }
+    EPOLL.store(-1, Ordering::Relaxed);
     let rt = Builder::new_multi_thread()
         // The engine's own work is small; the thread mostly waits on Redis. One: the batch
         // worker and the connection's driver then share it, with no wake-up between them.
@@ -190,10 +185,8 @@ fn epoll_fds() -> Option<HashSet<i32>> {
 /// when the runtime has a thread of its own.
 #[pyfunction]
 pub(crate) fn runtime_fd(py: Python<'_>) -> PyResult<Option<i32>> {
-    Ok(match driven(py)? {
-        Driven::ByWaiters { fd } => Some(fd),
-        Driven::OwnThread => None,
-    })
+    current(py)?;
+    Ok(Some(EPOLL.load(Ordering::Relaxed)).filter(|fd| *fd >= 0))
 }
 
 /// Drives a runtime driven by its waiters on this thread until it has nothing left to run:
@@ -201,12 +194,14 @@ pub(crate) fn runtime_fd(py: Python<'_>) -> PyResult<Option<i32>> {
 /// lands in a loop's inbox). Waits while another thread drives it (a blocking call), until
 /// that one is done.
 pub(crate) fn pump(rt: &Runtime) {
-    IDLE.set(false);
+    let mut armed = false;
     rt.block_on(std::future::poll_fn(|cx| {
-        if IDLE.get() {
+        // Armed and taken: the runtime ran out of work (woken otherwise, it is still there).
+        if armed && PUMP.take().is_none() {
             return Poll::Ready(());
         }
         PUMP.set(Some(cx.waker().clone()));
+        armed = true;
         Poll::Pending
     }));
 }
