@@ -179,6 +179,18 @@ impl Fold {
     }
 }
 
+/// Runs batch-sized work on the blocking pool: under a long-tailed load a write holds some
+/// 30 000 codes, and building its deltas or dropping its map (a reference count per code)
+/// takes milliseconds, which on a runtime worker every connection it serves would wait out.
+async fn off_worker<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => done,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Cancelled: only when the runtime shuts down, which drops this future too.
+        Err(_) => std::future::pending().await,
+    }
+}
+
 /// A batch for the click stream, frozen when first sent: a failed send is retried as is.
 struct Frozen {
     batch: ClickBatch,
@@ -205,6 +217,8 @@ enum Done {
     /// A batch shipped to the click stream; `first`: not a retry.
     Shipped {
         frozen: Frozen,
+        /// The map it was built from, emptied for reuse.
+        emptied: Option<Counts>,
         first: bool,
         started: std::time::Instant,
         result: Result<(), Unreachable>,
@@ -438,6 +452,18 @@ impl Aggregator {
         }
     }
 
+    /// Takes what is pending for a write, leaving the spare map (emptied, capacity kept) to
+    /// fold into meanwhile.
+    fn take_pending(&mut self) -> Fold {
+        std::mem::replace(
+            &mut self.pending,
+            Fold {
+                counts: std::mem::take(&mut self.spare),
+                ..Fold::default()
+            },
+        )
+    }
+
     /// Starts the next write, if there is something to write and none is under way: the
     /// frozen batch first, then what is pending (its map swapped out for the write).
     fn start_write(&mut self) {
@@ -447,26 +473,39 @@ impl Aggregator {
         let started = std::time::Instant::now();
         if let Some(shipper) = self.shipper.clone() {
             let (frozen, first) = match self.unsent.take() {
-                Some(frozen) => (frozen, false),
+                Some(frozen) => (Ok(frozen), false),
                 None if self.pending.counts.is_empty() => return,
-                None => {
-                    let frozen = Frozen {
-                        batch: shipper.batch(self.pending.deltas()),
-                        events: self.pending.events,
-                        cost: self.pending.cost(),
-                        oldest: self.pending.oldest,
-                    };
-                    self.pending.clear();
-                    (frozen, true)
-                }
+                None => (Err(self.take_pending()), true),
+            };
+            let (cost, oldest) = match &frozen {
+                Ok(frozen) => (frozen.cost, frozen.oldest),
+                Err(fold) => (fold.cost(), fold.oldest),
             };
             self.writing = Some(Writing {
-                cost: frozen.cost,
-                oldest: frozen.oldest,
+                cost,
+                oldest,
                 done: Box::pin(async move {
+                    let (frozen, emptied) = match frozen {
+                        Ok(frozen) => (frozen, None),
+                        Err(mut fold) => {
+                            let batches = shipper.clone();
+                            off_worker(move || {
+                                let frozen = Frozen {
+                                    batch: batches.batch(fold.deltas()),
+                                    events: fold.events,
+                                    cost: fold.cost(),
+                                    oldest: fold.oldest,
+                                };
+                                fold.counts.clear();
+                                (frozen, Some(fold.counts))
+                            })
+                            .await
+                        }
+                    };
                     let result = shipper.ship(&frozen.batch).await;
                     Done::Shipped {
                         frozen,
+                        emptied,
                         first,
                         started,
                         result,
@@ -478,20 +517,27 @@ impl Aggregator {
         if self.pending.counts.is_empty() {
             return;
         }
-        let deltas = self.pending.deltas();
-        let fold = std::mem::replace(
-            &mut self.pending,
-            Fold {
-                counts: std::mem::take(&mut self.spare),
-                ..Fold::default()
-            },
-        );
+        let fold = self.take_pending();
         let store = self.store.clone();
         self.writing = Some(Writing {
             cost: fold.cost(),
             oldest: fold.oldest,
             done: Box::pin(async move {
+                let (mut fold, deltas) = off_worker(move || {
+                    let mut fold = fold;
+                    let deltas = fold.deltas();
+                    (fold, deltas)
+                })
+                .await;
                 let result = store.apply_clicks(deltas).await;
+                if result.is_ok() {
+                    // Its events are still counted: the metrics want them.
+                    fold = off_worker(move || {
+                        fold.counts.clear();
+                        fold
+                    })
+                    .await;
+                }
                 Done::Written {
                     fold,
                     started,
@@ -530,10 +576,16 @@ impl Aggregator {
             } => self.stored(fold, started, result),
             Done::Shipped {
                 frozen,
+                emptied,
                 first,
                 started,
                 result,
-            } => self.shipped(frozen, first, started, result),
+            } => {
+                if let Some(map) = emptied {
+                    self.spare = map;
+                }
+                self.shipped(frozen, first, started, result)
+            }
             Done::Pruned { today, result } => {
                 match result {
                     Ok(rows) => {
