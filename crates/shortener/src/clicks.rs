@@ -200,6 +200,28 @@ struct Frozen {
     oldest: Option<UnixSeconds>,
 }
 
+impl Frozen {
+    /// Freezes what `fold` holds into a batch; returns it and the fold's map, emptied for reuse.
+    fn of(mut fold: Fold, shipper: &ClickShipper) -> (Frozen, Counts) {
+        let frozen = Frozen {
+            batch: shipper.batch(fold.deltas()),
+            events: fold.events,
+            cost: fold.cost(),
+            oldest: fold.oldest,
+        };
+        fold.counts.clear();
+        (frozen, fold.counts)
+    }
+}
+
+/// What the next send to the click stream carries.
+enum ToShip {
+    /// A batch whose send failed: resent as is.
+    Unsent(Frozen),
+    /// Clicks folded since: frozen into a batch (on the blocking pool) when the send starts.
+    Fresh(Fold),
+}
+
 /// The one write under way.
 struct Writing {
     cost: u64,
@@ -481,34 +503,26 @@ impl Aggregator {
         }
         let started = std::time::Instant::now();
         if let Some(shipper) = self.shipper.clone() {
-            let (frozen, first) = match self.unsent.take() {
-                Some(frozen) => (Ok(frozen), false),
+            let (next, first) = match self.unsent.take() {
+                Some(frozen) => (ToShip::Unsent(frozen), false),
                 None if self.pending.counts.is_empty() => return,
-                None => (Err(self.take_pending()), true),
+                None => (ToShip::Fresh(self.take_pending()), true),
             };
-            let (cost, oldest) = match &frozen {
-                Ok(frozen) => (frozen.cost, frozen.oldest),
-                Err(fold) => (fold.cost(), fold.oldest),
+            let (cost, oldest) = match &next {
+                ToShip::Unsent(frozen) => (frozen.cost, frozen.oldest),
+                ToShip::Fresh(fold) => (fold.cost(), fold.oldest),
             };
             self.writing = Some(Writing {
                 cost,
                 oldest,
                 done: Box::pin(async move {
-                    let (frozen, emptied) = match frozen {
-                        Ok(frozen) => (frozen, None),
-                        Err(mut fold) => {
+                    let (frozen, emptied) = match next {
+                        ToShip::Unsent(frozen) => (frozen, None),
+                        ToShip::Fresh(fold) => {
                             let batches = shipper.clone();
-                            off_worker(move || {
-                                let frozen = Frozen {
-                                    batch: batches.batch(fold.deltas()),
-                                    events: fold.events,
-                                    cost: fold.cost(),
-                                    oldest: fold.oldest,
-                                };
-                                fold.counts.clear();
-                                (frozen, Some(fold.counts))
-                            })
-                            .await
+                            let (frozen, map) =
+                                off_worker(move || Frozen::of(fold, &batches)).await;
+                            (frozen, Some(map))
                         }
                     };
                     let result = shipper.ship(&frozen.batch).await;
