@@ -258,7 +258,8 @@ pub struct ServeArgs {
     /// are counted apart, as `bot_clicks`).
     #[arg(long, env = "SHORTENER_DROP_BOT_CLICKS", num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub drop_bot_clicks: Option<bool>,
-    /// Click events buffered in memory before new ones are dropped (and counted) [default: 65536].
+    /// Click events buffered in memory before new ones are dropped (and counted), split evenly
+    /// between the worker threads [default: 65536].
     #[arg(long, env = "SHORTENER_CLICK_QUEUE", value_name = "N")]
     pub click_queue: Option<usize>,
     /// Longest wait before buffered clicks are written, in milliseconds [default: 1000].

@@ -1,4 +1,5 @@
-//! The click pipeline: redirects push events into a bounded lock-free queue; one task empties
+//! The click pipeline: redirects push events into a bounded lock-free queue (a lane per
+//! worker thread, `queue`); one task empties
 //! it every few milliseconds, folds the events into per (code, UTC day) counts and writes each
 //! batch in one store transaction — or, in the scale-out mode, ships it onto the Redis click
 //! stream for the aggregators (`scaleout::clickstream`).
@@ -10,15 +11,18 @@
 //! same batch) until the backlog bound; then the queue stops being emptied: it fills, and
 //! further clicks are dropped and counted, never blocking a redirect.
 
+mod fold;
+mod queue;
+
 use crate::metrics::Metrics;
 use crate::scaleout::clickstream::ClickShipper;
 use crate::scaleout::redis::Unreachable;
 use crate::visits::{Visit, VisitFold};
-use crossbeam_queue::ArrayQueue;
+use fold::{Counts, Fold, Frozen};
+pub(crate) use queue::ClickQueue;
+use queue::Taker;
 use shortener_core::day::{ANALYTICS_DAYS, Day, UnixSeconds};
-use shortener_core::people::People;
-use shortener_core::store::{ClickBatch, ClickDelta, ClickSink, StoreError};
-use std::collections::HashMap;
+use shortener_core::store::{ClickBatch, ClickSink, StoreError};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -40,7 +44,7 @@ pub(crate) struct ClickEvent {
 /// The redirect side of the pipeline: never waits, never fails, never wakes anyone.
 #[derive(Debug, Clone)]
 pub(crate) struct ClickRecorder {
-    queue: Arc<ArrayQueue<ClickEvent>>,
+    queue: Arc<ClickQueue>,
     metrics: Arc<Metrics>,
 }
 
@@ -67,7 +71,7 @@ const MAX_BACKLOG: u64 = 100_000;
 /// keeps the redirect's cost at one lock-free push.
 const DRAIN_EVERY: Duration = Duration::from_millis(10);
 
-/// Creates the queue and spawns the aggregator. The aggregator writes what it folded every
+/// Spawns the aggregator over `queue`. The aggregator writes what it folded every
 /// `interval` (or once it holds half of [`MAX_BACKLOG`]) and finishes, after a final write of
 /// everything queued, once `shutdown` changes.
 pub(crate) fn start(
@@ -75,11 +79,12 @@ pub(crate) fn start(
     shipper: Option<Arc<ClickShipper>>,
     visits: VisitFold,
     metrics: Arc<Metrics>,
-    capacity: usize,
+    queue: ClickQueue,
     interval: Duration,
     shutdown: watch::Receiver<bool>,
 ) -> (ClickRecorder, tokio::task::JoinHandle<()>) {
-    let queue = Arc::new(ArrayQueue::new(capacity));
+    let capacity = queue.capacity();
+    let queue = Arc::new(queue);
     let recorder = ClickRecorder {
         queue: queue.clone(),
         metrics: metrics.clone(),
@@ -87,96 +92,6 @@ pub(crate) fn start(
     let aggregator = Aggregator::new(store, shipper, visits, metrics, capacity);
     let handle = tokio::spawn(aggregator.run(queue, interval, shutdown));
     (recorder, handle)
-}
-
-/// What the fold holds for one (code, day). People's facts are boxed and made on a
-/// person's first click: a bot's entry stays three words, and the map (which keeps its
-/// capacity from one write to the next) a fifth of the size.
-#[derive(Default)]
-struct Pending {
-    human: u64,
-    bot: u64,
-    people: Option<Box<People>>,
-}
-
-impl Pending {
-    fn absorb(&mut self, other: Pending) {
-        self.human += other.human;
-        self.bot += other.bot;
-        if let Some(theirs) = other.people {
-            match &mut self.people {
-                Some(mine) => mine.merge(&theirs),
-                None => self.people = Some(theirs),
-            }
-        }
-    }
-}
-
-/// Keyed by codes of existing links only, so a fast hasher (not SipHash) is safe here.
-type Counts = HashMap<(Arc<str>, Day), Pending, quick_cache::DefaultHashBuilder>;
-
-/// Clicks folded and not yet written.
-#[derive(Default)]
-struct Fold {
-    counts: Counts,
-    /// Clicks folded in.
-    events: u64,
-    /// People's clicks among them: each may grow its entry's people.
-    visits: u64,
-    /// When the oldest of them happened: the lag metric.
-    oldest: Option<UnixSeconds>,
-}
-
-impl Fold {
-    /// What it weighs against [`MAX_BACKLOG`].
-    fn cost(&self) -> u64 {
-        self.counts.len() as u64 + self.visits
-    }
-
-    /// Counts a click taken from the queue.
-    fn taken(&mut self, at: UnixSeconds) {
-        self.oldest = Some(self.oldest.map_or(at, |o| o.min(at)));
-        self.events += 1;
-    }
-
-    /// Empties it, keeping the map's capacity.
-    fn clear(&mut self) {
-        self.counts.clear();
-        self.events = 0;
-        self.visits = 0;
-        self.oldest = None;
-    }
-
-    /// Adds the clicks of a write that failed; returns its map, emptied (capacity kept).
-    fn absorb(&mut self, mut failed: Fold) -> Counts {
-        for (key, pending) in failed.counts.drain() {
-            self.counts.entry(key).or_default().absorb(pending);
-        }
-        self.events += failed.events;
-        self.visits += failed.visits;
-        self.oldest = match (self.oldest, failed.oldest) {
-            (Some(mine), Some(theirs)) => Some(mine.min(theirs)),
-            (mine, theirs) => mine.or(theirs),
-        };
-        failed.counts
-    }
-
-    /// The deltas to write; people are trimmed to their stored size here, in the fold too.
-    fn deltas(&mut self) -> Vec<ClickDelta> {
-        self.counts
-            .iter_mut()
-            .map(|((code, day), pending)| ClickDelta {
-                code: code.to_string(),
-                day: *day,
-                human: pending.human,
-                bot: pending.bot,
-                people: pending.people.as_deref_mut().map(|people| {
-                    people.trim();
-                    Box::new(people.clone())
-                }),
-            })
-            .collect()
-    }
 }
 
 /// Runs the fold's heavy work on the blocking pool: under a long-tailed load a drain folds
@@ -189,28 +104,6 @@ async fn off_worker<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
         // Cancelled: only when the runtime shuts down, which drops this future too.
         Err(_) => std::future::pending().await,
-    }
-}
-
-/// A batch for the click stream, frozen when first sent: a failed send is retried as is.
-struct Frozen {
-    batch: ClickBatch,
-    events: u64,
-    cost: u64,
-    oldest: Option<UnixSeconds>,
-}
-
-impl Frozen {
-    /// Freezes what `fold` holds into a batch; returns it and the fold's map, emptied for reuse.
-    fn of(mut fold: Fold, shipper: &ClickShipper) -> (Frozen, Counts) {
-        let frozen = Frozen {
-            batch: shipper.batch(fold.deltas()),
-            events: fold.events,
-            cost: fold.cost(),
-            oldest: fold.oldest,
-        };
-        fold.counts.clear();
-        (frozen, fold.counts)
     }
 }
 
@@ -302,7 +195,7 @@ impl Aggregator {
 
     async fn run(
         mut self,
-        queue: Arc<ArrayQueue<ClickEvent>>,
+        queue: Arc<ClickQueue>,
         interval: Duration,
         mut shutdown: watch::Receiver<bool>,
     ) {
@@ -389,7 +282,8 @@ impl Aggregator {
     }
 
     /// Folds what the queue holds, up to the bound, starting a write whenever one is due.
-    fn drain(&mut self, queue: &ArrayQueue<ClickEvent>) {
+    fn drain(&mut self, queue: &ClickQueue) {
+        let mut queue = queue.taker();
         // An event taken from the queue that did not belong to the run before it.
         let mut next = None;
         loop {
@@ -404,11 +298,11 @@ impl Aggregator {
             let Some(event) = next.take().or_else(|| queue.pop()) else {
                 break;
             };
-            next = self.fold(event, queue);
+            next = self.fold(event, &mut queue);
         }
         // Taken, so folded even past the bound (it takes nothing more from the queue then).
         while let Some(event) = next {
-            next = self.fold(event, queue);
+            next = self.fold(event, &mut queue);
         }
     }
 
@@ -443,7 +337,7 @@ impl Aggregator {
     /// day without a visit (while the backlog has room): a link clicked over and over, the
     /// hot link or a crawler's retries, costs a pointer comparison per click, not a map entry.
     /// Returns the event it took that was not one of them.
-    fn fold(&mut self, event: ClickEvent, queue: &ArrayQueue<ClickEvent>) -> Option<ClickEvent> {
+    fn fold(&mut self, event: ClickEvent, queue: &mut Taker<'_>) -> Option<ClickEvent> {
         let day = Day::from_unix(event.at);
         self.pending.taken(event.at);
         let (mut human, mut bot) = (u64::from(!event.bot), u64::from(event.bot));
@@ -476,10 +370,11 @@ impl Aggregator {
     }
 
     /// Folds every event in the queue, however many.
-    fn fold_all(&mut self, queue: &ArrayQueue<ClickEvent>) {
+    fn fold_all(&mut self, queue: &ClickQueue) {
+        let mut queue = queue.taker();
         let mut next = queue.pop();
         while let Some(event) = next {
-            next = self.fold(event, queue).or_else(|| queue.pop());
+            next = self.fold(event, &mut queue).or_else(|| queue.pop());
         }
     }
 

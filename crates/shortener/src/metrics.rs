@@ -22,8 +22,9 @@ struct Stripe(AtomicU64);
 #[derive(Debug, Default)]
 pub(crate) struct Striped([Stripe; STRIPES]);
 
-/// The stripe of the calling thread: threads take the next one as they first count.
-fn stripe() -> usize {
+/// The stripe of the calling thread: threads take the next one as they first ask. The click
+/// queue picks its lanes by it too.
+pub(crate) fn stripe() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;

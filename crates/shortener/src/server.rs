@@ -113,7 +113,11 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         scaleout.as_ref().map(|s| s.shipper.clone()),
         VisitFold::new(visitor_key, geoip.clone()),
         metrics.clone(),
-        config.click_queue,
+        // A lane per thread that serves redirects.
+        clicks::ClickQueue::new(
+            config.click_queue,
+            tokio::runtime::Handle::current().metrics().num_workers(),
+        ),
         config.click_flush,
         stop_rx,
     );

@@ -2,6 +2,7 @@
 //! refused, producers racing the fold.
 
 use super::*;
+use shortener_core::store::ClickDelta;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::Semaphore;
@@ -30,7 +31,7 @@ fn runs_of_one_code_count_as_many_clicks_as_were_queued() {
     // The same code from another allocation: counted under the same key all the same.
     let hot_again: Arc<str> = Arc::from("hotlink");
     let other: Arc<str> = Arc::from("another");
-    let queue = ArrayQueue::new(16);
+    let queue = ClickQueue::new(16, 1);
     for event in [
         click(&hot, day, true, false),
         click(&hot, day + 1, true, false),
@@ -70,7 +71,7 @@ async fn the_lag_counts_from_the_oldest_click_not_yet_written() {
     let store = Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
     let mut fold = aggregator(store);
     let code: Arc<str> = Arc::from("someone");
-    let queue = ArrayQueue::new(16);
+    let queue = ClickQueue::new(16, 1);
     let at = crate::now() - 100;
     queue.push(click(&code, at, true, false)).unwrap();
     fold.fold_all(&queue);
@@ -100,7 +101,7 @@ fn the_bound_counts_entries_and_people_not_a_runs_clicks() {
         .into_iter()
         .map(Arc::from)
         .collect();
-    let queue = ArrayQueue::new(16);
+    let queue = ClickQueue::new(16, 1);
     for i in [0, 0, 0, 0, 0, 1, 2, 3, 4, 4] {
         queue
             .push(click(&codes[i], 1_700_000_000, true, false))
@@ -188,7 +189,7 @@ struct Running {
     handle: tokio::task::JoinHandle<()>,
 }
 
-fn run(sink: &Arc<Sink>, capacity: usize, interval: Duration) -> Running {
+fn run(sink: &Arc<Sink>, capacity: usize, lanes: usize, interval: Duration) -> Running {
     let metrics = Arc::new(Metrics::new());
     let (stop, stopped) = watch::channel(false);
     let (recorder, handle) = start(
@@ -196,7 +197,7 @@ fn run(sink: &Arc<Sink>, capacity: usize, interval: Duration) -> Running {
         None,
         VisitFold::new([7; 16], None),
         metrics.clone(),
-        capacity,
+        ClickQueue::new(capacity, lanes),
         interval,
         stopped,
     );
@@ -247,7 +248,7 @@ fn codes(names: &[&str]) -> Vec<Arc<str>> {
 async fn a_write_under_way_does_not_stop_the_fold() {
     let sink = Sink::new(false, |_| false);
     // Bound 8, a write at 4; no write on the timer.
-    let running = run(&sink, 8, Duration::from_secs(3600));
+    let running = run(&sink, 8, 1, Duration::from_secs(3600));
     let ([a, b, ..], at) = running.one_click_on_each_of_four(true);
     until("the first write to start", || {
         sink.started.load(Ordering::SeqCst) == 1
@@ -287,7 +288,7 @@ async fn a_write_under_way_does_not_stop_the_fold() {
 #[tokio::test]
 async fn a_failed_write_is_merged_back_and_written_once() {
     let sink = Sink::new(true, |n| n == 0);
-    let running = run(&sink, 8, Duration::from_secs(3600));
+    let running = run(&sink, 8, 1, Duration::from_secs(3600));
     let ([a, ..], at) = running.one_click_on_each_of_four(false);
     until("the write to fail", || {
         running.metrics.click_flush_failures.get() == 1
@@ -320,7 +321,7 @@ async fn a_failed_write_is_merged_back_and_written_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_click_is_written_once_or_counted_dropped() {
     let sink = Sink::new(true, |n| n % 3 == 0);
-    let running = run(&sink, 256, Duration::from_millis(5));
+    let running = run(&sink, 256, 2, Duration::from_millis(5));
     let codes = codes(&["a", "b", "c", "d", "e", "f", "g", "h"]);
     let sent = Arc::new(AtomicU64::new(0));
     let producers: Vec<_> = (0..4u64)
