@@ -6,45 +6,46 @@
 //! and a batch of clicks is one transaction. The SQL stays within what CockroachDB also
 //! speaks; ARCHITECTURE.md lists the few places where that is not free.
 
+mod changes;
+mod clicks;
+mod errors;
 mod group_commit;
 mod import;
 mod schema;
+mod url;
 
 use super::{
     AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SPENT_PRUNED_PER_SPEND,
     SqlValue, TARGET_COLUMNS, TOKEN_COLUMNS, audit_query_sql, disable_from, link_page_sql,
-    merged_people, report_page_sql, stored_people, stored_token_id, update_state_sql,
+    report_page_sql, stored_people, stored_token_id, update_state_sql,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{
-    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
-    Transaction,
+    Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime, Transaction,
 };
 use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::{Actor, Link, LinkChange, RedirectTarget, Refusal};
+use shortener_core::link::{Link, LinkChange, RedirectTarget};
 use shortener_core::listing::LinkQuery;
-use shortener_core::people::People;
 use shortener_core::report::{
-    AUTO_DISABLE_WINDOW_SECONDS, AUTO_REPORTS_ACTOR, AutoDisable, NewReport, Report, ReportOutcome,
-    ReportQuery, Resolution, ResolveOutcome,
+    AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
 };
 use shortener_core::store::{
-    ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, FoundToken,
-    ImportBatch, ImportOutcome, InsertOutcome, LinkStore, StoreError, TokenInfo, TokenRecord,
+    ChangeNote, ChangeOutcome, DailyCount, FoundToken, ImportBatch, ImportOutcome, InsertOutcome,
+    LinkStore, StoreError, TokenInfo, TokenRecord,
 };
 use shortener_core::token::{Principal, TOKEN_ID_BYTES, TokenHash, TokenId};
-use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::ops::Range;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Config, NoTls, Row, config::Host};
+use tokio_postgres::{NoTls, Row};
 
+use changes::{NUMBERED_AT_ONCE, change_once, file_report, insert_audit, number_pending};
+use errors::{classify, describe, describe_pool};
 pub use schema::CURRENT_VERSION;
+pub use url::{DatabaseUrl, DatabaseUrlError};
 
 /// Default connections per process. Statements are short, so a few connections carry
 /// thousands of requests per second, and many instances share the server's
@@ -63,86 +64,9 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(750);
 const TCP_USER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request waits for a free connection when all are busy before it gets a 503.
 const WAIT_TIMEOUT: Duration = Duration::from_secs(2);
-/// Attempts of a click batch that lost a serialization race or a deadlock (CockroachDB
-/// retries, PostgreSQL's deadlock detector); the aggregator retries later beyond these.
-const CLICK_ATTEMPTS: u32 = 3;
 /// Statement timeout of click batches, pruning and the feed sweep's scan on a pool whose
 /// statements are bounded for the request path: background work, larger, retried later.
 const BACKGROUND_STATEMENT_TIMEOUT: &str = "60s";
-
-/// A parsed `postgres://` URL. Shown without its password.
-#[derive(Clone)]
-pub struct DatabaseUrl {
-    // Boxed: the parsed config is large and the URL travels inside small enums.
-    config: Box<Config>,
-}
-
-/// Why a `--database` value was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum DatabaseUrlError {
-    /// Not a `postgres://` or `postgresql://` URL.
-    #[error(
-        "database must be a postgres:// or postgresql:// URL (leave it unset for the embedded store)"
-    )]
-    Scheme,
-    /// tokio-postgres could not parse it.
-    #[error("database URL is invalid: {0}")]
-    Invalid(String),
-    /// `sslmode=require` or stronger: this build speaks plain TCP only.
-    #[error("database URL asks for TLS (sslmode=require), which this build does not support")]
-    TlsRequired,
-}
-
-impl FromStr for DatabaseUrl {
-    type Err = DatabaseUrlError;
-
-    fn from_str(url: &str) -> Result<Self, Self::Err> {
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(DatabaseUrlError::Scheme);
-        }
-        // The parser's messages never quote the URL, so no password reaches a log.
-        let config = Config::from_str(url).map_err(|e| DatabaseUrlError::Invalid(describe(&e)))?;
-        if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-            return Err(DatabaseUrlError::TlsRequired);
-        }
-        Ok(Self {
-            config: Box::new(config),
-        })
-    }
-}
-
-impl fmt::Display for DatabaseUrl {
-    /// `user@host:port/dbname`, never the password.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(user) = self.config.get_user() {
-            write!(f, "{user}@")?;
-        }
-        let hosts = self.config.get_hosts();
-        let ports = self.config.get_ports();
-        for (i, host) in hosts.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            match host {
-                Host::Tcp(name) => f.write_str(name)?,
-                Host::Unix(path) => write!(f, "{}", path.display())?,
-            }
-            if let Some(port) = ports.get(i).or(ports.first()) {
-                write!(f, ":{port}")?;
-            }
-        }
-        if hosts.is_empty() {
-            f.write_str("localhost")?;
-        }
-        write!(f, "/{}", self.config.get_dbname().unwrap_or(""))
-    }
-}
-
-impl fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DatabaseUrl({self})")
-    }
-}
 
 /// Why the PostgreSQL store could not be opened; each says what to do in one line.
 #[derive(Debug, thiserror::Error)]
@@ -358,107 +282,6 @@ impl PgStore {
     }
 }
 
-/// Adds clicks to the links' totals and daily rows, inside the caller's transaction.
-async fn add_clicks(
-    tx: &Transaction<'_>,
-    clicks: &ClickColumns,
-) -> Result<(), tokio_postgres::Error> {
-    if clicks.codes.is_empty() {
-        return Ok(());
-    }
-    // Lock the links in code order first: two batches over overlapping codes then queue on
-    // their first common row instead of deadlocking on each other's.
-    let lock = tx
-        .prepare_cached(
-            "SELECT code FROM links WHERE code = ANY($1::TEXT[]) ORDER BY code FOR UPDATE",
-        )
-        .await?;
-    tx.query(&lock, &[&clicks.codes]).await?;
-    let totals = tx
-        .prepare_cached(
-            "UPDATE links AS l SET clicks = l.clicks + t.clicks, \
-             bot_clicks = l.bot_clicks + t.bot_clicks \
-             FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[]) AS t (code, clicks, bot_clicks) \
-             WHERE l.code = t.code",
-        )
-        .await?;
-    tx.execute(
-        &totals,
-        &[&clicks.codes, &clicks.code_human, &clicks.code_bot],
-    )
-    .await?;
-    // Unknown codes (deleted by hand, say) count nowhere: only days of existing links.
-    let daily = tx
-        .prepare_cached(
-            "INSERT INTO daily_clicks (code, day, clicks, bot_clicks) \
-             SELECT d.code, d.day, d.clicks, d.bot_clicks \
-             FROM unnest($1::TEXT[], $2::INT4[], $3::INT8[], $4::INT8[]) \
-                  AS d (code, day, clicks, bot_clicks) \
-             WHERE EXISTS (SELECT 1 FROM links AS l WHERE l.code = d.code) \
-             ON CONFLICT (code, day) DO UPDATE SET \
-             clicks = daily_clicks.clicks + excluded.clicks, \
-             bot_clicks = daily_clicks.bot_clicks + excluded.bot_clicks",
-        )
-        .await?;
-    tx.execute(
-        &daily,
-        &[
-            &clicks.day_codes,
-            &clicks.days,
-            &clicks.day_human,
-            &clicks.day_bot,
-        ],
-    )
-    .await?;
-    add_people(tx, clicks).await
-}
-
-/// Merges the people of each (code, day) into its row, which the upsert before has locked.
-async fn add_people(
-    tx: &Transaction<'_>,
-    clicks: &ClickColumns,
-) -> Result<(), tokio_postgres::Error> {
-    if clicks.people.is_empty() {
-        return Ok(());
-    }
-    let (codes, days): (Vec<&str>, Vec<i32>) = clicks
-        .people
-        .keys()
-        .map(|(code, day)| (code.as_str(), *day))
-        .unzip();
-    let read = tx
-        .prepare_cached(
-            "SELECT d.code, d.day, d.visitors, d.tops FROM daily_clicks AS d \
-             JOIN unnest($1::TEXT[], $2::INT4[]) AS k (code, day) \
-             ON d.code = k.code AND d.day = k.day",
-        )
-        .await?;
-    let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for row in tx.query(&read, &[&codes, &days]).await? {
-        let key: (String, i32) = (row.try_get(0)?, row.try_get(1)?);
-        let Some(delta) = clicks.people.get(&key) else {
-            continue;
-        };
-        let stored = stored_people(row.try_get(2)?, row.try_get(3)?);
-        let people = merged_people(stored, delta);
-        columns.0.push(key.0);
-        columns.1.push(key.1);
-        columns.2.push(people.visitors.to_bytes());
-        columns.3.push(people.tops_to_text());
-    }
-    let write = tx
-        .prepare_cached(
-            "UPDATE daily_clicks AS d SET visitors = t.visitors, tops = t.tops \
-             FROM unnest($1::TEXT[], $2::INT4[], $3::BYTEA[], $4::TEXT[]) \
-                  AS t (code, day, visitors, tops) \
-             WHERE d.code = t.code AND d.day = t.day",
-        )
-        .await?;
-    tx.execute(&write, &[&columns.0, &columns.1, &columns.2, &columns.3])
-        .await?;
-    Ok(())
-}
-
 /// A transaction for background work, free of the request path's statement timeout.
 async fn background_transaction(
     client: &mut Object,
@@ -474,163 +297,6 @@ async fn background_transaction(
     Ok(tx)
 }
 
-async fn apply_clicks_once(
-    client: &mut Object,
-    clicks: &ClickColumns,
-    bounded: bool,
-) -> Result<(), tokio_postgres::Error> {
-    let tx = background_transaction(client, bounded).await?;
-    add_clicks(&tx, clicks).await?;
-    tx.commit().await
-}
-
-/// Marks the batches applied and adds the clicks of those that were not, in one transaction;
-/// returns how many were new. `batches` are distinct by id and in id order, so that racing
-/// callers claim ids in one order.
-async fn apply_batches_once(
-    client: &mut Object,
-    batches: &[&ClickBatch],
-    today: i32,
-    bounded: bool,
-) -> Result<usize, tokio_postgres::Error> {
-    let tx = background_transaction(client, bounded).await?;
-    let ids: Vec<&str> = batches.iter().map(|b| b.id.as_str()).collect();
-    // A batch id claimed by a concurrent transaction makes this one wait for its outcome:
-    // committed → not new here; rolled back → ours to apply.
-    let mark = tx
-        .prepare_cached(
-            "INSERT INTO applied_click_batches (id, day) \
-             SELECT id, $2 FROM unnest($1::TEXT[]) AS b (id) \
-             ON CONFLICT (id) DO NOTHING RETURNING id",
-        )
-        .await?;
-    let fresh: HashSet<String> = tx
-        .query(&mark, &[&ids, &today])
-        .await?
-        .iter()
-        .map(|row| row.try_get(0))
-        .collect::<Result<_, _>>()?;
-    let clicks = ClickColumns::new(
-        batches
-            .iter()
-            .filter(|b| fresh.contains(&b.id))
-            .flat_map(|b| &b.deltas),
-    );
-    add_clicks(&tx, &clicks).await?;
-    tx.commit().await?;
-    Ok(fresh.len())
-}
-
-/// Clicks as column arrays: totals per code, counts per (code, day), each without duplicates
-/// (an upsert may not touch one row twice) and in key order.
-#[derive(Debug, Default)]
-struct ClickColumns {
-    codes: Vec<String>,
-    code_human: Vec<i64>,
-    code_bot: Vec<i64>,
-    day_codes: Vec<String>,
-    days: Vec<i32>,
-    day_human: Vec<i64>,
-    day_bot: Vec<i64>,
-    /// People per (code, day), where any clicked.
-    people: BTreeMap<(String, i32), People>,
-}
-
-impl ClickColumns {
-    fn new<'a>(deltas: impl IntoIterator<Item = &'a ClickDelta>) -> Self {
-        let mut per_day: BTreeMap<(&str, Day), (u64, u64)> = BTreeMap::new();
-        let mut batch = Self::default();
-        for d in deltas {
-            let entry = per_day.entry((d.code.as_str(), d.day)).or_default();
-            entry.0 = entry.0.saturating_add(d.human);
-            entry.1 = entry.1.saturating_add(d.bot);
-            if let Some(people) = d.people() {
-                batch
-                    .people
-                    .entry((d.code.clone(), d.day.number()))
-                    .or_default()
-                    .merge(people);
-            }
-        }
-        for ((code, day), (human, bot)) in per_day {
-            if batch.codes.last().map(String::as_str) == Some(code) {
-                if let (Some(h), Some(b)) = (batch.code_human.last_mut(), batch.code_bot.last_mut())
-                {
-                    *h = h.saturating_add(to_i64(human));
-                    *b = b.saturating_add(to_i64(bot));
-                }
-            } else {
-                batch.codes.push(code.to_owned());
-                batch.code_human.push(to_i64(human));
-                batch.code_bot.push(to_i64(bot));
-            }
-            batch.day_codes.push(code.to_owned());
-            batch.days.push(day.number());
-            batch.day_human.push(to_i64(human));
-            batch.day_bot.push(to_i64(bot));
-        }
-        batch
-    }
-}
-
-/// One line for a driver error: its kind, then the server's message or the I/O cause.
-fn describe(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        return format!("{} {}: {}", db.severity(), db.code().code(), db.message());
-    }
-    let mut out = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out.replace('\n', " ")
-}
-
-fn describe_pool(e: &PoolError) -> String {
-    match e {
-        PoolError::Backend(e) => describe(e),
-        PoolError::Timeout(TimeoutType::Create) => {
-            "no answer within the connect timeout (set connect_timeout=SECONDS in the URL)".into()
-        }
-        PoolError::Timeout(TimeoutType::Wait) => {
-            format!("every pooled connection stayed busy for {WAIT_TIMEOUT:?}")
-        }
-        PoolError::Timeout(TimeoutType::Recycle) => "a pooled connection stopped answering".into(),
-        other => other.to_string(),
-    }
-}
-
-/// Whether a failed statement means the database is out of reach (503) rather than that it
-/// refused the statement (500).
-fn is_unavailable(e: &tokio_postgres::Error) -> bool {
-    if e.is_closed() {
-        return true;
-    }
-    if let Some(code) = e.code() {
-        let code = code.code();
-        // 08: connection exception; 57P0x: shutting down or starting; 53300: too many
-        // connections. A lost serialization race or deadlock (after our own retries) is
-        // also "try again shortly" rather than a fault.
-        return code.starts_with("08")
-            || code.starts_with("57P0")
-            || code == SqlState::TOO_MANY_CONNECTIONS.code()
-            // 57014: our statement timeout (or an operator) cancelled it; the store is slow.
-            || code == SqlState::QUERY_CANCELED.code()
-            || is_retryable(e);
-    }
-    // No server error: unavailable only if the socket itself failed.
-    std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
-}
-
-fn is_retryable(e: &tokio_postgres::Error) -> bool {
-    matches!(
-        e.code(),
-        Some(&SqlState::T_R_SERIALIZATION_FAILURE | &SqlState::T_R_DEADLOCK_DETECTED)
-    )
-}
-
 fn token_info(r: &Row) -> Result<TokenInfo, StoreError> {
     let id = stored_token_id(r.try_get(0).map_err(classify)?)?;
     Ok(TokenInfo {
@@ -643,15 +309,6 @@ fn token_info(r: &Row) -> Result<TokenInfo, StoreError> {
         created_at: r.try_get(4).map_err(classify)?,
         last_used_at: r.try_get(5).map_err(classify)?,
     })
-}
-
-fn classify(e: tokio_postgres::Error) -> StoreError {
-    let message = describe(&e);
-    if is_unavailable(&e) {
-        StoreError::Unavailable(message.into())
-    } else {
-        StoreError::Backend(message.into())
-    }
 }
 
 fn to_i64(n: u64) -> i64 {
@@ -704,242 +361,8 @@ fn report_from_row(r: &Row) -> Result<RawReport, tokio_postgres::Error> {
     })
 }
 
-/// The link locked for the rest of `tx`.
-async fn lock_link(
-    tx: &Transaction<'_>,
-    code: &str,
-) -> Result<Option<Link>, tokio_postgres::Error> {
-    let select = tx
-        .prepare_cached(&format!(
-            "SELECT {LINK_COLUMNS} FROM links WHERE code = $1 FOR UPDATE"
-        ))
-        .await?;
-    tx.query_opt(&select, &[&code])
-        .await?
-        .as_ref()
-        .map(link_from_row)
-        .transpose()
-}
-
 fn placeholder(i: usize) -> String {
     format!("${i}")
-}
-
-/// Appends one row to the audit trail inside `tx`.
-async fn insert_audit(tx: &Transaction<'_>, r: &AuditRecord) -> Result<(), tokio_postgres::Error> {
-    let stmt = tx
-        .prepare_cached(&format!(
-            "INSERT INTO audit ({AUDIT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-        ))
-        .await?;
-    tx.execute(
-        &stmt,
-        &[
-            &r.at,
-            &r.actor,
-            &r.ip,
-            &r.user_agent,
-            &r.action.as_str(),
-            &r.code,
-            &r.old_url,
-            &r.new_url,
-            &r.detail,
-        ],
-    )
-    .await
-    .map(drop)
-}
-
-/// Appends the change note `(code, version)` of `link` inside `tx`, at the next position of
-/// the sequence: the counter row's lock, held until the commit, orders notes by commit.
-/// Creates and imports write theirs unnumbered instead (`import::insert_created`,
-/// [`number_pending`]).
-async fn append_change_note(
-    tx: &Transaction<'_>,
-    link: &Link,
-    at: UnixSeconds,
-) -> Result<(), tokio_postgres::Error> {
-    let counter = tx
-        .prepare_cached("UPDATE change_counter SET seq = seq + 1 WHERE id = 0 RETURNING seq")
-        .await?;
-    let seq: i64 = tx.query_one(&counter, &[]).await?.try_get(0)?;
-    let note = tx
-        .prepare_cached("INSERT INTO link_changes (seq, code, version, at) VALUES ($1, $2, $3, $4)")
-        .await?;
-    tx.execute(&note, &[&seq, &link.code, &to_i64(link.version), &at])
-        .await
-        .map(drop)
-}
-
-/// Most notes one [`number_pending`] transaction numbers.
-const NUMBERED_AT_ONCE: i64 = 10_000;
-
-/// Gives up to [`NUMBERED_AT_ONCE`] notes waiting for a number (negative positions, the
-/// oldest first) the next positions of the sequence; returns how many.
-///
-/// Why a poller never skips a note: a note gets a position only in a transaction holding
-/// the `change_counter` row until its commit (a change's own, or this one), above every
-/// position an earlier holder committed; so positions become visible in increasing order,
-/// on the primary and (replaying commits in order) on replicas. This transaction reads the
-/// waiting notes in a statement begun after it holds the row (read committed: a snapshot
-/// per statement), so it sees every one committed before, and none numbered already.
-async fn number_pending(client: &mut Object, bounded: bool) -> Result<u64, tokio_postgres::Error> {
-    let tx = background_transaction(client, bounded).await?;
-    // Most polls find none: a look first, without the lock.
-    let waiting = tx
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM link_changes WHERE seq < 0)")
-        .await?;
-    if !tx.query_one(&waiting, &[]).await?.try_get::<_, bool>(0)? {
-        tx.commit().await?;
-        return Ok(0);
-    }
-    let lock = tx
-        .prepare_cached("SELECT seq FROM change_counter WHERE id = 0 FOR UPDATE")
-        .await?;
-    let last: i64 = tx.query_one(&lock, &[]).await?.try_get(0)?;
-    // One statement for the notes and the counter: changes (request-path deadlines) wait for
-    // the row while this holds it.
-    let number = tx
-        .prepare_cached(
-            "WITH waiting AS (SELECT seq, row_number() OVER (ORDER BY seq DESC) AS n \
-             FROM link_changes WHERE seq < 0 ORDER BY seq DESC LIMIT $2), \
-             numbered AS (UPDATE link_changes c SET seq = $1 + w.n FROM waiting w \
-             WHERE c.seq = w.seq RETURNING 1) \
-             UPDATE change_counter SET seq = $1 + (SELECT count(*) FROM numbered) WHERE id = 0 \
-             RETURNING seq - $1",
-        )
-        .await?;
-    let n: i64 = tx
-        .query_one(&number, &[&last, &NUMBERED_AT_ONCE])
-        .await?
-        .try_get(0)?;
-    tx.commit().await?;
-    Ok(to_u64(n))
-}
-
-/// Writes a link's new state, its change note and its audit row inside `tx`, the link's
-/// row locked.
-async fn write_change(
-    tx: &Transaction<'_>,
-    before: &Link,
-    after: &Link,
-    audit: &AuditRecord,
-) -> Result<(), tokio_postgres::Error> {
-    let update = tx.prepare_cached(&update_state_sql(placeholder)).await?;
-    let d = after.disabled.as_ref();
-    tx.execute(
-        &update,
-        &[
-            &after.code,
-            &after.long_url,
-            &after.expires_at,
-            &to_i64(after.version),
-            &d.map(|d| d.at),
-            &d.map(|d| d.reason.as_str()),
-            &d.map(|d| d.by.as_str()),
-            &d.map(|d| d.by_kind.as_str()),
-            &after.deleted_at,
-        ],
-    )
-    .await?;
-    append_change_note(tx, after, audit.at).await?;
-    if before.disabled.is_some() && after.disabled.is_none() {
-        // An enable: reports made before it no longer count towards the next auto-disable.
-        let uncount = tx
-            .prepare_cached("UPDATE reports SET counts = FALSE WHERE code = $1 AND counts")
-            .await?;
-        tx.execute(&uncount, &[&after.code]).await?;
-    }
-    insert_audit(tx, audit).await
-}
-
-/// Files a report and applies its automatic disable in one transaction, the link locked so
-/// that concurrent reports count each other.
-async fn file_report(
-    client: &mut Object,
-    report: &NewReport,
-    origin: &Origin,
-    auto: Option<AutoDisable>,
-) -> Result<ReportOutcome, tokio_postgres::Error> {
-    let tx = client.transaction().await?;
-    let Some(link) = lock_link(&tx, &report.code).await? else {
-        return Ok(ReportOutcome::NotFound);
-    };
-    let insert = tx
-        .prepare_cached(
-            "INSERT INTO reports (code, at, ip, category, comment, counts) \
-             VALUES ($1, $2, $3, $4, $5, TRUE) RETURNING id",
-        )
-        .await?;
-    let id: i64 = tx
-        .query_one(
-            &insert,
-            &[
-                &report.code,
-                &report.at,
-                &report.ip,
-                &report.category.as_str(),
-                &report.comment,
-            ],
-        )
-        .await?
-        .try_get(0)?;
-    insert_audit(&tx, &AuditRecord::reported(&link, report, origin)).await?;
-    let mut disabled = None;
-    if let Some(auto) = auto {
-        let count = tx
-            .prepare_cached(
-                "SELECT COUNT(DISTINCT ip) FROM reports WHERE code = $1 AND counts AND at > $2",
-            )
-            .await?;
-        let reporters: i64 = tx
-            .query_one(
-                &count,
-                &[&report.code, &(report.at - AUTO_DISABLE_WINDOW_SECONDS)],
-            )
-            .await?
-            .try_get(0)?;
-        let reporters = to_u64(reporters);
-        if auto.disables(&link, reporters, report.at) {
-            let change = LinkChange::Disable {
-                reason: auto.reason(reporters),
-            };
-            if let Ok(Some(after)) =
-                link.apply(&change, &Actor::system(AUTO_REPORTS_ACTOR), report.at)
-            {
-                let system = Origin::system(AUTO_REPORTS_ACTOR);
-                let audit = AuditRecord::changed(&link, &after, &change, &system, report.at);
-                write_change(&tx, &link, &after, &audit).await?;
-                disabled = Some(Box::new(after));
-            }
-        }
-    }
-    tx.commit().await?;
-    Ok(ReportOutcome::Filed { id, disabled })
-}
-
-/// Applies `change` under the rule in one transaction: the link row locked, its new state,
-/// the change note and the audit row.
-async fn change_once(
-    client: &mut Object,
-    code: &str,
-    change: &LinkChange,
-    origin: &Origin,
-    now: UnixSeconds,
-) -> Result<ChangeOutcome, tokio_postgres::Error> {
-    let tx = client.transaction().await?;
-    let Some(before) = lock_link(&tx, code).await? else {
-        return Ok(ChangeOutcome::Refused(Refusal::NotFound));
-    };
-    let after = match before.apply(change, &origin.actor, now) {
-        Err(refusal) => return Ok(ChangeOutcome::Refused(refusal)),
-        Ok(None) => return Ok(ChangeOutcome::Unchanged(before)),
-        Ok(Some(after)) => after,
-    };
-    let audit = AuditRecord::changed(&before, &after, change, origin, now);
-    write_change(&tx, &before, &after, &audit).await?;
-    tx.commit().await?;
-    Ok(ChangeOutcome::Changed { before, after })
 }
 
 #[async_trait]
@@ -1499,66 +922,5 @@ impl LinkStore for PgStore {
             .await
             .map(drop)
             .map_err(classify)
-    }
-}
-
-#[async_trait]
-impl ClickSink for PgStore {
-    async fn apply_clicks(&self, deltas: Vec<ClickDelta>) -> Result<(), StoreError> {
-        if deltas.is_empty() {
-            return Ok(());
-        }
-        let clicks = ClickColumns::new(&deltas);
-        let mut client = self.client().await?;
-        let mut attempt = 1;
-        loop {
-            match apply_clicks_once(&mut client, &clicks, self.bounded).await {
-                Ok(()) => return Ok(()),
-                // The transaction rolled back whole, so trying again cannot count twice.
-                Err(e) if is_retryable(&e) && attempt < CLICK_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(classify(e)),
-            }
-        }
-    }
-
-    async fn apply_click_batches(&self, batches: &[ClickBatch]) -> Result<usize, StoreError> {
-        // The first of several batches with one id counts, as if they had come one by one.
-        let mut distinct: BTreeMap<&str, &ClickBatch> = BTreeMap::new();
-        for batch in batches {
-            distinct.entry(batch.id.as_str()).or_insert(batch);
-        }
-        if distinct.is_empty() {
-            return Ok(0);
-        }
-        let batches: Vec<&ClickBatch> = distinct.into_values().collect();
-        let today = Day::from_unix(crate::now()).number();
-        let mut client = self.client().await?;
-        let mut attempt = 1;
-        loop {
-            match apply_batches_once(&mut client, &batches, today, self.bounded).await {
-                Ok(fresh) => return Ok(fresh),
-                Err(e) if is_retryable(&e) && attempt < CLICK_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(classify(e)),
-            }
-        }
-    }
-
-    async fn prune_clicks_before(&self, day: Day) -> Result<u64, StoreError> {
-        let mut client = self.client().await?;
-        let tx = background_transaction(&mut client, self.bounded)
-            .await
-            .map_err(classify)?;
-        tx.execute(
-            "DELETE FROM applied_click_batches WHERE day < $1",
-            &[&day.number()],
-        )
-        .await
-        .map_err(classify)?;
-        let pruned = tx
-            .execute("DELETE FROM daily_clicks WHERE day < $1", &[&day.number()])
-            .await
-            .map_err(classify)?;
-        tx.commit().await.map_err(classify)?;
-        Ok(pruned)
     }
 }

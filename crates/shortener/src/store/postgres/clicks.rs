@@ -1,0 +1,276 @@
+//! Click batches on PostgreSQL: column arrays through `unnest`, links locked in code order,
+//! stream batches claimed by id so that each counts once.
+
+use super::errors::{classify, is_retryable};
+use super::{PgStore, background_transaction, to_i64};
+use crate::store::{merged_people, stored_people};
+use async_trait::async_trait;
+use deadpool_postgres::{Object, Transaction};
+use shortener_core::day::Day;
+use shortener_core::people::People;
+use shortener_core::store::{ClickBatch, ClickDelta, ClickSink, StoreError};
+use std::collections::{BTreeMap, HashSet};
+
+/// Attempts of a click batch that lost a serialization race or a deadlock (CockroachDB
+/// retries, PostgreSQL's deadlock detector); the aggregator retries later beyond these.
+pub(super) const CLICK_ATTEMPTS: u32 = 3;
+/// Adds clicks to the links' totals and daily rows, inside the caller's transaction.
+pub(super) async fn add_clicks(
+    tx: &Transaction<'_>,
+    clicks: &ClickColumns,
+) -> Result<(), tokio_postgres::Error> {
+    if clicks.codes.is_empty() {
+        return Ok(());
+    }
+    // Lock the links in code order first: two batches over overlapping codes then queue on
+    // their first common row instead of deadlocking on each other's.
+    let lock = tx
+        .prepare_cached(
+            "SELECT code FROM links WHERE code = ANY($1::TEXT[]) ORDER BY code FOR UPDATE",
+        )
+        .await?;
+    tx.query(&lock, &[&clicks.codes]).await?;
+    let totals = tx
+        .prepare_cached(
+            "UPDATE links AS l SET clicks = l.clicks + t.clicks, \
+             bot_clicks = l.bot_clicks + t.bot_clicks \
+             FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[]) AS t (code, clicks, bot_clicks) \
+             WHERE l.code = t.code",
+        )
+        .await?;
+    tx.execute(
+        &totals,
+        &[&clicks.codes, &clicks.code_human, &clicks.code_bot],
+    )
+    .await?;
+    // Unknown codes (deleted by hand, say) count nowhere: only days of existing links.
+    let daily = tx
+        .prepare_cached(
+            "INSERT INTO daily_clicks (code, day, clicks, bot_clicks) \
+             SELECT d.code, d.day, d.clicks, d.bot_clicks \
+             FROM unnest($1::TEXT[], $2::INT4[], $3::INT8[], $4::INT8[]) \
+                  AS d (code, day, clicks, bot_clicks) \
+             WHERE EXISTS (SELECT 1 FROM links AS l WHERE l.code = d.code) \
+             ON CONFLICT (code, day) DO UPDATE SET \
+             clicks = daily_clicks.clicks + excluded.clicks, \
+             bot_clicks = daily_clicks.bot_clicks + excluded.bot_clicks",
+        )
+        .await?;
+    tx.execute(
+        &daily,
+        &[
+            &clicks.day_codes,
+            &clicks.days,
+            &clicks.day_human,
+            &clicks.day_bot,
+        ],
+    )
+    .await?;
+    add_people(tx, clicks).await
+}
+
+/// Merges the people of each (code, day) into its row, which the upsert before has locked.
+pub(super) async fn add_people(
+    tx: &Transaction<'_>,
+    clicks: &ClickColumns,
+) -> Result<(), tokio_postgres::Error> {
+    if clicks.people.is_empty() {
+        return Ok(());
+    }
+    let (codes, days): (Vec<&str>, Vec<i32>) = clicks
+        .people
+        .keys()
+        .map(|(code, day)| (code.as_str(), *day))
+        .unzip();
+    let read = tx
+        .prepare_cached(
+            "SELECT d.code, d.day, d.visitors, d.tops FROM daily_clicks AS d \
+             JOIN unnest($1::TEXT[], $2::INT4[]) AS k (code, day) \
+             ON d.code = k.code AND d.day = k.day",
+        )
+        .await?;
+    let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for row in tx.query(&read, &[&codes, &days]).await? {
+        let key: (String, i32) = (row.try_get(0)?, row.try_get(1)?);
+        let Some(delta) = clicks.people.get(&key) else {
+            continue;
+        };
+        let stored = stored_people(row.try_get(2)?, row.try_get(3)?);
+        let people = merged_people(stored, delta);
+        columns.0.push(key.0);
+        columns.1.push(key.1);
+        columns.2.push(people.visitors.to_bytes());
+        columns.3.push(people.tops_to_text());
+    }
+    let write = tx
+        .prepare_cached(
+            "UPDATE daily_clicks AS d SET visitors = t.visitors, tops = t.tops \
+             FROM unnest($1::TEXT[], $2::INT4[], $3::BYTEA[], $4::TEXT[]) \
+                  AS t (code, day, visitors, tops) \
+             WHERE d.code = t.code AND d.day = t.day",
+        )
+        .await?;
+    tx.execute(&write, &[&columns.0, &columns.1, &columns.2, &columns.3])
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn apply_clicks_once(
+    client: &mut Object,
+    clicks: &ClickColumns,
+    bounded: bool,
+) -> Result<(), tokio_postgres::Error> {
+    let tx = background_transaction(client, bounded).await?;
+    add_clicks(&tx, clicks).await?;
+    tx.commit().await
+}
+
+/// Marks the batches applied and adds the clicks of those that were not, in one transaction;
+/// returns how many were new. `batches` are distinct by id and in id order, so that racing
+/// callers claim ids in one order.
+pub(super) async fn apply_batches_once(
+    client: &mut Object,
+    batches: &[&ClickBatch],
+    today: i32,
+    bounded: bool,
+) -> Result<usize, tokio_postgres::Error> {
+    let tx = background_transaction(client, bounded).await?;
+    let ids: Vec<&str> = batches.iter().map(|b| b.id.as_str()).collect();
+    // A batch id claimed by a concurrent transaction makes this one wait for its outcome:
+    // committed → not new here; rolled back → ours to apply.
+    let mark = tx
+        .prepare_cached(
+            "INSERT INTO applied_click_batches (id, day) \
+             SELECT id, $2 FROM unnest($1::TEXT[]) AS b (id) \
+             ON CONFLICT (id) DO NOTHING RETURNING id",
+        )
+        .await?;
+    let fresh: HashSet<String> = tx
+        .query(&mark, &[&ids, &today])
+        .await?
+        .iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, _>>()?;
+    let clicks = ClickColumns::new(
+        batches
+            .iter()
+            .filter(|b| fresh.contains(&b.id))
+            .flat_map(|b| &b.deltas),
+    );
+    add_clicks(&tx, &clicks).await?;
+    tx.commit().await?;
+    Ok(fresh.len())
+}
+
+/// Clicks as column arrays: totals per code, counts per (code, day), each without duplicates
+/// (an upsert may not touch one row twice) and in key order.
+#[derive(Debug, Default)]
+pub(super) struct ClickColumns {
+    codes: Vec<String>,
+    code_human: Vec<i64>,
+    code_bot: Vec<i64>,
+    day_codes: Vec<String>,
+    days: Vec<i32>,
+    day_human: Vec<i64>,
+    day_bot: Vec<i64>,
+    /// People per (code, day), where any clicked.
+    people: BTreeMap<(String, i32), People>,
+}
+
+impl ClickColumns {
+    fn new<'a>(deltas: impl IntoIterator<Item = &'a ClickDelta>) -> Self {
+        let mut per_day: BTreeMap<(&str, Day), (u64, u64)> = BTreeMap::new();
+        let mut batch = Self::default();
+        for d in deltas {
+            let entry = per_day.entry((d.code.as_str(), d.day)).or_default();
+            entry.0 = entry.0.saturating_add(d.human);
+            entry.1 = entry.1.saturating_add(d.bot);
+            if let Some(people) = d.people() {
+                batch
+                    .people
+                    .entry((d.code.clone(), d.day.number()))
+                    .or_default()
+                    .merge(people);
+            }
+        }
+        for ((code, day), (human, bot)) in per_day {
+            if batch.codes.last().map(String::as_str) == Some(code) {
+                if let (Some(h), Some(b)) = (batch.code_human.last_mut(), batch.code_bot.last_mut())
+                {
+                    *h = h.saturating_add(to_i64(human));
+                    *b = b.saturating_add(to_i64(bot));
+                }
+            } else {
+                batch.codes.push(code.to_owned());
+                batch.code_human.push(to_i64(human));
+                batch.code_bot.push(to_i64(bot));
+            }
+            batch.day_codes.push(code.to_owned());
+            batch.days.push(day.number());
+            batch.day_human.push(to_i64(human));
+            batch.day_bot.push(to_i64(bot));
+        }
+        batch
+    }
+}
+
+#[async_trait]
+impl ClickSink for PgStore {
+    async fn apply_clicks(&self, deltas: Vec<ClickDelta>) -> Result<(), StoreError> {
+        if deltas.is_empty() {
+            return Ok(());
+        }
+        let clicks = ClickColumns::new(&deltas);
+        let mut client = self.client().await?;
+        let mut attempt = 1;
+        loop {
+            match apply_clicks_once(&mut client, &clicks, self.bounded).await {
+                Ok(()) => return Ok(()),
+                // The transaction rolled back whole, so trying again cannot count twice.
+                Err(e) if is_retryable(&e) && attempt < CLICK_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(classify(e)),
+            }
+        }
+    }
+
+    async fn apply_click_batches(&self, batches: &[ClickBatch]) -> Result<usize, StoreError> {
+        // The first of several batches with one id counts, as if they had come one by one.
+        let mut distinct: BTreeMap<&str, &ClickBatch> = BTreeMap::new();
+        for batch in batches {
+            distinct.entry(batch.id.as_str()).or_insert(batch);
+        }
+        if distinct.is_empty() {
+            return Ok(0);
+        }
+        let batches: Vec<&ClickBatch> = distinct.into_values().collect();
+        let today = Day::from_unix(crate::now()).number();
+        let mut client = self.client().await?;
+        let mut attempt = 1;
+        loop {
+            match apply_batches_once(&mut client, &batches, today, self.bounded).await {
+                Ok(fresh) => return Ok(fresh),
+                Err(e) if is_retryable(&e) && attempt < CLICK_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(classify(e)),
+            }
+        }
+    }
+
+    async fn prune_clicks_before(&self, day: Day) -> Result<u64, StoreError> {
+        let mut client = self.client().await?;
+        let tx = background_transaction(&mut client, self.bounded)
+            .await
+            .map_err(classify)?;
+        tx.execute(
+            "DELETE FROM applied_click_batches WHERE day < $1",
+            &[&day.number()],
+        )
+        .await
+        .map_err(classify)?;
+        let pruned = tx
+            .execute("DELETE FROM daily_clicks WHERE day < $1", &[&day.number()])
+            .await
+            .map_err(classify)?;
+        tx.commit().await.map_err(classify)?;
+        Ok(pruned)
+    }
+}
