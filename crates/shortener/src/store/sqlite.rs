@@ -5,6 +5,7 @@
 //! threads with their own connections, which WAL lets run beside the writer; a link read by
 //! its code runs on the caller's thread instead (`point_reads.rs`).
 
+mod changes;
 mod clicks;
 mod creates;
 mod import;
@@ -21,15 +22,15 @@ use super::{
     report_page_sql, stored_people, stored_token_id, update_state_sql,
 };
 use async_trait::async_trait;
+use changes::{file_report, insert_audit, write_change};
 use point_reads::PointReads;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
-use shortener_core::link::{Actor, Link, LinkChange, RedirectTarget, Refusal};
+use shortener_core::link::{Link, LinkChange, RedirectTarget, Refusal};
 use shortener_core::listing::LinkQuery;
 use shortener_core::report::{
-    AUTO_DISABLE_WINDOW_SECONDS, AUTO_REPORTS_ACTOR, AutoDisable, NewReport, Report, ReportOutcome,
-    ReportQuery, Resolution, ResolveOutcome,
+    AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
 };
 use shortener_core::store::{
     ChangeNote, ChangeOutcome, ClickBatch, ClickDelta, ClickSink, DailyCount, FoundToken,
@@ -337,97 +338,6 @@ fn read_link(c: &Connection, code: &str) -> rusqlite::Result<Option<Link>> {
     ))?
     .query_row([code], link_from_row)
     .optional()
-}
-
-/// Appends one row to the audit trail (inside the caller's transaction).
-fn insert_audit(c: &Connection, r: &AuditRecord) -> rusqlite::Result<()> {
-    multi_row::insert_audit_rows(c, &[r])
-}
-
-/// Writes a link's new state, its change note and its audit row (inside the caller's
-/// transaction).
-fn write_change(
-    c: &Connection,
-    before: &Link,
-    after: &Link,
-    audit: &AuditRecord,
-) -> rusqlite::Result<()> {
-    let d = after.disabled.as_ref();
-    c.prepare_cached(&update_state_sql(placeholder))?
-        .execute(params![
-            after.code,
-            after.long_url,
-            after.expires_at,
-            to_i64(after.version),
-            d.map(|d| d.at),
-            d.map(|d| d.reason.as_str()),
-            d.map(|d| d.by.as_str()),
-            d.map(|d| d.by_kind.as_str()),
-            after.deleted_at,
-        ])?;
-    multi_row::append_change_notes(c, &[after], audit.at)?;
-    if before.disabled.is_some() && after.disabled.is_none() {
-        // An enable: reports made before it no longer count towards the next auto-disable.
-        c.prepare_cached("UPDATE reports SET counts = FALSE WHERE code = ?1 AND counts")?
-            .execute([&after.code])?;
-    }
-    insert_audit(c, audit)
-}
-
-/// Files a report and applies its automatic disable (inside the writer's transaction).
-fn file_report(
-    c: &Connection,
-    report: &NewReport,
-    origin: &Origin,
-    auto: Option<AutoDisable>,
-) -> rusqlite::Result<ReportOutcome> {
-    let Some(link) = read_link(c, &report.code)? else {
-        return Ok(ReportOutcome::NotFound);
-    };
-    let id: i64 = c
-        .prepare_cached(
-            "INSERT INTO reports (code, at, ip, category, comment, counts) \
-             VALUES (?1, ?2, ?3, ?4, ?5, TRUE) RETURNING id",
-        )?
-        .query_row(
-            params![
-                report.code,
-                report.at,
-                report.ip,
-                report.category.as_str(),
-                report.comment
-            ],
-            |r| r.get(0),
-        )?;
-    insert_audit(c, &AuditRecord::reported(&link, report, origin))?;
-    let Some(auto) = auto else {
-        return Ok(ReportOutcome::Filed { id, disabled: None });
-    };
-    let reporters: i64 = c
-        .prepare_cached(
-            "SELECT COUNT(DISTINCT ip) FROM reports WHERE code = ?1 AND counts AND at > ?2",
-        )?
-        .query_row(
-            params![report.code, report.at - AUTO_DISABLE_WINDOW_SECONDS],
-            |r| r.get(0),
-        )?;
-    let reporters = to_u64(reporters);
-    if !auto.disables(&link, reporters, report.at) {
-        return Ok(ReportOutcome::Filed { id, disabled: None });
-    }
-    let change = LinkChange::Disable {
-        reason: auto.reason(reporters),
-    };
-    let system = Origin::system(AUTO_REPORTS_ACTOR);
-    let disabled = match link.apply(&change, &Actor::system(AUTO_REPORTS_ACTOR), report.at) {
-        Ok(Some(after)) => {
-            let audit = AuditRecord::changed(&link, &after, &change, &system, report.at);
-            write_change(c, &link, &after, &audit)?;
-            Some(Box::new(after))
-        }
-        _ => None,
-    };
-    Ok(ReportOutcome::Filed { id, disabled })
 }
 
 #[async_trait]
@@ -902,105 +812,4 @@ impl ClickSink for SqliteStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn link(code: &str) -> Link {
-        Link {
-            custom_alias: true,
-            ..Link::new(code, "https://example.com/", 0, i64::MAX)
-        }
-    }
-
-    fn batch(id: &str, code: &str, human: u64) -> ClickBatch {
-        ClickBatch {
-            id: id.to_owned(),
-            deltas: vec![ClickDelta {
-                code: code.to_owned(),
-                day: Day::from_unix(crate::now()),
-                human,
-                bot: 1,
-                people: Default::default(),
-            }],
-        }
-    }
-
-    #[tokio::test]
-    async fn a_click_batch_counts_once_however_often_it_is_applied() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path()).unwrap();
-        store
-            .insert_link(&link("promo"), &Origin::system("test"))
-            .await
-            .unwrap();
-        let first = [batch("a-1", "promo", 5), batch("a-2", "promo", 7)];
-        assert_eq!(store.apply_click_batches(&first).await.unwrap(), 2);
-        // A replay of one, a new one, and the new one twice in the same call.
-        let again = [
-            batch("a-2", "promo", 7),
-            batch("b-1", "promo", 100),
-            batch("b-1", "promo", 100),
-        ];
-        assert_eq!(store.apply_click_batches(&again).await.unwrap(), 1);
-        let stored = store.get_link("promo").await.unwrap().unwrap();
-        assert_eq!((stored.clicks, stored.bot_clicks), (112, 3));
-        let daily = store
-            .daily_clicks("promo", Day::from_unix(crate::now()))
-            .await
-            .unwrap();
-        assert_eq!(daily.iter().map(|d| d.human).sum::<u64>(), 112);
-    }
-
-    #[tokio::test]
-    async fn batches_past_one_statement_add_every_day_of_every_known_code() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path()).unwrap();
-        let codes: Vec<String> = (0..150).map(|i| format!("c{i:03}")).collect();
-        for code in &codes {
-            store
-                .insert_link(&link(code), &Origin::system("test"))
-                .await
-                .unwrap();
-        }
-        let today = Day::from_unix(crate::now());
-        let delta = |code: &str, day: Day, human: u64| ClickDelta {
-            code: code.to_owned(),
-            day,
-            human,
-            bot: 1,
-            people: Default::default(),
-        };
-        // Two days a code, a pair repeated, and a code no link has: the 301 counted deltas
-        // go in upserts of 64, 64, 64, 64, 32, 8, 4 and 1.
-        let mut deltas = vec![delta("c007", today, 4), delta("ghost", today, 9)];
-        for code in &codes {
-            deltas.push(delta(code, today, 2));
-            deltas.push(delta(code, today.minus(1), 1));
-        }
-        for _ in 0..2 {
-            store.apply_clicks(deltas.clone()).await.unwrap();
-        }
-        for code in &codes {
-            let extra = if code == "c007" { 4 } else { 0 };
-            let stored = store.get_link(code).await.unwrap().unwrap();
-            assert_eq!(
-                (stored.clicks, stored.bot_clicks),
-                (6 + 2 * extra, 4 + 2 * (extra / 4))
-            );
-            let days: Vec<(u64, u64)> = store
-                .daily_clicks(code, today.minus(1))
-                .await
-                .unwrap()
-                .iter()
-                .map(|d| (d.human, d.bot))
-                .collect();
-            assert_eq!(
-                days,
-                [(2, 2), (4 + 2 * extra, 2 + 2 * (extra / 4))],
-                "{code}"
-            );
-        }
-        assert_eq!(store.get_link("ghost").await.unwrap(), None);
-        assert!(store.daily_clicks("ghost", today).await.unwrap().is_empty());
-    }
-}
+mod tests;
