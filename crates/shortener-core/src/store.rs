@@ -149,8 +149,9 @@ pub struct FoundToken {
 /// Clicks on one code on one UTC day, already summed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClickDelta {
-    /// The link.
-    pub code: String,
+    /// The link: shared with the fold that counted it (and through it with the link cache),
+    /// so that a batch of tens of thousands of codes allocates none.
+    pub code: Arc<str>,
     /// The UTC day of the clicks.
     pub day: Day,
     /// Clicks by people.

@@ -337,7 +337,7 @@ async fn click_batches_applied_concurrently_count_exactly() {
                     let day = 20_000 + ((w + n + k) % 3) as i32;
                     let (human, bot) = ((w + k) as u64 % 4 + 1, (n + k) as u64 % 2);
                     batch.push(ClickDelta {
-                        code: code.clone(),
+                        code: code.as_str().into(),
                         day: Day::from_number(day),
                         human,
                         bot,
@@ -406,7 +406,7 @@ async fn click_batches_delivered_to_several_aggregators_at_once_count_once() {
         .map(|i| ClickBatch {
             id: format!("stream-{i}"),
             deltas: vec![ClickDelta {
-                code: codes[(i % 3) as usize].to_owned(),
+                code: codes[(i % 3) as usize].into(),
                 day: Day::from_number(20_000 + (i % 2) as i32),
                 human: i % 3 + 1,
                 bot: i % 2,
@@ -440,7 +440,7 @@ async fn click_batches_delivered_to_several_aggregators_at_once_count_once() {
     for (k, code) in codes.iter().enumerate() {
         let (human, bot) = batches
             .iter()
-            .filter(|b| b.deltas[0].code == *code)
+            .filter(|b| &*b.deltas[0].code == *code)
             .fold((0, 0), |(h, b), batch| {
                 (h + batch.deltas[0].human, b + batch.deltas[0].bot)
             });

@@ -30,7 +30,7 @@ fn origin() -> Origin {
 
 fn delta(code: &str, day: i32, human: u64, bot: u64) -> ClickDelta {
     ClickDelta {
-        code: code.to_owned(),
+        code: code.into(),
         day: Day::from_number(day),
         human,
         bot,

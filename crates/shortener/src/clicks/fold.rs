@@ -85,7 +85,7 @@ impl Fold {
         self.counts
             .iter_mut()
             .map(|((code, day), pending)| ClickDelta {
-                code: code.to_string(),
+                code: Arc::clone(code),
                 day: *day,
                 human: pending.human,
                 bot: pending.bot,

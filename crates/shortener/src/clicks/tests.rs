@@ -163,7 +163,7 @@ impl ClickSink for Sink {
         } else {
             let mut write: Vec<_> = deltas
                 .into_iter()
-                .map(|d| (d.code, d.human, d.bot))
+                .map(|d| (d.code.to_string(), d.human, d.bot))
                 .collect();
             write.sort();
             self.writes.lock().unwrap().push(write);

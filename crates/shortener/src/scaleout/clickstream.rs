@@ -128,7 +128,7 @@ fn decode(text: &str) -> Option<Vec<ClickDelta>> {
         .map(|line| {
             let mut parts = line.split(' ');
             let delta = ClickDelta {
-                code: parts.next()?.to_owned(),
+                code: parts.next()?.into(),
                 day: Day::from_number(parts.next()?.parse().ok()?),
                 human: parts.next()?.parse().ok()?,
                 bot: parts.next()?.parse().ok()?,
@@ -352,14 +352,14 @@ mod tests {
     fn deltas_survive_their_encoding_and_garbage_is_refused() {
         let deltas = vec![
             ClickDelta {
-                code: "abc1234".to_owned(),
+                code: "abc1234".into(),
                 day: Day::from_number(20_000),
                 human: 3,
                 bot: 0,
                 people: None,
             },
             ClickDelta {
-                code: "spring-sale".to_owned(),
+                code: "spring-sale".into(),
                 day: Day::from_number(20_001),
                 human: 0,
                 bot: 9,

@@ -188,7 +188,7 @@ async fn every_shipped_click_counts_once(redis: Arc<Redis>, other: Arc<Redis>) {
     for round in 0..50u64 {
         let shipper = &shippers[(round % 2) as usize];
         let batch = shipper.batch(vec![ClickDelta {
-            code: "promo".to_owned(),
+            code: "promo".into(),
             day: today,
             human: round + 1,
             bot: 1,
@@ -259,7 +259,7 @@ async fn a_dead_aggregators_batches_are_taken_over(redis: Arc<Redis>) {
     let shipper = ClickShipper::new(redis.clone());
     for _ in 0..5 {
         let batch = shipper.batch(vec![ClickDelta {
-            code: "orphan".to_owned(),
+            code: "orphan".into(),
             day: Day::from_unix(crate::now()),
             human: 1,
             bot: 0,

@@ -182,13 +182,13 @@ impl ClickColumns {
         let mut per_day: BTreeMap<(&str, Day), (u64, u64)> = BTreeMap::new();
         let mut batch = Self::default();
         for d in deltas {
-            let entry = per_day.entry((d.code.as_str(), d.day)).or_default();
+            let entry = per_day.entry((&*d.code, d.day)).or_default();
             entry.0 = entry.0.saturating_add(d.human);
             entry.1 = entry.1.saturating_add(d.bot);
             if let Some(people) = d.people() {
                 batch
                     .people
-                    .entry((d.code.clone(), d.day.number()))
+                    .entry((d.code.to_string(), d.day.number()))
                     .or_default()
                     .merge(people);
             }

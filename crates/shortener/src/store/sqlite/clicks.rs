@@ -55,7 +55,7 @@ pub(super) fn add_clicks(c: &Connection, mut deltas: Vec<ClickDelta>) -> rusqlit
     )?;
     for slice in deltas.chunks(CLICKS_PER_SLICE) {
         for d in slice {
-            let key = (d.code.as_str(), d.day.number());
+            let key = (&*d.code, d.day.number());
             let counts = params![key.0, key.1, to_i64(d.human), to_i64(d.bot)];
             let counted = add.execute(counts)? == 1 || first.execute(counts)? == 1;
             let Some(delta_people) = d.people().filter(|_| counted) else {

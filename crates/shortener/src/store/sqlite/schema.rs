@@ -367,7 +367,7 @@ mod tests {
 
         // A flush after it adds to the live day alone, and to nothing for an unknown code.
         let delta = |code: &str, day: i32| ClickDelta {
-            code: code.to_owned(),
+            code: code.into(),
             day: Day::from_number(day),
             human: 2,
             bot: 1,

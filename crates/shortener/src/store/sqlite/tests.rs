@@ -13,7 +13,7 @@ fn batch(id: &str, code: &str, human: u64) -> ClickBatch {
     ClickBatch {
         id: id.to_owned(),
         deltas: vec![ClickDelta {
-            code: code.to_owned(),
+            code: code.into(),
             day: Day::from_unix(crate::now()),
             human,
             bot: 1,
@@ -61,7 +61,7 @@ async fn batches_past_one_statement_add_every_day_of_every_known_code() {
     }
     let today = Day::from_unix(crate::now());
     let delta = |code: &str, day: Day, human: u64| ClickDelta {
-        code: code.to_owned(),
+        code: code.into(),
         day,
         human,
         bot: 1,
