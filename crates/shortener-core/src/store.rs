@@ -8,6 +8,7 @@ use crate::people::People;
 use crate::report::{AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, ResolveOutcome};
 use crate::token::{Principal, TokenHash, TokenId};
 use async_trait::async_trait;
+use smol_str::SmolStr;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -149,9 +150,9 @@ pub struct FoundToken {
 /// Clicks on one code on one UTC day, already summed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClickDelta {
-    /// The link: shared with the fold that counted it (and through it with the link cache),
-    /// so that a batch of tens of thousands of codes allocates none.
-    pub code: Arc<str>,
+    /// The link. Inline up to 23 bytes (a longer alias shares one allocation): a batch of
+    /// tens of thousands of codes allocates none.
+    pub code: SmolStr,
     /// The UTC day of the clicks.
     pub day: Day,
     /// Clicks by people.

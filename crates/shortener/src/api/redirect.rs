@@ -4,8 +4,9 @@
 //! for every `GET`/`HEAD` of a single path segment (see `server.rs`), so that a redirect does
 //! not pay for the router; the axum route below calls the same function for the rest (it
 //! exists for the OpenAPI document and the 405 on other methods). A cache hit allocates
-//! nothing of ours: the code is a slice of the request path, the `Location` value and the code
-//! in the click event are reference-counted clones from the cache entry, and bodies are static.
+//! nothing of ours: the code is a slice of the request path, the `Location` value is a
+//! reference-counted clone from the cache entry, the click event's code an inline copy, and
+//! bodies are static.
 
 use super::App;
 use super::AppState;
@@ -195,7 +196,7 @@ fn respond(
     let bot = app.bots.is_bot(&request.method, &request.headers);
     if !(bot && app.drop_bot_clicks) {
         app.clicks.record(ClickEvent {
-            code: link.code,
+            code: link.code.into(),
             at: now,
             bot,
             visit: (!bot).then(|| visit(app, request, peer)).flatten(),

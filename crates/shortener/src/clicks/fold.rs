@@ -5,8 +5,8 @@ use crate::scaleout::clickstream::ClickShipper;
 use shortener_core::day::{Day, UnixSeconds};
 use shortener_core::people::People;
 use shortener_core::store::{ClickBatch, ClickDelta};
+use smol_str::SmolStr;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// What the fold holds for one (code, day). People's facts are boxed and made on a
 /// person's first click: a bot's entry stays three words, and the map (which keeps its
@@ -32,7 +32,7 @@ impl Pending {
 }
 
 /// Keyed by codes of existing links only, so a fast hasher (not SipHash) is safe here.
-pub(super) type Counts = HashMap<(Arc<str>, Day), Pending, quick_cache::DefaultHashBuilder>;
+pub(super) type Counts = HashMap<(SmolStr, Day), Pending, quick_cache::DefaultHashBuilder>;
 
 /// Clicks folded and not yet written.
 #[derive(Default)]
@@ -85,7 +85,7 @@ impl Fold {
         self.counts
             .iter_mut()
             .map(|((code, day), pending)| ClickDelta {
-                code: Arc::clone(code),
+                code: code.clone(),
                 day: *day,
                 human: pending.human,
                 bot: pending.bot,

@@ -81,7 +81,7 @@ mod tests {
 
     fn event(at: i64) -> ClickEvent {
         ClickEvent {
-            code: Arc::from("code"),
+            code: "code".into(),
             at,
             bot: true,
             visit: None,

@@ -14,7 +14,7 @@ fn aggregator(store: Arc<dyn ClickSink>) -> Aggregator {
 
 fn click(code: &Arc<str>, at: UnixSeconds, bot: bool, person: bool) -> ClickEvent {
     ClickEvent {
-        code: code.clone(),
+        code: SmolStr::from(&**code),
         at,
         bot,
         visit: person.then(|| Visit::new([192, 0, 2, 1].into(), "Firefox", None)),
@@ -28,7 +28,7 @@ fn runs_of_one_code_count_as_many_clicks_as_were_queued() {
     let mut fold = aggregator(store);
     let day = 1_700_000_000;
     let hot: Arc<str> = Arc::from("hotlink");
-    // The same code from another allocation: counted under the same key all the same.
+    // The same code from another cache entry: counted under the same key all the same.
     let hot_again: Arc<str> = Arc::from("hotlink");
     let other: Arc<str> = Arc::from("another");
     let queue = ClickQueue::new(16, 1);
@@ -48,7 +48,7 @@ fn runs_of_one_code_count_as_many_clicks_as_were_queued() {
     }
     fold.fold_all(&queue);
     let counts = |code: &str, at: UnixSeconds| {
-        let pending = &fold.pending.counts[&(Arc::from(code), Day::from_unix(at))];
+        let pending = &fold.pending.counts[&(SmolStr::from(code), Day::from_unix(at))];
         (pending.human, pending.bot, pending.people.is_some())
     };
     assert_eq!(counts("hotlink", day), (2, 5, true));
@@ -112,7 +112,7 @@ fn the_bound_counts_entries_and_people_not_a_runs_clicks() {
     // taken after it (to end its run) is folded too.
     assert_eq!(fold.pending.counts.len(), 4);
     assert_eq!(fold.pending.events, 8);
-    let hot = (codes[0].clone(), Day::from_unix(1_700_000_000));
+    let hot = (SmolStr::from(&*codes[0]), Day::from_unix(1_700_000_000));
     assert_eq!(fold.pending.counts[&hot].bot, 5);
     assert_eq!(queue.len(), 2);
 }
