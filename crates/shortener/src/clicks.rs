@@ -1,8 +1,8 @@
 //! The click pipeline: redirects push events into a bounded lock-free queue (a lane per
-//! worker thread, `queue`); one task empties
-//! it every few milliseconds, folds the events into per (code, UTC day) counts and writes each
-//! batch in one store transaction — or, in the scale-out mode, ships it onto the Redis click
-//! stream for the aggregators (`scaleout::clickstream`).
+//! worker thread, `queue`); one task empties it every few milliseconds, folds the events into
+//! per (code, UTC day) counts (`fold`) and writes each batch in one store transaction — or,
+//! in the scale-out mode, ships it onto the Redis click stream for the aggregators
+//! (`scaleout::clickstream`).
 //!
 //! One write at a time is under way, in order, and the fold goes on meanwhile: a slow write
 //! (300 ms on a loaded machine) must not leave the queue to fill, or redirects drop clicks.
@@ -99,8 +99,8 @@ pub(crate) fn start(
 
 /// Runs the fold's heavy work on the blocking pool: under a long-tailed load a drain folds
 /// a thousand clicks (a few hundred µs), a write holds some 30 000 codes, and building its
-/// deltas or dropping its map (a reference count per code) takes milliseconds, which on a
-/// runtime worker every connection it serves would wait out.
+/// deltas or emptying its map takes milliseconds, which on a runtime worker every connection
+/// it serves would wait out.
 async fn off_worker<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
     match tokio::task::spawn_blocking(work).await {
         Ok(done) => done,
@@ -338,8 +338,8 @@ impl Aggregator {
 
     /// Folds `event` and the clicks right behind it in the queue on the same link and UTC
     /// day without a visit (while the backlog has room): a link clicked over and over, the
-    /// hot link or a crawler's retries, costs a comparison of two inline codes per click, not a map entry.
-    /// Returns the event it took that was not one of them.
+    /// hot link or a crawler's retries, costs a comparison of two inline codes per click, not
+    /// a map entry. Returns the event it took that was not one of them.
     fn fold(&mut self, event: ClickEvent, queue: &mut Taker<'_>) -> Option<ClickEvent> {
         let day = Day::from_unix(event.at);
         self.pending.taken(event.at);

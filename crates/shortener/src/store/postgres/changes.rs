@@ -15,7 +15,7 @@ use shortener_core::report::{
 use shortener_core::store::ChangeOutcome;
 
 /// The link locked for the rest of `tx`.
-pub(super) async fn lock_link(
+async fn lock_link(
     tx: &Transaction<'_>,
     code: &str,
 ) -> Result<Option<Link>, tokio_postgres::Error> {
@@ -63,7 +63,7 @@ pub(super) async fn insert_audit(
 /// the sequence: the counter row's lock, held until the commit, orders notes by commit.
 /// Creates and imports write theirs unnumbered instead (`import::insert_created`,
 /// [`number_pending`]).
-pub(super) async fn append_change_note(
+async fn append_change_note(
     tx: &Transaction<'_>,
     link: &Link,
     at: UnixSeconds,
@@ -131,7 +131,7 @@ pub(super) async fn number_pending(
 
 /// Writes a link's new state, its change note and its audit row inside `tx`, the link's
 /// row locked.
-pub(super) async fn write_change(
+async fn write_change(
     tx: &Transaction<'_>,
     before: &Link,
     after: &Link,

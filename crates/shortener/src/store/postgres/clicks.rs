@@ -13,9 +13,10 @@ use std::collections::{BTreeMap, HashSet};
 
 /// Attempts of a click batch that lost a serialization race or a deadlock (CockroachDB
 /// retries, PostgreSQL's deadlock detector); the aggregator retries later beyond these.
-pub(super) const CLICK_ATTEMPTS: u32 = 3;
+const CLICK_ATTEMPTS: u32 = 3;
+
 /// Adds clicks to the links' totals and daily rows, inside the caller's transaction.
-pub(super) async fn add_clicks(
+async fn add_clicks(
     tx: &Transaction<'_>,
     clicks: &ClickColumns,
 ) -> Result<(), tokio_postgres::Error> {
@@ -70,7 +71,7 @@ pub(super) async fn add_clicks(
 }
 
 /// Merges the people of each (code, day) into its row, which the upsert before has locked.
-pub(super) async fn add_people(
+async fn add_people(
     tx: &Transaction<'_>,
     clicks: &ClickColumns,
 ) -> Result<(), tokio_postgres::Error> {
@@ -115,7 +116,7 @@ pub(super) async fn add_people(
     Ok(())
 }
 
-pub(super) async fn apply_clicks_once(
+async fn apply_clicks_once(
     client: &mut Object,
     clicks: &ClickColumns,
     bounded: bool,
@@ -128,7 +129,7 @@ pub(super) async fn apply_clicks_once(
 /// Marks the batches applied and adds the clicks of those that were not, in one transaction;
 /// returns how many were new. `batches` are distinct by id and in id order, so that racing
 /// callers claim ids in one order.
-pub(super) async fn apply_batches_once(
+async fn apply_batches_once(
     client: &mut Object,
     batches: &[&ClickBatch],
     today: i32,
@@ -165,7 +166,7 @@ pub(super) async fn apply_batches_once(
 /// Clicks as column arrays: totals per code, counts per (code, day), each without duplicates
 /// (an upsert may not touch one row twice) and in key order.
 #[derive(Debug, Default)]
-pub(super) struct ClickColumns {
+struct ClickColumns {
     codes: Vec<String>,
     code_human: Vec<i64>,
     code_bot: Vec<i64>,

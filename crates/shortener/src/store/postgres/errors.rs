@@ -37,7 +37,7 @@ pub(super) fn describe_pool(e: &PoolError) -> String {
 
 /// Whether a failed statement means the database is out of reach (503) rather than that it
 /// refused the statement (500).
-pub(super) fn is_unavailable(e: &tokio_postgres::Error) -> bool {
+fn is_unavailable(e: &tokio_postgres::Error) -> bool {
     if e.is_closed() {
         return true;
     }
