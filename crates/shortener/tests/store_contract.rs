@@ -7,7 +7,7 @@ mod common;
 use common::pg::TestDb;
 use shortener::store::Store;
 use shortener::store::sqlite::SqliteStore;
-use shortener_core::audit::{AuditAction, AuditQuery, Origin};
+use shortener_core::audit::{AuditAction, AuditQuery, AuditRow, Origin};
 use shortener_core::day::Day;
 use shortener_core::link::{Actor, ActorKind, Link, LinkChange, LinkStatus, Refusal};
 use shortener_core::listing::{LinkCursor, LinkQuery};
@@ -269,6 +269,27 @@ async fn contract(store: &dyn Store) {
     assert_eq!(
         plain_rows[0].record.new_url.as_deref(),
         Some("https://example.com/plain")
+    );
+    // A code's whole trail, its creation included (found through the link on the embedded
+    // store), newest first, limited and paged within the code.
+    let by_plain = |limit: usize, before: Option<i64>| AuditQuery {
+        code: Some("plain".into()),
+        limit,
+        before,
+        ..AuditQuery::default()
+    };
+    let trail = page(by_plain(10, None)).await;
+    let actions: Vec<_> = trail.iter().map(|r| r.record.action.as_str()).collect();
+    assert_eq!(actions, ["deleted", "enabled", "disabled", "created"]);
+    let ids = |rows: &[AuditRow]| rows.iter().map(|r| r.id).collect::<Vec<_>>();
+    assert_eq!(ids(&page(by_plain(2, None)).await), ids(&trail[..2]));
+    assert_eq!(
+        ids(&page(by_plain(10, Some(trail[1].id))).await),
+        ids(&trail[2..])
+    );
+    assert_eq!(
+        ids(&page(by_plain(1, Some(trail[2].id))).await),
+        ids(&trail[3..])
     );
     let window = page(AuditQuery {
         actor: Some("root".into()),

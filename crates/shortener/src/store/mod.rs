@@ -178,11 +178,22 @@ enum SqlValue {
     Int(i64),
 }
 
+/// Where a store finds the `created` audit row of a code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CreatedRows {
+    /// Through the index of audit rows by code, like the other rows.
+    ByCode,
+    /// Through the link's `created_audit`: the embedded store's `audit_code` leaves the
+    /// creation rows out (schema v10), which random codes made a random page write per create.
+    ThroughLink,
+}
+
 /// The audit page query with only the set filters, newest first, with the store's
 /// placeholders, and its values in placeholder order.
 fn audit_query_sql(
     query: &AuditQuery,
     placeholder: fn(usize) -> String,
+    created: CreatedRows,
 ) -> (String, Vec<SqlValue>) {
     let mut values = Vec::new();
     let mut filters = Vec::new();
@@ -208,18 +219,38 @@ fn audit_query_sql(
     if let Some(before) = query.before {
         filter("id", "<", SqlValue::Int(before));
     }
-    let condition = if filters.is_empty() {
-        String::new()
-    } else {
-        format!("WHERE {}", filters.join(" AND "))
-    };
     values.push(SqlValue::Int(
         i64::try_from(query.limit).unwrap_or(i64::MAX),
     ));
-    let sql = format!(
-        "SELECT id, {AUDIT_COLUMNS} FROM audit {condition} ORDER BY id DESC LIMIT {}",
-        placeholder(values.len())
-    );
+    let limit = placeholder(values.len());
+    let select = |filters: &[String]| {
+        let condition = if filters.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", filters.join(" AND "))
+        };
+        format!("SELECT id, {AUDIT_COLUMNS} FROM audit {condition}")
+    };
+    let sql = match (created, query.code.is_some()) {
+        (CreatedRows::ThroughLink, true) => {
+            // The code's placeholder is the first; numbered placeholders may repeat. The
+            // first part's `action <> 'created'` is the partial index's own condition, which
+            // SQLite needs to see in the query to use the index.
+            let code = placeholder(1);
+            let mut indexed = filters.clone();
+            indexed.push("action <> 'created'".to_owned());
+            let mut creation = filters;
+            creation.push(format!(
+                "id = (SELECT created_audit FROM links WHERE code = {code})"
+            ));
+            format!(
+                "{} UNION ALL {} ORDER BY id DESC LIMIT {limit}",
+                select(&indexed),
+                select(&creation)
+            )
+        }
+        _ => format!("{} ORDER BY id DESC LIMIT {limit}", select(&filters)),
+    };
     (sql, values)
 }
 

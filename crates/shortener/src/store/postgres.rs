@@ -15,9 +15,9 @@ mod schema;
 mod url;
 
 use super::{
-    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SPENT_PRUNED_PER_SPEND,
-    SqlValue, TARGET_COLUMNS, TOKEN_COLUMNS, audit_query_sql, disable_from, link_page_sql,
-    report_page_sql, stored_people, stored_token_id, update_state_sql,
+    AUDIT_COLUMNS, CreatedRows, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport,
+    SPENT_PRUNED_PER_SPEND, SqlValue, TARGET_COLUMNS, TOKEN_COLUMNS, audit_query_sql, disable_from,
+    link_page_sql, report_page_sql, stored_people, stored_token_id, update_state_sql,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{
@@ -667,7 +667,7 @@ impl LinkStore for PgStore {
     }
 
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
-        let (sql, values) = audit_query_sql(query, placeholder);
+        let (sql, values) = audit_query_sql(query, placeholder, CreatedRows::ByCode);
         let rows = self.query_built(&sql, &values).await?;
         rows.iter()
             .map(|r| {

@@ -17,9 +17,9 @@ mod writer;
 pub(crate) use schema::CURRENT_VERSION;
 
 use super::{
-    AUDIT_COLUMNS, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport, SPENT_PRUNED_PER_SPEND,
-    SqlValue, TOKEN_COLUMNS, audit_query_sql, disable_from, link_page_sql, merged_people,
-    report_page_sql, stored_people, stored_token_id, update_state_sql,
+    AUDIT_COLUMNS, CreatedRows, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport,
+    SPENT_PRUNED_PER_SPEND, SqlValue, TOKEN_COLUMNS, audit_query_sql, disable_from, link_page_sql,
+    merged_people, report_page_sql, stored_people, stored_token_id, update_state_sql,
 };
 use async_trait::async_trait;
 use changes::{file_report, insert_audit, write_change};
@@ -567,7 +567,7 @@ impl LinkStore for SqliteStore {
     }
 
     async fn audit(&self, query: &AuditQuery) -> Result<Vec<AuditRow>, StoreError> {
-        let (sql, values) = audit_query_sql(query, placeholder);
+        let (sql, values) = audit_query_sql(query, placeholder, CreatedRows::ThroughLink);
         let raw: Vec<RawAudit> = self
             .read(move |c| {
                 c.prepare_cached(&sql)?

@@ -3,7 +3,7 @@
 //! per-statement costs (binding setup, the statement's reset, AUTOINCREMENT's counter) are
 //! paid per chunk of up to 64 creates rather than per create.
 
-use super::multi_row::{insert_audit_rows, insert_links, note_stored};
+use super::multi_row::{insert_creation_rows, insert_links, next_audit_id, note_stored};
 use super::writer::{Isolation, WriteOp, answer};
 use rusqlite::Connection;
 use shortener_core::audit::AuditRecord;
@@ -38,15 +38,18 @@ impl Create {
 /// fails the whole group (a conditional insert and its audit row fail only with the store).
 pub(super) fn apply(conn: &Connection, creates: &mut [&mut Create]) -> bool {
     let links: Vec<&Link> = creates.iter().map(|c| &c.link).collect();
-    let written = insert_links(conn, &links).and_then(|stored| {
-        // In queue order, so the audit trail lists a group's creates as they arrived.
-        let audits: Vec<&AuditRecord> = creates
+    let written = next_audit_id(conn).and_then(|first| {
+        let stored = insert_links(conn, &links, first)?;
+        // In queue order, so the audit trail lists a group's creates as they arrived; a
+        // refused create leaves its id unused.
+        let audits: Vec<(i64, &AuditRecord)> = creates
             .iter()
             .zip(&stored)
-            .filter(|(_, stored)| **stored)
-            .map(|(c, _)| &c.audit)
+            .zip(first..)
+            .filter(|((_, stored), _)| **stored)
+            .map(|((c, _), id)| (id, &c.audit))
             .collect();
-        insert_audit_rows(conn, &audits)?;
+        insert_creation_rows(conn, &audits)?;
         let at = creates.first().map_or(0, |c| c.audit.at);
         note_stored(conn, &links, &stored, at)?;
         Ok(stored)
@@ -184,5 +187,15 @@ mod tests {
             .query_row("SELECT count(*) FROM audit", [], |r| r.get(0))
             .unwrap();
         assert_eq!(audited, 100);
+        // Each link names its own creation row (refused creates left their ids unused).
+        let named: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM links l JOIN audit a ON a.id = l.created_audit \
+                 WHERE a.code = l.code AND a.action = 'created' AND a.new_url = l.long_url",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(named, 100);
     }
 }

@@ -1,6 +1,8 @@
 //! `shortener import`'s batches on the embedded store: one transaction of multi-row inserts.
 
-use super::multi_row::{append_change_notes, insert_created_audit_rows, insert_links, stored_only};
+use super::multi_row::{
+    append_change_notes, insert_created_audit_rows, insert_links, next_audit_id,
+};
 use rusqlite::{Connection, params};
 use shortener_core::link::Link;
 use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome};
@@ -11,9 +13,9 @@ use shortener_core::store::{ImportBatch, ImportOutcome, InsertOutcome};
 const IMPORT_CACHE_KIB: i64 = 256 * 1024;
 
 /// WAL pages after which an importing writer's commit checkpoints (256 MiB; SQLite's
-/// default is 1 000). Each batch rewrites most pages of the trees keyed by random codes
-/// (`links`, `audit_code`); checkpointing every few batches rather than after each copies
-/// such a page into the database once for them all, and waits for the checkpoint's two
+/// default is 1 000). Each batch rewrites most pages of `links`, keyed by random codes;
+/// checkpointing every few batches rather than after each copies such a page into the
+/// database once for them all, and waits for the checkpoint's two
 /// fsyncs less often. The WAL grows to this plus a batch.
 const IMPORT_AUTOCHECKPOINT_PAGES: i64 = 64 * 1024;
 
@@ -29,7 +31,8 @@ pub(super) fn tune_writer(c: &Connection) -> rusqlite::Result<()> {
 /// [`LinkStore::import_links`]: shortener_core::store::LinkStore::import_links
 pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Result<ImportOutcome> {
     let links: Vec<&Link> = batch.links.iter().collect();
-    let stored = insert_links(c, &links)?;
+    let first_audit = next_audit_id(c)?;
+    let stored = insert_links(c, &links, first_audit)?;
     let outcomes: Vec<InsertOutcome> = stored
         .iter()
         .map(|&stored| match stored {
@@ -43,11 +46,15 @@ pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Resu
     if !generated_taken.is_empty() {
         return Ok(ImportOutcome::GeneratedTaken(generated_taken));
     }
-    // In code order, as the links went in: `audit_code` is then filled leaf by leaf. The
-    // importer sends them sorted, so this finds them so.
-    let mut created = stored_only(&links, &stored);
-    created.sort_unstable_by(|a, b| a.code.cmp(&b.code));
-    insert_created_audit_rows(c, &created, &batch.origin)?;
+    let audited: Vec<(i64, &Link)> = links
+        .iter()
+        .zip(&stored)
+        .zip(first_audit..)
+        .filter(|((_, stored), _)| **stored)
+        .map(|((l, _), id)| (id, *l))
+        .collect();
+    insert_created_audit_rows(c, &audited, &batch.origin)?;
+    let created: Vec<&Link> = audited.iter().map(|(_, l)| *l).collect();
     let at = created.first().map_or(0, |l| l.created_at);
     append_change_notes(c, &created, at)?;
     c.prepare_cached(

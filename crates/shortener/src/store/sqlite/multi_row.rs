@@ -112,13 +112,26 @@ static NOTES: LazyLock<MultiInsert> = LazyLock::new(|| {
 });
 static AUDIT: LazyLock<MultiInsert> =
     LazyLock::new(|| MultiInsert::new("audit", AUDIT_COLUMNS, &[Value::Row; 9], ""));
+/// Audit rows of creations take the ids their links name (`created_audit`, [`next_audit_id`]).
+static CREATION_COLUMNS: LazyLock<String> = LazyLock::new(|| format!("id, {AUDIT_COLUMNS}"));
 /// Rows of `audit` that say a link was created, each by its own origin.
 static CREATES_AUDIT: LazyLock<MultiInsert> = LazyLock::new(|| {
     let (row, null) = (Value::Row, Value::Sql("NULL"));
     MultiInsert::new(
         "audit",
-        AUDIT_COLUMNS,
-        &[row, row, row, row, Value::Shared(1), row, null, row, null],
+        &CREATION_COLUMNS,
+        &[
+            row,
+            row,
+            row,
+            row,
+            row,
+            Value::Shared(1),
+            row,
+            null,
+            row,
+            null,
+        ],
         "",
     )
 });
@@ -126,8 +139,9 @@ static CREATES_AUDIT: LazyLock<MultiInsert> = LazyLock::new(|| {
 static CREATED_AUDIT: LazyLock<MultiInsert> = LazyLock::new(|| {
     MultiInsert::new(
         "audit",
-        AUDIT_COLUMNS,
+        &CREATION_COLUMNS,
         &[
+            Value::Row,
             Value::Row,
             Value::Shared(1),
             Value::Shared(2),
@@ -141,14 +155,17 @@ static CREATED_AUDIT: LazyLock<MultiInsert> = LazyLock::new(|| {
         "",
     )
 });
+/// A link's columns as inserted: the store's, then the id of its creation's audit row.
+static INSERTED_LINK_COLUMNS: LazyLock<String> =
+    LazyLock::new(|| format!("{LINK_COLUMNS}, created_audit"));
 static LINKS: LazyLock<MultiInsert> =
-    LazyLock::new(|| MultiInsert::new("links", LINK_COLUMNS, &[Value::Row; 16], ""));
+    LazyLock::new(|| MultiInsert::new("links", &INSERTED_LINK_COLUMNS, &[Value::Row; 17], ""));
 /// Links as created: version 1, no clicks, neither disabled nor deleted (see [`as_created`]).
 static NEW_LINKS: LazyLock<MultiInsert> = LazyLock::new(|| {
     let (row, null) = (Value::Row, Value::Sql("NULL"));
     MultiInsert::new(
         "links",
-        LINK_COLUMNS,
+        &INSERTED_LINK_COLUMNS,
         &[
             row,
             row,
@@ -165,6 +182,7 @@ static NEW_LINKS: LazyLock<MultiInsert> = LazyLock::new(|| {
             null,
             null,
             null,
+            row,
             row,
         ],
         "",
@@ -209,13 +227,27 @@ fn nullable<'a, T: Into<ToSqlOutput<'a>>>(value: Option<T>) -> ToSqlOutput<'a> {
     value.map_or(ToSqlOutput::from(Null), Into::into)
 }
 
+/// The id the next audit row takes (inside the caller's transaction, which holds the write
+/// lock): AUTOINCREMENT's counter, which explicit ids move up too.
+pub(super) fn next_audit_id(c: &Connection) -> rusqlite::Result<i64> {
+    c.prepare_cached(
+        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'audit'), 0) + 1",
+    )?
+    .query_row([], |r| r.get(0))
+}
+
 /// Inserts the links whose codes are free (inside the caller's transaction); see
-/// [`insert_in_code_order`]. Links all as created (what creates and import batches hold) go
-/// in a statement that binds half the values: binding was a tenth of a create's writer
-/// instructions.
-pub(super) fn insert_links(c: &Connection, links: &[&Link]) -> rusqlite::Result<Vec<bool>> {
+/// [`insert_in_code_order`]. The link at slice index `i` names `first_audit + i` as its
+/// creation's audit row, which the caller then writes under that id if it was stored. Links
+/// all as created (what creates and import batches hold) go in a statement that binds half
+/// the values: binding was a tenth of a create's writer instructions.
+pub(super) fn insert_links(
+    c: &Connection,
+    links: &[&Link],
+    first_audit: i64,
+) -> rusqlite::Result<Vec<bool>> {
     if links.iter().all(|l| as_created(l)) {
-        return insert_in_code_order(c, links, &NEW_LINKS, |l, row| {
+        return insert_in_code_order(c, links, first_audit, &NEW_LINKS, |l, row| {
             row.extend(leading_values(l));
             row.extend([
                 nullable(l.created_ip.as_deref()),
@@ -223,7 +255,7 @@ pub(super) fn insert_links(c: &Connection, links: &[&Link]) -> rusqlite::Result<
             ]);
         });
     }
-    insert_in_code_order(c, links, &LINKS, |l, row| {
+    insert_in_code_order(c, links, first_audit, &LINKS, |l, row| {
         let d = l.disabled.as_ref();
         row.extend(leading_values(l));
         row.extend([
@@ -264,8 +296,9 @@ fn leading_values(l: &Link) -> [ToSqlOutput<'_>; 6] {
 
 /// Inserts the links whose codes are free (inside the caller's transaction) through
 /// `insert`, whose rows `row` gives the values of, in code order: each insert then lands
-/// on the same or the next B-tree leaf as the one before. Says of each link, in slice
-/// order, whether it was stored; of links sharing a code, the first is.
+/// on the same or the next B-tree leaf as the one before. Each row ends with its
+/// `created_audit`, `first_audit` + its slice index. Says of each link, in slice order,
+/// whether it was stored; of links sharing a code, the first is.
 ///
 /// A statement stops at the first row whose code is held (`OR FAIL` keeps the rows before
 /// it, which are as many as the statement changed); the rows after it go in the next one.
@@ -274,6 +307,7 @@ fn leading_values(l: &Link) -> [ToSqlOutput<'_>; 6] {
 fn insert_in_code_order<'a>(
     c: &Connection,
     links: &[&'a Link],
+    first_audit: i64,
     insert: &MultiInsert,
     row: impl Fn(&'a Link, &mut Vec<ToSqlOutput<'a>>),
 ) -> rusqlite::Result<Vec<bool>> {
@@ -290,6 +324,7 @@ fn insert_in_code_order<'a>(
             values.clear();
             for &i in chunk {
                 row(links[i], &mut values);
+                values.push(ToSqlOutput::from(first_audit + i as i64));
             }
             let result = statement.execute(params_from_iter(&values));
             let changed = match &result {
@@ -370,26 +405,34 @@ pub(super) fn stored_only<'a>(links: &[&'a Link], stored: &[bool]) -> Vec<&'a Li
         .collect()
 }
 
-/// Appends audit rows (inside the caller's transaction), ids in slice order. Rows all of
-/// creates (a group's) go in a statement that binds their action once and writes no
-/// `old_url` or `detail`.
+/// Appends the audit rows of creates (inside the caller's transaction), each under the id
+/// its link names (see [`insert_links`]), ascending: the action is bound once per statement,
+/// and no `old_url` or `detail` is written (a creation has neither).
+pub(super) fn insert_creation_rows(
+    c: &Connection,
+    rows: &[(i64, &AuditRecord)],
+) -> rusqlite::Result<()> {
+    debug_assert!(rows.iter().all(|(_, r)| r.action == AuditAction::Created
+        && r.old_url.is_none()
+        && r.detail.is_none()));
+    let shared = [ToSqlOutput::from(AuditAction::Created.as_str())];
+    CREATES_AUDIT.execute(c, rows, &shared, |(id, r), row| {
+        row.extend([
+            ToSqlOutput::from(*id),
+            ToSqlOutput::from(r.at),
+            ToSqlOutput::from(r.actor.as_str()),
+            nullable(r.ip.as_deref()),
+            nullable(r.user_agent.as_deref()),
+            nullable(r.code.as_deref()),
+            nullable(r.new_url.as_deref()),
+        ]);
+    })
+}
+
+/// Appends audit rows other than creations (inside the caller's transaction), ids in slice
+/// order.
 pub(super) fn insert_audit_rows(c: &Connection, records: &[&AuditRecord]) -> rusqlite::Result<()> {
-    let created = |r: &AuditRecord| {
-        r.action == AuditAction::Created && r.old_url.is_none() && r.detail.is_none()
-    };
-    if records.iter().all(|r| created(r)) {
-        let shared = [ToSqlOutput::from(AuditAction::Created.as_str())];
-        return CREATES_AUDIT.execute(c, records, &shared, |r, row| {
-            row.extend([
-                ToSqlOutput::from(r.at),
-                ToSqlOutput::from(r.actor.as_str()),
-                nullable(r.ip.as_deref()),
-                nullable(r.user_agent.as_deref()),
-                nullable(r.code.as_deref()),
-                nullable(r.new_url.as_deref()),
-            ]);
-        });
-    }
+    debug_assert!(records.iter().all(|r| r.action != AuditAction::Created));
     AUDIT.execute(c, records, &[], |r, row| {
         row.extend([
             ToSqlOutput::from(r.at),
@@ -406,11 +449,11 @@ pub(super) fn insert_audit_rows(c: &Connection, records: &[&AuditRecord]) -> rus
 }
 
 /// Appends the `created` audit row of each link, by `origin` (inside the caller's
-/// transaction), ids in slice order: what [`AuditRecord::created`] makes, the values all
-/// rows share bound once per statement.
+/// transaction), each under the id its link names (see [`insert_links`]), ascending: what
+/// [`AuditRecord::created`] makes, the values all rows share bound once per statement.
 pub(super) fn insert_created_audit_rows(
     c: &Connection,
-    links: &[&Link],
+    links: &[(i64, &Link)],
     origin: &Origin,
 ) -> rusqlite::Result<()> {
     let shared = [
@@ -419,8 +462,9 @@ pub(super) fn insert_created_audit_rows(
         nullable(origin.user_agent.as_deref()),
         ToSqlOutput::from(AuditAction::Created.as_str()),
     ];
-    CREATED_AUDIT.execute(c, links, &shared, |l, row| {
+    CREATED_AUDIT.execute(c, links, &shared, |(id, l), row| {
         row.extend([
+            ToSqlOutput::from(*id),
             ToSqlOutput::from(l.created_at),
             ToSqlOutput::from(l.code.as_str()),
             ToSqlOutput::from(l.long_url.as_str()),
