@@ -645,6 +645,80 @@ async fn days_counted_before_v6_keep_their_counts_and_gain_people() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_click_batch_past_one_statement_counts_every_known_code_and_its_people() {
+    // Several statements' worth of codes (4 096 each), days and people, with ghosts.
+    const CODES: usize = 9_000;
+    let db = TestDb::migrated().await;
+    db.client()
+        .await
+        .execute(
+            "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at) \
+             SELECT 'c' || lpad(n::TEXT, 5, '0'), 'https://example.com/', FALSE, 1700000000, 1900000000 \
+             FROM generate_series(0, $1::INT4 - 1) AS n",
+            &[&(CODES as i32)],
+        )
+        .await
+        .unwrap();
+    let store = db.store(2).await;
+    let (first, second) = (Day::from_number(20_000), Day::from_number(20_001));
+    let mut deltas = Vec::new();
+    for i in 0..CODES + 500 {
+        let code = format!("c{i:05}");
+        for day in [first, second] {
+            let mut people = People::default();
+            people.count(
+                visitor_hash(
+                    &[9; 16],
+                    [192, 0, 2, (i % 200) as u8].into(),
+                    "Firefox/131.0",
+                ),
+                &[(Dimension::Browsers, "Firefox")],
+            );
+            deltas.push(ClickDelta {
+                code: code.as_str().into(),
+                day,
+                human: 1 + (i % 3) as u64,
+                bot: (i % 2) as u64,
+                people: (i % 5 == 0).then(|| Box::new(people)),
+            });
+        }
+    }
+    deltas.reverse();
+    store.apply_clicks(deltas).await.unwrap();
+    for i in [0, 4_095, 4_096, 8_191, 8_192, CODES - 1] {
+        let code = format!("c{i:05}");
+        let (human, bot) = (1 + (i % 3) as u64, (i % 2) as u64);
+        let link = store.get_link(&code).await.unwrap().unwrap();
+        assert_eq!(
+            (link.clicks, link.bot_clicks),
+            (2 * human, 2 * bot),
+            "{code}"
+        );
+        let days = store.daily_clicks(&code, first).await.unwrap();
+        assert_eq!(days.len(), 2, "{code}");
+        for day in days {
+            assert_eq!((day.human, day.bot), (human, bot), "{code}");
+            assert_eq!(
+                day.people.visitors.estimate(),
+                u64::from(i % 5 == 0),
+                "{code}"
+            );
+        }
+    }
+    let ghosts: i64 = db
+        .client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM daily_clicks WHERE code >= $1",
+            &[&format!("c{CODES:05}")],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(ghosts, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn open_refuses_a_missing_or_newer_schema() {
     let db = TestDb::empty().await;
     let url = db.database_url();
