@@ -35,12 +35,15 @@ async fn add_clicks(
     if clicks.codes.is_empty() {
         return Ok(());
     }
-    // Lock the links in code order first (the statements take consecutive ranges of sorted
-    // codes): two batches over overlapping codes then queue on their first common row
-    // instead of deadlocking on each other's.
+    // Lock the links in code order first: two batches over overlapping codes then queue on
+    // their first common row instead of deadlocking on each other's. The statements take
+    // consecutive ranges of codes in byte order (`ClickColumns`), so each sorts in byte order
+    // too (`COLLATE "C"`), whatever the database's collation: under another one a batch's
+    // second range could hold codes that sort before its first's.
     let lock = tx
         .prepare_cached(
-            "SELECT code FROM links WHERE code = ANY($1::TEXT[]) ORDER BY code FOR UPDATE",
+            "SELECT code FROM links WHERE code = ANY($1::TEXT[]) \
+             ORDER BY code COLLATE \"C\" FOR UPDATE",
         )
         .await?;
     for rows in statements(clicks.codes.len()) {
