@@ -3,7 +3,9 @@
 //! per-statement costs (binding setup, the statement's reset, AUTOINCREMENT's counter) are
 //! paid per chunk of up to 64 creates rather than per create.
 
-use super::multi_row::{insert_creation_rows, insert_links, next_audit_id, note_stored};
+use super::multi_row::{
+    insert_creation_rows, insert_links, next_audit_id, note_stored, stored_with_audit_ids,
+};
 use super::writer::{Isolation, WriteOp, answer};
 use rusqlite::Connection;
 use shortener_core::audit::AuditRecord;
@@ -38,18 +40,11 @@ impl Create {
 /// fails the whole group (a conditional insert and its audit row fail only with the store).
 pub(super) fn apply(conn: &Connection, creates: &mut [&mut Create]) -> bool {
     let links: Vec<&Link> = creates.iter().map(|c| &c.link).collect();
+    let audits: Vec<&AuditRecord> = creates.iter().map(|c| &c.audit).collect();
     let written = next_audit_id(conn).and_then(|first| {
         let stored = insert_links(conn, &links, first)?;
-        // In queue order, so the audit trail lists a group's creates as they arrived; a
-        // refused create leaves its id unused.
-        let audits: Vec<(i64, &AuditRecord)> = creates
-            .iter()
-            .zip(&stored)
-            .zip(first..)
-            .filter(|((_, stored), _)| **stored)
-            .map(|((c, _), id)| (id, &c.audit))
-            .collect();
-        insert_creation_rows(conn, &audits)?;
+        // In queue order, so the audit trail lists a group's creates as they arrived.
+        insert_creation_rows(conn, &stored_with_audit_ids(&audits, &stored, first))?;
         let at = creates.first().map_or(0, |c| c.audit.at);
         note_stored(conn, &links, &stored, at)?;
         Ok(stored)

@@ -2,6 +2,7 @@
 
 use super::multi_row::{
     append_change_notes, insert_created_audit_rows, insert_links, next_audit_id,
+    stored_with_audit_ids,
 };
 use rusqlite::{Connection, params};
 use shortener_core::link::Link;
@@ -15,8 +16,8 @@ const IMPORT_CACHE_KIB: i64 = 256 * 1024;
 /// WAL pages after which an importing writer's commit checkpoints (256 MiB; SQLite's
 /// default is 1 000). Each batch rewrites most pages of `links`, keyed by random codes;
 /// checkpointing every few batches rather than after each copies such a page into the
-/// database once for them all, and waits for the checkpoint's two
-/// fsyncs less often. The WAL grows to this plus a batch.
+/// database once for them all, and waits for the checkpoint's two fsyncs less often. The
+/// WAL grows to this plus a batch.
 const IMPORT_AUTOCHECKPOINT_PAGES: i64 = 64 * 1024;
 
 /// Tunes the writer connection of an importing process.
@@ -46,13 +47,7 @@ pub(super) fn write_batch(c: &Connection, batch: &ImportBatch) -> rusqlite::Resu
     if !generated_taken.is_empty() {
         return Ok(ImportOutcome::GeneratedTaken(generated_taken));
     }
-    let audited: Vec<(i64, &Link)> = links
-        .iter()
-        .zip(&stored)
-        .zip(first_audit..)
-        .filter(|((_, stored), _)| **stored)
-        .map(|((l, _), id)| (id, *l))
-        .collect();
+    let audited = stored_with_audit_ids(&links, &stored, first_audit);
     insert_created_audit_rows(c, &audited, &batch.origin)?;
     let created: Vec<&Link> = audited.iter().map(|(_, l)| *l).collect();
     let at = created.first().map_or(0, |l| l.created_at);

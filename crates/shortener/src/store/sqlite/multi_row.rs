@@ -392,16 +392,27 @@ pub(super) fn note_stored(
     stored: &[bool],
     at: UnixSeconds,
 ) -> rusqlite::Result<()> {
-    append_change_notes(c, &stored_only(links, stored), at)
+    let stored: Vec<&Link> = stored_with_audit_ids(links, stored, 0)
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect();
+    append_change_notes(c, &stored, at)
 }
 
-/// The links `stored` (as [`insert_links`] returns it) says were stored.
-pub(super) fn stored_only<'a>(links: &[&'a Link], stored: &[bool]) -> Vec<&'a Link> {
-    links
+/// The items (a link each, in [`insert_links`]'s slice order) that `stored`, as it returns
+/// it, says were stored, each with the id of its creation's audit row: `first_audit` + its
+/// slice index (ids of refused links go unused).
+pub(super) fn stored_with_audit_ids<T: Copy>(
+    items: &[T],
+    stored: &[bool],
+    first_audit: i64,
+) -> Vec<(i64, T)> {
+    items
         .iter()
         .zip(stored)
-        .filter(|(_, stored)| **stored)
-        .map(|(l, _)| *l)
+        .zip(first_audit..)
+        .filter(|((_, stored), _)| **stored)
+        .map(|((item, _), id)| (id, *item))
         .collect()
 }
 
