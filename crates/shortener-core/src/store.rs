@@ -265,6 +265,19 @@ pub trait LinkStore: Send + Sync + 'static {
     /// [`Self::get_link`] would return), read without its click counts: the caches' loads.
     async fn redirect_target(&self, code: &str) -> Result<Option<RedirectTarget>, StoreError>;
 
+    /// [`Self::redirect_target`] of each of `codes`, in their order: one read where the store
+    /// can (a poller refreshing the shared cache after an import reads thousands at a time).
+    async fn redirect_targets(
+        &self,
+        codes: &[String],
+    ) -> Result<Vec<Option<RedirectTarget>>, StoreError> {
+        let mut targets = Vec::with_capacity(codes.len());
+        for code in codes {
+            targets.push(self.redirect_target(code).await?);
+        }
+        Ok(targets)
+    }
+
     /// A page of links matching `query`, newest first (`created_at`, then `code`, both
     /// descending); never a deleted one.
     async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError>;

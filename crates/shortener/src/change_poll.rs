@@ -44,13 +44,11 @@ pub(crate) async fn poll_once(
             );
             cache.invalidate_all();
         }
-        for (i, note) in notes.iter().enumerate() {
-            cache.changed_elsewhere(&note.code, note.version).await?;
-            // Past a position only once all its notes are applied: a failure within a group
-            // reads the group again.
-            if notes.get(i + 1).is_none_or(|next| next.seq != note.seq) {
-                *last = note.seq;
-            }
+        // Whole positions come back, so past the last once all are applied; a failure reads
+        // them all again (applying a note twice is harmless).
+        cache.changed_elsewhere(&notes).await?;
+        if let Some(note) = notes.last() {
+            *last = note.seq;
         }
         if notes.len() < BATCH {
             return Ok(());

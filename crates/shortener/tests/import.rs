@@ -264,7 +264,8 @@ async fn postgres_imports_in_multi_row_batches_with_audit_rows() {
     }
     text.push_str("https://example.com/again,pg-alias\n");
     std::fs::write(&file, &text).unwrap();
-    let out = import(&store, &file, &["--batch", "1000"]);
+    // Batches of 500, 1 000 and the remaining 1 002 lines (the first ones are smaller).
+    let out = import(&store, &file, &["--batch", "4000"]);
     let stdout = ok(&out);
     assert!(stdout.contains("imported 2501 links"), "{stdout}");
     assert!(
@@ -290,6 +291,25 @@ async fn postgres_imports_in_multi_row_batches_with_audit_rows() {
         )
         .await,
         0
+    );
+    // Every link noted once, in notes of at most 1 000 codes (a poller reads whole notes).
+    let sizes: Vec<i32> = client
+        .query(
+            "SELECT cardinality(codes) FROM link_changes ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(sizes, [1, 500, 1_000, 1_000]);
+    assert_eq!(
+        count(
+            "SELECT count(DISTINCT code) FROM (SELECT unnest(codes) AS code FROM link_changes) n"
+        )
+        .await,
+        2501
     );
     // The same file again: already imported, nothing stored twice.
     let stdout = ok(&import(&store, &file, &[]));

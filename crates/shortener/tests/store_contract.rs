@@ -54,12 +54,19 @@ async fn days(store: &dyn Store, code: &str, since: i32) -> Vec<(i32, u64, u64)>
     out
 }
 
-/// A redirect's read of `code` says what the full read says of it.
+/// A redirect's read of `code`, alone and among others, says what the full read says of it.
 async fn assert_target_as_read(store: &dyn Store, code: &str) {
-    let full = store.get_link(code).await.unwrap();
+    let full = store
+        .get_link(code)
+        .await
+        .unwrap()
+        .as_ref()
+        .map(Link::redirect_target);
+    assert_eq!(store.redirect_target(code).await.unwrap(), full, "{code}");
+    let codes = ["never-stored", code, code].map(str::to_owned);
     assert_eq!(
-        store.redirect_target(code).await.unwrap(),
-        full.as_ref().map(Link::redirect_target),
+        store.redirect_targets(&codes).await.unwrap(),
+        [None, full.clone(), full],
         "{code}"
     );
 }

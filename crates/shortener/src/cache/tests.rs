@@ -144,16 +144,25 @@ async fn a_late_note_of_a_change_already_read_keeps_the_shelved_stand_in() {
     assert!(cache.slots.peek("shelved").is_none());
     // The change sequence reports the create this instance read: the stand-in stays.
     cache
-        .changed_elsewhere("shelved", read.version)
+        .changed_elsewhere(&[note("shelved", read.version)])
         .await
         .unwrap();
     assert!(cache.shelf.peek("shelved").is_some());
     // A later version is news: forgotten.
     cache
-        .changed_elsewhere("shelved", read.version + 1)
+        .changed_elsewhere(&[note("shelved", read.version + 1)])
         .await
         .unwrap();
     assert!(cache.shelf.peek("shelved").is_none());
+}
+
+/// A change note of `code` reaching `version`.
+fn note(code: &str, version: u64) -> shortener_core::store::ChangeNote {
+    shortener_core::store::ChangeNote {
+        seq: 1,
+        code: code.to_owned(),
+        version,
+    }
 }
 
 /// Fills `cache`'s links' room to 95 % with entries read at [`NOW`]; the codes it kept.

@@ -169,6 +169,13 @@ impl LinkStore for GuardedStore {
         self.bounded(self.inner.redirect_target(code)).await
     }
 
+    async fn redirect_targets(
+        &self,
+        codes: &[String],
+    ) -> Result<Vec<Option<RedirectTarget>>, StoreError> {
+        self.bounded(self.inner.redirect_targets(codes)).await
+    }
+
     async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
         self.bounded(self.inner.list_links(query)).await
     }

@@ -319,6 +319,17 @@ fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
+/// A [`RedirectTarget`] from [`TARGET_COLUMNS`], the first at column `at`.
+fn target_from_row(r: &Row, at: usize) -> Result<RedirectTarget, tokio_postgres::Error> {
+    Ok(RedirectTarget {
+        long_url: r.try_get(at)?,
+        expires_at: r.try_get(at + 1)?,
+        version: to_u64(r.try_get(at + 2)?),
+        disabled: r.try_get(at + 3)?,
+        deleted: r.try_get(at + 4)?,
+    })
+}
+
 fn link_from_row(row: &Row) -> Result<Link, tokio_postgres::Error> {
     Ok(Link {
         code: row.try_get(0)?,
@@ -512,20 +523,36 @@ impl LinkStore for PgStore {
             ))
             .await
             .map_err(classify)?;
-        let target = |r: &Row| -> Result<RedirectTarget, tokio_postgres::Error> {
-            Ok(RedirectTarget {
-                long_url: r.try_get(0)?,
-                expires_at: r.try_get(1)?,
-                version: to_u64(r.try_get(2)?),
-                disabled: r.try_get(3)?,
-                deleted: r.try_get(4)?,
-            })
-        };
         client
             .query_opt(&stmt, &[&code])
             .await
-            .and_then(|row| row.as_ref().map(target).transpose())
+            .and_then(|row| row.as_ref().map(|r| target_from_row(r, 0)).transpose())
             .map_err(classify)
+    }
+
+    async fn redirect_targets(
+        &self,
+        codes: &[String],
+    ) -> Result<Vec<Option<RedirectTarget>>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT n.i, {TARGET_COLUMNS} FROM unnest($1::TEXT[]) WITH ORDINALITY n(code, i) \
+                 JOIN links USING (code)"
+            ))
+            .await
+            .map_err(classify)?;
+        let rows = client.query(&stmt, &[&codes]).await.map_err(classify)?;
+        let mut targets = vec![None; codes.len()];
+        for row in &rows {
+            let i: i64 = row.try_get(0).map_err(classify)?;
+            let slot = usize::try_from(i - 1)
+                .ok()
+                .and_then(|i| targets.get_mut(i))
+                .ok_or_else(|| StoreError::Backend(format!("position {i} out of range").into()))?;
+            *slot = Some(target_from_row(row, 1).map_err(classify)?);
+        }
+        Ok(targets)
     }
 
     async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {

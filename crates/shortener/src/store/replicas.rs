@@ -438,6 +438,19 @@ impl LinkStore for Replicated {
             .await
     }
 
+    /// All on the primary while any of `codes` may be newer there (read your writes).
+    async fn redirect_targets(
+        &self,
+        codes: &[String],
+    ) -> Result<Vec<Option<RedirectTarget>>, StoreError> {
+        if codes.iter().any(|code| self.written_recently(code)) {
+            self.metrics.primary_reads.inc();
+            return self.primary.redirect_targets(codes).await;
+        }
+        self.read(|store| store.redirect_targets(codes), |_| true)
+            .await
+    }
+
     async fn change_link(
         &self,
         code: &str,

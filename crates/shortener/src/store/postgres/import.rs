@@ -79,12 +79,18 @@ pub(super) async fn write_batch(
     Ok(ImportOutcome::Committed(outcomes))
 }
 
-/// Appends the `created` audit rows of `links` (`records`, one each) and one change note
-/// for all of them (`codes`, `versions`), in one statement inside `tx`. The note waits for
-/// its number (see `number_pending`) under the negated lowest id of those audit rows: unique,
-/// and never after a position a poller asks for. Numbering it here would hold the sequence's
-/// row through the commit, and concurrent groups would queue on it (halving creates/s); one
-/// note per group, not per create, spares PostgreSQL a row written and renumbered per create.
+/// Codes in one change note at most: a poller reads whole notes, and a pooled connection
+/// keeps the buffers of the largest row it read (an import's batch of 500 000 codes in one
+/// note held megabytes in each connection that polled it).
+const CODES_PER_NOTE: i64 = 1000;
+
+/// Appends the `created` audit rows of `links` (`records`, one each) and change notes for
+/// all of them (`codes`, `versions`, [`CODES_PER_NOTE`] a note), in one statement inside
+/// `tx`. Each note waits for its number (see `number_pending`) under the negated lowest id of
+/// its codes' audit rows: unique, and never after a position a poller asks for. Numbering
+/// them here would hold the sequence's row through the commit, and concurrent groups would
+/// queue on it (halving creates/s); notes of many codes, not one per create, spare
+/// PostgreSQL a row written and renumbered per create.
 pub(super) async fn insert_created(
     tx: &Transaction<'_>,
     links: &[&Link],
@@ -108,9 +114,13 @@ pub(super) async fn insert_created(
         .prepare_cached(&format!(
             "WITH audited AS (INSERT INTO audit ({AUDIT_COLUMNS}) \
              SELECT * FROM unnest($1::INT8[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
-             $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[]) RETURNING id, at) \
+             $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[]) RETURNING id, at, code), \
+             noted AS (SELECT a.id, a.at, n.code, n.version, n.ord \
+             FROM unnest($10::TEXT[], $11::INT8[]) WITH ORDINALITY n(code, version, ord) \
+             JOIN audited a ON a.code = n.code) \
              INSERT INTO link_changes (seq, codes, versions, at) \
-             SELECT -min(id), $10::TEXT[], $11::INT8[], min(at) FROM audited"
+             SELECT -min(id), array_agg(code ORDER BY ord), array_agg(version ORDER BY ord), \
+             min(at) FROM noted GROUP BY (ord - 1) / {CODES_PER_NOTE}"
         ))
         .await?;
     tx.execute(
