@@ -43,7 +43,7 @@ use crate::scaleout::invalidation::Invalidations;
 use crate::scaleout::l2::{self, Gone, L2};
 use crate::store::Store;
 use axum::http::HeaderValue;
-use futures_util::future::join_all;
+use futures_util::{StreamExt, stream};
 use negatives::PackedNegatives;
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
@@ -82,6 +82,9 @@ const MAX_HEARD: usize = 100_000;
 /// Polled notes whose L2 entries are checked and filled together (bounded: a note written
 /// before notes were capped at a thousand codes may hold an import batch's half million).
 const NOTES_AT_ONCE: usize = 1000;
+/// L2 reads (or fills) of polled notes in flight at once: they share the connection that
+/// redirects' lookups use, which a thousand at once would hold up.
+const L2_CALLS_AT_ONCE: usize = 32;
 
 /// Announcements this instance heard (code → version) over the last two poll periods. Their
 /// writer wrote that version into L2 (or dropped the entry) before publishing, so a polled
@@ -643,10 +646,11 @@ impl LinkCache {
     /// died before announcing): forgets them here and, in the scale-out mode, puts the stored
     /// states into L2 (the fill never replaces a later version).
     ///
-    /// The L2 work goes [`NOTES_AT_ONCE`] notes at a time: their reads and fills concurrently
-    /// (the connection pipelines them; a cluster routes each by its key) and one store read
-    /// for the codes L2 lacks — an import of a million links is a million notes, which one
-    /// round trip each to Redis and PostgreSQL made minutes of work for all three.
+    /// The L2 work goes [`NOTES_AT_ONCE`] notes at a time: one store read for the codes L2
+    /// lacks, reads and fills [`L2_CALLS_AT_ONCE`] at a time — an import of a million links
+    /// is a million notes, which one round trip each to Redis and PostgreSQL made minutes of
+    /// work for all three. A store read older than a note (a replica behind the one the notes
+    /// came from) fills nothing and fails the batch, so the poll reads it again.
     pub(crate) async fn changed_elsewhere(&self, notes: &[ChangeNote]) -> Result<(), StoreError> {
         let news: Vec<&ChangeNote> = notes
             .iter()
@@ -666,8 +670,17 @@ impl LinkCache {
             // A writer of another region, or one whose announcement is late or lost: L2 may
             // still hold an older state (an "unknown" above all, every create being noted).
             let now = crate::now();
-            let found = join_all(notes.iter().map(|note| shared.l2.get(&note.code, now))).await;
-            let older: Vec<String> = notes
+            // Collected first: a lazy iterator of futures inside this future trips the compiler
+            // over `Send`.
+            let reads: Vec<_> = notes
+                .iter()
+                .map(|note| shared.l2.get(&note.code, now))
+                .collect();
+            let found: Vec<_> = stream::iter(reads)
+                .buffered(L2_CALLS_AT_ONCE)
+                .collect()
+                .await;
+            let older: Vec<&ChangeNote> = notes
                 .iter()
                 .zip(found)
                 .filter(|(note, found)| {
@@ -675,17 +688,37 @@ impl LinkCache {
                         .as_ref()
                         .is_some_and(|f| !f.stale && f.entry.version() >= note.version)
                 })
-                .map(|(note, _)| note.code.clone())
+                .map(|(note, _)| *note)
                 .collect();
             if !older.is_empty() {
-                let targets = self.store.redirect_targets(&older).await?;
-                join_all(older.iter().zip(targets).map(|(code, target)| async move {
-                    let entry = l2::Entry::of_target(target);
-                    if let Err(e) = shared.l2.fill(code, &entry, now).await {
-                        tracing::debug!(code, error = %e, "cannot fill L2 with a polled change");
-                    }
-                }))
-                .await;
+                let codes: Vec<String> = older.iter().map(|note| note.code.clone()).collect();
+                let targets = self.store.redirect_targets(&codes).await?;
+                let behind = older
+                    .iter()
+                    .zip(&targets)
+                    .any(|(note, target)| target.as_ref().map_or(0, |t| t.version) < note.version);
+                if behind {
+                    return Err(StoreError::Unavailable(
+                        "the store read is older than the change notes".into(),
+                    ));
+                }
+                let fills: Vec<_> = codes
+                    .iter()
+                    .zip(targets)
+                    .map(|(code, target)| async move {
+                        let entry = l2::Entry::of_target(target);
+                        shared.l2.fill(code, &entry, now).await.is_err()
+                    })
+                    .collect();
+                let failed = stream::iter(fills)
+                    .buffer_unordered(L2_CALLS_AT_ONCE)
+                    .filter(|failed| std::future::ready(*failed))
+                    .count()
+                    .await;
+                if failed > 0 {
+                    // Their L2 entries may stay older until their TTL: said, not retried.
+                    tracing::warn!(failed, "cannot fill L2 with polled changes");
+                }
             }
             // A lookup meanwhile may have cached L2's older state.
             for note in notes {

@@ -5,9 +5,9 @@
 //! those codes (in the scale-out mode it also puts the stored state into L2).
 //!
 //! Creates and imports note their codes too, so that a code remembered as unknown is
-//! forgotten when it is created elsewhere. On PostgreSQL a group of them writes one note (one
-//! position, many codes), numbered after its commit by the next poll of any serving process
-//! (`LinkStore::number_pending_changes`).
+//! forgotten when it is created elsewhere. On PostgreSQL a group of them writes notes of up to
+//! 1 000 codes each (one position each), numbered after its commit by the next poll of any
+//! serving process (`LinkStore::number_pending_changes`).
 
 use crate::cache::LinkCache;
 use crate::store::Store;
@@ -28,8 +28,8 @@ const PRUNE_EVERY: Duration = Duration::from_secs(60);
 /// delete, and still outpaces 15 000 creates/s.
 const PRUNE_BATCH: usize = 10_000;
 
-/// Reads the notes after `*last` and applies them to `cache`, advancing `*last` past each one
-/// applied. A gap (notes pruned before this process read them) forgets the whole cache.
+/// Reads the notes after `*last` and applies them to `cache`, advancing `*last` past each
+/// batch applied. A gap (notes pruned before this process read them) forgets the whole cache.
 pub(crate) async fn poll_once(
     cache: &LinkCache,
     store: &dyn Store,

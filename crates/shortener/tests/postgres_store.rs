@@ -523,8 +523,10 @@ async fn migrations_are_idempotent_even_when_raced() {
     assert_eq!(db.store(1).await.lease_ids(3).await.unwrap(), 0..3);
 }
 
-/// Undoes v8 (change notes of many codes) on a database holding none of them.
-const BACK_TO_V7: &str = "ALTER TABLE link_changes DROP CONSTRAINT link_changes_one_form, \
+/// Undoes v9 (notes' counts of codes) and v8 (change notes of many codes) on a database
+/// holding none of them.
+const BACK_TO_V7: &str = "ALTER TABLE link_changes DROP COLUMN n_codes; \
+     ALTER TABLE link_changes DROP CONSTRAINT link_changes_one_form, \
      DROP COLUMN codes, DROP COLUMN versions, \
      ALTER COLUMN code SET NOT NULL, ALTER COLUMN version SET NOT NULL; \
      DELETE FROM schema_migrations WHERE version >= 8";
@@ -555,7 +557,7 @@ async fn notes_written_before_v8_are_numbered_and_read_with_group_notes() {
         .await
         .unwrap();
     let report = PgStore::migrate(&db.database_url()).await.unwrap();
-    assert_eq!((report.applied, report.version), (1, CURRENT_VERSION));
+    assert_eq!((report.applied, report.version), (2, CURRENT_VERSION));
     let store = Arc::new(db.store(POOL_SIZE).await);
     let mut tasks = Vec::new();
     for i in 0..50 {
@@ -614,7 +616,7 @@ async fn days_counted_before_v6_keep_their_counts_and_gain_people() {
         .await
         .unwrap();
     let report = PgStore::migrate(&db.database_url()).await.unwrap();
-    assert_eq!((report.applied, report.version), (3, CURRENT_VERSION));
+    assert_eq!((report.applied, report.version), (4, CURRENT_VERSION));
     let store = db.store(1).await;
     let day = Day::from_number(20_000);
     let read = store.daily_clicks("before-v6", day).await.unwrap();

@@ -598,9 +598,9 @@ impl LinkStore for PgStore {
         let stmt = client
             .prepare_cached(
                 "SELECT seq, code, version, codes, versions FROM \
-                 (SELECT *, sum(COALESCE(cardinality(codes), 1)) OVER (ORDER BY seq) AS upto \
+                 (SELECT *, sum(n_codes) OVER (ORDER BY seq) AS upto \
                  FROM (SELECT * FROM link_changes WHERE seq > $1 ORDER BY seq LIMIT $2) n) w \
-                 WHERE upto - COALESCE(cardinality(codes), 1) < $2 ORDER BY seq",
+                 WHERE upto - n_codes < $2 ORDER BY seq",
             )
             .await
             .map_err(classify)?;

@@ -438,14 +438,19 @@ impl LinkStore for Replicated {
             .await
     }
 
-    /// All on the primary while any of `codes` may be newer there (read your writes).
+    /// All on the primary while any of `codes` may be newer there (read your writes); with
+    /// the primary away, a replica's answer (the caller compares versions: see
+    /// `LinkCache::changed_elsewhere`).
     async fn redirect_targets(
         &self,
         codes: &[String],
     ) -> Result<Vec<Option<RedirectTarget>>, StoreError> {
         if codes.iter().any(|code| self.written_recently(code)) {
             self.metrics.primary_reads.inc();
-            return self.primary.redirect_targets(codes).await;
+            match self.primary.redirect_targets(codes).await {
+                Err(StoreError::Unavailable(_)) => {}
+                answer => return answer,
+            }
         }
         self.read(|store| store.redirect_targets(codes), |_| true)
             .await

@@ -123,13 +123,16 @@ pub(super) async fn insert_created(
              min(at) FROM noted GROUP BY (ord - 1) / {CODES_PER_NOTE}"
         ))
         .await?;
-    tx.execute(
-        &audit,
-        &[
-            &at, &actor, &ip, &agent, &action, &code, &old_url, &new_url, &detail, &codes,
-            &versions,
-        ],
-    )
-    .await
-    .map(drop)
+    let notes = tx
+        .execute(
+            &audit,
+            &[
+                &at, &actor, &ip, &agent, &action, &code, &old_url, &new_url, &detail, &codes,
+                &versions,
+            ],
+        )
+        .await?;
+    // The notes join the audit rows by code: distinct codes, each a record's.
+    debug_assert_eq!(notes, links.len().div_ceil(CODES_PER_NOTE as usize) as u64);
+    Ok(())
 }
