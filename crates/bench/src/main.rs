@@ -30,10 +30,10 @@ use wrk::{Run, Wrk};
 #[derive(Debug, Parser)]
 #[command(about = "Load harness: shortener vs a bare hyper 302 server under wrk")]
 struct Args {
-    /// Seconds per wrk run.
+    /// Seconds per wrk run (a round has four).
     #[arg(long, default_value_t = 8)]
     duration: u64,
-    /// Rounds of each case (bare and shortener alternate within a round).
+    /// Rounds of each case (a round runs bare and the shortener twice each, mirrored).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Links in the store for the Zipf case.
@@ -194,7 +194,7 @@ fn main() -> anyhow::Result<()> {
     let rss_end = rss_mib(shortener.pid())?;
 
     println!(
-        "\n== summary: medians of {} rounds; ratio = median of the per-round ratios (each round runs both servers back to back) ==",
+        "\n== summary: medians of {} rounds; ratio = median of the per-round ratios (a round runs both servers twice, mirrored: requests ÷ seconds over both runs) ==",
         args.rounds
     );
     println!(
@@ -506,12 +506,13 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
             warm.run(&target(base), script, &env)?;
         }
         for round in 0..plan.rounds {
-            // Alternate which server goes first so neither always gets the warmer machine.
-            let order = if round % 2 == 0 {
-                [true, false]
-            } else {
-                [false, true]
-            };
+            // Each server runs twice, mirrored (bare, ours, ours, bare; then the other way
+            // round): a machine that speeds up or slows down through the round weighs on both
+            // alike, where one run each charged the drift to whichever ran second.
+            let first_bare = round % 2 == 0;
+            let order = [first_bare, !first_bare, !first_bare, first_bare];
+            let (mut bare_slices, mut ours_slices) = (Vec::new(), Vec::new());
+            let (mut bare_cpu, mut ours_cpu) = (0.0, 0.0);
             for is_bare in order {
                 let (base, pid) = if is_bare {
                     (plan.bare_base, plan.bare_pid)
@@ -520,24 +521,37 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
                 };
                 let cpu_before = cpu_seconds(pid)?;
                 let run = plan.wrk.run(&target(base), script, &env)?;
-                let cpu_us = (cpu_seconds(pid)? - cpu_before) * 1e6 / run.requests as f64;
+                let cpu = cpu_seconds(pid)? - cpu_before;
                 println!(
-                    "case {name}, round {}: {:<9} {:>9.0} req/s  p50 {:>8.3} ms  p99 {:>8.3} ms  non-3xx {}  cpu {cpu_us:.1} µs/req",
+                    "case {name}, round {}: {:<9} {:>9.0} req/s  p50 {:>8.3} ms  p99 {:>8.3} ms  non-3xx {}  cpu {:.1} µs/req",
                     round + 1,
                     if is_bare { "bare" } else { "shortener" },
                     run.requests_per_second,
                     run.p50_ms,
                     run.p99_ms,
-                    run.non_2xx
+                    run.non_2xx,
+                    cpu * 1e6 / run.requests as f64,
                 );
                 if is_bare {
-                    bare.push(run);
-                    bare_cpu_us.push(cpu_us);
+                    bare_slices.push(run);
+                    bare_cpu += cpu;
                 } else {
-                    ours.push(run);
-                    ours_cpu_us.push(cpu_us);
+                    ours_slices.push(run);
+                    ours_cpu += cpu;
                 }
             }
+            let (b, o) = (Run::combined(&bare_slices), Run::combined(&ours_slices));
+            println!(
+                "case {name}, round {}: ratio {:.2} (bare {:.0}, ours {:.0} req/s over both runs)",
+                round + 1,
+                o.requests_per_second / b.requests_per_second,
+                b.requests_per_second,
+                o.requests_per_second,
+            );
+            bare_cpu_us.push(bare_cpu * 1e6 / b.requests as f64);
+            ours_cpu_us.push(ours_cpu * 1e6 / o.requests as f64);
+            bare.push(b);
+            ours.push(o);
         }
         let lag_max = lag_watch.finish();
         let clicks = clicks_before.since(&Clicks::read(plan.shortener_base)?, lag_max);

@@ -32,6 +32,22 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    /// Several runs of one server as one: requests and seconds summed (so requests/s over all
+    /// of them), p50 and p99 the means of the runs' (wrk reports no histogram to merge).
+    pub(crate) fn combined(runs: &[Run]) -> Run {
+        let n = runs.len().max(1) as f64;
+        let requests = runs.iter().map(|r| r.requests).sum();
+        let seconds = runs.iter().map(|r| r.seconds).sum();
+        Run {
+            requests,
+            seconds,
+            requests_per_second: requests as f64 / seconds,
+            p50_ms: runs.iter().map(|r| r.p50_ms).sum::<f64>() / n,
+            p99_ms: runs.iter().map(|r| r.p99_ms).sum::<f64>() / n,
+            non_2xx: runs.iter().map(|r| r.non_2xx).sum(),
+        }
+    }
+
     /// Successful (2xx/3xx) responses per second.
     pub(crate) fn ok_per_second(&self) -> f64 {
         (self.requests.saturating_sub(self.non_2xx)) as f64 / self.seconds
@@ -126,5 +142,23 @@ mod tests {
         assert_eq!(run.non_2xx, 12);
         assert!((run.requests_per_second - 80_000.0).abs() < 1e-9);
         assert!((run.ok_per_second() - 79_998.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn combines_runs_by_their_totals() {
+        let run = |requests, seconds: f64, p99_ms| Run {
+            requests,
+            seconds,
+            requests_per_second: requests as f64 / seconds,
+            p50_ms: 1.0,
+            p99_ms,
+            non_2xx: 1,
+        };
+        let both = Run::combined(&[run(300_000, 5.0, 2.0), run(100_000, 5.0, 4.0)]);
+        assert_eq!(both.requests, 400_000);
+        // 40 000 req/s over ten seconds, not the mean of the two rates' ratios to anything.
+        assert!((both.requests_per_second - 40_000.0).abs() < 1e-9);
+        assert!((both.p99_ms - 3.0).abs() < 1e-9);
+        assert_eq!(both.non_2xx, 2);
     }
 }
