@@ -179,6 +179,19 @@ impl CacheSettings {
         now.saturating_add(seconds(self.ttl)).min(link.expires_at)
     }
 
+    /// Until when a code the store did not know at `now` may be answered as unknown: the
+    /// negative TTL, less up to a quarter of it picked by the code's `hash` (its high half). A
+    /// sweep's codes, first seen within a second, would otherwise all expire in the same
+    /// second a TTL later and go to the store together: a stall the length of the sweep's
+    /// reads, every TTL.
+    fn unknown_until(&self, hash: u64, now: UnixSeconds) -> UnixSeconds {
+        let ttl = i64::try_from(self.negative_ttl.as_secs()).unwrap_or(i64::MAX);
+        let spread = u64::try_from(ttl / 4).unwrap_or(0);
+        // Below a quarter of an i64, so the conversion holds.
+        let less = i64::try_from((hash >> 32) % (spread + 1)).unwrap_or(0);
+        now.saturating_add(ttl - less)
+    }
+
     /// Until when an entry fresh until `fresh_until` may be served while the store is
     /// unavailable: links only (an unknown code may have been created since), never past
     /// their expiry.
@@ -473,7 +486,7 @@ impl LinkCache {
             if link.is_none() {
                 let negative = Negative {
                     generation: seen,
-                    fresh_until: self.settings.fresh_until(None, now),
+                    fresh_until: self.settings.unknown_until(hash, now),
                 };
                 self.remember_unknown(&key, hash, negative, now);
                 // Unfilled, the placeholder lets a waiter in, which finds the entry above.

@@ -52,6 +52,25 @@ fn unknown_and_expired_codes_get_the_negative_ttl_disabled_ones_the_full_ttl() {
 }
 
 #[test]
+fn unknown_codes_expire_spread_over_the_last_quarter_of_the_negative_ttl() {
+    let (_dir, _store, cache) = cache_on_sqlite();
+    let ends: std::collections::BTreeSet<UnixSeconds> = (0..1000)
+        .map(|i| SETTINGS.unknown_until(cache.hash(&format!("code{i:03}")), NOW))
+        .collect();
+    assert!(
+        ends.iter().all(|end| (NOW + 45..=NOW + 60).contains(end)),
+        "{ends:?}"
+    );
+    // Every second of the last quarter ends some of them: no second takes the whole sweep.
+    assert_eq!(ends.len(), 16, "{ends:?}");
+    let one_second = CacheSettings {
+        negative_ttl: Duration::from_secs(1),
+        ..SETTINGS
+    };
+    assert_eq!(one_second.unknown_until(u64::MAX, NOW), NOW + 1);
+}
+
+#[test]
 fn links_stay_servable_stale_for_the_stale_age_but_never_past_expiry_unknowns_never() {
     let far = SETTINGS.slot(Some(link(NOW + 10 * 86_400, false)), 0, NOW);
     assert_eq!(far.stale_until, NOW + 300 + 86_400);
