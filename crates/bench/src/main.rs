@@ -2,8 +2,9 @@
 //! binaries first.
 //!
 //! It starts the shortener (embedded store, fresh data directory) and a bare hyper server that
-//! answers every GET with a fixed 302, then, for each case, alternates the two under the same
-//! wrk load, several rounds, and prints requests/s, p50, p99 and the ratio shortener ÷ bare.
+//! answers every GET with a fixed 302, then, for each case, runs the two under the same wrk
+//! load, several rounds (each server twice a round, mirrored: bare, ours, ours, bare, then the
+//! other way round), and prints requests/s, p50, p99 and the ratio shortener ÷ bare.
 //! Absolute numbers move with the machine's load; the ratio, measured in one run, is the figure.
 
 mod backend;
@@ -30,10 +31,11 @@ use wrk::{Run, Wrk};
 #[derive(Debug, Parser)]
 #[command(about = "Load harness: shortener vs a bare hyper 302 server under wrk")]
 struct Args {
-    /// Seconds per wrk run (a round has four).
+    /// Seconds per wrk run (a redirect case's round has four, creates' one).
     #[arg(long, default_value_t = 8)]
     duration: u64,
-    /// Rounds of each case (a round runs bare and the shortener twice each, mirrored).
+    /// Rounds of each case (a redirect case's round runs bare and the shortener twice each,
+    /// mirrored).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Links in the store for the Zipf case.
@@ -512,7 +514,13 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
             let first_bare = round % 2 == 0;
             let order = [first_bare, !first_bare, !first_bare, first_bare];
             let (mut bare_slices, mut ours_slices) = (Vec::new(), Vec::new());
-            let (mut bare_cpu, mut ours_cpu) = (0.0, 0.0);
+            // Each server's CPU over the whole round, idle stretches included: work a run
+            // leaves behind (the click flush) is charged whether it lands in the server's
+            // next run or in the other's.
+            let (bare_cpu_before, ours_cpu_before) = (
+                cpu_seconds(plan.bare_pid)?,
+                cpu_seconds(plan.shortener_pid)?,
+            );
             for is_bare in order {
                 let (base, pid) = if is_bare {
                     (plan.bare_base, plan.bare_pid)
@@ -534,12 +542,12 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
                 );
                 if is_bare {
                     bare_slices.push(run);
-                    bare_cpu += cpu;
                 } else {
                     ours_slices.push(run);
-                    ours_cpu += cpu;
                 }
             }
+            let bare_cpu = cpu_seconds(plan.bare_pid)? - bare_cpu_before;
+            let ours_cpu = cpu_seconds(plan.shortener_pid)? - ours_cpu_before;
             let (b, o) = (Run::combined(&bare_slices), Run::combined(&ours_slices));
             println!(
                 "case {name}, round {}: ratio {:.2} (bare {:.0}, ours {:.0} req/s over both runs)",

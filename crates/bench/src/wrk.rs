@@ -154,10 +154,10 @@ mod tests {
             p99_ms,
             non_2xx: 1,
         };
-        let both = Run::combined(&[run(300_000, 5.0, 2.0), run(100_000, 5.0, 4.0)]);
+        let both = Run::combined(&[run(300_000, 5.0, 2.0), run(100_000, 10.0, 4.0)]);
         assert_eq!(both.requests, 400_000);
-        // 40 000 req/s over ten seconds, not the mean of the two rates' ratios to anything.
-        assert!((both.requests_per_second - 40_000.0).abs() < 1e-9);
+        // 400 000 requests in fifteen seconds, not the mean of the two rates (35 000).
+        assert!((both.requests_per_second - 400_000.0 / 15.0).abs() < 1e-9);
         assert!((both.p99_ms - 3.0).abs() < 1e-9);
         assert_eq!(both.non_2xx, 2);
     }

@@ -180,16 +180,18 @@ impl CacheSettings {
     }
 
     /// Until when a code the store did not know at `now` may be answered as unknown: the
-    /// negative TTL, less up to a quarter of it picked by the code's `hash` (its high half). A
-    /// sweep's codes, first seen within a second, would otherwise all expire in the same
+    /// negative TTL ([`Self::fresh_until`]), less up to a quarter of it (at most 65 535 s)
+    /// picked by bits 16–31 of the code's `hash`, which neither its generation (bits 0–15) nor
+    /// its first bucket of negatives (from bit 32) uses: codes sharing a bucket expire apart
+    /// too. A sweep's codes, first seen within a second, would otherwise all expire in the same
     /// second a TTL later and go to the store together: a stall the length of the sweep's
     /// reads, every TTL.
     fn unknown_until(&self, hash: u64, now: UnixSeconds) -> UnixSeconds {
-        let ttl = i64::try_from(self.negative_ttl.as_secs()).unwrap_or(i64::MAX);
-        let spread = u64::try_from(ttl / 4).unwrap_or(0);
-        // Below a quarter of an i64, so the conversion holds.
-        let less = i64::try_from((hash >> 32) % (spread + 1)).unwrap_or(0);
-        now.saturating_add(ttl - less)
+        let spread = self.negative_ttl.as_secs() / 4;
+        let less = ((hash >> 16) & 0xFFFF) % (spread + 1);
+        // `less` is below 2^16, so the conversion holds.
+        self.fresh_until(None, now)
+            .saturating_sub(i64::try_from(less).unwrap_or(0))
     }
 
     /// Until when an entry fresh until `fresh_until` may be served while the store is
@@ -375,7 +377,8 @@ impl LinkCache {
         self.heard.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The hash that picks `code`'s generation and its bucket of negatives.
+    /// The hash that picks `code`'s generation (bits 0–15), its buckets of negatives (bits
+    /// 32–63 and all of them mixed) and when it stops being known as unknown (bits 16–31).
     fn hash(&self, code: &str) -> u64 {
         let mut h = self.hasher.build_hasher();
         h.write(code.as_bytes());

@@ -248,7 +248,9 @@ pub struct ServeArgs {
     /// How long a cached link is trusted, in seconds [default: 300].
     #[arg(long, env = "SHORTENER_CACHE_TTL", value_name = "SECONDS")]
     pub cache_ttl: Option<u64>,
-    /// How long an unknown code is remembered as unknown, in seconds [default: 60]. Creating
+    /// How long an unknown code is remembered as unknown, in seconds [default: 60]: each code
+    /// up to a quarter less, by its hash, so that codes first seen together are not all read
+    /// again in the same second. Creating
     /// the code clears it: at once in this process (or one sharing its Redis), within about a
     /// second elsewhere on the same store (creates write change notes, which every process
     /// polls); the TTL only bounds memory and how long a missed note could matter.

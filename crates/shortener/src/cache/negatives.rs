@@ -225,9 +225,10 @@ impl PackedNegatives {
         }
     }
 
-    /// The two buckets `hash` (of a code) names. The hash's low bits pick the code's write
-    /// generation (`LinkCache`); the first bucket comes from the high ones, the second from
-    /// all of them mixed again (odd multiplier: a bijection, so no fixed point in common).
+    /// The two buckets `hash` (of a code) names. The hash's low 16 bits pick the code's write
+    /// generation and bits 16–31 its entry's lifetime (`LinkCache`); the first bucket comes
+    /// from the high 32, the second from all of them mixed again (odd multiplier: a
+    /// bijection, so no fixed point in common).
     fn places(&self, hash: u64) -> [usize; 2] {
         let second = hash.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(32);
         [

@@ -63,6 +63,20 @@ fn unknown_codes_expire_spread_over_the_last_quarter_of_the_negative_ttl() {
     );
     // Every second of the last quarter ends some of them: no second takes the whole sweep.
     assert_eq!(ends.len(), 16, "{ends:?}");
+    // Codes that share a first bucket of negatives (a bucket's ways) expire apart as well.
+    let mut by_bucket: std::collections::HashMap<u64, std::collections::BTreeSet<UnixSeconds>> =
+        std::collections::HashMap::new();
+    for i in 0..20_000 {
+        let hash = cache.hash(&format!("code{i:05}"));
+        by_bucket
+            .entry((hash >> 32) & 0xFF)
+            .or_default()
+            .insert(SETTINGS.unknown_until(hash, NOW));
+    }
+    assert!(
+        by_bucket.values().all(|ends| ends.len() > 8),
+        "{by_bucket:?}"
+    );
     let one_second = CacheSettings {
         negative_ttl: Duration::from_secs(1),
         ..SETTINGS
