@@ -607,6 +607,88 @@ impl ClickSink for Replicated {
 mod tests {
     use super::*;
 
+    /// Polls `query` on `client` until it finds a row, for at most 60 s.
+    async fn until_row(client: &tokio_postgres::Client, query: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while client.query_opt(query, &[]).await.unwrap().is_none() {
+            assert!(Instant::now() < deadline, "no row for {query}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Read your writes in a batch (the change poll's `redirect_targets`): with the replica's
+    /// replay paused, a batch holding a code this instance just wrote is read on the primary,
+    /// while a batch of codes written elsewhere is still read on the replica. (No monitor runs:
+    /// the replica stays in use however far behind it falls.)
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_batch_with_a_code_written_here_is_read_on_the_primary() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = testkit::Postgres::primary(&dir.path().join("primary")).unwrap();
+        server.create_database("shortener").unwrap();
+        let url: DatabaseUrl = server.url("shortener").parse().unwrap();
+        PgStore::migrate(&url).await.unwrap();
+        let standby = server.standby(&dir.path().join("standby")).unwrap();
+        let (replica, connection) =
+            tokio_postgres::connect(&standby.url("shortener"), tokio_postgres::NoTls)
+                .await
+                .unwrap();
+        tokio::spawn(connection);
+        let metrics = Arc::new(Metrics::new());
+        let primary: Arc<dyn Store> = Arc::new(PgStore::open(&url, 2).await.unwrap());
+        let store = Replicated::open(
+            primary.clone(),
+            &url,
+            &[standby.url("shortener").parse().unwrap()],
+            2,
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+            metrics.clone(),
+        )
+        .await
+        .unwrap();
+        let origin = Origin::system("test");
+        let now = crate::now();
+        let link = |code| Link::new(code, "https://example.com/", now, now + 86_400);
+        // Written by another process (straight on the primary), then replayed.
+        primary
+            .insert_link(&link("elsewh1"), &origin)
+            .await
+            .unwrap();
+        until_row(&replica, "SELECT 1 FROM links WHERE code = 'elsewh1'").await;
+        replica
+            .batch_execute("SELECT pg_wal_replay_pause()")
+            .await
+            .unwrap();
+        store.insert_link(&link("writtn1"), &origin).await.unwrap();
+        let on_replica = replica
+            .query_opt("SELECT 1 FROM links WHERE code = 'writtn1'", &[])
+            .await
+            .unwrap();
+        assert!(on_replica.is_none(), "the replica is behind");
+
+        let replica_reads = metrics.replica_reads.get();
+        let elsewhere = store
+            .redirect_targets(&["elsewh1".to_owned()])
+            .await
+            .unwrap();
+        assert!(elsewhere[0].is_some());
+        assert!(
+            metrics.replica_reads.get() > replica_reads,
+            "read on the replica"
+        );
+
+        let primary_reads = metrics.primary_reads.get();
+        let both = store
+            .redirect_targets(&["elsewh1".to_owned(), "writtn1".to_owned()])
+            .await
+            .unwrap();
+        assert!(both.iter().all(Option::is_some), "{both:?}");
+        assert!(
+            metrics.primary_reads.get() > primary_reads,
+            "read on the primary"
+        );
+    }
+
     const KEEP: Duration = Duration::from_secs(5);
     const FRESH: Duration = Duration::from_millis(750);
 
