@@ -250,10 +250,10 @@ pub struct ServeArgs {
     pub cache_ttl: Option<u64>,
     /// How long an unknown code is remembered as unknown, in seconds [default: 60]: each code
     /// up to a quarter less, by its hash, so that codes first seen together are not all read
-    /// again in the same second. Creating
-    /// the code clears it: at once in this process (or one sharing its Redis), within about a
-    /// second elsewhere on the same store (creates write change notes, which every process
-    /// polls); the TTL only bounds memory and how long a missed note could matter.
+    /// again in the same second. Creating the code clears it: at once in this process (or one
+    /// sharing its Redis), within about a second elsewhere on the same store (creates write
+    /// change notes, which every process polls); the TTL only bounds memory and how long a
+    /// missed note could matter.
     #[arg(long, env = "SHORTENER_NEGATIVE_CACHE_TTL", value_name = "SECONDS")]
     pub negative_cache_ttl: Option<u64>,
     /// Do not record clicks of bots, link previews and HEAD requests at all (by default they

@@ -229,22 +229,22 @@ impl Replicated {
             .map(|(answer, _)| answer)
     }
 
-    /// `read` of one link by its code: on the primary while the code may be newer there than
-    /// on a replica (read your writes), else as [`Self::read`].
-    async fn read_by_code<'c, T>(
+    /// `read` on the primary while `written_here` (what it reads may be newer there than on a
+    /// replica: read your writes), else as [`Self::read`]. With the primary away, a replica's
+    /// answer stands in if `stands_in` accepts it; otherwise the primary's error stands.
+    async fn read_own_writes<'c, T>(
         &'c self,
-        code: &str,
-        read: impl Fn(&'c dyn Store) -> Read<'c, Option<T>>,
-    ) -> Result<Option<T>, StoreError> {
-        if !self.written_recently(code) {
+        written_here: bool,
+        read: impl Fn(&'c dyn Store) -> Read<'c, T>,
+        stands_in: impl Fn(&T) -> bool,
+    ) -> Result<T, StoreError> {
+        if !written_here {
             return self.read(read, |_| true).await;
         }
         self.metrics.primary_reads.inc();
         match read(&*self.primary).await {
-            // The primary is away: a replica that already has the link beats a 503; one that
-            // does not may only be behind, so its "unknown" is not an answer.
-            Err(e @ StoreError::Unavailable(_)) => match self.read(read, Option::is_some).await {
-                Ok(Some(link)) => Ok(Some(link)),
+            Err(e @ StoreError::Unavailable(_)) => match self.read(read, &stands_in).await {
+                Ok(answer) if stands_in(&answer) => Ok(answer),
                 _ => Err(e),
             },
             answer => answer,
@@ -429,30 +429,32 @@ impl LinkStore for Replicated {
         self.primary.meta(key).await
     }
 
+    // With the primary away, a replica that already has the link beats a 503; one that does
+    // not may only be behind, so its "unknown" is not an answer.
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
-        self.read_by_code(code, |store| store.get_link(code)).await
-    }
-
-    async fn redirect_target(&self, code: &str) -> Result<Option<RedirectTarget>, StoreError> {
-        self.read_by_code(code, |store| store.redirect_target(code))
+        let written = self.written_recently(code);
+        self.read_own_writes(written, |store| store.get_link(code), Option::is_some)
             .await
     }
 
-    /// All on the primary while any of `codes` may be newer there (read your writes); with
-    /// the primary away, a replica's answer (the caller compares versions: see
-    /// `LinkCache::changed_elsewhere`).
+    async fn redirect_target(&self, code: &str) -> Result<Option<RedirectTarget>, StoreError> {
+        let written = self.written_recently(code);
+        self.read_own_writes(
+            written,
+            |store| store.redirect_target(code),
+            Option::is_some,
+        )
+        .await
+    }
+
+    /// All on the primary while any of `codes` may be newer there; with the primary away, any
+    /// replica's answer (the caller compares versions: see `LinkCache::changed_elsewhere`).
     async fn redirect_targets(
         &self,
         codes: &[String],
     ) -> Result<Vec<Option<RedirectTarget>>, StoreError> {
-        if codes.iter().any(|code| self.written_recently(code)) {
-            self.metrics.primary_reads.inc();
-            match self.primary.redirect_targets(codes).await {
-                Err(StoreError::Unavailable(_)) => {}
-                answer => return answer,
-            }
-        }
-        self.read(|store| store.redirect_targets(codes), |_| true)
+        let written = codes.iter().any(|code| self.written_recently(code));
+        self.read_own_writes(written, |store| store.redirect_targets(codes), |_| true)
             .await
     }
 
