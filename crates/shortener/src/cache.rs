@@ -594,13 +594,21 @@ impl LinkCache {
     /// Drops the entry of `code` if it is still `stale` (not one filled since), shelving it
     /// if it may stand in for an unavailable store.
     fn forget(&self, code: &str, stale: &Slot, now: UnixSeconds) {
-        let removed = self.slots.remove_if(code, |slot| {
+        // Shelved before it leaves the slots: a polled note of the version it holds checks
+        // both (`knows`), and finding neither in between it dropped the stand-in (a cached
+        // link answered 503 in an outage: tests/availability.rs failed so once). A copy
+        // shelved after a write removed the entry has an older generation: never served.
+        let shelve = now < stale.stale_until;
+        if shelve {
+            self.shelf.insert(Arc::from(code), stale.clone());
+        }
+        let same = |slot: &Slot| {
             slot.generation == stale.generation && slot.fresh_until == stale.fresh_until
-        });
-        if let Some((key, slot)) = removed
-            && now < slot.stale_until
-        {
-            self.shelf.insert(key, slot);
+        };
+        if self.slots.remove_if(code, same).is_none() && shelve && self.slots.peek(code).is_some() {
+            // A later read took its place (maybe of a later version): that one is shelved
+            // when it is forgotten in turn, and this copy must not outlive it.
+            self.shelf.remove_if(code, same);
         }
     }
 

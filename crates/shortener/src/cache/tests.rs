@@ -189,6 +189,30 @@ async fn a_late_note_of_a_change_already_read_keeps_the_shelved_stand_in() {
     assert!(cache.shelf.peek("shelved").is_none());
 }
 
+#[tokio::test]
+async fn a_forgotten_entry_is_shelved_unless_a_later_read_replaced_it() {
+    let (_dir, store, cache) = cache_on_sqlite();
+    let now = crate::now();
+    let origin = shortener_core::audit::Origin::system("test");
+    let link = Link::new("shelve1", "https://example.com/", now, now + 86_400);
+    store.insert_link(&link, &origin).await.unwrap();
+    get(&cache, "shelve1", now).await.unwrap().unwrap();
+    let first = cache.slots.peek("shelve1").unwrap();
+    // A later read's entry in its place: the older copy is not left on the shelf.
+    let later = cache
+        .settings
+        .slot(first.link.clone(), first.generation, now + 1);
+    cache.slots.insert(Arc::from("shelve1"), later.clone());
+    cache.forget("shelve1", &first, now + 301);
+    assert!(cache.shelf.peek("shelve1").is_none());
+    assert!(cache.slots.peek("shelve1").is_some());
+    // Forgotten itself: shelved, and out of the slots.
+    cache.forget("shelve1", &later, now + 302);
+    assert!(cache.slots.peek("shelve1").is_none());
+    let shelved = cache.shelf.peek("shelve1").unwrap();
+    assert_eq!(shelved.fresh_until, later.fresh_until);
+}
+
 /// A change note of `code` reaching `version`.
 fn note(code: &str, version: u64) -> shortener_core::store::ChangeNote {
     shortener_core::store::ChangeNote {
