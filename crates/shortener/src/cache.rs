@@ -37,6 +37,7 @@
 //! anyway, see [`Slot`]); a sweep every [`IDLE_SWEEP`] drops those unread for [`IDLE_SECONDS`].
 
 mod negatives;
+mod renewals;
 
 use crate::metrics::Metrics;
 use crate::scaleout::invalidation::Invalidations;
@@ -47,6 +48,7 @@ use futures_util::{StreamExt, stream};
 use negatives::PackedNegatives;
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
+use renewals::Renewals;
 use shortener_core::day::UnixSeconds;
 use shortener_core::link::Link;
 use shortener_core::store::{ChangeNote, StoreError};
@@ -305,6 +307,8 @@ pub(crate) struct LinkCache {
     negatives: PackedNegatives,
     /// ...and longer aliases.
     long_negatives: Cache<Arc<str>, Negative, NegativeWeigher>,
+    /// Unknown codes due to be read again before they expire.
+    renewals: Renewals,
     generations: Box<[AtomicU32]>,
     /// quick_cache's own fast keyed hasher: SipHash here cost a redirect more than the
     /// cache lookup itself.
@@ -362,6 +366,7 @@ impl LinkCache {
             shelf: room(shelf_bytes, TYPICAL_ENTRY, SlotWeigher)?,
             negatives: PackedNegatives::new(negative_bytes),
             long_negatives: room(long_negative_bytes, long_negative_typical, NegativeWeigher)?,
+            renewals: Renewals::default(),
             generations: (0..SHARDS).map(|_| AtomicU32::new(0)).collect(),
             hasher: quick_cache::DefaultHashBuilder::default(),
             settings,
@@ -510,8 +515,9 @@ impl LinkCache {
         }
     }
 
-    /// Whether `code` is cached as unknown (and still may be). A packed entry past its time
-    /// stays until its way is needed; a long alias's is dropped.
+    /// Whether `code` is cached as unknown (and still may be); one due to be read again is
+    /// queued for that (`renewals.rs`). A packed entry past its time stays until its way is
+    /// needed; a long alias's is dropped.
     fn known_unknown(
         &self,
         code: &str,
@@ -520,7 +526,11 @@ impl LinkCache {
         now: UnixSeconds,
     ) -> bool {
         let usable = |n: &Negative| {
-            now < n.fresh_until && n.generation == generation.load(Ordering::Acquire)
+            let usable = now < n.fresh_until && n.generation == generation.load(Ordering::Acquire);
+            if usable && self.settings.renewal_due(n.fresh_until, now) {
+                self.renewals.claim(code, hash);
+            }
+            usable
         };
         if let Some(packed) = negatives::packed(code) {
             return self.negatives.get(packed, hash).is_some_and(|entry| {

@@ -82,6 +82,7 @@ pub(crate) struct Metrics {
     pub cache_negative_hit: HotCounter,
     pub cache_miss: HotCounter,
     pub store_link_reads: Counter,
+    pub cache_renewals: Counter,
     pub l2_hit: HotCounter,
     pub cache_entries: Gauge,
     pub cache_bytes: Gauge,
@@ -167,6 +168,7 @@ impl Metrics {
             cache_negative_hit: lookup("negative_hit"),
             cache_miss: lookup("miss"),
             store_link_reads: Counter::default(),
+            cache_renewals: Counter::default(),
             l2_hit: lookup("l2_hit"),
             cache_entries: Gauge::default(),
             cache_bytes: Gauge::default(),
@@ -252,6 +254,11 @@ impl Metrics {
             "store_link_reads",
             "Links read from the store by the redirect path (concurrent misses of one code share one)",
             self.store_link_reads.clone(),
+        );
+        r.register(
+            "cache_renewals",
+            "Unknown codes read again off the redirect path before their cache entry expired",
+            self.cache_renewals.clone(),
         );
         r.register(
             "cache_entries",

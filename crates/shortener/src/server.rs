@@ -28,6 +28,8 @@ use tokio::sync::watch;
 
 /// How often idle rate-limit buckets are forgotten.
 const LIMITER_SWEEP: Duration = Duration::from_secs(60);
+/// Pause of the unknown codes' renewals after the store failed one.
+const RENEWAL_BACKOFF: Duration = Duration::from_secs(1);
 
 pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let feed_files = feeds::files(config.blocklist.as_deref(), &config.threat_feeds);
@@ -270,6 +272,19 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
                 let swept = tokio::task::spawn_blocking(move || app.cache.drop_idle(crate::now()));
                 if let Err(e) = swept.await {
                     tracing::error!(error = %e, "the cache's idle sweep failed");
+                }
+            }
+        }
+    }));
+    background.push(tokio::spawn({
+        let app = app.clone();
+        async move {
+            loop {
+                app.cache.renewals_queued().await;
+                if let Err(e) = app.cache.renew_unknown(crate::now()).await {
+                    tracing::debug!(error = %e, "cannot read unknown codes again");
+                    // The store is failing: the next batch waits, not the redirects.
+                    tokio::time::sleep(RENEWAL_BACKOFF).await;
                 }
             }
         }

@@ -165,6 +165,71 @@ async fn unknown_codes_short_or_long_are_remembered_until_a_write_to_them() {
 }
 
 #[tokio::test]
+async fn unknown_codes_asked_for_late_in_their_lifetime_are_read_again_off_the_request_path() {
+    let (_dir, _store, cache) = cache_on_sqlite();
+    let codes = ["nope001", "a-much-longer-alias"];
+    for code in codes {
+        assert!(get(&cache, code, NOW).await.unwrap().is_none());
+    }
+    let until = |code: &str| SETTINGS.unknown_until(cache.hash(code), NOW);
+    let reads = cache.metrics.store_link_reads.get();
+    // Before the last quarter of their lifetime, a lookup queues nothing.
+    for code in codes {
+        assert!(matches!(cache.cached(code, until(code) - 16), Some(None)));
+    }
+    assert_eq!(cache.renew_unknown(NOW).await.unwrap(), 0);
+    // In it, the first lookup queues the code, the next ones find it claimed.
+    for code in codes {
+        for _ in 0..3 {
+            assert!(matches!(cache.cached(code, until(code) - 15), Some(None)));
+        }
+    }
+    let renewed_at = NOW + 50;
+    assert_eq!(cache.renew_unknown(renewed_at).await.unwrap(), 2);
+    assert_eq!(cache.metrics.cache_renewals.get(), 2);
+    // Past their first lifetime, each is still answered from the cache: no read on a
+    // request's path. Read, a code's claim was given back: the last quarter of its new
+    // lifetime queues it again.
+    let renewed_until = |code: &str| SETTINGS.unknown_until(cache.hash(code), renewed_at);
+    for code in codes {
+        assert!(matches!(cache.cached(code, until(code) + 1), Some(None)));
+        assert!(matches!(
+            cache.cached(code, renewed_until(code) - 1),
+            Some(None)
+        ));
+    }
+    assert_eq!(cache.metrics.store_link_reads.get(), reads);
+    let again = NOW + 100;
+    assert_eq!(cache.renew_unknown(again).await.unwrap(), 2);
+    for code in codes {
+        assert!(matches!(
+            cache.cached(code, renewed_until(code)),
+            Some(None)
+        ));
+        let last = SETTINGS.unknown_until(cache.hash(code), again);
+        assert!(cache.cached(code, last).is_none());
+    }
+}
+
+#[tokio::test]
+async fn a_renewal_that_finds_the_code_created_elsewhere_forgets_it() {
+    let (_dir, store, cache) = cache_on_sqlite();
+    let now = crate::now();
+    let origin = shortener_core::audit::Origin::system("test");
+    for code in ["latecomer", "a-late-long-alias"] {
+        assert!(get(&cache, code, now).await.unwrap().is_none());
+        let until = SETTINGS.unknown_until(cache.hash(code), now);
+        assert!(matches!(cache.cached(code, until - 1), Some(None)));
+        // Another process creates it: no write here, no note polled yet.
+        let link = Link::new(code, "https://example.com/", now, now + 86_400);
+        store.insert_link(&link, &origin).await.unwrap();
+        assert_eq!(cache.renew_unknown(until - 1).await.unwrap(), 1);
+        assert!(cache.cached(code, until - 1).is_none());
+        assert!(get(&cache, code, until - 1).await.unwrap().is_some());
+    }
+}
+
+#[tokio::test]
 async fn a_late_note_of_a_change_already_read_keeps_the_shelved_stand_in() {
     let (_dir, store, cache) = cache_on_sqlite();
     let now = crate::now();

@@ -471,6 +471,22 @@ impl LinkStore for SqliteStore {
         self.read(move |c| point_reads::read_target(c, &code)).await
     }
 
+    async fn redirect_targets(
+        &self,
+        codes: &[String],
+    ) -> Result<Vec<Option<RedirectTarget>>, StoreError> {
+        // On a reader thread: a batch (a poll's notes, the cache's renewals) would hold a
+        // request's worker thread for milliseconds.
+        let codes = codes.to_vec();
+        self.read(move |c| {
+            codes
+                .iter()
+                .map(|code| point_reads::read_target(c, code))
+                .collect()
+        })
+        .await
+    }
+
     async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
         let (sql, values) = link_page_sql(query, COUNTED_LINKS, placeholder, "instr");
         self.read(move |c| {
