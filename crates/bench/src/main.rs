@@ -20,7 +20,7 @@ use procfs::{cpu_seconds, rss_mib};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_distr::Distribution;
-use server_metrics::{CacheFill, Clicks, LagWatch};
+use server_metrics::{CacheFill, Counters, LagWatch};
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -492,7 +492,7 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
             .map(|p| vec![("PATHS", p.to_str().unwrap_or_default())])
             .unwrap_or_default();
         let script = paths.map(|_| paths_lua.as_path());
-        let clicks_before = Clicks::read(plan.shortener_base)?;
+        let clicks_before = Counters::read(plan.shortener_base)?;
         let lag_watch = LagWatch::start(plan.shortener_base);
         // Unmeasured runs first: the steady state of a long-running server, warm caches. A
         // path list is played through at least once, so every code of it has been seen.
@@ -562,7 +562,7 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
             ours.push(o);
         }
         let lag_max = lag_watch.finish();
-        let clicks = clicks_before.since(&Clicks::read(plan.shortener_base)?, lag_max);
+        let clicks = clicks_before.since(&Counters::read(plan.shortener_base)?, lag_max);
         let rss_after = rss_mib(plan.shortener_pid)?;
         println!(
             "shortener RSS after case {name}: {rss_after:.1} MiB; warm-up and rounds: {clicks}"

@@ -1,6 +1,7 @@
 //! What the shortener's `/metrics` says while the cases run: of its click pipeline, clicks
 //! dropped because the queue was full (issue 18: none while the store is only slow), the
-//! writes, and the lag gauge, sampled; of its link cache, how full it is.
+//! writes, and the lag gauge, sampled; of its link cache, how full it is and how often a
+//! request waited on the store.
 
 use anyhow::{Context, bail};
 use std::sync::Arc;
@@ -11,22 +12,26 @@ use std::time::Duration;
 /// How often the lag gauge is read during a case.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
-/// The click counters at one moment.
+/// The click and store-read counters at one moment.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Clicks {
+pub(crate) struct Counters {
     dropped: f64,
     written: f64,
     writes: f64,
     write_seconds: f64,
     lag_seconds: f64,
+    /// Misses: a request waited on the store (or L2).
+    store_reads: f64,
+    /// Unknown codes read again in the background instead.
+    renewals: f64,
 }
 
-impl Clicks {
+impl Counters {
     /// Reads them from the server at `base` (`http://host:port`).
-    pub(crate) fn read(base: &str) -> anyhow::Result<Clicks> {
+    pub(crate) fn read(base: &str) -> anyhow::Result<Counters> {
         let text = get_metrics(base)?;
         let value = |name: &str| metric(&text, name);
-        Ok(Clicks {
+        Ok(Counters {
             dropped: value("shortener_click_events_dropped_total"),
             // Written to the store, or (scale-out) shipped to the stream.
             written: value("shortener_click_events_flushed_total")
@@ -34,17 +39,21 @@ impl Clicks {
             writes: value("shortener_click_flush_seconds_count"),
             write_seconds: value("shortener_click_flush_seconds_sum"),
             lag_seconds: value("shortener_click_lag_seconds"),
+            store_reads: value("shortener_store_link_reads_total"),
+            renewals: value("shortener_cache_renewals_total"),
         })
     }
 
     /// One line: what happened between `self` (earlier) and `later`.
-    pub(crate) fn since(&self, later: &Clicks, lag_max: f64) -> String {
+    pub(crate) fn since(&self, later: &Counters, lag_max: f64) -> String {
         let writes = later.writes - self.writes;
         format!(
-            "clicks dropped {:.0}, written {:.0} in {writes:.0} writes (mean {:.0} ms), lag gauge up to {lag_max:.0} s",
+            "clicks dropped {:.0}, written {:.0} in {writes:.0} writes (mean {:.0} ms), lag gauge up to {lag_max:.0} s; store reads on requests {:.0}, in the background {:.0}",
             later.dropped - self.dropped,
             later.written - self.written,
             (later.write_seconds - self.write_seconds) / writes.max(1.0) * 1e3,
+            later.store_reads - self.store_reads,
+            later.renewals - self.renewals,
         )
     }
 }
@@ -115,7 +124,7 @@ impl LagWatch {
             let mut highest: f64 = 0.0;
             while !stopped.load(Ordering::Relaxed) {
                 // A failed read (the server busy past the timeout) is a sample missed, not an error.
-                if let Ok(clicks) = Clicks::read(&base) {
+                if let Ok(clicks) = Counters::read(&base) {
                     highest = highest.max(clicks.lag_seconds);
                 }
                 std::thread::sleep(SAMPLE_EVERY);

@@ -48,6 +48,7 @@ use futures_util::{StreamExt, stream};
 use negatives::PackedNegatives;
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
+pub(crate) use renewals::RENEWAL_TICK;
 use renewals::Renewals;
 use shortener_core::day::UnixSeconds;
 use shortener_core::link::Link;

@@ -28,8 +28,6 @@ use tokio::sync::watch;
 
 /// How often idle rate-limit buckets are forgotten.
 const LIMITER_SWEEP: Duration = Duration::from_secs(60);
-/// Pause of the unknown codes' renewals after the store failed one.
-const RENEWAL_BACKOFF: Duration = Duration::from_secs(1);
 
 pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     let feed_files = feeds::files(config.blocklist.as_deref(), &config.threat_feeds);
@@ -279,12 +277,11 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
     background.push(tokio::spawn({
         let app = app.clone();
         async move {
+            let mut tick = tokio::time::interval(crate::cache::RENEWAL_TICK);
             loop {
-                app.cache.renewals_queued().await;
+                tick.tick().await;
                 if let Err(e) = app.cache.renew_unknown(crate::now()).await {
                     tracing::debug!(error = %e, "cannot read unknown codes again");
-                    // The store is failing: the next batch waits, not the redirects.
-                    tokio::time::sleep(RENEWAL_BACKOFF).await;
                 }
             }
         }

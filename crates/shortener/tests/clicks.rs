@@ -337,6 +337,38 @@ async fn concurrent_misses_of_one_code_share_one_store_read() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_code_asked_for_steadily_never_waits_on_the_store_again() {
+    let dir = TempDir::new().unwrap();
+    // 4 s: a lifetime of 3–4 s, the last second of which queues the code for a renewal.
+    let server = Shortener::start(dir.path(), &["--negative-cache-ttl", "4"]);
+    let c = client();
+    let url = server.url("/nosuch1");
+    assert_eq!(
+        c.get(&url).send().await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
+    let reads = metric(&c, &server, "shortener_store_link_reads_total").await;
+    // A crawler's steady pace (a request every 20 ms), over two lifetimes and more: every
+    // answer comes from the cache, the store is read in the background instead.
+    eventually("two renewals of the unknown code", || {
+        let (c, url, server) = (c.clone(), url.clone(), &server);
+        async move {
+            assert_eq!(
+                c.get(&url).send().await.unwrap().status(),
+                StatusCode::NOT_FOUND
+            );
+            metric(&c, server, "shortener_cache_renewals_total").await >= 2.0
+        }
+    })
+    .await;
+    assert_eq!(
+        metric(&c, &server, "shortener_store_link_reads_total").await,
+        reads,
+        "no request past the first read the store"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn edge_mode_lets_cdns_cache_redirects() {
     let dir = TempDir::new().unwrap();
     let server = Shortener::start(dir.path(), &["--edge-cache-ttl", "300"]);

@@ -7,7 +7,8 @@
 //! bench's unknown-code round that crossed the TTL read 0.55–0.89 of bare, BENCHMARKS.md).
 //! A lookup that finds an unknown code in the last quarter of its lifetime claims it here
 //! (one bit of a small table: later lookups of a claimed code read that bit and go on) and
-//! queues it; [`LinkCache::renew_unknown`] reads the queue in batches and stores the codes
+//! queues it; every [`RENEWAL_TICK`], [`LinkCache::renew_unknown`] reads the queue in batches
+//! (a wake-up per claim cost the workers more than the reads) and stores the codes
 //! still unknown again with a lifetime counted from the read, under the generation loaded
 //! before it, as a miss does: a write racing the renewal leaves the renewed entry stale.
 //! Codes nobody asks for in that quarter expire as before.
@@ -17,13 +18,16 @@ use shortener_core::day::UnixSeconds;
 use shortener_core::store::StoreError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::Notify;
+use std::time::Duration;
 
 /// Claim bits: codes in flight at once at most (a code whose bit another holds waits for
 /// its next lookup), so the queue needs no bound of its own.
 const CLAIMS: usize = 1 << 16;
 /// Codes read in one store call.
 const RENEWED_AT_ONCE: usize = 1000;
+/// How often [`LinkCache::renew_unknown`] should run: a small part of the quarter of the
+/// negative TTL in which a code waits for it.
+pub(crate) const RENEWAL_TICK: Duration = Duration::from_millis(500);
 
 /// A claimed code waiting to be read again.
 #[derive(Debug)]
@@ -37,7 +41,6 @@ struct Due {
 pub(super) struct Renewals {
     claimed: Box<[AtomicU64]>,
     queue: Mutex<Vec<Due>>,
-    ready: Notify,
 }
 
 impl Default for Renewals {
@@ -45,7 +48,6 @@ impl Default for Renewals {
         Self {
             claimed: (0..CLAIMS / 64).map(|_| AtomicU64::new(0)).collect(),
             queue: Mutex::default(),
-            ready: Notify::new(),
         }
     }
 }
@@ -85,7 +87,6 @@ impl Renewals {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(due);
-        self.ready.notify_one();
     }
 
     fn take(&self) -> Vec<Due> {
@@ -101,12 +102,6 @@ impl Renewals {
 }
 
 impl LinkCache {
-    /// Returns once a lookup has queued a code for [`Self::renew_unknown`] (at once if one
-    /// did since the last call).
-    pub(crate) async fn renewals_queued(&self) {
-        self.renewals.ready.notified().await;
-    }
-
     /// Reads the queued unknown codes again, `now` being when the reads start: those still
     /// unknown are remembered anew, those the store now knows (created by another process,
     /// whose note is not polled yet) are forgotten. Returns how many were read; on a store
