@@ -20,7 +20,7 @@ pub(crate) struct Counters {
     writes: f64,
     write_seconds: f64,
     lag_seconds: f64,
-    /// Misses: a request waited on the store (or L2).
+    /// Misses that read the store: a request waited on it.
     store_reads: f64,
     /// Unknown codes read again in the background instead.
     renewals: f64,

@@ -16,7 +16,8 @@
 //!
 //! Unknown codes have a room of their own (a sixteenth of the memory, `negatives.rs`; a
 //! sixty-fourth for aliases too long to pack): a sweep over codes that do not exist evicts
-//! other unknown codes, never live links. One-hit wonders need no admission filter of ours:
+//! other unknown codes, never live links. One asked for near the end of its lifetime is read
+//! again in the background (`renewals.rs`), so a steady sweep never waits on the store. One-hit wonders need no admission filter of ours:
 //! quick_cache puts new entries in a small probationary queue (3 % of its weight) and
 //! promotes only those hit again, so a scan of links seen once cycles through that queue
 //! without touching the hot part.
@@ -51,7 +52,7 @@ use quick_cache::sync::Cache;
 pub(crate) use renewals::RENEWAL_TICK;
 use renewals::Renewals;
 use shortener_core::day::UnixSeconds;
-use shortener_core::link::Link;
+use shortener_core::link::{Link, RedirectTarget};
 use shortener_core::store::{ChangeNote, StoreError};
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -190,11 +191,24 @@ impl CacheSettings {
     /// second a TTL later and go to the store together: a stall the length of the sweep's
     /// reads, every TTL.
     fn unknown_until(&self, hash: u64, now: UnixSeconds) -> UnixSeconds {
-        let spread = self.negative_ttl.as_secs() / 4;
-        let less = ((hash >> 16) & 0xFFFF) % (spread + 1);
+        let less = ((hash >> 16) & 0xFFFF) % (self.negative_quarter() + 1);
         // `less` is below 2^16, so the conversion holds.
         self.fresh_until(None, now)
             .saturating_sub(i64::try_from(less).unwrap_or(0))
+    }
+
+    /// A quarter of the negative TTL, whole seconds: the spread of unknown codes' lifetimes,
+    /// and the end of one in which a lookup queues the code for a renewal (`renewals.rs`).
+    fn negative_quarter(&self) -> u64 {
+        self.negative_ttl.as_secs() / 4
+    }
+
+    /// A code of `hash` found unknown by a store read begun at `now` under `generation`.
+    fn unknown(&self, hash: u64, generation: u32, now: UnixSeconds) -> Negative {
+        Negative {
+            generation,
+            fresh_until: self.unknown_until(hash, now),
+        }
     }
 
     /// Until when an entry fresh until `fresh_until` may be served while the store is
@@ -299,6 +313,40 @@ pub(crate) struct SharedLayer {
     pub(crate) invalidations: Arc<Invalidations>,
 }
 
+impl SharedLayer {
+    /// L2's entries of `codes`, in their order, [`L2_CALLS_AT_ONCE`] reads at a time.
+    async fn get_all(&self, codes: &[&str], now: UnixSeconds) -> Vec<Option<l2::Found>> {
+        // Collected first: a lazy iterator of futures inside the caller's future trips the
+        // compiler over `Send`.
+        let reads: Vec<_> = codes.iter().map(|code| self.l2.get(code, now)).collect();
+        stream::iter(reads)
+            .buffered(L2_CALLS_AT_ONCE)
+            .collect()
+            .await
+    }
+
+    /// Fills L2 with what the store said of each code, [`L2_CALLS_AT_ONCE`] at a time (the
+    /// fill script never lets an older read replace a later write); how many fills failed.
+    async fn fill_all(
+        &self,
+        read: impl IntoIterator<Item = (&str, Option<RedirectTarget>)>,
+        now: UnixSeconds,
+    ) -> usize {
+        let fills: Vec<_> = read
+            .into_iter()
+            .map(|(code, target)| async move {
+                let entry = l2::Entry::of_target(target);
+                self.l2.fill(code, &entry, now).await.is_err()
+            })
+            .collect();
+        stream::iter(fills)
+            .buffer_unordered(L2_CALLS_AT_ONCE)
+            .filter(|failed| std::future::ready(*failed))
+            .count()
+            .await
+    }
+}
+
 /// The L1 cache.
 pub(crate) struct LinkCache {
     slots: Cache<Arc<str>, Slot, SlotWeigher>,
@@ -384,7 +432,8 @@ impl LinkCache {
     }
 
     /// The hash that picks `code`'s generation (bits 0–15), its buckets of negatives (bits
-    /// 32–63 and all of them mixed) and when it stops being known as unknown (bits 16–31).
+    /// 32–63 and all of them mixed), when it stops being known as unknown (bits 16–31) and
+    /// its claim bit for a renewal (all of them mixed again, `renewals.rs`).
     fn hash(&self, code: &str) -> u64 {
         let mut h = self.hasher.build_hasher();
         h.write(code.as_bytes());
@@ -493,10 +542,7 @@ impl LinkCache {
                 return Ok(link);
             }
             if link.is_none() {
-                let negative = Negative {
-                    generation: seen,
-                    fresh_until: self.settings.unknown_until(hash, now),
-                };
+                let negative = self.settings.unknown(hash, seen, now);
                 self.remember_unknown(&key, hash, negative, now);
                 // Unfilled, the placeholder lets a waiter in, which finds the entry above.
                 drop(guard);
@@ -705,16 +751,8 @@ impl LinkCache {
             // A writer of another region, or one whose announcement is late or lost: L2 may
             // still hold an older state (an "unknown" above all, every create being noted).
             let now = crate::now();
-            // Collected first: a lazy iterator of futures inside this future trips the compiler
-            // over `Send`.
-            let reads: Vec<_> = notes
-                .iter()
-                .map(|note| shared.l2.get(&note.code, now))
-                .collect();
-            let found: Vec<_> = stream::iter(reads)
-                .buffered(L2_CALLS_AT_ONCE)
-                .collect()
-                .await;
+            let codes: Vec<&str> = notes.iter().map(|note| note.code.as_str()).collect();
+            let found = shared.get_all(&codes, now).await;
             let older: Vec<&ChangeNote> = notes
                 .iter()
                 .zip(found)
@@ -737,19 +775,8 @@ impl LinkCache {
                         "the store read is older than the change notes".into(),
                     ));
                 }
-                let fills: Vec<_> = codes
-                    .iter()
-                    .zip(targets)
-                    .map(|(code, target)| async move {
-                        let entry = l2::Entry::of_target(target);
-                        shared.l2.fill(code, &entry, now).await.is_err()
-                    })
-                    .collect();
-                let failed = stream::iter(fills)
-                    .buffer_unordered(L2_CALLS_AT_ONCE)
-                    .filter(|failed| std::future::ready(*failed))
-                    .count()
-                    .await;
+                let read = codes.iter().map(String::as_str).zip(targets);
+                let failed = shared.fill_all(read, now).await;
                 if failed > 0 {
                     // Their L2 entries may stay older until their TTL: said, not retried.
                     tracing::warn!(failed, "cannot fill L2 with polled changes");

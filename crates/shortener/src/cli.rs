@@ -250,7 +250,9 @@ pub struct ServeArgs {
     pub cache_ttl: Option<u64>,
     /// How long an unknown code is remembered as unknown, in seconds [default: 60]: each code
     /// up to a quarter less, by its hash, so that codes first seen together are not all read
-    /// again in the same second. Creating the code clears it: at once in this process (or one
+    /// again in the same second; one asked for in the last quarter of its time (a TTL of 4 s
+    /// or more) is read again in the background, so that steady requests for it never wait on
+    /// the store. Creating the code clears it: at once in this process (or one
     /// sharing its Redis), within about a second elsewhere on the same store (creates write
     /// change notes, which every process polls); the TTL only bounds memory and how long a
     /// missed note could matter.

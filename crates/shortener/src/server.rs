@@ -278,6 +278,8 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
         let app = app.clone();
         async move {
             let mut tick = tokio::time::interval(crate::cache::RENEWAL_TICK);
+            // After a slow batch, the next one waits a whole tick: no burst of catching up.
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
                 if let Err(e) = app.cache.renew_unknown(crate::now()).await {

@@ -13,7 +13,7 @@
 //! before it, as a miss does: a write racing the renewal leaves the renewed entry stale.
 //! Codes nobody asks for in that quarter expire as before.
 
-use super::{CacheSettings, LinkCache, Negative};
+use super::{CacheSettings, LinkCache, l2};
 use shortener_core::day::UnixSeconds;
 use shortener_core::store::StoreError;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,12 +21,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Claim bits: codes in flight at once at most (a code whose bit another holds waits for
-/// its next lookup), so the queue needs no bound of its own.
+/// its next lookup), so the queue needs no bound of its own (at most 64 Ki codes, ~3 MiB for
+/// the longest aliases, outside `--cache-mb`; the bits are 8 KiB).
 const CLAIMS: usize = 1 << 16;
 /// Codes read in one store call.
 const RENEWED_AT_ONCE: usize = 1000;
-/// How often [`LinkCache::renew_unknown`] should run: a small part of the quarter of the
-/// negative TTL in which a code waits for it.
+/// How often [`LinkCache::renew_unknown`] should run: at most half of the last quarter of a
+/// negative lifetime (at least a second) in which a queued code waits for it.
 pub(crate) const RENEWAL_TICK: Duration = Duration::from_millis(500);
 
 /// A claimed code waiting to be read again.
@@ -63,7 +64,7 @@ impl CacheSettings {
     /// Whether an unknown code served until `fresh_until` is due to be read again at `now`:
     /// in the last quarter of the negative TTL before it expires.
     pub(super) fn renewal_due(&self, fresh_until: UnixSeconds, now: UnixSeconds) -> bool {
-        let quarter = i64::try_from(self.negative_ttl.as_secs() / 4).unwrap_or(i64::MAX);
+        let quarter = i64::try_from(self.negative_quarter()).unwrap_or(i64::MAX);
         quarter > 0 && now >= fresh_until.saturating_sub(quarter)
     }
 }
@@ -90,7 +91,9 @@ impl Renewals {
     }
 
     fn take(&self) -> Vec<Due> {
-        std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()))
+        // Drained, not swapped out: the queue keeps its room, and a claim seldom grows it.
+        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        queue.drain(..).collect()
     }
 
     fn release(&self, done: &[Due]) {
@@ -128,20 +131,50 @@ impl LinkCache {
             .iter()
             .map(|due| self.generation(due.hash).load(Ordering::Acquire))
             .collect();
-        let codes: Vec<String> = batch.iter().map(|due| due.code.to_string()).collect();
-        let targets = self.store.redirect_targets(&codes).await?;
-        self.metrics.cache_renewals.inc_by(batch.len() as u64);
-        for ((due, generation), target) in batch.iter().zip(seen).zip(targets) {
-            if target.is_some() {
+        for ((due, generation), unknown) in
+            batch.iter().zip(seen).zip(self.unknown(batch, now).await?)
+        {
+            if !unknown {
+                // Created since by another process, whose note is not polled yet.
                 self.invalidate(&due.code);
                 continue;
             }
-            let negative = Negative {
-                generation,
-                fresh_until: self.settings.unknown_until(due.hash, now),
-            };
+            let negative = self.settings.unknown(due.hash, generation, now);
             self.remember_unknown(&due.code, due.hash, negative, now);
         }
         Ok(())
+    }
+
+    /// Whether each code of `batch` is still unknown, read as a miss reads ([`Self::load`]):
+    /// in the scale-out mode from L2 where it holds a fresh entry, else from the store, whose
+    /// answers then fill L2 (so that N instances do not each read the store for one sweep).
+    async fn unknown(&self, batch: &[Due], now: UnixSeconds) -> Result<Vec<bool>, StoreError> {
+        let mut unknown = vec![true; batch.len()];
+        let mut unread: Vec<usize> = (0..batch.len()).collect();
+        if let Some(shared) = &self.shared {
+            let codes: Vec<&str> = batch.iter().map(|due| &*due.code).collect();
+            let found = shared.get_all(&codes, now).await;
+            unread.retain(|&i| match &found[i] {
+                Some(found) if !found.stale => {
+                    unknown[i] = matches!(found.entry, l2::Entry::Unknown);
+                    false
+                }
+                _ => true,
+            });
+        }
+        let codes: Vec<String> = unread.iter().map(|&i| batch[i].code.to_string()).collect();
+        let targets = self.store.redirect_targets(&codes).await?;
+        self.metrics.cache_renewals.inc_by(codes.len() as u64);
+        for (&i, target) in unread.iter().zip(&targets) {
+            unknown[i] = target.is_none();
+        }
+        if let Some(shared) = &self.shared {
+            let read = codes.iter().map(String::as_str).zip(targets);
+            let failed = shared.fill_all(read, now).await;
+            if failed > 0 {
+                tracing::debug!(failed, "cannot fill L2 with renewed unknown codes");
+            }
+        }
+        Ok(unknown)
     }
 }

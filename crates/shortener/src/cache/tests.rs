@@ -229,6 +229,69 @@ async fn a_renewal_that_finds_the_code_created_elsewhere_forgets_it() {
     }
 }
 
+/// In the scale-out mode a renewal reads as a miss does: a fresh L2 entry first (no store
+/// read), the store for the rest, whose answers fill L2 for the other instances.
+#[tokio::test]
+async fn a_renewal_in_the_scale_out_mode_reads_l2_first_and_fills_it() {
+    use crate::scaleout::redis::{BACKGROUND_TIMEOUT, Redis, RedisTarget};
+    let dir = tempfile::tempdir().unwrap();
+    let server = testkit::RedisServer::start(dir.path()).unwrap();
+    let target = RedisTarget::parse(&server.url()).unwrap();
+    let redis = Arc::new(Redis::connect(&target, BACKGROUND_TIMEOUT).await.unwrap());
+    let l2 = Arc::new(L2::new(
+        redis.clone(),
+        Duration::from_secs(3600),
+        Duration::from_secs(60),
+    ));
+    let store: Arc<dyn Store> =
+        Arc::new(crate::store::sqlite::SqliteStore::open(dir.path()).unwrap());
+    let shared = SharedLayer {
+        l2: l2.clone(),
+        invalidations: Arc::new(Invalidations::new(redis, l2.clone())),
+    };
+    let cache = LinkCache::new(
+        store.clone(),
+        Some(shared),
+        Arc::new(Metrics::new()),
+        SETTINGS,
+    )
+    .unwrap();
+    let now = crate::now();
+    // Remembered as unknown here (by hand: a miss's L2 fill would race the ones below).
+    let codes = ["l2known", "l2unkn"];
+    for code in codes {
+        let hash = cache.hash(code);
+        let negative = SETTINGS.unknown(hash, 0, now);
+        cache.remember_unknown(&Arc::from(code), hash, negative, now);
+    }
+    // Another instance created the first: the store has it, and its writer put it in L2.
+    let link = Link::new("l2known", "https://example.com/", now, now + 86_400);
+    let origin = shortener_core::audit::Origin::system("test");
+    store.insert_link(&link, &origin).await.unwrap();
+    let created = l2::Entry::of_target(store.redirect_target("l2known").await.unwrap());
+    l2.fill("l2known", &created, now).await.unwrap();
+
+    for code in codes {
+        let until = SETTINGS.unknown_until(cache.hash(code), now);
+        assert!(matches!(cache.cached(code, until - 1), Some(None)));
+    }
+    let later = now + 30;
+    assert_eq!(cache.renew_unknown(later).await.unwrap(), 2);
+    assert_eq!(
+        cache.metrics.cache_renewals.get(),
+        1,
+        "one read of the store"
+    );
+    assert!(
+        cache.cached("l2known", later).is_none(),
+        "L2 said it exists"
+    );
+    let filled = l2.get("l2unkn", later).await.unwrap();
+    assert!(matches!(filled.entry, l2::Entry::Unknown) && !filled.stale);
+    let until = SETTINGS.unknown_until(cache.hash("l2unkn"), now);
+    assert!(matches!(cache.cached("l2unkn", until + 1), Some(None)));
+}
+
 #[tokio::test]
 async fn a_late_note_of_a_change_already_read_keeps_the_shelved_stand_in() {
     let (_dir, store, cache) = cache_on_sqlite();

@@ -447,15 +447,29 @@ impl LinkStore for Replicated {
         .await
     }
 
-    /// All on the primary while any of `codes` may be newer there; with the primary away, any
-    /// replica's answer (the caller compares versions: see `LinkCache::changed_elsewhere`).
+    /// All on the primary while any of `codes` may be newer there; with the primary away, a
+    /// replica's answer that has every one of those (its other answers may be older: the
+    /// change poll compares versions, the cache's renewals go by generations).
     async fn redirect_targets(
         &self,
         codes: &[String],
     ) -> Result<Vec<Option<RedirectTarget>>, StoreError> {
-        let written = codes.iter().any(|code| self.written_recently(code));
-        self.read_own_writes(written, |store| store.redirect_targets(codes), |_| true)
-            .await
+        let written: Vec<bool> = codes
+            .iter()
+            .map(|code| self.written_recently(code))
+            .collect();
+        let has_written = |targets: &Vec<Option<RedirectTarget>>| {
+            targets
+                .iter()
+                .zip(&written)
+                .all(|(target, written)| target.is_some() || !written)
+        };
+        self.read_own_writes(
+            written.contains(&true),
+            |store| store.redirect_targets(codes),
+            has_written,
+        )
+        .await
     }
 
     async fn change_link(
@@ -625,7 +639,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread")]
     async fn a_batch_with_a_code_written_here_is_read_on_the_primary() {
         let dir = tempfile::tempdir().unwrap();
-        let server = testkit::Postgres::primary(&dir.path().join("primary")).unwrap();
+        let mut server = testkit::Postgres::primary(&dir.path().join("primary")).unwrap();
         server.create_database("shortener").unwrap();
         let url: DatabaseUrl = server.url("shortener").parse().unwrap();
         PgStore::migrate(&url).await.unwrap();
@@ -689,6 +703,17 @@ mod tests {
             metrics.primary_reads.get() > primary_reads,
             "read on the primary"
         );
+
+        // The primary away: the replica's "unknown" for the code written here is no answer (a
+        // renewal would cache it), its answers for the others are.
+        server.stop().unwrap();
+        let codes = ["elsewh1".to_owned(), "writtn1".to_owned()];
+        assert!(matches!(
+            store.redirect_targets(&codes).await,
+            Err(StoreError::Unavailable(_))
+        ));
+        let elsewhere = store.redirect_targets(&codes[..1]).await.unwrap();
+        assert!(elsewhere[0].is_some());
     }
 
     const KEEP: Duration = Duration::from_secs(5);

@@ -475,8 +475,8 @@ impl LinkStore for SqliteStore {
         &self,
         codes: &[String],
     ) -> Result<Vec<Option<RedirectTarget>>, StoreError> {
-        // On a reader thread: a batch (a poll's notes, the cache's renewals) would hold a
-        // request's worker thread for milliseconds.
+        // On a reader thread: a batch (the cache's renewals, the change poll's notes) would
+        // hold a request's worker thread for milliseconds.
         let codes = codes.to_vec();
         self.read(move |c| {
             codes
