@@ -8,8 +8,8 @@
 //! A lookup that finds an unknown code in the last quarter of its lifetime claims it here
 //! (one bit of a small table: later lookups of a claimed code read that bit and go on) and
 //! queues it; every [`RENEWAL_TICK`], [`LinkCache::renew_unknown`] reads the queue in batches
-//! (a wake-up per claim cost the workers more than the reads) and stores the codes
-//! still unknown again with a lifetime counted from the read, under the generation loaded
+//! (not a wake-up and a thread hop per handful of codes) and stores the codes still unknown
+//! again with a lifetime counted from the read, under the generation loaded
 //! before it, as a miss does: a write racing the renewal leaves the renewed entry stale.
 //! Codes nobody asks for in that quarter expire as before.
 
