@@ -834,4 +834,4 @@ fn seconds_u32(seconds: UnixSeconds) -> u32 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

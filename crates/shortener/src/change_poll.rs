@@ -106,52 +106,17 @@ pub(crate) async fn follow_forever(cache: &LinkCache, store: &dyn Store) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{CacheSettings, SharedLayer};
-    use crate::metrics::Metrics;
-    use crate::scaleout::invalidation::Invalidations;
-    use crate::scaleout::l2::L2;
-    use crate::scaleout::redis::{BACKGROUND_TIMEOUT, Redis, RedisTarget};
-    use crate::store::sqlite::{DB_FILE, SqliteStore};
+    use crate::cache::tests::cache_on_sqlite_and_redis;
+    use crate::store::sqlite::DB_FILE;
     use shortener_core::audit::Origin;
     use shortener_core::link::Link;
-    use std::sync::Arc;
 
     /// A note newer than the stored link (what a poll reads from a replica behind the one
     /// that served the notes) fails the poll and leaves its cursor and L2 as they were; once
     /// the store has caught up, the same notes are read again and L2 gets the newer state.
     #[tokio::test]
     async fn a_store_read_older_than_its_notes_leaves_the_cursor_for_the_next_poll() {
-        let dir = tempfile::tempdir().unwrap();
-        let server = testkit::RedisServer::start(dir.path()).unwrap();
-        let redis = Arc::new(
-            Redis::connect(
-                &RedisTarget::parse(&server.url()).unwrap(),
-                BACKGROUND_TIMEOUT,
-            )
-            .await
-            .unwrap(),
-        );
-        let l2 = Arc::new(L2::new(
-            redis.clone(),
-            Duration::from_secs(3600),
-            Duration::from_secs(60),
-        ));
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.path()).unwrap());
-        let cache = LinkCache::new(
-            store.clone(),
-            Some(SharedLayer {
-                l2: l2.clone(),
-                invalidations: Arc::new(Invalidations::new(redis, l2.clone())),
-            }),
-            Arc::new(Metrics::new()),
-            CacheSettings {
-                max_bytes: 1 << 20,
-                ttl: Duration::from_secs(300),
-                negative_ttl: Duration::from_secs(60),
-                stale_max_age: Duration::from_secs(86_400),
-            },
-        )
-        .unwrap();
+        let (dir, _redis, store, l2, cache) = cache_on_sqlite_and_redis().await;
         let now = crate::now();
         let link = Link::new("behind1", "https://example.com/", now, now + 86_400);
         store

@@ -229,10 +229,15 @@ async fn a_renewal_that_finds_the_code_created_elsewhere_forgets_it() {
     }
 }
 
-/// In the scale-out mode a renewal reads as a miss does: a fresh L2 entry first (no store
-/// read), the store for the rest, whose answers fill L2 for the other instances.
-#[tokio::test]
-async fn a_renewal_in_the_scale_out_mode_reads_l2_first_and_fills_it() {
+/// A cache of [`SETTINGS`] in front of a fresh embedded store, with an L2 in a Redis started
+/// for the test: the directory (store and Redis), the server, the store, L2 and the cache.
+pub(crate) async fn cache_on_sqlite_and_redis() -> (
+    tempfile::TempDir,
+    testkit::RedisServer,
+    Arc<dyn Store>,
+    Arc<L2>,
+    LinkCache,
+) {
     use crate::scaleout::redis::{BACKGROUND_TIMEOUT, Redis, RedisTarget};
     let dir = tempfile::tempdir().unwrap();
     let server = testkit::RedisServer::start(dir.path()).unwrap();
@@ -256,6 +261,14 @@ async fn a_renewal_in_the_scale_out_mode_reads_l2_first_and_fills_it() {
         SETTINGS,
     )
     .unwrap();
+    (dir, server, store, l2, cache)
+}
+
+/// In the scale-out mode a renewal reads as a miss does: a fresh L2 entry first (no store
+/// read), the store for the rest, whose answers fill L2 for the other instances.
+#[tokio::test]
+async fn a_renewal_in_the_scale_out_mode_reads_l2_first_and_fills_it() {
+    let (_dir, _redis, store, l2, cache) = cache_on_sqlite_and_redis().await;
     let now = crate::now();
     // Remembered as unknown here (by hand: a miss's L2 fill would race the ones below).
     let codes = ["l2known", "l2unkn"];
