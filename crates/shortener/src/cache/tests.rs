@@ -109,6 +109,26 @@ fn cache_on_sqlite() -> (tempfile::TempDir, Arc<dyn Store>, LinkCache) {
     (dir, store, cache)
 }
 
+/// [`cache_on_sqlite`] with a link of `code` in the store, read once through the cache;
+/// the link as read, and when.
+async fn cache_holding(
+    code: &str,
+) -> (
+    tempfile::TempDir,
+    Arc<dyn Store>,
+    LinkCache,
+    CachedLink,
+    UnixSeconds,
+) {
+    let (dir, store, cache) = cache_on_sqlite();
+    let now = crate::now();
+    let origin = shortener_core::audit::Origin::system("test");
+    let link = Link::new(code, "https://example.com/", now, now + 86_400);
+    store.insert_link(&link, &origin).await.unwrap();
+    let read = get(&cache, code, now).await.unwrap().unwrap();
+    (dir, store, cache, read, now)
+}
+
 #[tokio::test]
 async fn a_sweep_of_unknown_codes_evicts_no_live_link() {
     let (_dir, store, cache) = cache_on_sqlite();
@@ -307,12 +327,7 @@ async fn a_renewal_in_the_scale_out_mode_reads_l2_first_and_fills_it() {
 
 #[tokio::test]
 async fn a_late_note_of_a_change_already_read_keeps_the_shelved_stand_in() {
-    let (_dir, store, cache) = cache_on_sqlite();
-    let now = crate::now();
-    let origin = shortener_core::audit::Origin::system("test");
-    let link = Link::new("shelved", "https://example.com/", now, now + 86_400);
-    store.insert_link(&link, &origin).await.unwrap();
-    let read = get(&cache, "shelved", now).await.unwrap().unwrap();
+    let (_dir, _store, cache, read, now) = cache_holding("shelved").await;
     // Past its TTL a lookup moves the entry to the shelf (the store is asked next).
     assert!(cache.cached("shelved", now + 301).is_none());
     assert!(cache.slots.peek("shelved").is_none());
@@ -332,12 +347,7 @@ async fn a_late_note_of_a_change_already_read_keeps_the_shelved_stand_in() {
 
 #[tokio::test]
 async fn a_forgotten_entry_is_shelved_unless_a_later_read_replaced_it() {
-    let (_dir, store, cache) = cache_on_sqlite();
-    let now = crate::now();
-    let origin = shortener_core::audit::Origin::system("test");
-    let link = Link::new("shelve1", "https://example.com/", now, now + 86_400);
-    store.insert_link(&link, &origin).await.unwrap();
-    get(&cache, "shelve1", now).await.unwrap().unwrap();
+    let (_dir, _store, cache, _, now) = cache_holding("shelve1").await;
     let first = cache.slots.peek("shelve1").unwrap();
     // A later read's entry in its place: the older copy is not left on the shelf.
     let later = cache
@@ -352,6 +362,54 @@ async fn a_forgotten_entry_is_shelved_unless_a_later_read_replaced_it() {
     assert!(cache.slots.peek("shelve1").is_none());
     let shelved = cache.shelf.peek("shelve1").unwrap();
     assert_eq!(shelved.fresh_until, later.fresh_until);
+}
+
+/// A code of the same generation shard as `code`, other than it.
+fn shard_mate(cache: &LinkCache, code: &str) -> String {
+    let shard = |c: &str| cache.hash(c) as usize & (SHARDS - 1);
+    (0..)
+        .map(|i| format!("mate{i:06}"))
+        .find(|c| shard(c) == shard(code))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_note_of_a_code_not_held_here_leaves_the_rest_of_its_shard_alone() {
+    let (_dir, _store, cache, _, now) = cache_holding("kept001").await;
+    // An import elsewhere noted a code this instance never looked up.
+    let mate = shard_mate(&cache, "kept001");
+    cache.changed_elsewhere(&[note(&mate, 1)]).await.unwrap();
+    assert!(matches!(cache.cached("kept001", now), Some(Some(_))));
+    // Held here (as unknown), the noted code is forgotten, its shard with it.
+    assert!(get(&cache, &mate, now).await.unwrap().is_none());
+    cache.changed_elsewhere(&[note(&mate, 1)]).await.unwrap();
+    assert!(cache.cached(&mate, now).is_none());
+    assert!(cache.cached("kept001", now).is_none());
+}
+
+/// Whether a note of `code` moves its generation shard (what stales a read under way).
+async fn a_note_stales(cache: &LinkCache, code: &str) -> bool {
+    let generation = cache.generation(cache.hash(code));
+    let seen = generation.load(Ordering::Acquire);
+    cache.changed_elsewhere(&[note(code, 1)]).await.unwrap();
+    generation.load(Ordering::Acquire) != seen
+}
+
+#[tokio::test]
+async fn a_note_of_a_code_being_read_or_renewed_stales_what_that_read_stores() {
+    let (_dir, _store, cache) = cache_on_sqlite();
+    // A miss holds the placeholder while it reads (as `read` does).
+    let key: Arc<str> = Arc::from("reading");
+    let GuardResult::Guard(guard) = cache.slots.get_value_or_guard(&key, None) else {
+        panic!("no placeholder");
+    };
+    assert!(a_note_stales(&cache, "reading").await);
+    drop(guard);
+    // A renewal's claim, from its queueing until its read is stored.
+    cache.renewals.claim("renewed", cache.hash("renewed"));
+    assert!(a_note_stales(&cache, "renewed").await);
+    // Neither: the shard is left alone.
+    assert!(!a_note_stales(&cache, "neither").await);
 }
 
 /// A change note of `code` reaching `version`.
