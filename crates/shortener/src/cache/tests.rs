@@ -398,6 +398,8 @@ async fn a_note_stales(cache: &LinkCache, code: &str) -> bool {
 #[tokio::test]
 async fn a_note_of_a_code_being_read_or_renewed_stales_what_that_read_stores() {
     let (_dir, _store, cache) = cache_on_sqlite();
+    // Neither: the shard is left alone.
+    assert!(!a_note_stales(&cache, "neither").await);
     // A miss holds the placeholder while it reads (as `read` does).
     let key: Arc<str> = Arc::from("reading");
     let GuardResult::Guard(guard) = cache.slots.get_value_or_guard(&key, None) else {
@@ -408,8 +410,6 @@ async fn a_note_of_a_code_being_read_or_renewed_stales_what_that_read_stores() {
     // A renewal's claim, from its queueing until its read is stored.
     cache.renewals.claim("renewed", cache.hash("renewed"));
     assert!(a_note_stales(&cache, "renewed").await);
-    // Neither: the shard is left alone.
-    assert!(!a_note_stales(&cache, "neither").await);
 }
 
 /// A change note of `code` reaching `version`.
