@@ -48,7 +48,7 @@ use axum::http::HeaderValue;
 use futures_util::{StreamExt, stream};
 use negatives::PackedNegatives;
 use quick_cache::Weighter;
-use quick_cache::sync::{Cache, GuardResult};
+use quick_cache::sync::Cache;
 pub(crate) use renewals::RENEWAL_TICK;
 use renewals::Renewals;
 use shortener_core::day::UnixSeconds;
@@ -738,7 +738,7 @@ impl LinkCache {
             .filter(|note| !self.knows(&note.code, note.version))
             .collect();
         for note in &news {
-            self.forget_noted(&note.code);
+            self.invalidate(&note.code);
         }
         let Some(shared) = &self.shared else {
             return Ok(());
@@ -784,42 +784,10 @@ impl LinkCache {
             }
             // A lookup meanwhile may have cached L2's older state.
             for note in notes {
-                self.forget_noted(&note.code);
+                self.invalidate(&note.code);
             }
         }
         Ok(())
-    }
-
-    /// A change note says `code` changed elsewhere: forgets it if this instance holds
-    /// anything of it or is reading it. A code it neither holds nor reads leaves the other
-    /// entries of its generation shard alone: an import notes every code it adds, and a
-    /// shard bumped per noted code made every cached link of the shards stale while the notes
-    /// were applied (1 M imported codes bump each of the 65 536 shards ~15 times; each cached
-    /// link was read again twice, BENCHMARKS.md). A read that starts after this look asks
-    /// the store after the change.
-    fn forget_noted(&self, code: &str) {
-        if self.holds_or_reads(code) {
-            self.invalidate(code);
-        }
-    }
-
-    /// Whether `code` has an entry in any room, a read under way (a miss holds the slots'
-    /// placeholder from before it loads the generation until it has stored what it read) or a
-    /// renewal claim (held from its queueing until its read is stored).
-    fn holds_or_reads(&self, code: &str) -> bool {
-        let hash = self.hash(code);
-        let key: Arc<str> = Arc::from(code);
-        // A zero wait: a placeholder another holds answers at once. One taken here is
-        // dropped unfilled, and a miss waiting on it reads in its turn.
-        let in_slots = !matches!(
-            self.slots.get_value_or_guard(&key, Some(Duration::ZERO)),
-            GuardResult::Guard(_)
-        );
-        let unknown = match negatives::packed(code) {
-            Some(packed) => self.negatives.get(packed, hash).is_some(),
-            None => self.long_negatives.peek(code).is_some(),
-        };
-        in_slots || unknown || self.shelf.peek(code).is_some() || self.renewals.claimed(hash)
     }
 
     /// Forgets `code` in this instance.

@@ -90,12 +90,6 @@ impl Renewals {
             .push(due);
     }
 
-    /// Whether a code of `hash` (or one sharing its bit) is claimed: queued or being read.
-    pub(super) fn claimed(&self, hash: u64) -> bool {
-        let (word, bit) = claim_bit(hash);
-        self.claimed[word].load(Ordering::Acquire) & bit != 0
-    }
-
     fn take(&self) -> Vec<Due> {
         // Drained, not swapped out: the queue keeps its room, and a claim seldom grows it.
         let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());

@@ -364,54 +364,6 @@ async fn a_forgotten_entry_is_shelved_unless_a_later_read_replaced_it() {
     assert_eq!(shelved.fresh_until, later.fresh_until);
 }
 
-/// A code of the same generation shard as `code`, other than it.
-fn shard_mate(cache: &LinkCache, code: &str) -> String {
-    let shard = |c: &str| cache.hash(c) as usize & (SHARDS - 1);
-    (0..)
-        .map(|i| format!("mate{i:06}"))
-        .find(|c| shard(c) == shard(code))
-        .unwrap()
-}
-
-#[tokio::test]
-async fn a_note_of_a_code_not_held_here_leaves_the_rest_of_its_shard_alone() {
-    let (_dir, _store, cache, _, now) = cache_holding("kept001").await;
-    // An import elsewhere noted a code this instance never looked up.
-    let mate = shard_mate(&cache, "kept001");
-    cache.changed_elsewhere(&[note(&mate, 1)]).await.unwrap();
-    assert!(matches!(cache.cached("kept001", now), Some(Some(_))));
-    // Held here (as unknown), the noted code is forgotten, its shard with it.
-    assert!(get(&cache, &mate, now).await.unwrap().is_none());
-    cache.changed_elsewhere(&[note(&mate, 1)]).await.unwrap();
-    assert!(cache.cached(&mate, now).is_none());
-    assert!(cache.cached("kept001", now).is_none());
-}
-
-/// Whether a note of `code` moves its generation shard (what stales a read under way).
-async fn a_note_stales(cache: &LinkCache, code: &str) -> bool {
-    let generation = cache.generation(cache.hash(code));
-    let seen = generation.load(Ordering::Acquire);
-    cache.changed_elsewhere(&[note(code, 1)]).await.unwrap();
-    generation.load(Ordering::Acquire) != seen
-}
-
-#[tokio::test]
-async fn a_note_of_a_code_being_read_or_renewed_stales_what_that_read_stores() {
-    let (_dir, _store, cache) = cache_on_sqlite();
-    // Neither: the shard is left alone.
-    assert!(!a_note_stales(&cache, "neither").await);
-    // A miss holds the placeholder while it reads (as `read` does).
-    let key: Arc<str> = Arc::from("reading");
-    let GuardResult::Guard(guard) = cache.slots.get_value_or_guard(&key, None) else {
-        panic!("no placeholder");
-    };
-    assert!(a_note_stales(&cache, "reading").await);
-    drop(guard);
-    // A renewal's claim, from its queueing until its read is stored.
-    cache.renewals.claim("renewed", cache.hash("renewed"));
-    assert!(a_note_stales(&cache, "renewed").await);
-}
-
 /// A change note of `code` reaching `version`.
 fn note(code: &str, version: u64) -> shortener_core::store::ChangeNote {
     shortener_core::store::ChangeNote {
