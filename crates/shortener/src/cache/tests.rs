@@ -111,22 +111,14 @@ fn cache_on_sqlite() -> (tempfile::TempDir, Arc<dyn Store>, LinkCache) {
 
 /// [`cache_on_sqlite`] with a link of `code` in the store, read once through the cache;
 /// the link as read, and when.
-async fn cache_holding(
-    code: &str,
-) -> (
-    tempfile::TempDir,
-    Arc<dyn Store>,
-    LinkCache,
-    CachedLink,
-    UnixSeconds,
-) {
+async fn cache_holding(code: &str) -> (tempfile::TempDir, LinkCache, CachedLink, UnixSeconds) {
     let (dir, store, cache) = cache_on_sqlite();
     let now = crate::now();
     let origin = shortener_core::audit::Origin::system("test");
     let link = Link::new(code, "https://example.com/", now, now + 86_400);
     store.insert_link(&link, &origin).await.unwrap();
     let read = get(&cache, code, now).await.unwrap().unwrap();
-    (dir, store, cache, read, now)
+    (dir, cache, read, now)
 }
 
 #[tokio::test]
@@ -327,7 +319,7 @@ async fn a_renewal_in_the_scale_out_mode_reads_l2_first_and_fills_it() {
 
 #[tokio::test]
 async fn a_late_note_of_a_change_already_read_keeps_the_shelved_stand_in() {
-    let (_dir, _store, cache, read, now) = cache_holding("shelved").await;
+    let (_dir, cache, read, now) = cache_holding("shelved").await;
     // Past its TTL a lookup moves the entry to the shelf (the store is asked next).
     assert!(cache.cached("shelved", now + 301).is_none());
     assert!(cache.slots.peek("shelved").is_none());
@@ -347,7 +339,7 @@ async fn a_late_note_of_a_change_already_read_keeps_the_shelved_stand_in() {
 
 #[tokio::test]
 async fn a_forgotten_entry_is_shelved_unless_a_later_read_replaced_it() {
-    let (_dir, _store, cache, _, now) = cache_holding("shelve1").await;
+    let (_dir, cache, _, now) = cache_holding("shelve1").await;
     let first = cache.slots.peek("shelve1").unwrap();
     // A later read's entry in its place: the older copy is not left on the shelf.
     let later = cache
