@@ -109,14 +109,20 @@ fn cache_on_sqlite() -> (tempfile::TempDir, Arc<dyn Store>, LinkCache) {
     (dir, store, cache)
 }
 
+/// Writes a link of `code` straight to `store`, as another process would: no note polled and
+/// no announcement heard here.
+async fn create_elsewhere(store: &dyn Store, code: &str, now: UnixSeconds) {
+    let origin = shortener_core::audit::Origin::system("test");
+    let link = Link::new(code, "https://example.com/", now, now + 86_400);
+    store.insert_link(&link, &origin).await.unwrap();
+}
+
 /// [`cache_on_sqlite`] with a link of `code` in the store, read once through the cache;
 /// the link as read, and when.
 async fn cache_holding(code: &str) -> (tempfile::TempDir, LinkCache, CachedLink, UnixSeconds) {
     let (dir, store, cache) = cache_on_sqlite();
     let now = crate::now();
-    let origin = shortener_core::audit::Origin::system("test");
-    let link = Link::new(code, "https://example.com/", now, now + 86_400);
-    store.insert_link(&link, &origin).await.unwrap();
+    create_elsewhere(&*store, code, now).await;
     let read = get(&cache, code, now).await.unwrap().unwrap();
     (dir, cache, read, now)
 }
@@ -125,11 +131,9 @@ async fn cache_holding(code: &str) -> (tempfile::TempDir, LinkCache, CachedLink,
 async fn a_sweep_of_unknown_codes_evicts_no_live_link() {
     let (_dir, store, cache) = cache_on_sqlite();
     let now = crate::now();
-    let origin = shortener_core::audit::Origin::system("test");
     let codes: Vec<String> = (0..50).map(|i| format!("live{i:03}")).collect();
     for code in &codes {
-        let link = Link::new(code, "https://example.com/", now, now + 86_400);
-        store.insert_link(&link, &origin).await.unwrap();
+        create_elsewhere(&*store, code, now).await;
         assert!(get(&cache, code, now).await.unwrap().is_some());
     }
     // Far more unknown codes than their rooms hold, packed and long: more than the links'
@@ -157,7 +161,6 @@ async fn a_sweep_of_unknown_codes_evicts_no_live_link() {
 async fn unknown_codes_short_or_long_are_remembered_until_a_write_to_them() {
     let (_dir, store, cache) = cache_on_sqlite();
     let now = crate::now();
-    let origin = shortener_core::audit::Origin::system("test");
     // Packed (up to 10 characters) and a long alias's room.
     for code in ["abcdefg", "a-much-longer-alias"] {
         assert!(get(&cache, code, now).await.unwrap().is_none());
@@ -168,8 +171,7 @@ async fn unknown_codes_short_or_long_are_remembered_until_a_write_to_them() {
         // Past its time the store is asked again.
         assert!(cache.cached(code, now + 60).is_none());
 
-        let link = Link::new(code, "https://example.com/", now, now + 86_400);
-        store.insert_link(&link, &origin).await.unwrap();
+        create_elsewhere(&*store, code, now).await;
         cache.invalidate(code);
         assert!(cache.cached(code, now).is_none());
         assert!(get(&cache, code, now).await.unwrap().is_some());
@@ -227,14 +229,12 @@ async fn unknown_codes_asked_for_late_in_their_lifetime_are_read_again_off_the_r
 async fn a_renewal_that_finds_the_code_created_elsewhere_forgets_it() {
     let (_dir, store, cache) = cache_on_sqlite();
     let now = crate::now();
-    let origin = shortener_core::audit::Origin::system("test");
     for code in ["latecomer", "a-late-long-alias"] {
         assert!(get(&cache, code, now).await.unwrap().is_none());
         let until = SETTINGS.unknown_until(cache.hash(code), now);
         assert!(matches!(cache.cached(code, until - 1), Some(None)));
         // Another process creates it: no write here, no note polled yet.
-        let link = Link::new(code, "https://example.com/", now, now + 86_400);
-        store.insert_link(&link, &origin).await.unwrap();
+        create_elsewhere(&*store, code, now).await;
         assert_eq!(cache.renew_unknown(until - 1).await.unwrap(), 1);
         assert!(cache.cached(code, until - 1).is_none());
         assert!(get(&cache, code, until - 1).await.unwrap().is_some());
@@ -290,9 +290,7 @@ async fn a_renewal_in_the_scale_out_mode_reads_l2_first_and_fills_it() {
         cache.remember_unknown(&Arc::from(code), hash, negative, now);
     }
     // Another instance created the first: the store has it, and its writer put it in L2.
-    let link = Link::new("l2known", "https://example.com/", now, now + 86_400);
-    let origin = shortener_core::audit::Origin::system("test");
-    store.insert_link(&link, &origin).await.unwrap();
+    create_elsewhere(&*store, "l2known", now).await;
     let created = l2::Entry::of_target(store.redirect_target("l2known").await.unwrap());
     l2.fill("l2known", &created, now).await.unwrap();
 
