@@ -104,7 +104,7 @@ async fn serve_on_postgres_creates_redirects_and_counts() {
         .client()
         .await
         .query_one(
-            "SELECT clicks, bot_clicks, deleted_at IS NOT NULL FROM links WHERE code = 'on-pg'",
+            "SELECT clicks, bot_clicks, deleted_at IS NOT NULL FROM counted_links WHERE code = 'on-pg'",
             &[],
         )
         .await

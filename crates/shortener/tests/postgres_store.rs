@@ -1,11 +1,13 @@
 //! The PostgreSQL store under concurrency, from many tasks over several pools (as many
-//! instances would be), and its schema handling. Each test has a database of its own.
+//! instances would be). Each test has a database of its own; its schema's upgrades are
+//! `postgres_schema.rs`'s.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::pg::TestDb;
-use shortener::store::postgres::{CURRENT_VERSION, OpenError, PgStore};
+use common::records::{link_at, origin};
+use shortener::store::postgres::PgStore;
 use shortener_core::audit::Origin;
 use shortener_core::day::Day;
 use shortener_core::link::{Link, LinkChange};
@@ -32,14 +34,7 @@ async fn pools(db: &TestDb) -> Vec<Arc<PgStore>> {
 }
 
 fn link(code: &str, long_url: &str) -> Link {
-    Link {
-        custom_alias: true,
-        ..Link::new(code, long_url, 1_700_000_000, 1_900_000_000)
-    }
-}
-
-fn origin() -> Origin {
-    Origin::system("test")
+    link_at(code, long_url, true)
 }
 
 /// Changes `code`'s destination: a change note numbered in its own transaction.
@@ -457,6 +452,68 @@ async fn click_batches_delivered_to_several_aggregators_at_once_count_once() {
     }
 }
 
+/// A late batch adding to a day the prune is forgetting: whichever commits first, the prune
+/// moves what the day holds at its delete into the link's totals, so no click is lost. Here
+/// the batch holds the day's row when the prune starts and commits while the prune waits.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prune_racing_a_late_batch_loses_no_click() {
+    let db = TestDb::migrated().await;
+    let store = Arc::new(db.store(2).await);
+    store
+        .insert_link(&link("late", "https://example.com/"), &origin())
+        .await
+        .unwrap();
+    let old = Day::from_number(20_000);
+    let click = |human| ClickDelta {
+        code: "late".into(),
+        day: old,
+        human,
+        bot: 0,
+        people: Default::default(),
+    };
+    store.apply_clicks(vec![click(5)]).await.unwrap();
+    // The late batch's write, uncommitted: the row is locked until it ends.
+    let batch = db.client().await;
+    batch
+        .batch_execute(
+            "BEGIN; UPDATE click_days SET clicks = clicks + 3 WHERE code = 'late' AND day = 20000",
+        )
+        .await
+        .unwrap();
+    let prune = Arc::clone(&store);
+    let pruned =
+        tokio::spawn(async move { prune.prune_clicks_before(Day::from_number(20_001)).await });
+    let watcher = db.client().await;
+    loop {
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                 AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            !pruned.is_finished(),
+            "the prune did not wait for the batch"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    batch.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(pruned.await.unwrap().unwrap(), 1);
+    let late = store.get_link("late").await.unwrap().unwrap();
+    assert_eq!(late.clicks, 8);
+    // And a batch after the prune starts the day anew, counted on top.
+    store.apply_clicks(vec![click(2)]).await.unwrap();
+    let late = store.get_link("late").await.unwrap().unwrap();
+    assert_eq!(late.clicks, 10);
+    assert_eq!(store.daily_clicks("late", old).await.unwrap()[0].human, 2);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_click_batch_is_all_or_nothing() {
     let db = TestDb::migrated().await;
@@ -465,11 +522,20 @@ async fn a_click_batch_is_all_or_nothing() {
         .insert_link(&link("fine", "https://example.com/"), &origin())
         .await
         .unwrap();
-    // One more click overflows this link's BIGINT total: the statement fails.
-    let mut full = link("full", "https://example.com/");
-    full.clicks = i64::MAX as u64;
-    store.insert_link(&full, &origin()).await.unwrap();
+    // One more click overflows this link's BIGINT count of the day: the statement fails.
+    store
+        .insert_link(&link("full", "https://example.com/"), &origin())
+        .await
+        .unwrap();
     let day = Day::from_number(20_000);
+    db.client()
+        .await
+        .execute(
+            "INSERT INTO click_days (code, day, clicks, bot_clicks) VALUES ('full', $1, $2, 0)",
+            &[&day.number(), &i64::MAX],
+        )
+        .await
+        .unwrap();
     let batch = [
         ClickDelta {
             code: "fine".into(),
@@ -497,153 +563,6 @@ async fn a_click_batch_is_all_or_nothing() {
     store.apply_clicks(batch[..1].to_vec()).await.unwrap();
     let fine = store.get_link("fine").await.unwrap().unwrap();
     assert_eq!((fine.clicks, fine.bot_clicks), (3, 1));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn migrations_are_idempotent_even_when_raced() {
-    let db = TestDb::empty().await;
-    let url = db.database_url();
-    let mut tasks = Vec::new();
-    for _ in 0..6 {
-        let url = url.clone();
-        tasks.push(tokio::spawn(async move {
-            PgStore::migrate(&url).await.unwrap()
-        }));
-    }
-    let mut applied = 0;
-    for t in tasks {
-        let report = t.await.unwrap();
-        assert_eq!(report.version, CURRENT_VERSION);
-        applied += report.applied;
-    }
-    assert_eq!(applied, usize::try_from(CURRENT_VERSION).unwrap());
-    let again = PgStore::migrate(&url).await.unwrap();
-    assert_eq!((again.applied, again.version), (0, CURRENT_VERSION));
-    // The seed row of the counter exists once: leasing starts at 0.
-    assert_eq!(db.store(1).await.lease_ids(3).await.unwrap(), 0..3);
-}
-
-/// Undoes v9 (notes' counts of codes) and v8 (change notes of many codes) on a database
-/// holding none of them.
-const BACK_TO_V7: &str = "ALTER TABLE link_changes DROP COLUMN n_codes; \
-     ALTER TABLE link_changes DROP CONSTRAINT link_changes_one_form, \
-     DROP COLUMN codes, DROP COLUMN versions, \
-     ALTER COLUMN code SET NOT NULL, ALTER COLUMN version SET NOT NULL; \
-     DELETE FROM schema_migrations WHERE version >= 8";
-
-/// v8 over a database at v7 whose creates' notes (one per create) are partly numbered,
-/// partly still waiting: all are read as before, in order with the group notes after them.
-#[tokio::test(flavor = "multi_thread")]
-async fn notes_written_before_v8_are_numbered_and_read_with_group_notes() {
-    let db = TestDb::migrated().await;
-    let client = db.client().await;
-    client.batch_execute(BACK_TO_V7).await.unwrap();
-    // The store refuses a v7 schema, so its rows are written as v7's creates wrote them.
-    client
-        .batch_execute(
-            "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at) VALUES \
-             ('v7-a', 'https://example.com/a', TRUE, 1700000000, 1900000000), \
-             ('v7-b', 'https://example.com/b', TRUE, 1700000000, 1900000000), \
-             ('v7-c', 'https://example.com/c', TRUE, 1700000000, 1900000000); \
-             INSERT INTO audit (at, actor, action, code, new_url) VALUES \
-             (1700000000, 'test', 'created', 'v7-a', 'https://example.com/a'), \
-             (1700000000, 'test', 'created', 'v7-b', 'https://example.com/b'), \
-             (1700000000, 'test', 'created', 'v7-c', 'https://example.com/c'); \
-             INSERT INTO link_changes (seq, code, version, at) VALUES \
-             (1, 'v7-a', 1, 1700000000), (-2, 'v7-b', 1, 1700000000), \
-             (-3, 'v7-c', 1, 1700000000); \
-             UPDATE change_counter SET seq = 1",
-        )
-        .await
-        .unwrap();
-    let report = PgStore::migrate(&db.database_url()).await.unwrap();
-    assert_eq!((report.applied, report.version), (2, CURRENT_VERSION));
-    let store = Arc::new(db.store(POOL_SIZE).await);
-    let mut tasks = Vec::new();
-    for i in 0..50 {
-        let store = Arc::clone(&store);
-        tasks.push(tokio::spawn(async move {
-            let code = format!("v8-{i}");
-            store
-                .insert_link(&link(&code, "https://example.com/v8"), &origin())
-                .await
-                .unwrap()
-        }));
-    }
-    for t in tasks {
-        assert_eq!(t.await.unwrap(), InsertOutcome::Inserted);
-    }
-    let numbered = store.number_pending_changes().await.unwrap();
-    assert!((3..=52).contains(&numbered), "{numbered}");
-    let notes = store.changes_after(0, 1000).await.unwrap();
-    let firsts: Vec<_> = notes[..3]
-        .iter()
-        .map(|n| (n.seq, n.code.as_str(), n.version))
-        .collect();
-    assert_eq!(firsts, [(1, "v7-a", 1), (2, "v7-b", 1), (3, "v7-c", 1)]);
-    let mut later: Vec<_> = notes[3..].iter().map(|n| n.code.clone()).collect();
-    assert_eq!(notes.last().unwrap().seq, numbered + 1);
-    later.sort_unstable();
-    let mut expected: Vec<_> = (0..50).map(|i| format!("v8-{i}")).collect();
-    expected.sort_unstable();
-    assert_eq!(later, expected);
-}
-
-/// v6 (visitors and breakdowns per day) over a database at v5: earlier days keep their
-/// counts, read as having no people yet, and take people from then on.
-#[tokio::test(flavor = "multi_thread")]
-async fn days_counted_before_v6_keep_their_counts_and_gain_people() {
-    let db = TestDb::migrated().await;
-    let client = db.client().await;
-    // Back to v5: the migrations' columns and tables gone, their rows too.
-    client.batch_execute(BACK_TO_V7).await.unwrap();
-    client
-        .batch_execute(
-            "ALTER TABLE daily_clicks DROP COLUMN visitors, DROP COLUMN tops; \
-             DROP TABLE spent_tokens, leases; \
-             DELETE FROM schema_migrations WHERE version >= 6",
-        )
-        .await
-        .unwrap();
-    // The store refuses a v5 schema, so its rows are written by hand.
-    client
-        .batch_execute(
-            "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at) \
-             VALUES ('before-v6', 'https://example.com/', TRUE, 1700000000, 1900000000); \
-             INSERT INTO daily_clicks (code, day, clicks, bot_clicks) \
-             VALUES ('before-v6', 20000, 7, 2)",
-        )
-        .await
-        .unwrap();
-    let report = PgStore::migrate(&db.database_url()).await.unwrap();
-    assert_eq!((report.applied, report.version), (4, CURRENT_VERSION));
-    let store = db.store(1).await;
-    let day = Day::from_number(20_000);
-    let read = store.daily_clicks("before-v6", day).await.unwrap();
-    assert_eq!((read[0].human, read[0].bot), (7, 2));
-    assert!(read[0].people.is_empty());
-    let mut people = People::default();
-    for last in [1, 2] {
-        let visitor = visitor_hash(&[9; 16], [192, 0, 2, last].into(), "Firefox/131.0");
-        people.count(visitor, &[(Dimension::Browsers, "Firefox")]);
-    }
-    store
-        .apply_clicks(vec![ClickDelta {
-            code: "before-v6".into(),
-            day,
-            human: 2,
-            bot: 0,
-            people: Some(Box::new(people)),
-        }])
-        .await
-        .unwrap();
-    let read = store.daily_clicks("before-v6", day).await.unwrap();
-    assert_eq!(read[0].human, 9);
-    assert_eq!(read[0].people.visitors.estimate(), 2);
-    assert_eq!(
-        read[0].people.top(Dimension::Browsers).ranked(),
-        vec![("Firefox".to_owned(), 2)]
-    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -711,41 +630,13 @@ async fn a_click_batch_past_one_statement_counts_every_known_code_and_its_people
         .client()
         .await
         .query_one(
-            "SELECT count(*) FROM daily_clicks WHERE code >= $1",
+            "SELECT count(*) FROM click_days WHERE code >= $1",
             &[&format!("c{CODES:05}")],
         )
         .await
         .unwrap()
         .get(0);
     assert_eq!(ghosts, 0);
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn open_refuses_a_missing_or_newer_schema() {
-    let db = TestDb::empty().await;
-    let url = db.database_url();
-    let err = PgStore::open(&url, 1).await.unwrap_err();
-    assert!(
-        matches!(err, OpenError::SchemaBehind { found: 0, .. }),
-        "{err}"
-    );
-    assert!(err.to_string().contains("shortener migrate"), "{err}");
-
-    PgStore::migrate(&url).await.unwrap();
-    PgStore::open(&url, 1).await.unwrap();
-
-    db.client()
-        .await
-        .execute(
-            "INSERT INTO schema_migrations (version) VALUES ($1)",
-            &[&(CURRENT_VERSION + 1)],
-        )
-        .await
-        .unwrap();
-    let err = PgStore::open(&url, 1).await.unwrap_err();
-    assert!(matches!(err, OpenError::SchemaAhead { .. }), "{err}");
-    let err = PgStore::migrate(&url).await.unwrap_err();
-    assert!(matches!(err, OpenError::SchemaAhead { .. }), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

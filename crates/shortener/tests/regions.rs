@@ -66,7 +66,7 @@ async fn stored_clicks_of(primary: &Postgres, prefix: &str) -> i64 {
     tokio::spawn(connection);
     client
         .query_one(
-            "SELECT COALESCE(SUM(clicks), 0)::BIGINT FROM links WHERE starts_with(code, $1)",
+            "SELECT COALESCE(SUM(clicks), 0)::BIGINT FROM counted_links WHERE starts_with(code, $1)",
             &[&prefix],
         )
         .await

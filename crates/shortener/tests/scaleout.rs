@@ -57,14 +57,14 @@ async fn stored_clicks(db: &TestDb) -> ((i64, i64), (i64, i64)) {
     let pg = db.client().await;
     let totals = pg
         .query_one(
-            "SELECT COALESCE(SUM(clicks), 0)::BIGINT, COALESCE(SUM(bot_clicks), 0)::BIGINT FROM links",
+            "SELECT COALESCE(SUM(clicks), 0)::BIGINT, COALESCE(SUM(bot_clicks), 0)::BIGINT FROM counted_links",
             &[],
         )
         .await
         .unwrap();
     let daily = pg
         .query_one(
-            "SELECT COALESCE(SUM(clicks), 0)::BIGINT, COALESCE(SUM(bot_clicks), 0)::BIGINT FROM daily_clicks",
+            "SELECT COALESCE(SUM(clicks), 0)::BIGINT, COALESCE(SUM(bot_clicks), 0)::BIGINT FROM click_days",
             &[],
         )
         .await
@@ -185,7 +185,7 @@ async fn two_instances_and_an_aggregator_count_exactly_and_see_each_others_write
     );
     let pg = db.client().await;
     let days: Vec<i32> = pg
-        .query("SELECT DISTINCT day FROM daily_clicks", &[])
+        .query("SELECT DISTINCT day FROM click_days", &[])
         .await
         .unwrap()
         .iter()

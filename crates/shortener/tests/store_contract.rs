@@ -5,6 +5,7 @@
 mod common;
 
 use common::pg::TestDb;
+use common::records::{delta, link_at, origin};
 use shortener::store::Store;
 use shortener::store::sqlite::SqliteStore;
 use shortener_core::audit::{AuditAction, AuditQuery, AuditRow, Origin};
@@ -12,30 +13,12 @@ use shortener_core::day::Day;
 use shortener_core::link::{Actor, ActorKind, Link, LinkChange, LinkStatus, Refusal};
 use shortener_core::listing::{LinkCursor, LinkQuery};
 use shortener_core::store::{
-    ChangeOutcome, ClickBatch, ClickDelta, DailyCount, InsertOutcome, StoreError, TokenInfo,
-    TokenRecord,
+    ChangeOutcome, ClickBatch, DailyCount, InsertOutcome, StoreError, TokenInfo, TokenRecord,
 };
 use shortener_core::token::{Principal, TokenHash};
 
 fn link(code: &str, long_url: &str) -> Link {
-    Link {
-        custom_alias: false,
-        ..Link::new(code, long_url, 1_700_000_000, 1_900_000_000)
-    }
-}
-
-fn origin() -> Origin {
-    Origin::system("test")
-}
-
-fn delta(code: &str, day: i32, human: u64, bot: u64) -> ClickDelta {
-    ClickDelta {
-        code: code.into(),
-        day: Day::from_number(day),
-        human,
-        bot,
-        people: Default::default(),
-    }
+    link_at(code, long_url, false)
 }
 
 async fn days(store: &dyn Store, code: &str, since: i32) -> Vec<(i32, u64, u64)> {

@@ -505,7 +505,9 @@ impl LinkStore for PgStore {
     async fn get_link(&self, code: &str) -> Result<Option<Link>, StoreError> {
         let client = self.client().await?;
         let stmt = client
-            .prepare_cached(&format!("SELECT {LINK_COLUMNS} FROM links WHERE code = $1"))
+            .prepare_cached(&format!(
+                "SELECT {LINK_COLUMNS} FROM counted_links WHERE code = $1"
+            ))
             .await
             .map_err(classify)?;
         client
@@ -556,7 +558,7 @@ impl LinkStore for PgStore {
     }
 
     async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
-        let (sql, values) = link_page_sql(query, "links", placeholder, "strpos");
+        let (sql, values) = link_page_sql(query, "counted_links", placeholder, "strpos");
         let rows = self.query_built(&sql, &values).await?;
         rows.iter()
             .map(link_from_row)
@@ -742,7 +744,7 @@ impl LinkStore for PgStore {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
-                "SELECT day, clicks, bot_clicks, visitors, tops FROM daily_clicks \
+                "SELECT day, clicks, bot_clicks, visitors, tops FROM click_days \
                  WHERE code = $1 AND day >= $2",
             )
             .await

@@ -9,6 +9,7 @@ use testkit::Process;
 pub mod load;
 pub mod pair;
 pub mod pg;
+pub mod records;
 pub mod web;
 
 /// Guard against a server that never comes up; not a performance bound.

@@ -14,14 +14,22 @@ use shortener_core::report::{
 };
 use shortener_core::store::ChangeOutcome;
 
-/// The link locked for the rest of `tx`.
+/// The link locked for the rest of `tx`, with its totals. The lock is taken on `links` (a
+/// view that sums the days cannot be locked) and the link read after it, so the read sees the
+/// last committed change.
 async fn lock_link(
     tx: &Transaction<'_>,
     code: &str,
 ) -> Result<Option<Link>, tokio_postgres::Error> {
+    let lock = tx
+        .prepare_cached("SELECT 1 FROM links WHERE code = $1 FOR UPDATE")
+        .await?;
+    if tx.query_opt(&lock, &[&code]).await?.is_none() {
+        return Ok(None);
+    }
     let select = tx
         .prepare_cached(&format!(
-            "SELECT {LINK_COLUMNS} FROM links WHERE code = $1 FOR UPDATE"
+            "SELECT {LINK_COLUMNS} FROM counted_links WHERE code = $1"
         ))
         .await?;
     tx.query_opt(&select, &[&code])

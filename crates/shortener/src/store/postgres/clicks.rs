@@ -1,8 +1,9 @@
-//! Click batches on PostgreSQL: column arrays through `unnest`, links locked in code order,
-//! stream batches claimed by id so that each counts once.
+//! Click batches on PostgreSQL: column arrays through `unnest` into the days' rows alone,
+//! stream batches claimed by id so that each counts once; the prune moves the days it
+//! forgets into the links' pruned totals (`link_clicks`), so every total stays exact.
 
 use super::errors::{classify, is_retryable};
-use super::{PgStore, background_transaction, to_i64};
+use super::{PgStore, background_transaction, to_i64, to_u64};
 use crate::store::{merged_people, stored_people};
 use async_trait::async_trait;
 use deadpool_postgres::{Object, Transaction};
@@ -27,55 +28,31 @@ fn statements(len: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
         .map(move |start| start..len.min(start + ROWS_PER_STATEMENT))
 }
 
-/// Adds clicks to the links' totals and daily rows, inside the caller's transaction.
+/// Adds clicks to their days' rows, inside the caller's transaction: the only table a batch
+/// writes (schema v10). Deltas of codes no link has (deleted by hand, say) count nowhere.
+///
+/// Each statement takes a consecutive range of (code, day) keys in byte order
+/// (`ClickColumns`) and writes them in that order whatever the plan (`ORDER BY`, `COLLATE
+/// "C"`), so two batches over overlapping keys take their rows' locks in one order and queue
+/// on their first common row instead of deadlocking.
 async fn add_clicks(
     tx: &Transaction<'_>,
     clicks: &ClickColumns,
 ) -> Result<(), tokio_postgres::Error> {
-    if clicks.codes.is_empty() {
+    if clicks.days.is_empty() {
         return Ok(());
     }
-    // Lock the links in code order first: two batches over overlapping codes then queue on
-    // their first common row instead of deadlocking on each other's. The statements take
-    // consecutive ranges of codes in byte order (`ClickColumns`), so each sorts in byte order
-    // too (`COLLATE "C"`), whatever the database's collation: under another one a batch's
-    // second range could hold codes that sort before its first's.
-    let lock = tx
-        .prepare_cached(
-            "SELECT code FROM links WHERE code = ANY($1::TEXT[]) \
-             ORDER BY code COLLATE \"C\" FOR UPDATE",
-        )
-        .await?;
-    for rows in statements(clicks.codes.len()) {
-        tx.query(&lock, &[&&clicks.codes[rows]]).await?;
-    }
-    let totals = tx
-        .prepare_cached(
-            "UPDATE links AS l SET clicks = l.clicks + t.clicks, \
-             bot_clicks = l.bot_clicks + t.bot_clicks \
-             FROM unnest($1::TEXT[], $2::INT8[], $3::INT8[]) AS t (code, clicks, bot_clicks) \
-             WHERE l.code = t.code",
-        )
-        .await?;
-    for rows in statements(clicks.codes.len()) {
-        let (codes, human, bot) = (
-            &clicks.codes[rows.clone()],
-            &clicks.code_human[rows.clone()],
-            &clicks.code_bot[rows],
-        );
-        tx.execute(&totals, &[&codes, &human, &bot]).await?;
-    }
-    // Unknown codes (deleted by hand, say) count nowhere: only days of existing links.
     let daily = tx
         .prepare_cached(
-            "INSERT INTO daily_clicks (code, day, clicks, bot_clicks) \
+            "INSERT INTO click_days (code, day, clicks, bot_clicks) \
              SELECT d.code, d.day, d.clicks, d.bot_clicks \
              FROM unnest($1::TEXT[], $2::INT4[], $3::INT8[], $4::INT8[]) \
                   AS d (code, day, clicks, bot_clicks) \
              WHERE EXISTS (SELECT 1 FROM links AS l WHERE l.code = d.code) \
+             ORDER BY d.code COLLATE \"C\", d.day \
              ON CONFLICT (code, day) DO UPDATE SET \
-             clicks = daily_clicks.clicks + excluded.clicks, \
-             bot_clicks = daily_clicks.bot_clicks + excluded.bot_clicks",
+             clicks = click_days.clicks + excluded.clicks, \
+             bot_clicks = click_days.bot_clicks + excluded.bot_clicks",
         )
         .await?;
     for rows in statements(clicks.days.len()) {
@@ -105,14 +82,14 @@ async fn add_people(
         .unzip();
     let read = tx
         .prepare_cached(
-            "SELECT d.code, d.day, d.visitors, d.tops FROM daily_clicks AS d \
+            "SELECT d.code, d.day, d.visitors, d.tops FROM click_days AS d \
              JOIN unnest($1::TEXT[], $2::INT4[]) AS k (code, day) \
              ON d.code = k.code AND d.day = k.day",
         )
         .await?;
     let write = tx
         .prepare_cached(
-            "UPDATE daily_clicks AS d SET visitors = t.visitors, tops = t.tops \
+            "UPDATE click_days AS d SET visitors = t.visitors, tops = t.tops \
              FROM unnest($1::TEXT[], $2::INT4[], $3::BYTEA[], $4::TEXT[]) \
                   AS t (code, day, visitors, tops) \
              WHERE d.code = t.code AND d.day = t.day",
@@ -186,13 +163,10 @@ async fn apply_batches_once(
     Ok(fresh.len())
 }
 
-/// Clicks as column arrays: totals per code, counts per (code, day), each without duplicates
-/// (an upsert may not touch one row twice) and in key order.
+/// Clicks as column arrays: counts per (code, day), without duplicates (an upsert may not
+/// touch one row twice) and in key order.
 #[derive(Debug, Default)]
 struct ClickColumns {
-    codes: Vec<String>,
-    code_human: Vec<i64>,
-    code_bot: Vec<i64>,
     day_codes: Vec<String>,
     days: Vec<i32>,
     day_human: Vec<i64>,
@@ -218,17 +192,6 @@ impl ClickColumns {
             }
         }
         for ((code, day), (human, bot)) in per_day {
-            if batch.codes.last().map(String::as_str) == Some(code) {
-                if let (Some(h), Some(b)) = (batch.code_human.last_mut(), batch.code_bot.last_mut())
-                {
-                    *h = h.saturating_add(to_i64(human));
-                    *b = b.saturating_add(to_i64(bot));
-                }
-            } else {
-                batch.codes.push(code.to_owned());
-                batch.code_human.push(to_i64(human));
-                batch.code_bot.push(to_i64(bot));
-            }
             batch.day_codes.push(code.to_owned());
             batch.days.push(day.number());
             batch.day_human.push(to_i64(human));
@@ -290,11 +253,25 @@ impl ClickSink for PgStore {
         )
         .await
         .map_err(classify)?;
+        // What the deleted rows held, as deleted: a late batch that added to one of them before
+        // the delete took it is in the sum; one after finds no row and starts the day anew.
         let pruned = tx
-            .execute("DELETE FROM daily_clicks WHERE day < $1", &[&day.number()])
+            .query_one(
+                "WITH gone AS (DELETE FROM click_days WHERE day < $1 \
+                               RETURNING code, clicks, bot_clicks), \
+                 moved AS (INSERT INTO link_clicks (code, clicks, bot_clicks) \
+                           SELECT code, sum(clicks)::INT8, sum(bot_clicks)::INT8 \
+                           FROM gone GROUP BY code \
+                           ON CONFLICT (code) DO UPDATE SET \
+                           clicks = link_clicks.clicks + excluded.clicks, \
+                           bot_clicks = link_clicks.bot_clicks + excluded.bot_clicks) \
+                 SELECT count(*) FROM gone",
+                &[&day.number()],
+            )
             .await
+            .and_then(|row| row.try_get::<_, i64>(0))
             .map_err(classify)?;
         tx.commit().await.map_err(classify)?;
-        Ok(pruned)
+        Ok(to_u64(pruned))
     }
 }

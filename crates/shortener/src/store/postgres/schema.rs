@@ -180,6 +180,45 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE link_changes
         ADD COLUMN n_codes INT4 GENERATED ALWAYS AS (COALESCE(cardinality(codes), 1)) STORED;
     ",
+    // v10: a click batch writes the days alone, as the embedded store's v9: locking and
+    // updating a `links` row per code held Zipf traffic over 1 M links to ~55 % of the
+    // machine (BENCHMARKS.md). A link's totals are `links.clicks` (what it had until now, or
+    // was created with) + `link_clicks` (the days pruned from now on, and minus the live days
+    // `links.clicks` already holds) + its rows of `click_days`; `counted_links` adds them up.
+    //
+    // The days' table takes a new name so that binaries built for v9, still running during an
+    // upgrade, cannot write it: under their old name is a view no statement can write (a
+    // UNION), so their click batches fail whole and wait on the stream for a current binary
+    // instead of counting twice, and their prune fails instead of dropping days' clicks. Their
+    // analytics read it as before.
+    "
+    ALTER TABLE daily_clicks RENAME TO click_days;
+    ALTER INDEX daily_clicks_day RENAME TO click_days_day;
+    CREATE TABLE link_clicks (
+        code       TEXT PRIMARY KEY,
+        clicks     INT8 NOT NULL,
+        bot_clicks INT8 NOT NULL
+    );
+    INSERT INTO link_clicks (code, clicks, bot_clicks)
+    SELECT code, (-sum(clicks))::INT8, (-sum(bot_clicks))::INT8 FROM click_days GROUP BY code
+    HAVING sum(clicks) <> 0 OR sum(bot_clicks) <> 0;
+    CREATE VIEW counted_links AS
+    SELECT l.code, l.long_url, l.owner, l.custom_alias, l.created_at, l.expires_at,
+           l.disabled_at,
+           l.clicks + COALESCE(t.clicks, 0)
+             + COALESCE((SELECT sum(d.clicks) FROM click_days d WHERE d.code = l.code), 0)::INT8
+             AS clicks,
+           l.bot_clicks + COALESCE(t.bot_clicks, 0)
+             + COALESCE((SELECT sum(d.bot_clicks) FROM click_days d WHERE d.code = l.code), 0)::INT8
+             AS bot_clicks,
+           l.created_ip, l.version, l.disabled_reason, l.disabled_by, l.disabled_by_kind,
+           l.deleted_at, l.owner_admin
+      FROM links l LEFT JOIN link_clicks t ON t.code = l.code;
+    CREATE VIEW daily_clicks AS
+    SELECT code, day, clicks, bot_clicks, visitors, tops FROM click_days
+    UNION ALL
+    SELECT NULL::TEXT, NULL::INT4, NULL::INT8, NULL::INT8, NULL::BYTEA, NULL::TEXT WHERE FALSE;
+    ",
 ];
 
 /// Schema version this binary reads and writes.
