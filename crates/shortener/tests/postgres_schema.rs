@@ -68,6 +68,44 @@ const V9_PRUNE: &str = "DELETE FROM daily_clicks WHERE day < $1";
 const V9_READ: &str = "SELECT day, clicks, bot_clicks, visitors, tops FROM daily_clicks \
      WHERE code = $1 AND day >= $2";
 
+/// A database taken back to v9 holding `links` (code, clicks, bot clicks; created a second
+/// apart in that order) and the days' `rows` as v9 wrote them.
+async fn at_v9(links: &[(&str, i64, i64)], rows: &str) -> TestDb {
+    let db = TestDb::migrated().await;
+    let client = db.client().await;
+    client.batch_execute(BACK_TO_V9).await.unwrap();
+    for (at, (code, clicks, bot)) in (1_700_000_000i64..).zip(links) {
+        client
+            .execute(
+                "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at, \
+                                    clicks, bot_clicks) \
+                 VALUES ($1, 'https://example.com/', TRUE, $2, 1900000000, $3, $4)",
+                &[code, &at, clicks, bot],
+            )
+            .await
+            .unwrap();
+    }
+    client
+        .batch_execute(&format!(
+            "INSERT INTO daily_clicks (code, day, clicks, bot_clicks) VALUES {rows}"
+        ))
+        .await
+        .unwrap();
+    db
+}
+
+/// A v9 statement refused because the days' old name is a view now (and for no other reason).
+fn refused_as_a_view(result: Result<u64, tokio_postgres::Error>) {
+    let error = result.expect_err("a v9 write to the days succeeded");
+    let message = error.as_db_error().map(|e| e.message().to_owned());
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("cannot ") && m.ends_with("view \"daily_clicks\"")),
+        "{error:?}"
+    );
+}
+
 /// A link's totals as the store reads them.
 async fn totals(store: &PgStore, code: &str) -> (u64, u64) {
     let link = store.get_link(code).await.unwrap().unwrap();
@@ -80,23 +118,13 @@ async fn totals(store: &PgStore, code: &str) -> (u64, u64) {
 /// whole instead of counting twice, its prune instead of dropping clicks — and still reads them.
 #[tokio::test(flavor = "multi_thread")]
 async fn totals_counted_before_v10_stay_exact_and_v9_binaries_cannot_write_days() {
-    let db = TestDb::migrated().await;
-    let client = db.client().await;
-    client.batch_execute(BACK_TO_V9).await.unwrap();
-    // As v9 wrote them: 'a' has 10 + 3 clicks, 1 + 0 of them on a day pruned since; 'b' has
-    // only pruned days; 'c' none.
-    client
-        .batch_execute(
-            "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at, clicks, \
-                                bot_clicks) VALUES \
-             ('a', 'https://example.com/a', TRUE, 1700000000, 1900000000, 10, 3), \
-             ('b', 'https://example.com/b', TRUE, 1700000001, 1900000000, 2, 0), \
-             ('c', 'https://example.com/c', TRUE, 1700000002, 1900000000, 0, 0); \
-             INSERT INTO daily_clicks (code, day, clicks, bot_clicks) VALUES \
-             ('a', 20000, 4, 1), ('a', 20001, 5, 2)",
-        )
-        .await
-        .unwrap();
+    // 'a' has 10 + 3 clicks, 1 + 0 of them on a day pruned since; 'b' has only pruned days;
+    // 'c' none.
+    let db = at_v9(
+        &[("a", 10, 3), ("b", 2, 0), ("c", 0, 0)],
+        "('a', 20000, 4, 1), ('a', 20001, 5, 2)",
+    )
+    .await;
     let v9 = db.client().await;
     let v9_days = v9.prepare(V9_DAYS).await.unwrap();
     let v9_prune = v9.prepare(V9_PRUNE).await.unwrap();
@@ -124,42 +152,25 @@ async fn totals_counted_before_v10_stay_exact_and_v9_binaries_cannot_write_days(
 
     // The v9 binary: its batch (lock, totals, days) fails at the days and leaves nothing.
     let mut old = db.client().await;
-    let tx = old.transaction().await.unwrap();
-    tx.query(V9_LOCK, &[&vec!["a"]]).await.unwrap();
-    tx.execute(V9_TOTALS, &[&vec!["a"], &vec![1i64], &vec![0i64]])
-        .await
-        .unwrap();
-    let refused = tx
-        .execute(
-            V9_DAYS,
-            &[&vec!["a"], &vec![20001i32], &vec![1i64], &vec![0i64]],
-        )
-        .await
-        .unwrap_err();
-    let message = refused.as_db_error().map(|e| e.message().to_owned());
-    assert!(
-        message
-            .as_deref()
-            .is_some_and(|m| m.contains("cannot insert into view")),
-        "{refused:?}"
-    );
+    let (refused, tx) = v9_batch(&mut old, "a", 1).await;
+    refused_as_a_view(refused);
     drop(tx);
     let days = (vec!["a"], vec![20001i32], vec![1i64], vec![0i64]);
-    let args: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-        [&days.0, &days.1, &days.2, &days.3];
-    assert!(v9.execute(&v9_days, &args).await.is_err());
+    refused_as_a_view(
+        v9.execute(&v9_days, &[&days.0, &days.1, &days.2, &days.3])
+            .await,
+    );
     let people = (
         Vec::<&str>::new(),
         Vec::<i32>::new(),
         Vec::<Vec<u8>>::new(),
         Vec::<&str>::new(),
     );
-    assert!(
+    refused_as_a_view(
         v9.execute(V9_PEOPLE, &[&people.0, &people.1, &people.2, &people.3])
-            .await
-            .is_err()
+            .await,
     );
-    assert!(v9.execute(&v9_prune, &[&20001i32]).await.is_err());
+    refused_as_a_view(v9.execute(&v9_prune, &[&20001i32]).await);
     assert_eq!(v9.query(&v9_read, &[&"a", &0i32]).await.unwrap().len(), 2);
     assert_eq!(totals(&store, "a").await, (10, 3));
 
@@ -193,6 +204,66 @@ async fn totals_counted_before_v10_stay_exact_and_v9_binaries_cannot_write_days(
             .unwrap()
             .is_empty()
     );
+}
+
+/// The first statements of a v9 binary's click batch of `human` clicks on `code`: lock, totals,
+/// and its days' upsert's result; the transaction stays open.
+async fn v9_batch<'a>(
+    v9: &'a mut tokio_postgres::Client,
+    code: &str,
+    human: i64,
+) -> (
+    Result<u64, tokio_postgres::Error>,
+    tokio_postgres::Transaction<'a>,
+) {
+    let tx = v9.transaction().await.unwrap();
+    tx.query(V9_LOCK, &[&vec![code]]).await.unwrap();
+    tx.execute(V9_TOTALS, &[&vec![code], &vec![human], &vec![0i64]])
+        .await
+        .unwrap();
+    let days = tx
+        .execute(
+            V9_DAYS,
+            &[&vec![code], &vec![20000i32], &vec![human], &vec![0i64]],
+        )
+        .await;
+    (days, tx)
+}
+
+/// `migrate` to v10 while v9 binaries' click batches are in flight. One that has written its
+/// days holds their table: the migration waits for its commit and counts it. One that has
+/// only updated totals meets the view at its days and rolls back whole. Totals stay exact.
+#[tokio::test(flavor = "multi_thread")]
+async fn v9_batches_in_flight_during_the_upgrade_count_once_or_not_at_all() {
+    let db = at_v9(&[("a", 4, 0), ("b", 0, 0)], "('a', 20000, 4, 0)").await;
+    // 'b': lock and totals taken, days not yet written. 'a': written whole, not committed.
+    let mut late = db.client().await;
+    let tx_b = late.transaction().await.unwrap();
+    tx_b.query(V9_LOCK, &[&vec!["b"]]).await.unwrap();
+    tx_b.execute(V9_TOTALS, &[&vec!["b"], &vec![5i64], &vec![0i64]])
+        .await
+        .unwrap();
+    let mut early = db.client().await;
+    let (written, tx_a) = v9_batch(&mut early, "a", 3).await;
+    assert_eq!(written.unwrap(), 1);
+    let url = db.database_url();
+    let migrate = tokio::spawn(async move { PgStore::migrate(&url).await });
+    db.until_a_session_waits(|| !migrate.is_finished()).await;
+    tx_a.commit().await.unwrap();
+    assert_eq!(migrate.await.unwrap().unwrap().applied, 1);
+    refused_as_a_view(
+        tx_b.execute(
+            V9_DAYS,
+            &[&vec!["b"], &vec![20000i32], &vec![5i64], &vec![0i64]],
+        )
+        .await,
+    );
+    drop(tx_b);
+    let store = db.store(1).await;
+    assert_eq!(totals(&store, "a").await, (7, 0));
+    assert_eq!(totals(&store, "b").await, (0, 0));
+    let days = store.daily_clicks("a", Day::from_number(0)).await.unwrap();
+    assert_eq!(days[0].human, 7);
 }
 
 /// Undoes v9 (notes' counts of codes) and v8 (change notes of many codes) on a database at v9

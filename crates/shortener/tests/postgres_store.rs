@@ -483,26 +483,7 @@ async fn a_prune_racing_a_late_batch_loses_no_click() {
     let prune = Arc::clone(&store);
     let pruned =
         tokio::spawn(async move { prune.prune_clicks_before(Day::from_number(20_001)).await });
-    let watcher = db.client().await;
-    loop {
-        let waiting: i64 = watcher
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                 AND wait_event_type = 'Lock'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            !pruned.is_finished(),
-            "the prune did not wait for the batch"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    db.until_a_session_waits(|| !pruned.is_finished()).await;
     batch.batch_execute("COMMIT").await.unwrap();
     assert_eq!(pruned.await.unwrap().unwrap(), 1);
     let late = store.get_link("late").await.unwrap().unwrap();

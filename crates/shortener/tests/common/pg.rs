@@ -70,6 +70,28 @@ impl TestDb {
             .unwrap()
     }
 
+    /// Returns once a session on this database waits on a lock; panics if `waiting` (the
+    /// work expected to wait) says it is over first.
+    pub async fn until_a_session_waits(&self, waiting: impl Fn() -> bool) {
+        let watcher = self.client().await;
+        loop {
+            let sessions: i64 = watcher
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if sessions > 0 {
+                return;
+            }
+            assert!(waiting(), "the work finished without waiting on a lock");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// A plain connection for checks behind the store's back.
     pub async fn client(&self) -> tokio_postgres::Client {
         let (client, connection) = tokio_postgres::connect(&self.url, tokio_postgres::NoTls)

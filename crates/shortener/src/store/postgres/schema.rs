@@ -190,7 +190,8 @@ const MIGRATIONS: &[&str] = &[
     // upgrade, cannot write it: under their old name is a view no statement can write (a
     // UNION), so their click batches fail whole and wait on the stream for a current binary
     // instead of counting twice, and their prune fails instead of dropping days' clicks. Their
-    // analytics read it as before.
+    // analytics read it as before. The rename comes first: it waits for a v9 batch that wrote
+    // days and has not committed, so that the offsets below count its clicks.
     "
     ALTER TABLE daily_clicks RENAME TO click_days;
     ALTER INDEX daily_clicks_day RENAME TO click_days_day;
