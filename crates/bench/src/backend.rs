@@ -133,6 +133,33 @@ impl Backend {
         }
     }
 
+    /// The processes that do the store's work for the shortener, by name (scale-out: the
+    /// PostgreSQL backends connected to its database, and its Redis); none for the embedded
+    /// store, whose work runs in the shortener's own threads.
+    pub(crate) fn store_pids(&self) -> anyhow::Result<Vec<(&'static str, Vec<u32>)>> {
+        match self {
+            Self::Embedded { .. } => Ok(Vec::new()),
+            Self::Scaleout { db, redis } => {
+                // Through the admin database, so that this query's own backend is not counted.
+                let backends = psql(
+                    &db.admin_url,
+                    &format!(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = '{}'",
+                        db.name
+                    ),
+                )?;
+                let backends = backends
+                    .lines()
+                    .map(|l| l.trim().parse::<u32>())
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(vec![
+                    ("PostgreSQL backends", backends),
+                    ("Redis", redis.pid().into_iter().collect()),
+                ])
+            }
+        }
+    }
+
     /// Issue 18's bar for durable creates per second (64 clients) on this state.
     pub(crate) fn creates_bar(&self) -> f64 {
         match self {

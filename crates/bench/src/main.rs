@@ -16,7 +16,7 @@ mod wrk;
 use anyhow::{Context, bail};
 use backend::Backend;
 use clap::Parser;
-use procfs::{cpu_seconds, rss_mib};
+use procfs::{cpu_seconds, cpu_seconds_of, cpu_used, rss_mib};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_distr::Distribution;
@@ -172,6 +172,7 @@ fn main() -> anyhow::Result<()> {
             shortener_base: &shortener_base,
             shortener_pid: shortener.pid(),
             bare_pid: bare.pid(),
+            backend: &backend,
             lua_dir: &lua_dir,
             work: work.path(),
         };
@@ -228,6 +229,14 @@ fn main() -> anyhow::Result<()> {
             format_args!("{:.2}", median(result.cpu_ratios().into_iter())),
             spread(result.cpu_ratios().into_iter(), 2),
         );
+        for (name, rounds) in &result.store_cpu_us {
+            println!(
+                "{:<24} {name}: CPU µs per request of ours {:.1} (rounds {})",
+                "",
+                median(rounds.iter().copied()),
+                spread(rounds.iter().copied(), 1),
+            );
+        }
         println!("{:<24} {}", "", result.clicks);
     }
     let creates = median(create_runs.iter().map(Run::ok_per_second));
@@ -343,6 +352,7 @@ struct Plan<'a> {
     shortener_base: &'a str,
     shortener_pid: u32,
     bare_pid: u32,
+    backend: &'a Backend,
     lua_dir: &'a Path,
     work: &'a Path,
 }
@@ -358,6 +368,9 @@ struct CaseResult {
     /// Server CPU (user + system, every thread) per answered request, µs, per round.
     bare_cpu_us: Vec<f64>,
     ours_cpu_us: Vec<f64>,
+    /// Each of the store's processes' CPU per answered request of ours, µs, per round
+    /// (scale-out: PostgreSQL, Redis), by name.
+    store_cpu_us: Vec<(&'static str, Vec<f64>)>,
     /// The shortener's resident memory after the case, MiB.
     rss_after: f64,
     /// Its click pipeline over the warm-up and the rounds: drops, writes, lag.
@@ -484,6 +497,7 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
         }
         let (mut bare, mut ours) = (Vec::new(), Vec::new());
         let (mut bare_cpu_us, mut ours_cpu_us) = (Vec::new(), Vec::new());
+        let mut store_cpu_us: Vec<(&'static str, Vec<f64>)> = Vec::new();
         let target = |base: &str| match paths {
             None => format!("{base}/{hot}"),
             Some(_) => format!("{base}/"),
@@ -521,6 +535,9 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
                 cpu_seconds(plan.bare_pid)?,
                 cpu_seconds(plan.shortener_pid)?,
             );
+            let store_pids = plan.backend.store_pids()?;
+            let store_cpu_before: Vec<_> =
+                store_pids.iter().map(|(_, p)| cpu_seconds_of(p)).collect();
             for is_bare in order {
                 let (base, pid) = if is_bare {
                     (plan.bare_base, plan.bare_pid)
@@ -558,6 +575,13 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
             );
             bare_cpu_us.push(bare_cpu * 1e6 / b.requests as f64);
             ours_cpu_us.push(ours_cpu * 1e6 / o.requests as f64);
+            for ((name, pids), before) in store_pids.iter().zip(&store_cpu_before) {
+                let used = cpu_used(before, &cpu_seconds_of(pids)) * 1e6 / o.requests as f64;
+                match store_cpu_us.iter_mut().find(|(n, _)| n == name) {
+                    Some((_, rounds)) => rounds.push(used),
+                    None => store_cpu_us.push((name, vec![used])),
+                }
+            }
             bare.push(b);
             ours.push(o);
         }
@@ -578,6 +602,7 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
             ours,
             bare_cpu_us,
             ours_cpu_us,
+            store_cpu_us,
             rss_after,
             clicks,
         });

@@ -25,6 +25,21 @@ pub(crate) fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     cpu_of_stat(&stat).with_context(|| format!("cannot read /proc/{pid}/stat: {stat}"))
 }
 
+/// CPU seconds the processes `pids` have used so far, each that still runs.
+pub(crate) fn cpu_seconds_of(pids: &[u32]) -> Vec<Option<f64>> {
+    pids.iter().map(|&pid| cpu_seconds(pid).ok()).collect()
+}
+
+/// CPU seconds used between two readings of [`cpu_seconds_of`] over the same processes,
+/// counting only those that ran at both.
+pub(crate) fn cpu_used(before: &[Option<f64>], after: &[Option<f64>]) -> f64 {
+    before
+        .iter()
+        .zip(after)
+        .filter_map(|(b, a)| Some(a.as_ref()? - b.as_ref()?))
+        .sum()
+}
+
 fn cpu_of_stat(stat: &str) -> Option<f64> {
     // The command name (field 2) is in parentheses and may hold spaces: count from after it.
     let rest = &stat[stat.rfind(')')? + 1..];

@@ -45,6 +45,11 @@ fn candidate_port(attempt: u32) -> u16 {
 }
 
 impl RedisServer {
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(Process::pid)
+    }
+
     /// Starts a standalone server; `dir` holds its log.
     pub fn start(dir: &Path) -> std::io::Result<Self> {
         Self::start_inner(dir, false)
