@@ -2,7 +2,7 @@
 //! of the test's own; the schedule on a manual clock.
 #![allow(clippy::unwrap_used)]
 
-use std::net::{TcpListener as StdListener, TcpStream as StdStream};
+use std::net::TcpStream as StdStream;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -18,16 +18,6 @@ use tokio::net::TcpListener;
 use url::Url;
 
 const MARKER: &str = "control-ok-42";
-
-/// A free loopback port below the ephemeral range (see the test-lab notes).
-fn free_port() -> u16 {
-    loop {
-        let port = rand::random_range(20_000..32_000);
-        if StdListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
 
 fn tinyproxy(dir: &Path, port: u16) -> Process {
     tinyproxy_with(dir, port, "")
@@ -129,7 +119,7 @@ async fn tls_control_server() -> (Url, Vec<u8>) {
 async fn https_control_urls_go_through_a_verified_tunnel() {
     let dir = std::env::temp_dir().join(format!("proxypool-probes-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let port = free_port();
+    let port = testkit::free_port("127.0.0.1");
     let _proxy = tinyproxy(&dir, port);
     let proxy = ProxyAddress::parse(&format!("http://127.0.0.1:{port}")).unwrap();
     let (url, certificate) = tls_control_server().await;
@@ -148,7 +138,7 @@ async fn https_control_urls_go_through_a_verified_tunnel() {
     assert!(err.to_string().contains("UnknownIssuer"), "{err}");
 
     // A proxy that tunnels to port 443 only refuses this one.
-    let strict_port = free_port();
+    let strict_port = testkit::free_port("127.0.0.1");
     let _strict = tinyproxy_with(&dir, strict_port, "ConnectPort 443\n");
     let strict = ProxyAddress::parse(&format!("http://127.0.0.1:{strict_port}")).unwrap();
     let err = trusted.check(&strict).await.unwrap_err();
@@ -168,7 +158,7 @@ fn decisions_of(s: &proxypool::Snapshot, address: &str) -> Vec<(String, String, 
 async fn stopped_proxy_is_quarantined_and_comes_back_through_probing_and_the_ramp() {
     let dir = std::env::temp_dir().join(format!("proxypool-probes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let ports: Vec<u16> = (0..3).map(|_| testkit::free_port("127.0.0.1")).collect();
     let mut proxies: Vec<Process> = ports.iter().map(|&p| tinyproxy(&dir, p)).collect();
     let addresses: Vec<String> = ports
         .iter()
@@ -177,7 +167,11 @@ async fn stopped_proxy_is_quarantined_and_comes_back_through_probing_and_the_ram
 
     // Two good control endpoints and one broken one: the majority still passes.
     let (a, b) = (control_server().await, control_server().await);
-    let broken = Url::parse(&format!("http://127.0.0.1:{}/", free_port())).unwrap();
+    let broken = Url::parse(&format!(
+        "http://127.0.0.1:{}/",
+        testkit::free_port("127.0.0.1")
+    ))
+    .unwrap();
     let check = Majority::new(vec![
         Arc::new(
             HttpGet::new(a)

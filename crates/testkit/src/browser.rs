@@ -30,19 +30,12 @@ pub struct Browser {
     _driver: Process,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port on 127.0.0.1")
-}
-
 impl Browser {
     /// Starts chromedriver and a headless Chromium window of `width` × `height`.
     pub async fn start(width: u32, height: u32) -> Self {
         require("chromedriver", "chromium-driver");
         require("chromium", "chromium");
-        let port = free_port();
+        let port = crate::free_port("127.0.0.1");
         let mut cmd = Command::new("chromedriver");
         cmd.arg(format!("--port={port}"));
         let mut driver = Process::spawn("chromedriver", cmd).expect("cannot start chromedriver");

@@ -17,6 +17,7 @@
 //! ```
 
 pub mod browser;
+mod ports;
 mod postgres;
 mod process;
 pub mod raw_http;
@@ -26,6 +27,7 @@ mod relay;
 pub mod schemathesis;
 
 pub use browser::Browser;
+pub use ports::free_port;
 pub use postgres::Postgres;
 pub use process::Process;
 pub use redis::{RedisCluster, RedisServer};

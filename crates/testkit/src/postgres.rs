@@ -84,17 +84,6 @@ fn owned_dir(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-fn free_port(attempt: u32) -> u16 {
-    let seed = std::process::id()
-        .wrapping_mul(104_723)
-        .wrapping_add(attempt * 7_907);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    // Below the ephemeral range, apart from the range the Redis helpers use.
-    10_000 + u16::try_from((seed ^ nanos) % 9_000).unwrap_or(0)
-}
-
 fn port_taken(port: u16) -> bool {
     TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).is_ok()
 }
@@ -169,7 +158,7 @@ impl Postgres {
     fn start_on_free_port(&mut self) -> std::io::Result<()> {
         let mut last = error("no free port".into());
         for attempt in 0..20 {
-            let port = free_port(attempt);
+            let port = crate::ports::candidate(crate::ports::POSTGRES, attempt);
             if port_taken(port) {
                 continue;
             }

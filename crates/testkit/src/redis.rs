@@ -32,18 +32,6 @@ fn answers(port: u16) -> bool {
         && &reply == b"+PONG\r\n"
 }
 
-/// A port below the ephemeral range (where outgoing connections could take it) whose
-/// cluster bus port (`port + 10000`) is also below 61000.
-fn candidate_port(attempt: u32) -> u16 {
-    let seed = std::process::id()
-        .wrapping_mul(7919)
-        .wrapping_add(attempt * 104_729);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    20_000 + u16::try_from((seed ^ nanos) % 12_000).unwrap_or(0)
-}
-
 impl RedisServer {
     /// The server's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
@@ -57,7 +45,7 @@ impl RedisServer {
 
     fn start_inner(dir: &Path, cluster: bool) -> std::io::Result<Self> {
         for attempt in 0..20 {
-            let port = candidate_port(attempt);
+            let port = crate::ports::candidate(crate::ports::SERVERS, attempt);
             if answers(port) {
                 continue;
             }

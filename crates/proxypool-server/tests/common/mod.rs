@@ -28,15 +28,6 @@ pub fn require(program: &str, package: &str) {
     );
 }
 
-/// A port that was free a moment ago.
-pub fn free_port(ip: &str) -> u16 {
-    StdListener::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Waits until something accepts TCP connections on `addr`.
 pub fn wait_listening(addr: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -57,7 +48,7 @@ pub struct Tinyproxy {
 impl Tinyproxy {
     pub fn start(dir: &Path, bind: &str) -> Self {
         require("tinyproxy", "tinyproxy");
-        let port = free_port("127.0.0.1");
+        let port = testkit::free_port("127.0.0.1");
         let conf = dir.join(format!("tinyproxy-{port}.conf"));
         std::fs::write(
             &conf,
@@ -127,7 +118,7 @@ impl Dante {
 
     fn start_inner(dir: &Path, external: &str, login: bool) -> Self {
         require("danted", "dante-server");
-        let port = free_port("127.0.0.1");
+        let port = testkit::free_port("127.0.0.1");
         let conf = dir.join(format!("danted-{port}.conf"));
         let method = if login { "username" } else { "none" };
         std::fs::write(
@@ -214,7 +205,7 @@ fn answer(source: IpAddr, request: &Request<Incoming>) -> Response<Full<Bytes>> 
 
 impl Target {
     pub fn start(ips: &[&str]) -> Self {
-        let port = free_port(ips[0]);
+        let port = testkit::free_port(ips[0]);
         let listeners: Vec<StdListener> = ips
             .iter()
             .map(|ip| {
