@@ -576,7 +576,10 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
             bare_cpu_us.push(bare_cpu * 1e6 / b.requests as f64);
             ours_cpu_us.push(ours_cpu * 1e6 / o.requests as f64);
             for ((name, pids), before) in store_pids.iter().zip(&store_cpu_before) {
-                let used = cpu_used(before, &cpu_seconds_of(pids)) * 1e6 / o.requests as f64;
+                let Some(used) = cpu_used(before, &cpu_seconds_of(pids)) else {
+                    continue;
+                };
+                let used = used * 1e6 / o.requests as f64;
                 match store_cpu_us.iter_mut().find(|(n, _)| n == name) {
                     Some((_, rounds)) => rounds.push(used),
                     None => store_cpu_us.push((name, vec![used])),

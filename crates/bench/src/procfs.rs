@@ -31,13 +31,15 @@ pub(crate) fn cpu_seconds_of(pids: &[u32]) -> Vec<Option<f64>> {
 }
 
 /// CPU seconds used between two readings of [`cpu_seconds_of`] over the same processes,
-/// counting only those that ran at both.
-pub(crate) fn cpu_used(before: &[Option<f64>], after: &[Option<f64>]) -> f64 {
-    before
+/// counting only those read at both; `None` if there were none (a PostgreSQL on another
+/// machine or in another PID namespace), rather than a zero that reads as "no work".
+pub(crate) fn cpu_used(before: &[Option<f64>], after: &[Option<f64>]) -> Option<f64> {
+    let used: Vec<f64> = before
         .iter()
         .zip(after)
         .filter_map(|(b, a)| Some(a.as_ref()? - b.as_ref()?))
-        .sum()
+        .collect();
+    (!used.is_empty()).then(|| used.iter().sum())
 }
 
 fn cpu_of_stat(stat: &str) -> Option<f64> {

@@ -5,24 +5,31 @@
 //! once, its tinyproxy "refused" mid-test).
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Where [`free_port`] and the Redis helpers pick (a cluster's bus port, `port + 10 000`,
-/// stays below the ephemeral range too).
+/// Picks made by this process so far: consecutive picks step through the range (7 919 is prime
+/// to both spans), so a process gets a port again only after a whole range of picks.
+static PICKS: AtomicU32 = AtomicU32::new(0);
+
+/// Where [`free_port`] and the Redis helpers pick.
 pub(crate) const SERVERS: Range<u16> = 20_000..32_000;
 /// Where the PostgreSQL helpers pick, apart from [`SERVERS`].
 pub(crate) const POSTGRES: Range<u16> = 10_000..19_000;
 
-/// The `attempt`-th candidate in `range`, spread by process and time so that tests starting
-/// side by side pick apart.
-pub(crate) fn candidate(range: Range<u16>, attempt: u32) -> u16 {
-    let seed = std::process::id()
-        .wrapping_mul(7919)
-        .wrapping_add(attempt.wrapping_mul(104_729));
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
+/// A candidate in `range`: processes start apart (by id and start time), and each of a
+/// process's picks steps on from its last.
+pub(crate) fn candidate(range: Range<u16>) -> u16 {
+    static BASE: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let base = *BASE.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        std::process::id().wrapping_mul(104_729) ^ nanos
+    });
+    let pick = PICKS.fetch_add(1, Ordering::Relaxed);
     let span = u32::from(range.end - range.start);
-    range.start + u16::try_from((seed ^ nanos) % span).unwrap_or(0)
+    let step = pick.wrapping_mul(7919) % span;
+    range.start + u16::try_from((base % span + step) % span).unwrap_or(0)
 }
 
 /// A port on `ip` that nothing is bound to, below the ephemeral range.
@@ -33,8 +40,23 @@ pub(crate) fn candidate(range: Range<u16>, attempt: u32) -> u16 {
 /// std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
 /// ```
 pub fn free_port(ip: &str) -> u16 {
-    (0..)
-        .map(|attempt| candidate(SERVERS, attempt))
+    (0..u32::from(SERVERS.end - SERVERS.start))
+        .map(|_| candidate(SERVERS))
         .find(|&port| std::net::TcpListener::bind((ip, port)).is_ok())
         .expect("no free port below the ephemeral range")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_gets_every_port_of_a_range_before_one_again() {
+        let span = usize::from(SERVERS.end - SERVERS.start);
+        let mut picked: Vec<u16> = (0..span).map(|_| candidate(SERVERS)).collect();
+        assert!(picked.iter().all(|p| SERVERS.contains(p)));
+        picked.sort_unstable();
+        picked.dedup();
+        assert_eq!(picked.len(), span);
+    }
 }

@@ -157,8 +157,8 @@ impl Postgres {
 
     fn start_on_free_port(&mut self) -> std::io::Result<()> {
         let mut last = error("no free port".into());
-        for attempt in 0..20 {
-            let port = crate::ports::candidate(crate::ports::POSTGRES, attempt);
+        for _ in 0..20 {
+            let port = crate::ports::candidate(crate::ports::POSTGRES);
             if port_taken(port) {
                 continue;
             }
