@@ -1,8 +1,8 @@
 //! Ports for the servers tests start, picked below the kernel's ephemeral range (32 768–60 999
 //! on Linux): a port found free up there can be taken a moment later as the local end of any
 //! test's outgoing connection, and the server meant for it then fails to bind while a check
-//! of the port finds someone else's listener (`tests/api.rs` of proxypool-server saw that
-//! once, its tinyproxy "refused" mid-test).
+//! of the port finds someone else's listener (the likely cause of a proxypool-server
+//! `tests/api.rs` run whose tinyproxy "refused" mid-test).
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -188,9 +188,9 @@ const MIGRATIONS: &[&str] = &[
     //
     // The days' table takes a new name so that binaries built for v9, still running during an
     // upgrade, cannot write it: under their old name is a view no statement can write (a
-    // UNION), so their click batches fail whole and wait on the stream for a current binary
-    // instead of counting twice, and their prune fails instead of dropping days' clicks. Their
-    // analytics read it as before.
+    // UNION), so their click batches fail whole instead of counting twice (with Redis they wait
+    // on the stream for a current binary; without it they stay in the old process, README) and
+    // their prune fails instead of dropping days' clicks. Their analytics read it as before.
     //
     // A day's row is updated by every batch while the day lasts: pages filled half leave room
     // for its next version on the same page (a HOT update: no new index entries). 20 passes
