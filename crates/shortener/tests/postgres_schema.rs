@@ -9,7 +9,7 @@ use common::pg::TestDb;
 use common::records::{delta, link_at, origin};
 use shortener::store::postgres::{CURRENT_VERSION, OpenError, PgStore};
 use shortener_core::day::Day;
-use shortener_core::listing::{LinkCursor, LinkQuery};
+use shortener_core::listing::LinkQuery;
 use shortener_core::people::{Dimension, People, visitor_hash};
 use shortener_core::store::{ClickDelta, ClickSink, InsertOutcome, LinkStore};
 use std::sync::Arc;
@@ -39,25 +39,6 @@ async fn migrations_are_idempotent_even_when_raced() {
     // The seed row of the counter exists once: leasing starts at 0.
     assert_eq!(db.store(1).await.lease_ids(3).await.unwrap(), 0..3);
 }
-
-/// Undoes v11 (codes compared as bytes): the columns take the database's default collation
-/// again, and the views over them are made again as they were.
-const BACK_TO_V10: &str = "DO $$ \
-     DECLARE counted TEXT := pg_get_viewdef('counted_links'); \
-             daily TEXT := pg_get_viewdef('daily_clicks'); \
-     BEGIN \
-       DROP VIEW counted_links, daily_clicks; \
-       ALTER TABLE links ALTER COLUMN code TYPE TEXT COLLATE \"default\", \
-                         ALTER COLUMN owner TYPE TEXT COLLATE \"default\"; \
-       ALTER TABLE click_days ALTER COLUMN code TYPE TEXT COLLATE \"default\"; \
-       ALTER TABLE link_clicks ALTER COLUMN code TYPE TEXT COLLATE \"default\"; \
-       ALTER TABLE link_changes ALTER COLUMN code TYPE TEXT COLLATE \"default\"; \
-       ALTER TABLE audit ALTER COLUMN code TYPE TEXT COLLATE \"default\"; \
-       ALTER TABLE reports ALTER COLUMN code TYPE TEXT COLLATE \"default\"; \
-       EXECUTE 'CREATE VIEW counted_links AS ' || counted; \
-       EXECUTE 'CREATE VIEW daily_clicks AS ' || daily; \
-     END $$; \
-     DELETE FROM schema_migrations WHERE version >= 11";
 
 /// Undoes v10 (days apart from totals) on a database at v10 whose links counted no click.
 const BACK_TO_V9: &str = "DROP VIEW daily_clicks, counted_links; DROP TABLE link_clicks; \
@@ -92,7 +73,6 @@ const V9_READ: &str = "SELECT day, clicks, bot_clicks, visitors, tops FROM daily
 async fn at_v9(links: &[(&str, i64, i64)], rows: &str) -> TestDb {
     let db = TestDb::migrated().await;
     let client = db.client().await;
-    client.batch_execute(BACK_TO_V10).await.unwrap();
     client.batch_execute(BACK_TO_V9).await.unwrap();
     for (at, (code, clicks, bot)) in (1_700_000_000i64..).zip(links) {
         client
@@ -152,7 +132,7 @@ async fn totals_counted_before_v10_stay_exact_and_v9_binaries_cannot_write_days(
     assert_eq!(v9.query(&v9_read, &[&"a", &0i32]).await.unwrap().len(), 2);
 
     let report = PgStore::migrate(&db.database_url()).await.unwrap();
-    assert_eq!((report.applied, report.version), (2, CURRENT_VERSION));
+    assert_eq!((report.applied, report.version), (1, CURRENT_VERSION));
     let store = db.store(2).await;
     for (code, expected) in [("a", (10, 3)), ("b", (2, 0)), ("c", (0, 0))] {
         assert_eq!(totals(&store, code).await, expected, "{code}");
@@ -250,10 +230,9 @@ async fn v9_batch<'a>(
     (days, tx)
 }
 
-/// `migrate` to v11 while v9 binaries' click batches are in flight. One that has written its
-/// days holds their table: v10 waits for its commit and counts it. One that has only updated
-/// totals holds `links`, which v11 waits for; it meets v10's view at its days and rolls back
-/// whole (no deadlock with v11). Totals stay exact.
+/// `migrate` to v10 while v9 binaries' click batches are in flight. One that has written its
+/// days holds their table: the migration waits for its commit and counts it. One that has
+/// only updated totals meets the view at its days and rolls back whole. Totals stay exact.
 #[tokio::test(flavor = "multi_thread")]
 async fn v9_batches_in_flight_during_the_upgrade_count_once_or_not_at_all() {
     let db = at_v9(&[("a", 4, 0), ("b", 0, 0)], "('a', 20000, 4, 0)").await;
@@ -271,19 +250,7 @@ async fn v9_batches_in_flight_during_the_upgrade_count_once_or_not_at_all() {
     let migrate = tokio::spawn(async move { PgStore::migrate(&url).await });
     db.until_a_session_waits(|| !migrate.is_finished()).await;
     tx_a.commit().await.unwrap();
-    // v10 commits; v11 then waits for `links`, which the batch of 'b' holds, holding no view:
-    // the batch meets v10's view, fails and ends, and v11 goes on.
-    let watcher = db.client().await;
-    while watcher
-        .query_one("SELECT max(version) FROM schema_migrations", &[])
-        .await
-        .unwrap()
-        .get::<_, i32>(0)
-        < 10
-    {
-        assert!(!migrate.is_finished(), "the migration ended before v10");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    assert_eq!(migrate.await.unwrap().unwrap().applied, 1);
     refused_as_a_view(
         tx_b.execute(
             V9_DAYS,
@@ -292,72 +259,11 @@ async fn v9_batches_in_flight_during_the_upgrade_count_once_or_not_at_all() {
         .await,
     );
     drop(tx_b);
-    assert_eq!(migrate.await.unwrap().unwrap().applied, 2);
     let store = db.store(1).await;
     assert_eq!(totals(&store, "a").await, (7, 0));
     assert_eq!(totals(&store, "b").await, (0, 0));
     let days = store.daily_clicks("a", Day::from_number(0)).await.unwrap();
     assert_eq!(days[0].human, 7);
-}
-
-/// v11 over a database at v10 whose default collation is linguistic, holding links created in
-/// one second under codes whose linguistic and byte orders differ: the codes compare as bytes
-/// from then on (a list's ties come in byte order, page after page, as in the embedded store),
-/// and every total reads and counts as before.
-#[tokio::test(flavor = "multi_thread")]
-async fn v11_compares_codes_as_bytes_on_a_linguistic_database_and_keeps_totals() {
-    let db = TestDb::migrated_linguistic().await;
-    let client = db.client().await;
-    client.batch_execute(BACK_TO_V10).await.unwrap();
-    // The store refuses a v10 schema, so its rows are written by hand: 'a' has 5 clicks in
-    // `links` and 2 pruned; 'B' 3 + 1 on a live day.
-    client
-        .batch_execute(
-            "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at, clicks) \
-             SELECT c, 'https://example.com/', TRUE, 1700000000, 1900000000, n \
-             FROM (VALUES ('a', 5), ('B', 0), ('b', 0), ('Z', 0)) AS v (c, n); \
-             INSERT INTO link_clicks (code, clicks, bot_clicks) VALUES ('a', 2, 0); \
-             INSERT INTO click_days (code, day, clicks, bot_clicks) VALUES ('B', 20000, 3, 1)",
-        )
-        .await
-        .unwrap();
-    let ordered =
-        |rows: Vec<tokio_postgres::Row>| -> Vec<String> { rows.iter().map(|r| r.get(0)).collect() };
-    let before = client
-        .query("SELECT code FROM links ORDER BY code", &[])
-        .await
-        .unwrap();
-    assert_eq!(
-        ordered(before),
-        ["a", "b", "B", "Z"],
-        "not a linguistic database"
-    );
-
-    let report = PgStore::migrate(&db.database_url()).await.unwrap();
-    assert_eq!((report.applied, report.version), (1, CURRENT_VERSION));
-    let store = db.store(2).await;
-    let mut query = LinkQuery::new(None, 1_700_000_100, 2);
-    let mut pages = Vec::new();
-    loop {
-        let page = store.list_links(&query).await.unwrap();
-        let Some(last) = page.last() else { break };
-        query.after = Some(LinkCursor {
-            created_at: last.created_at,
-            code: last.code.clone(),
-        });
-        pages.push(page.into_iter().map(|l| l.code).collect::<Vec<_>>());
-    }
-    assert_eq!(pages, [["b", "a"], ["Z", "B"]]);
-    for (code, expected) in [("a", (7, 0)), ("B", (3, 1)), ("b", (0, 0))] {
-        assert_eq!(totals(&store, code).await, expected, "{code}");
-    }
-    store
-        .apply_clicks(vec![delta("B", 20000, 1, 0), delta("b", 20000, 2, 0)])
-        .await
-        .unwrap();
-    for (code, expected) in [("B", (4, 1)), ("b", (2, 0))] {
-        assert_eq!(totals(&store, code).await, expected, "{code}");
-    }
 }
 
 /// Undoes v9 (notes' counts of codes) and v8 (change notes of many codes) on a database at v9
@@ -372,7 +278,6 @@ const BACK_TO_V7: &str = "ALTER TABLE link_changes DROP COLUMN n_codes; \
 async fn at_v7() -> (TestDb, tokio_postgres::Client) {
     let db = TestDb::migrated().await;
     let client = db.client().await;
-    client.batch_execute(BACK_TO_V10).await.unwrap();
     client.batch_execute(BACK_TO_V9).await.unwrap();
     client.batch_execute(BACK_TO_V7).await.unwrap();
     (db, client)
@@ -402,7 +307,7 @@ async fn notes_written_before_v8_are_numbered_and_read_with_group_notes() {
         .await
         .unwrap();
     let report = PgStore::migrate(&db.database_url()).await.unwrap();
-    assert_eq!((report.applied, report.version), (4, CURRENT_VERSION));
+    assert_eq!((report.applied, report.version), (3, CURRENT_VERSION));
     let store = Arc::new(db.store(POOL_SIZE).await);
     let mut tasks = Vec::new();
     for i in 0..50 {
@@ -459,7 +364,7 @@ async fn days_counted_before_v6_keep_their_counts_and_gain_people() {
         .await
         .unwrap();
     let report = PgStore::migrate(&db.database_url()).await.unwrap();
-    assert_eq!((report.applied, report.version), (6, CURRENT_VERSION));
+    assert_eq!((report.applied, report.version), (5, CURRENT_VERSION));
     let store = db.store(1).await;
     let day = Day::from_number(20_000);
     let read = store.daily_clicks("before-v6", day).await.unwrap();

@@ -34,24 +34,6 @@ pub struct TestDb {
 impl TestDb {
     /// An empty database: no schema.
     pub async fn empty() -> Self {
-        Self::create("").await
-    }
-
-    /// An empty database whose default collation is linguistic (ICU's en-US), as many
-    /// production databases' are: there `a` < `b` < `B` < `Z`; as bytes `B` < `Z` < `a` < `b`.
-    pub async fn empty_linguistic() -> Self {
-        Self::create(" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'").await
-    }
-
-    /// A linguistic database (see [`Self::empty_linguistic`]) with the current schema.
-    pub async fn migrated_linguistic() -> Self {
-        let db = Self::empty_linguistic().await;
-        PgStore::migrate(&db.database_url()).await.unwrap();
-        db
-    }
-
-    /// A new database, `options` appended to its `CREATE DATABASE`.
-    async fn create(options: &str) -> Self {
         let name = format!(
             "shortener_test_{}_{:016x}",
             std::process::id(),
@@ -59,7 +41,7 @@ impl TestDb {
         );
         admin()
             .await
-            .batch_execute(&format!("CREATE DATABASE {name}{options}"))
+            .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
             .unwrap();
         let mut url = url::Url::parse(&admin_url()).unwrap();

@@ -6,32 +6,6 @@
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Error};
 
-/// The views of schema v10 over the days' rows: a link's totals (`counted_links`) and the
-/// days' old name (`daily_clicks`), which no statement can write. v11 makes them again after
-/// changing the columns under them, so they are written once, here.
-macro_rules! totals_views {
-    () => {
-        "
-    CREATE VIEW counted_links AS
-    SELECT l.code, l.long_url, l.owner, l.custom_alias, l.created_at, l.expires_at,
-           l.disabled_at,
-           l.clicks + COALESCE(t.clicks, 0)
-             + COALESCE((SELECT sum(d.clicks) FROM click_days d WHERE d.code = l.code), 0)::INT8
-             AS clicks,
-           l.bot_clicks + COALESCE(t.bot_clicks, 0)
-             + COALESCE((SELECT sum(d.bot_clicks) FROM click_days d WHERE d.code = l.code), 0)::INT8
-             AS bot_clicks,
-           l.created_ip, l.version, l.disabled_reason, l.disabled_by, l.disabled_by_kind,
-           l.deleted_at, l.owner_admin
-      FROM links l LEFT JOIN link_clicks t ON t.code = l.code;
-    CREATE VIEW daily_clicks AS
-    SELECT code, day, clicks, bot_clicks, visitors, tops FROM click_days
-    UNION ALL
-    SELECT NULL::TEXT, NULL::INT4, NULL::INT8, NULL::INT8, NULL::BYTEA, NULL::TEXT WHERE FALSE;
-    "
-    };
-}
-
 /// Migration `i` takes the schema from version `i` to `i + 1`. Append only: never edit one
 /// that has shipped. Plain PostgreSQL DDL that CockroachDB also accepts (no sequences, no
 /// advisory locks, no `SERIAL`).
@@ -226,8 +200,7 @@ const MIGRATIONS: &[&str] = &[
     //
     // The rename comes first: it waits for a v9 batch that wrote days and has not committed,
     // so that the offsets below count its clicks.
-    concat!(
-        "
+    "
     ALTER TABLE daily_clicks RENAME TO click_days;
     ALTER INDEX daily_clicks_day RENAME TO click_days_day;
     ALTER TABLE click_days SET (fillfactor = 50);
@@ -239,37 +212,23 @@ const MIGRATIONS: &[&str] = &[
     INSERT INTO link_clicks (code, clicks, bot_clicks)
     SELECT code, (-sum(clicks))::INT8, (-sum(bot_clicks))::INT8 FROM click_days GROUP BY code
     HAVING sum(clicks) <> 0 OR sum(bot_clicks) <> 0;
+    CREATE VIEW counted_links AS
+    SELECT l.code, l.long_url, l.owner, l.custom_alias, l.created_at, l.expires_at,
+           l.disabled_at,
+           l.clicks + COALESCE(t.clicks, 0)
+             + COALESCE((SELECT sum(d.clicks) FROM click_days d WHERE d.code = l.code), 0)::INT8
+             AS clicks,
+           l.bot_clicks + COALESCE(t.bot_clicks, 0)
+             + COALESCE((SELECT sum(d.bot_clicks) FROM click_days d WHERE d.code = l.code), 0)::INT8
+             AS bot_clicks,
+           l.created_ip, l.version, l.disabled_reason, l.disabled_by, l.disabled_by_kind,
+           l.deleted_at, l.owner_admin
+      FROM links l LEFT JOIN link_clicks t ON t.code = l.code;
+    CREATE VIEW daily_clicks AS
+    SELECT code, day, clicks, bot_clicks, visitors, tops FROM click_days
+    UNION ALL
+    SELECT NULL::TEXT, NULL::INT4, NULL::INT8, NULL::INT8, NULL::BYTEA, NULL::TEXT WHERE FALSE;
     ",
-        totals_views!()
-    ),
-    // v11: codes and owners compare as bytes (`COLLATE "C"`), as they do in the embedded
-    // store, whatever the database's default collation. Under a linguistic collation every
-    // comparison in their indexes went through the locale (`strcoll`): a click batch's upsert
-    // of 30 000 days' rows over 1 M links took 1.3–1.4 × as long under `C.UTF-8` and 1.5 × under
-    // ICU's en-US as over bytes (BENCHMARKS.md). Orders by code (a list's ties) follow the
-    // bytes too. Only the indexes over these columns are rebuilt (text stays text: the rows are
-    // not rewritten; ~3 s at 1 M links), and every statement on the tables waits meanwhile.
-    // The views depend on the columns, so they are made again, as v10 made them.
-    //
-    // The tables are locked first, `links` first, as a change or a create locks it: waiting for
-    // a process's open transaction while holding no view, so that the transaction (an older
-    // binary's click batch meeting the view, say) can end instead of deadlocking.
-    concat!(
-        "
-    LOCK TABLE links, click_days, link_clicks, link_changes, audit, reports
-        IN ACCESS EXCLUSIVE MODE;
-    DROP VIEW counted_links, daily_clicks;
-    ALTER TABLE links
-        ALTER COLUMN code TYPE TEXT COLLATE \"C\",
-        ALTER COLUMN owner TYPE TEXT COLLATE \"C\";
-    ALTER TABLE click_days ALTER COLUMN code TYPE TEXT COLLATE \"C\";
-    ALTER TABLE link_clicks ALTER COLUMN code TYPE TEXT COLLATE \"C\";
-    ALTER TABLE link_changes ALTER COLUMN code TYPE TEXT COLLATE \"C\";
-    ALTER TABLE audit ALTER COLUMN code TYPE TEXT COLLATE \"C\";
-    ALTER TABLE reports ALTER COLUMN code TYPE TEXT COLLATE \"C\";
-    ",
-        totals_views!()
-    ),
 ];
 
 /// Schema version this binary reads and writes.
