@@ -34,12 +34,11 @@ pub(crate) fn cpu_seconds_of(pids: &[u32]) -> Vec<Option<f64>> {
 /// counting only those read at both; `None` if there were none (a PostgreSQL on another
 /// machine or in another PID namespace), rather than a zero that reads as "no work".
 pub(crate) fn cpu_used(before: &[Option<f64>], after: &[Option<f64>]) -> Option<f64> {
-    let used: Vec<f64> = before
+    before
         .iter()
         .zip(after)
         .filter_map(|(b, a)| Some(a.as_ref()? - b.as_ref()?))
-        .collect();
-    (!used.is_empty()).then(|| used.iter().sum())
+        .fold(None, |sum, used| Some(sum.unwrap_or(0.0) + used))
 }
 
 fn cpu_of_stat(stat: &str) -> Option<f64> {
@@ -61,6 +60,15 @@ mod tests {
         let stat = "4242 (bare redirect) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0";
         assert_eq!(cpu_of_stat(stat), Some(3.0));
         assert_eq!(cpu_of_stat("4242 (x) S 1"), None);
+    }
+
+    #[test]
+    fn cpu_used_counts_processes_read_at_both_and_none_when_there_are_none() {
+        let before = [Some(1.0), None, Some(2.0)];
+        let after = [Some(1.5), Some(9.0), None];
+        assert_eq!(cpu_used(&before, &after), Some(0.5));
+        assert_eq!(cpu_used(&[None, Some(1.0)], &[Some(2.0), None]), None);
+        assert_eq!(cpu_used(&[Some(1.0)], &[Some(1.0)]), Some(0.0));
     }
 
     #[test]

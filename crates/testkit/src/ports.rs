@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// to both spans), so a process gets a port again only after a whole range of picks.
 static PICKS: AtomicU32 = AtomicU32::new(0);
 
-/// Where [`free_port`] and the Redis helpers pick.
+/// Where [`free_port`] and the Redis helpers pick (a Redis Cluster node also binds its bus
+/// port, `port + 10 000`, which must stay a valid port).
 pub(crate) const SERVERS: Range<u16> = 20_000..32_000;
 /// Where the PostgreSQL helpers pick, apart from [`SERVERS`].
 pub(crate) const POSTGRES: Range<u16> = 10_000..19_000;
@@ -26,7 +27,11 @@ pub(crate) fn candidate(range: Range<u16>) -> u16 {
             .map_or(0, |d| d.subsec_nanos());
         std::process::id().wrapping_mul(104_729) ^ nanos
     });
-    let pick = PICKS.fetch_add(1, Ordering::Relaxed);
+    nth(base, PICKS.fetch_add(1, Ordering::Relaxed), range)
+}
+
+/// The `pick`-th candidate in `range` of a process whose picks start at `base`.
+fn nth(base: u32, pick: u32, range: Range<u16>) -> u16 {
     let span = u32::from(range.end - range.start);
     let step = pick.wrapping_mul(7919) % span;
     range.start + u16::try_from((base % span + step) % span).unwrap_or(0)
@@ -52,11 +57,15 @@ mod tests {
 
     #[test]
     fn a_process_gets_every_port_of_a_range_before_one_again() {
-        let span = usize::from(SERVERS.end - SERVERS.start);
-        let mut picked: Vec<u16> = (0..span).map(|_| candidate(SERVERS)).collect();
-        assert!(picked.iter().all(|p| SERVERS.contains(p)));
-        picked.sort_unstable();
-        picked.dedup();
-        assert_eq!(picked.len(), span);
+        for (range, base) in [(SERVERS, 0), (SERVERS, 123_456_789), (POSTGRES, u32::MAX)] {
+            let span = u32::from(range.end - range.start);
+            let mut picked: Vec<u16> = (0..span)
+                .map(|pick| nth(base, pick, range.clone()))
+                .collect();
+            assert!(picked.iter().all(|p| range.contains(p)));
+            picked.sort_unstable();
+            picked.dedup();
+            assert_eq!(picked.len(), span as usize, "{range:?} from {base}");
+        }
     }
 }
