@@ -54,6 +54,7 @@ use renewals::Renewals;
 use shortener_core::day::UnixSeconds;
 use shortener_core::link::{Link, RedirectTarget};
 use shortener_core::store::{ChangeNote, StoreError};
+use smol_str::SmolStr;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -102,11 +103,11 @@ struct Heard {
     earlier: HashMap<Box<str>, u64, quick_cache::DefaultHashBuilder>,
 }
 
-/// What a redirect needs of a link, ready to send. Cloning it costs two reference-count
-/// increments (the code is shared with the cache key, the header value with the entry).
+/// What a redirect needs of a link, ready to send. Cloning it costs one reference-count
+/// increment (the header value, shared with the entry); the code is inline, as in the key.
 #[derive(Debug, Clone)]
 pub(crate) struct CachedLink {
-    pub(crate) code: Arc<str>,
+    pub(crate) code: SmolStr,
     pub(crate) location: Option<HeaderValue>,
     pub(crate) expires_at: UnixSeconds,
     /// Set: answers 410.
@@ -254,17 +255,22 @@ fn allocation(bytes: usize) -> usize {
     bytes.next_multiple_of(below / 4)
 }
 
-/// Bytes a room holds for an entry of a `V` under `code`: quick_cache's slot and the code's
-/// `Arc`, shared by key and value.
+/// Bytes a room holds for an entry of a `V` under `code`: quick_cache's slot, and the code's
+/// `Arc` (shared by key and value) when it is too long to be inline.
 fn entry_bytes<V>(code: &str) -> usize {
-    size_of::<(Arc<str>, V)>() + CACHE_EXTRA + allocation(2 * size_of::<usize>() + code.len())
+    let shared = if SmolStr::new(code).is_heap_allocated() {
+        allocation(2 * size_of::<usize>() + code.len())
+    } else {
+        0
+    };
+    size_of::<(SmolStr, V)>() + CACHE_EXTRA + shared
 }
 
 #[derive(Debug, Clone, Copy)]
 struct NegativeWeigher;
 
-impl Weighter<Arc<str>, Negative> for NegativeWeigher {
-    fn weight(&self, code: &Arc<str>, _: &Negative) -> u64 {
+impl Weighter<SmolStr, Negative> for NegativeWeigher {
+    fn weight(&self, code: &SmolStr, _: &Negative) -> u64 {
         entry_bytes::<Negative>(code) as u64
     }
 }
@@ -272,8 +278,8 @@ impl Weighter<Arc<str>, Negative> for NegativeWeigher {
 #[derive(Debug, Clone, Copy)]
 struct SlotWeigher;
 
-impl Weighter<Arc<str>, Slot> for SlotWeigher {
-    fn weight(&self, code: &Arc<str>, slot: &Slot) -> u64 {
+impl Weighter<SmolStr, Slot> for SlotWeigher {
+    fn weight(&self, code: &SmolStr, slot: &Slot) -> u64 {
         let url = slot
             .link
             .as_ref()
@@ -284,14 +290,14 @@ impl Weighter<Arc<str>, Slot> for SlotWeigher {
 }
 
 /// A room of `bytes` (its ghosts included) whose entries weigh about `typical`.
-fn room<V: Clone, W: Weighter<Arc<str>, V> + Clone>(
+fn room<V: Clone, W: Weighter<SmolStr, V> + Clone>(
     bytes: u64,
     typical: u64,
     weighter: W,
-) -> anyhow::Result<Cache<Arc<str>, V, W>> {
+) -> anyhow::Result<Cache<SmolStr, V, W>> {
     let items = (bytes / typical).max(1);
     // A ghost is a hash in an entry's slot.
-    let ghost = (size_of::<(Arc<str>, V)>() + CACHE_EXTRA) as u64;
+    let ghost = (size_of::<(SmolStr, V)>() + CACHE_EXTRA) as u64;
     let ghosts = (items as f64 * GHOSTS) as u64;
     let options = quick_cache::OptionsBuilder::new()
         .estimated_items_capacity(usize::try_from(items).unwrap_or(usize::MAX))
@@ -349,13 +355,13 @@ impl SharedLayer {
 
 /// The L1 cache.
 pub(crate) struct LinkCache {
-    slots: Cache<Arc<str>, Slot, SlotWeigher>,
+    slots: Cache<SmolStr, Slot, SlotWeigher>,
     /// Entries past their TTL that may still stand in for an unavailable store.
-    shelf: Cache<Arc<str>, Slot, SlotWeigher>,
+    shelf: Cache<SmolStr, Slot, SlotWeigher>,
     /// Codes the store does not know, apart from the links: those that pack into a word...
     negatives: PackedNegatives,
     /// ...and longer aliases.
-    long_negatives: Cache<Arc<str>, Negative, NegativeWeigher>,
+    long_negatives: Cache<SmolStr, Negative, NegativeWeigher>,
     /// Unknown codes due to be read again before they expire.
     renewals: Renewals,
     generations: Box<[AtomicU32]>,
@@ -377,7 +383,7 @@ impl std::fmt::Debug for LinkCache {
     }
 }
 
-fn to_cached(entry: l2::Entry, code: Arc<str>) -> Option<CachedLink> {
+fn to_cached(entry: l2::Entry, code: SmolStr) -> Option<CachedLink> {
     match entry {
         l2::Entry::Unknown => None,
         l2::Entry::Link {
@@ -502,7 +508,7 @@ impl LinkCache {
         let hash = self.hash(code);
         let generation = self.generation(hash);
         self.metrics.cache_miss.inc();
-        let key: Arc<str> = Arc::from(code);
+        let key = SmolStr::new(code);
         loop {
             let guard = match self.slots.get_value_or_guard_async(&key).await {
                 Ok(slot) if self.usable(&slot, generation, now) => return Ok(slot.link),
@@ -598,7 +604,7 @@ impl LinkCache {
     }
 
     /// Remembers that the store does not know `code` (`hash` its [`Self::hash`]).
-    fn remember_unknown(&self, code: &Arc<str>, hash: u64, negative: Negative, now: UnixSeconds) {
+    fn remember_unknown(&self, code: &SmolStr, hash: u64, negative: Negative, now: UnixSeconds) {
         match negatives::packed(code) {
             Some(packed) => {
                 let entry = negatives::Entry {
@@ -657,7 +663,7 @@ impl LinkCache {
         // shelved after a write removed the entry has an older generation: never served.
         let shelve = now < stale.stale_until;
         if shelve {
-            self.shelf.insert(Arc::from(code), stale.clone());
+            self.shelf.insert(SmolStr::new(code), stale.clone());
         }
         let same = |slot: &Slot| {
             slot.generation == stale.generation && slot.fresh_until == stale.fresh_until

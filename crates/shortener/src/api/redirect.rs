@@ -196,7 +196,7 @@ fn respond(
     let bot = app.bots.is_bot(&request.method, &request.headers);
     if !(bot && app.drop_bot_clicks) {
         app.clicks.record(ClickEvent {
-            code: link.code.into(),
+            code: link.code,
             at: now,
             bot,
             visit: (!bot).then(|| visit(app, request, peer)).flatten(),

@@ -16,8 +16,9 @@
 use super::{CacheSettings, LinkCache, l2};
 use shortener_core::day::UnixSeconds;
 use shortener_core::store::StoreError;
+use smol_str::SmolStr;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Claim bits: codes in flight at once at most (a code whose bit another holds waits for
@@ -33,7 +34,7 @@ pub(crate) const RENEWAL_TICK: Duration = Duration::from_millis(500);
 /// A claimed code waiting to be read again.
 #[derive(Debug)]
 struct Due {
-    code: Arc<str>,
+    code: SmolStr,
     hash: u64,
 }
 
@@ -81,7 +82,7 @@ impl Renewals {
             return;
         }
         let due = Due {
-            code: Arc::from(code),
+            code: SmolStr::new(code),
             hash,
         };
         self.queue

@@ -25,7 +25,7 @@ async fn get(
 
 fn link(expires_at: UnixSeconds, disabled: bool) -> CachedLink {
     CachedLink {
-        code: Arc::from("abcdefg"),
+        code: SmolStr::new("abcdefg"),
         location: Some(HeaderValue::from_static("https://example.com/")),
         expires_at,
         gone: disabled.then_some(Gone::Disabled),
@@ -287,7 +287,7 @@ async fn a_renewal_in_the_scale_out_mode_reads_l2_first_and_fills_it() {
     for code in codes {
         let hash = cache.hash(code);
         let negative = SETTINGS.unknown(hash, 0, now);
-        cache.remember_unknown(&Arc::from(code), hash, negative, now);
+        cache.remember_unknown(&SmolStr::new(code), hash, negative, now);
     }
     // Another instance created the first: the store has it, and its writer put it in L2.
     create_elsewhere(&*store, "l2known", now).await;
@@ -343,7 +343,7 @@ async fn a_forgotten_entry_is_shelved_unless_a_later_read_replaced_it() {
     let later = cache
         .settings
         .slot(first.link.clone(), first.generation, now + 1);
-    cache.slots.insert(Arc::from("shelve1"), later.clone());
+    cache.slots.insert(SmolStr::new("shelve1"), later.clone());
     cache.forget("shelve1", &first, now + 301);
     assert!(cache.shelf.peek("shelve1").is_none());
     assert!(cache.slots.peek("shelve1").is_some());
@@ -364,33 +364,33 @@ fn note(code: &str, version: u64) -> shortener_core::store::ChangeNote {
 }
 
 /// Fills `cache`'s links' room to 95 % with entries read at [`NOW`]; the codes it kept.
-fn fill_read_at_now(cache: &LinkCache) -> Vec<Arc<str>> {
+fn fill_read_at_now(cache: &LinkCache) -> Vec<SmolStr> {
     let mut codes = Vec::new();
     for i in 0.. {
         if cache.slots.weight() >= cache.slots.capacity() / 100 * 95 {
             break;
         }
-        let code: Arc<str> = Arc::from(format!("c{i:06}"));
+        let code = SmolStr::new(format!("c{i:06}"));
         let slot = SETTINGS.slot(Some(link(NOW + 9_000, false)), 0, NOW);
         cache.slots.insert(code.clone(), slot);
         codes.push(code);
     }
     // Those quick_cache's shards kept.
-    codes.retain(|c| cache.slots.peek(c.as_ref()).is_some());
+    codes.retain(|c| cache.slots.peek(c.as_str()).is_some());
     codes
 }
 
-fn held(cache: &LinkCache, codes: &[Arc<str>]) -> usize {
+fn held(cache: &LinkCache, codes: &[SmolStr]) -> usize {
     codes
         .iter()
-        .filter(|c| cache.slots.peek(c.as_ref()).is_some())
+        .filter(|c| cache.slots.peek(c.as_str()).is_some())
         .count()
 }
 
 #[tokio::test]
 async fn a_sweep_drops_entries_unread_for_a_minute_once_the_room_is_nearly_full() {
     let (_dir, _store, cache) = cache_on_sqlite();
-    let first: Arc<str> = Arc::from("first");
+    let first = SmolStr::new("first");
     let slot = SETTINGS.slot(Some(link(NOW + 9_000, false)), 0, NOW);
     cache.slots.insert(first.clone(), slot);
     // Far from full: nothing goes, however long unread.
@@ -405,7 +405,7 @@ async fn a_sweep_drops_entries_unread_for_a_minute_once_the_room_is_nearly_full(
     }
     // A peek is no read.
     for code in unread {
-        assert!(cache.slots.peek(code.as_ref()).is_some());
+        assert!(cache.slots.peek(code.as_str()).is_some());
     }
     cache.drop_idle(NOW + 60);
     assert_eq!(held(&cache, read), read.len());
@@ -441,7 +441,7 @@ async fn lookups_racing_sweeps_leave_their_read_on_the_entry_kept() {
     assert_eq!(held(&cache, unread), 0);
     // And every racing lookup's read landed on the entry the cache keeps.
     for code in read {
-        let slot = cache.slots.peek(code.as_ref()).unwrap();
+        let slot = cache.slots.peek(code.as_str()).unwrap();
         assert_eq!(slot.read_at.into_inner(), seconds_u32(NOW + 100), "{code}");
     }
 }
@@ -455,7 +455,7 @@ fn entries_weigh_what_quick_cache_keeps_for_them() {
         .weight_capacity(u64::MAX)
         .build()
         .unwrap();
-    let cache: Cache<Arc<str>, Slot, SlotWeigher> = Cache::with_options(
+    let cache: Cache<SmolStr, Slot, SlotWeigher> = Cache::with_options(
         options,
         SlotWeigher,
         quick_cache::DefaultHashBuilder::default(),
@@ -463,25 +463,26 @@ fn entries_weigh_what_quick_cache_keeps_for_them() {
     );
     let n = 1024;
     for i in 0..n {
-        let code: Arc<str> = Arc::from(format!("c{i:06}"));
+        let code = SmolStr::new(format!("c{i:06}"));
         cache.insert(code, SETTINGS.slot(Some(link(NOW + 1, false)), 0, NOW));
     }
     assert_eq!(cache.len(), n);
     let used = cache.memory_used();
     // A slab slot is the key, the value and 16 bytes; the index takes 5 bytes a bucket,
     // at 1.14 to 2.3 buckets an entry (8 on average over its growth).
-    assert_eq!(used.entries / n, size_of::<(Arc<str>, Slot)>() + 16);
+    assert_eq!(used.entries / n, size_of::<(SmolStr, Slot)>() + 16);
     assert!((6..=12).contains(&(used.map / n)), "{}", used.map / n);
     assert_eq!(CACHE_EXTRA, 16 + 8);
     // The read stamp sits in what was padding after the generation.
     assert_eq!(size_of::<Slot>(), size_of::<Option<CachedLink>>() + 3 * 8);
-    // And the weight adds the code's `Arc`, the destination and `Bytes`' header.
-    let code: Arc<str> = Arc::from("abcdefg");
+    // And the weight adds the destination and `Bytes`' header; a code too long to be inline,
+    // its `Arc` (two counts and the bytes).
     let slot = SETTINGS.slot(Some(link(NOW + 1, false)), 0, NOW);
-    assert_eq!(
-        SlotWeigher.weight(&code, &slot),
-        (size_of::<(Arc<str>, Slot)>() + CACHE_EXTRA + 24 + 24 + 24) as u64
-    );
+    let inline = (size_of::<(SmolStr, Slot)>() + CACHE_EXTRA + 24 + 24) as u64;
+    assert_eq!(SlotWeigher.weight(&SmolStr::new("abcdefg"), &slot), inline);
+    let alias = SmolStr::new("a-thirty-character-long-alias!");
+    assert!(alias.is_heap_allocated());
+    assert_eq!(SlotWeigher.weight(&alias, &slot), inline + 48);
 }
 
 #[test]
