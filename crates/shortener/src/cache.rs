@@ -73,8 +73,9 @@ const CACHE_EXTRA: usize = 24;
 /// so the room's bytes pay for them: at quick_cache's default (half) they took a fifth of the
 /// links' room; a tenth gave the best Zipf hit ratios per byte (BENCHMARKS.md, issue 18).
 const GHOSTS: f64 = 0.1;
-/// A typical link's weight (a 60-byte destination), for sizing a room's index and its ghosts.
-const TYPICAL_ENTRY: u64 = 260;
+/// A typical link's weight (a seven-character code, a 60-byte destination; the weigher's, by a
+/// test), for sizing a room's index and its ghosts.
+const TYPICAL_ENTRY: u64 = 248;
 /// What `Bytes` allocates beside a destination's buffer when a hit first clones it.
 const BYTES_SHARED: usize = 24;
 /// An entry no lookup found for this long goes at the next sweep while its room is nearly
@@ -104,7 +105,8 @@ struct Heard {
 }
 
 /// What a redirect needs of a link, ready to send. Cloning it costs one reference-count
-/// increment (the header value, shared with the entry); the code is inline, as in the key.
+/// increment (the header value, shared with the entry): the code is inline, as in the key
+/// (an alias longer than 23 bytes is an `Arc` shared with the key, a second increment).
 #[derive(Debug, Clone)]
 pub(crate) struct CachedLink {
     pub(crate) code: SmolStr,
@@ -256,9 +258,10 @@ fn allocation(bytes: usize) -> usize {
 }
 
 /// Bytes a room holds for an entry of a `V` under `code`: quick_cache's slot, and the code's
-/// `Arc` (shared by key and value) when it is too long to be inline.
-fn entry_bytes<V>(code: &str) -> usize {
-    let shared = if SmolStr::new(code).is_heap_allocated() {
+/// `Arc` (shared with a link's value) when it is too long to be inline. Weighers run under the
+/// shard's lock, often: nothing here allocates.
+fn entry_bytes<V>(code: &SmolStr) -> usize {
+    let shared = if code.is_heap_allocated() {
         allocation(2 * size_of::<usize>() + code.len())
     } else {
         0
@@ -415,7 +418,8 @@ impl LinkCache {
         let fresh_bytes = settings
             .max_bytes
             .saturating_sub(shelf_bytes + negative_bytes + long_negative_bytes + generations);
-        let long_negative_typical = entry_bytes::<Negative>("a-twenty-char-alias") as u64;
+        let long_negative_typical =
+            entry_bytes::<Negative>(&SmolStr::new_inline("a-twenty-char-alias")) as u64;
         Ok(Self {
             slots: room(fresh_bytes, TYPICAL_ENTRY, SlotWeigher)?,
             shelf: room(shelf_bytes, TYPICAL_ENTRY, SlotWeigher)?,
@@ -663,7 +667,12 @@ impl LinkCache {
         // shelved after a write removed the entry has an older generation: never served.
         let shelve = now < stale.stale_until;
         if shelve {
-            self.shelf.insert(SmolStr::new(code), stale.clone());
+            // The link's own code as the key: a long alias's `Arc` shared, not copied.
+            let key = stale
+                .link
+                .as_ref()
+                .map_or_else(|| SmolStr::new(code), |l| l.code.clone());
+            self.shelf.insert(key, stale.clone());
         }
         let same = |slot: &Slot| {
             slot.generation == stale.generation && slot.fresh_until == stale.fresh_until

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Claim bits: codes in flight at once at most (a code whose bit another holds waits for
-/// its next lookup), so the queue needs no bound of its own (at most 64 Ki codes, ~3 MiB for
+/// its next lookup), so the queue needs no bound of its own (at most 64 Ki codes, ~5 MiB for
 /// the longest aliases, outside `--cache-mb`; the bits are 8 KiB).
 const CLAIMS: usize = 1 << 16;
 /// Codes read in one store call.

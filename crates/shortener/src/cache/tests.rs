@@ -354,6 +354,22 @@ async fn a_forgotten_entry_is_shelved_unless_a_later_read_replaced_it() {
     assert_eq!(shelved.fresh_until, later.fresh_until);
 }
 
+#[tokio::test]
+async fn a_long_aliass_code_is_one_allocation_for_the_key_its_link_and_the_shelf() {
+    let alias = "a-twenty-nine-char-long-alias";
+    let (_dir, cache, read, now) = cache_holding(alias).await;
+    assert!(read.code.is_heap_allocated());
+    let at = |code: &SmolStr| code.as_str().as_ptr();
+    let (key, slot) = cache.slots.iter().next().unwrap();
+    assert_eq!(key, alias);
+    assert_eq!(at(&key), at(&read.code));
+    assert_eq!(at(&slot.link.as_ref().unwrap().code), at(&read.code));
+    // Shelved under the link's own code, not a copy the weigher would not count.
+    cache.forget(alias, &slot, now + 301);
+    let (key, _) = cache.shelf.iter().next().unwrap();
+    assert_eq!(at(&key), at(&read.code));
+}
+
 /// A change note of `code` reaching `version`.
 fn note(code: &str, version: u64) -> shortener_core::store::ChangeNote {
     shortener_core::store::ChangeNote {
@@ -483,6 +499,18 @@ fn entries_weigh_what_quick_cache_keeps_for_them() {
     let alias = SmolStr::new("a-thirty-character-long-alias!");
     assert!(alias.is_heap_allocated());
     assert_eq!(SlotWeigher.weight(&alias, &slot), inline + 48);
+    // `TYPICAL_ENTRY`, what the rooms are sized by: a seven-character code's link to a 60-byte
+    // destination.
+    let sixty = HeaderValue::from_str(&format!("https://example.com/{}", "x".repeat(40))).unwrap();
+    let typical = CachedLink {
+        location: Some(sixty),
+        ..link(NOW + 1, false)
+    };
+    let slot = SETTINGS.slot(Some(typical), 0, NOW);
+    assert_eq!(
+        SlotWeigher.weight(&SmolStr::new("abcdefg"), &slot),
+        TYPICAL_ENTRY
+    );
 }
 
 #[test]
