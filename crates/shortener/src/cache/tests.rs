@@ -355,7 +355,7 @@ async fn a_forgotten_entry_is_shelved_unless_a_later_read_replaced_it() {
 }
 
 #[tokio::test]
-async fn a_long_aliass_code_is_one_allocation_for_the_key_its_link_and_the_shelf() {
+async fn a_long_alias_is_one_allocation_for_the_key_its_link_and_the_shelf() {
     let alias = "a-twenty-nine-char-long-alias";
     let (_dir, cache, read, now) = cache_holding(alias).await;
     assert!(read.code.is_heap_allocated());
