@@ -197,11 +197,6 @@ impl Records {
             .flatten()
     }
 
-    /// The address of `slot`, removed or not (what a session bound there is told).
-    pub(crate) fn address(&self, slot: Slot) -> Option<&ProxyAddress> {
-        self.list.get(slot as usize).map(|r| &r.address)
-    }
-
     /// Slots given so far, removed ones included: the next one is this.
     pub(crate) fn len(&self) -> usize {
         self.list.len()

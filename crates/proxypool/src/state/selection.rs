@@ -4,7 +4,6 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
 use crate::config::PoolConfig;
 use crate::error::AcquireError;
@@ -184,36 +183,35 @@ impl PoolState {
         let expires = now.after(self.cfg.sticky_ttl);
         if let Some(b) = self.sessions.get(key) {
             let slot = b.slot;
-            // The record's lines load while its `Hot` entry is read and the grant prepared.
+            // The record's lines and the address a grant clones (the binding holds it too)
+            // load while its `Hot` entry is read and the grant prepared.
             self.records.prefetch(slot);
+            b.address.prefetch_shared();
             let live = self
                 .hot
                 .get(slot as usize)
                 .filter(|h| matches!(h.state, Some(HealthState::Healthy | HealthState::Degraded)));
-            // A refusal names the bound address: its record's, kept once it is removed.
-            let refused = |make: &dyn Fn(String, ProxyAddress) -> AcquireError| {
-                Err(self
-                    .records
-                    .address(slot)
-                    .map_or(AcquireError::NoAddressAvailable, |a| {
-                        make(key.to_string(), a.clone())
-                    }))
-            };
             let refusal = match live {
                 // Never move a session silently (P2): the caller ends it, the next acquire
                 // starts a new one.
-                None => refused(&|key, address| AcquireError::SessionBroken { key, address }),
+                None => Err(AcquireError::SessionBroken {
+                    key: key.to_string(),
+                    address: b.address.clone(),
+                }),
                 Some(h) if h.active_leases >= self.cfg.max_leases_per_address => {
-                    refused(&|key, address| AcquireError::BoundAddressBusy { key, address })
+                    Err(AcquireError::BoundAddressBusy {
+                        key: key.to_string(),
+                        address: b.address.clone(),
+                    })
                 }
                 Some(h) => match cooling(h, &self.records, &self.sites, slot, site, now) {
-                    Some(until) => refused(&|key, address| AcquireError::BoundAddressCooling {
-                        key,
-                        address,
+                    Some(until) => Err(AcquireError::BoundAddressCooling {
+                        key: key.to_string(),
+                        address: b.address.clone(),
                         retry_in: until.since(now),
                     }),
                     None => {
-                        b.renew(expires);
+                        b.expires.set(expires);
                         Ok((slot, Choice::Bound))
                     }
                 },
@@ -245,8 +243,9 @@ impl PoolState {
             .ok_or_else(no_address)?;
         let rec = self.record_mut(slot).ok_or_else(no_address)?;
         rec.count_binding(sp, true);
+        let address = rec.address.clone();
         self.sub_pools[sp as usize].bound_keys += 1;
-        self.sessions.bind(key, slot, sp, expires);
+        self.sessions.bind(key, slot, address, sp, expires);
         self.due_by(expires);
         Ok((slot, Choice::Hashed))
     }
