@@ -304,6 +304,20 @@ async fn postgres_imports_in_multi_row_batches_with_audit_rows() {
         .map(|row| row.get(0))
         .collect();
     assert_eq!(sizes, [1, 500, 1_000, 1_000]);
+    // Statistics and the visibility map are up to date when the import ends (autovacuum is
+    // off on the test machines, and would be late elsewhere).
+    let (visible, tuples): (i32, f32) = {
+        let row = client
+            .query_one(
+                "SELECT relallvisible, reltuples FROM pg_class WHERE oid = 'links'::regclass",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert!(visible > 0, "no page of links is all-visible");
+    assert_eq!(tuples, 2501.0);
     assert_eq!(
         count(
             "SELECT count(DISTINCT code) FROM (SELECT unnest(codes) AS code FROM link_changes) n"

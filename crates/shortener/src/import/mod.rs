@@ -240,6 +240,13 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
     if let Some(task) = in_flight.take() {
         stored += settle(task, &mut refused, &progress).await?;
     }
+    if stored > 0
+        && let Err(e) = store.after_import().await
+    {
+        eprintln!(
+            "warning: the links are stored, but bringing the store's statistics up to date failed ({e}); its own maintenance will, in time"
+        );
+    }
     bar.finish_and_clear();
 
     let seconds = started.elapsed().as_secs_f64();

@@ -157,6 +157,11 @@ impl LinkStore for GuardedStore {
         self.inner.import_links(batch).await
     }
 
+    async fn after_import(&self) -> Result<(), StoreError> {
+        // Never on a request's path either.
+        self.inner.after_import().await
+    }
+
     async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.bounded(self.inner.meta(key)).await
     }

@@ -493,6 +493,17 @@ impl LinkStore for PgStore {
         Ok(outcome)
     }
 
+    async fn after_import(&self) -> Result<(), StoreError> {
+        // Autovacuum would, in time (and not at all where it is off): until then the new
+        // links have no statistics and every click batch's `links` probe reads each row's
+        // heap page to check its visibility (BENCHMARKS.md, twenty-ninth session).
+        let client = self.client().await?;
+        client
+            .batch_execute("VACUUM (ANALYZE) links, audit")
+            .await
+            .map_err(classify)
+    }
+
     async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let client = self.client().await?;
         client

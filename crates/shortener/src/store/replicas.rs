@@ -425,6 +425,10 @@ impl LinkStore for Replicated {
         self.primary.import_links(batch).await
     }
 
+    async fn after_import(&self) -> Result<(), StoreError> {
+        self.primary.after_import().await
+    }
+
     async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.primary.meta(key).await
     }

@@ -445,6 +445,11 @@ impl LinkStore for SqliteStore {
         .await
     }
 
+    async fn after_import(&self) -> Result<(), StoreError> {
+        // No statistics kept (no `ANALYZE`): the planner's choices here are by index.
+        Ok(())
+    }
+
     async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let key = key.to_owned();
         self.read(move |c| {
