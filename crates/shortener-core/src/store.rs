@@ -255,11 +255,12 @@ pub trait LinkStore: Send + Sync + 'static {
     /// writing on a thread of its own need not copy hundreds of thousands of links.
     async fn import_links(&self, batch: Arc<ImportBatch>) -> Result<ImportOutcome, StoreError>;
 
-    /// An import has stored its last batch: brings what the store knows about its tables
-    /// (statistics, which pages are all-visible) up to date for the rows it added, where the
-    /// store keeps such knowledge, instead of leaving it to a background job that may run
-    /// later or never.
-    async fn after_import(&self) -> Result<(), StoreError>;
+    /// An import has stored its last batch: brings what the store knows about the tables an
+    /// import fills (statistics, which pages are all-visible) up to date, where the store
+    /// keeps such knowledge, instead of leaving it to a background job that may run later or
+    /// never. Whole tables: its cost grows with what was written since they were last
+    /// brought up to date. What it ran, if anything, for the import to report.
+    async fn after_import(&self) -> Result<Option<&'static str>, StoreError>;
 
     /// The value stored under `key` in the store's meta table, if any.
     async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;

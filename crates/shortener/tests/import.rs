@@ -304,20 +304,28 @@ async fn postgres_imports_in_multi_row_batches_with_audit_rows() {
         .map(|row| row.get(0))
         .collect();
     assert_eq!(sizes, [1, 500, 1_000, 1_000]);
-    // Statistics and the visibility map are up to date when the import ends (autovacuum is
-    // off on the test machines, and would be late elsewhere).
-    let (visible, tuples): (i32, f32) = {
+    // Statistics and the visibility map are up to date when the import ends (autovacuum
+    // would be late, or never run where it is off).
+    assert!(
+        stdout.contains("VACUUM (ANALYZE) links, audit: "),
+        "{stdout}"
+    );
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    for (table, rows) in [("links", 2501.0), ("audit", 2501.0)] {
         let row = client
             .query_one(
-                "SELECT relallvisible, reltuples FROM pg_class WHERE oid = 'links'::regclass",
-                &[],
+                "SELECT relallvisible, relpages, reltuples FROM pg_class WHERE relname = $1",
+                &[&table],
             )
             .await
             .unwrap();
-        (row.get(0), row.get(1))
-    };
-    assert!(visible > 0, "no page of links is all-visible");
-    assert_eq!(tuples, 2501.0);
+        let (visible, pages, tuples): (i32, i32, f32) = (row.get(0), row.get(1), row.get(2));
+        assert!(
+            pages > 0 && visible == pages,
+            "{table}: {visible} of {pages} pages all-visible"
+        );
+        assert_eq!(tuples, rows, "{table}");
+    }
     assert_eq!(
         count(
             "SELECT count(DISTINCT code) FROM (SELECT unnest(codes) AS code FROM link_changes) n"
@@ -329,4 +337,52 @@ async fn postgres_imports_in_multi_row_batches_with_audit_rows() {
     let stdout = ok(&import(&store, &file, &[]));
     assert!(stdout.contains("imported 0 links"), "{stdout}");
     assert_eq!(count("SELECT count(*) FROM links").await, 2501);
+}
+
+#[tokio::test]
+async fn postgres_import_by_a_role_that_does_not_own_the_tables_stores_and_warns() {
+    let db = TestDb::migrated().await;
+    let role = format!("{}_importer", db.name);
+    let client = db.client().await;
+    client
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}; \
+             GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {role}"
+        ))
+        .await
+        .unwrap();
+    let mut url = url::Url::parse(&db.url).unwrap();
+    url.set_username(&role).unwrap();
+    let store = ["--database", url.as_str()];
+    let dir = TempDir::new().unwrap();
+    let file = dir.path().join("links.csv");
+    std::fs::write(&file, "https://example.com/1\nhttps://example.com/2\n").unwrap();
+    let out = import(&store, &file, &[]);
+    let stdout = ok(&out);
+    assert!(stdout.contains("imported 2 links"), "{stdout}");
+    assert!(!stdout.contains("VACUUM"), "{stdout}");
+    assert!(
+        stderr(&out).contains("warning: the links are stored")
+            && stderr(&out).contains("this role does not own audit and links"),
+        "{}",
+        stderr(&out)
+    );
+    let count: i64 = client
+        .query_one("SELECT count(*) FROM links", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 2);
+    drop(client);
+    drop(db);
+    let (admin, connection) =
+        tokio_postgres::connect(&common::pg::admin_url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    admin
+        .batch_execute(&format!("DROP ROLE {role}"))
+        .await
+        .unwrap();
 }

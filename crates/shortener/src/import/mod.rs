@@ -240,16 +240,12 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
     if let Some(task) = in_flight.take() {
         stored += settle(task, &mut refused, &progress).await?;
     }
-    if stored > 0
-        && let Err(e) = store.after_import().await
-    {
-        eprintln!(
-            "warning: the links are stored, but bringing the store's statistics up to date failed ({e}); its own maintenance will, in time"
-        );
-    }
-    bar.finish_and_clear();
-
     let seconds = started.elapsed().as_secs_f64();
+    // Also when this run stored nothing: an earlier, interrupted one may have stored the rest.
+    bar.set_message("bringing the store's statistics up to date");
+    let maintained = Instant::now();
+    let maintenance = store.after_import().await;
+    bar.finish_and_clear();
     println!(
         "imported {stored} links from {} (lines {}–{}) in {seconds:.1} s ({:.0} links/s); refused {} lines",
         path.display(),
@@ -258,6 +254,16 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
         stored as f64 / seconds.max(1e-9),
         refused.len()
     );
+    match maintenance {
+        Ok(Some(ran)) => println!("{ran}: {:.1} s", maintained.elapsed().as_secs_f64()),
+        Ok(None) => {}
+        Err(e) => eprintln!(
+            "warning: the links are stored, but bringing the store's statistics up to date \
+             failed ({e}); on PostgreSQL run `VACUUM (ANALYZE) links, audit` as the tables' \
+             owner: until it runs (autovacuum may not, or late), every click batch reads each \
+             new link's row"
+        ),
+    }
     report_refusals(refused);
     Ok(())
 }

@@ -157,7 +157,7 @@ impl LinkStore for GuardedStore {
         self.inner.import_links(batch).await
     }
 
-    async fn after_import(&self) -> Result<(), StoreError> {
+    async fn after_import(&self) -> Result<Option<&'static str>, StoreError> {
         // Never on a request's path either.
         self.inner.after_import().await
     }

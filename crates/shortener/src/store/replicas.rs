@@ -425,7 +425,7 @@ impl LinkStore for Replicated {
         self.primary.import_links(batch).await
     }
 
-    async fn after_import(&self) -> Result<(), StoreError> {
+    async fn after_import(&self) -> Result<Option<&'static str>, StoreError> {
         self.primary.after_import().await
     }
 

@@ -445,9 +445,9 @@ impl LinkStore for SqliteStore {
         .await
     }
 
-    async fn after_import(&self) -> Result<(), StoreError> {
+    async fn after_import(&self) -> Result<Option<&'static str>, StoreError> {
         // No statistics kept (no `ANALYZE`): the planner's choices here are by index.
-        Ok(())
+        Ok(None)
     }
 
     async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
