@@ -341,19 +341,8 @@ async fn postgres_imports_in_multi_row_batches_with_audit_rows() {
 
 #[tokio::test]
 async fn postgres_import_by_a_role_that_does_not_own_the_tables_stores_and_warns() {
-    let db = TestDb::migrated().await;
-    let role = format!("{}_importer", db.name);
-    let client = db.client().await;
-    client
-        .batch_execute(&format!(
-            "CREATE ROLE {role} LOGIN; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}; \
-             GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {role}"
-        ))
-        .await
-        .unwrap();
-    let mut url = url::Url::parse(&db.url).unwrap();
-    url.set_username(&role).unwrap();
+    let mut db = TestDb::migrated().await;
+    let url = db.non_owner().await;
     let store = ["--database", url.as_str()];
     let dir = TempDir::new().unwrap();
     let file = dir.path().join("links.csv");
@@ -368,21 +357,12 @@ async fn postgres_import_by_a_role_that_does_not_own_the_tables_stores_and_warns
         "{}",
         stderr(&out)
     );
-    let count: i64 = client
+    let count: i64 = db
+        .client()
+        .await
         .query_one("SELECT count(*) FROM links", &[])
         .await
         .unwrap()
         .get(0);
     assert_eq!(count, 2);
-    drop(client);
-    drop(db);
-    let (admin, connection) =
-        tokio_postgres::connect(&common::pg::admin_url(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-    tokio::spawn(connection);
-    admin
-        .batch_execute(&format!("DROP ROLE {role}"))
-        .await
-        .unwrap();
 }

@@ -24,11 +24,13 @@ async fn admin() -> tokio_postgres::Client {
     client
 }
 
-/// A database of its own, dropped (with any connection still open to it) on drop.
+/// A database of its own, dropped (with any connection still open to it) on drop, and then
+/// the roles made for it.
 pub struct TestDb {
     pub name: String,
     /// `postgres://…/name`
     pub url: String,
+    roles: Vec<String>,
 }
 
 impl TestDb {
@@ -49,7 +51,27 @@ impl TestDb {
         Self {
             name,
             url: url.to_string(),
+            roles: Vec::new(),
         }
+    }
+
+    /// A login role that may read and write every table of the current schema but owns
+    /// none; the URL of this database as that role.
+    pub async fn non_owner(&mut self) -> String {
+        let role = format!("{}_r{}", self.name, self.roles.len());
+        self.client()
+            .await
+            .batch_execute(&format!(
+                "CREATE ROLE {role} LOGIN; \
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}; \
+                 GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {role}"
+            ))
+            .await
+            .unwrap();
+        self.roles.push(role.clone());
+        let mut url = url::Url::parse(&self.url).unwrap();
+        url.set_username(&role).unwrap();
+        url.to_string()
     }
 
     /// A database with the current schema.
@@ -105,18 +127,25 @@ impl TestDb {
 impl Drop for TestDb {
     fn drop(&mut self) {
         let name = self.name.clone();
+        let roles = std::mem::take(&mut self.roles);
         // Drop runs inside the test's runtime, which cannot be blocked on: use a thread with
-        // a runtime of its own.
+        // a runtime of its own. Roles go once the database that granted them is gone.
         let dropped = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
             rt.block_on(async {
-                admin()
-                    .await
+                let admin = admin().await;
+                admin
                     .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                    .await
+                    .await?;
+                for role in roles {
+                    admin
+                        .batch_execute(&format!("DROP ROLE IF EXISTS {role}"))
+                        .await?;
+                }
+                Ok::<_, tokio_postgres::Error>(())
             })
         })
         .join();
