@@ -257,12 +257,8 @@ pub(crate) async fn run(config: ImportConfig) -> anyhow::Result<()> {
     match maintenance {
         Ok(Some(ran)) => println!("{ran}: {:.1} s", maintained.elapsed().as_secs_f64()),
         Ok(None) => {}
-        Err(e) => eprintln!(
-            "warning: the links are stored, but bringing the store's statistics up to date \
-             failed ({e}); on PostgreSQL run `VACUUM (ANALYZE) links, audit` as the tables' \
-             owner: until it runs (autovacuum may not, or late), every click batch reads each \
-             new link's row"
-        ),
+        // The store's error says what did not run and what to do.
+        Err(e) => eprintln!("warning: the links are stored; {e}"),
     }
     report_refusals(refused);
     Ok(())

@@ -282,6 +282,47 @@ impl PgStore {
     }
 }
 
+/// What an import ends with (see `after_import`).
+const IMPORT_VACUUM: &str = "VACUUM (ANALYZE) links, audit";
+
+impl PgStore {
+    /// Runs [`IMPORT_VACUUM`], or says why it could not.
+    async fn vacuum_imported(&self) -> Result<(), String> {
+        // Off the pool: the session setting below must not follow the connection back to it.
+        let client = Object::take(self.client().await.map_err(|e| e.to_string())?);
+        // Anyone but the owner gets a notice, not an error, and the tables skipped.
+        let not_owned: Vec<String> = client
+            .query(
+                "SELECT relname::TEXT FROM pg_class \
+                 WHERE oid IN ('links'::regclass, 'audit'::regclass) \
+                 AND NOT pg_has_role(relowner, 'USAGE') ORDER BY 1",
+                &[],
+            )
+            .await
+            .map_err(|e| describe(&e))?
+            .iter()
+            .map(|row| row.try_get(0))
+            .collect::<Result<_, _>>()
+            .map_err(|e| describe(&e))?;
+        if !not_owned.is_empty() {
+            return Err(format!(
+                "this role does not own {}",
+                not_owned.join(" and ")
+            ));
+        }
+        // A `statement_timeout` from the URL's options or the role would cut a large table's
+        // first VACUUM short. One statement a call: VACUUM runs in no transaction block, and
+        // several statements in one string make one.
+        for statement in ["SET statement_timeout = 0", IMPORT_VACUUM] {
+            client
+                .batch_execute(statement)
+                .await
+                .map_err(|e| describe(&e))?;
+        }
+        Ok(())
+    }
+}
+
 /// A transaction for background work, free of the request path's statement timeout.
 async fn background_transaction(
     client: &mut Object,
@@ -498,37 +539,17 @@ impl LinkStore for PgStore {
         // then every click batch's `links` probe reads each new row's heap page to check its
         // visibility (BENCHMARKS.md, "twenty-ninth session" of the shortener). `audit` grew by
         // as many rows, which its listings' plans should know of.
-        // Off the pool: the session setting below must not follow the connection back to it.
-        let client = Object::take(self.client().await?);
-        // Anyone but the owner gets a notice, not an error, and the tables skipped.
-        let not_owned: Vec<String> = client
-            .query(
-                "SELECT relname::TEXT FROM pg_class \
-                 WHERE oid IN ('links'::regclass, 'audit'::regclass) \
-                 AND NOT pg_has_role(relowner, 'USAGE') ORDER BY 1",
-                &[],
-            )
-            .await
-            .map_err(classify)?
-            .iter()
-            .map(|row| row.try_get(0))
-            .collect::<Result<_, _>>()
-            .map_err(classify)?;
-        if !not_owned.is_empty() {
-            return Err(StoreError::Backend(
-                format!("this role does not own {}", not_owned.join(" and ")).into(),
-            ));
+        match self.vacuum_imported().await {
+            Ok(()) => Ok(Some(IMPORT_VACUUM)),
+            Err(reason) => Err(StoreError::Backend(
+                format!(
+                    "`{IMPORT_VACUUM}` did not run: {reason}; run it as the tables' owner: until \
+                     it runs (autovacuum may be late, or off), every click batch reads each new \
+                     link's row"
+                )
+                .into(),
+            )),
         }
-        // A `statement_timeout` from the URL's options or the role would cut a large table's
-        // first VACUUM short. One statement a call: VACUUM runs in no transaction block, and
-        // several statements in one string make one.
-        client
-            .batch_execute("SET statement_timeout = 0")
-            .await
-            .map_err(classify)?;
-        const VACUUM: &str = "VACUUM (ANALYZE) links, audit";
-        client.batch_execute(VACUUM).await.map_err(classify)?;
-        Ok(Some(VACUUM))
     }
 
     async fn meta(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
