@@ -186,20 +186,29 @@ impl Window {
     pub(crate) fn push(&mut self, e: Entry) {
         self.expire(e.at);
         if self.entries.len() >= usize::from(self.entries.capacity) {
-            // Full: the oldest entry leaves and `e` takes its place.
+            // Full: the oldest entry leaves and `e` takes its place; the next one is oldest.
             let old = self.entries.replace_front(e);
             self.forget(&old);
+            self.set_horizon();
         } else {
+            // Below the capacity the oldest stays (`e` is it in an empty window), so the
+            // horizon is known without reading it: a load of another line than the one
+            // written, from a ring reached at random.
+            if self.entries.len() == 0 {
+                self.horizon_ms = self.horizon_of(&e);
+            }
             self.entries.push_back(e);
         }
         self.remember(&e);
-        self.set_horizon();
     }
 
-    /// A word from the header (see `AddressRecord::prefetch`); the slot the next push writes
-    /// is hinted, not read: a grant has no use for it, its release comes later.
+    /// A word from the header (see `AddressRecord::prefetch`); the slots the next push
+    /// touches are hinted, not read: a grant has no use for them, its release comes later.
     pub(crate) fn prefetch(&self) -> u64 {
         if let Some(e) = self.next_entry() {
+            crate::hint::prefetch(e);
+        }
+        if let Some(e) = self.oldest_after_push() {
             crate::hint::prefetch(e);
         }
         self.horizon_ms
@@ -214,6 +223,15 @@ impl Window {
             usize::from(ring.head)
         };
         ring.buf.get(next)
+    }
+
+    /// The entry a push into a full ring leaves oldest, whose age sets the horizon: one push
+    /// in four it lies on the cache line after the written slot's.
+    fn oldest_after_push(&self) -> Option<&Entry> {
+        let ring = &self.entries;
+        (ring.len() == ring.buf.len())
+            .then(|| ring.buf.get(ring.index(1)))
+            .flatten()
     }
 
     /// When the oldest entry ages out, if there is one.
@@ -233,9 +251,15 @@ impl Window {
     }
 
     fn set_horizon(&mut self) {
-        self.horizon_ms = self.entries.front().map_or(u64::MAX, |e| {
-            e.at.as_millis().saturating_add(u64::from(self.max_age_ms))
-        });
+        self.horizon_ms = self
+            .entries
+            .front()
+            .map_or(u64::MAX, |e| self.horizon_of(e));
+    }
+
+    /// When `e` ages out (ms).
+    fn horizon_of(&self, e: &Entry) -> u64 {
+        e.at.as_millis().saturating_add(u64::from(self.max_age_ms))
     }
 
     /// Drops the outcomes older than the maximum age.
@@ -533,6 +557,28 @@ mod tests {
         w.expire(at(900));
         assert_eq!(w.tail_quantiles(1), None);
         assert_eq!(w.tallies(at(900)), (Tally::default(), Tally::default()));
+    }
+
+    #[test]
+    fn the_horizon_is_when_the_oldest_entry_ages_out() {
+        let mut w = Window::new(3, AGE);
+        let at = |s: u64| Some(Timestamp::from_millis(s * 1000));
+        assert_eq!(w.horizon(), None);
+        // Below the capacity the first entry stays the oldest.
+        for s in [10, 20, 30] {
+            w.push(e(s, Class::Success, 100));
+            assert_eq!(w.horizon(), at(10 + 600));
+        }
+        // Full: each push makes the next one the oldest.
+        w.push(e(40, Class::Success, 100));
+        assert_eq!(w.horizon(), at(20 + 600));
+        w.push(e(50, Class::Failure, 0));
+        assert_eq!(w.horizon(), at(30 + 600));
+        // Aged out entirely, then a new first entry.
+        w.expire(Timestamp::from_millis(700_000));
+        assert_eq!(w.horizon(), None);
+        w.push(e(800, Class::Success, 100));
+        assert_eq!(w.horizon(), at(800 + 600));
     }
 
     #[test]
