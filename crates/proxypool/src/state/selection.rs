@@ -181,6 +181,12 @@ impl PoolState {
         now: Timestamp,
     ) -> Result<(Slot, Choice), AcquireError> {
         let expires = now.after(self.cfg.sticky_ttl);
+        if let Some(slot) = self.sessions.hint(key) {
+            self.records.prefetch(slot);
+            if let Some(h) = self.hot.get(slot as usize) {
+                hint::prefetch(h);
+            }
+        }
         if let Some(b) = self.sessions.get(key) {
             let slot = b.slot;
             // The record's lines and the address a grant clones (the binding holds it too)

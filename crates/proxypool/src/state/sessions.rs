@@ -4,7 +4,7 @@ use std::borrow::Borrow;
 use std::cell::Cell;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashSet};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use crate::address::ProxyAddress;
@@ -123,12 +123,37 @@ pub(crate) struct Sessions {
     map: HashSet<Entry, foldhash::fast::RandomState>,
     expiry: BinaryHeap<Reverse<(Timestamp, u64, Key)>>,
     next_generation: u64,
+    /// The slot last bound under each hash's low bits (`NO_HINT` where none), at least two
+    /// places a binding: read beside the map's lookup, it lets the record's lines load while
+    /// the lookup's control bytes and bucket do, one miss sooner. Stale or shared places
+    /// only waste a hint.
+    hints: Vec<Slot>,
 }
+
+/// A place of `Sessions::hints` that names no slot.
+const NO_HINT: Slot = Slot::MAX;
 
 impl Sessions {
     /// The key's binding; renew it by setting its `expires`.
     pub(crate) fn get(&self, key: &str) -> Option<&Binding> {
         self.map.get(key.as_bytes()).map(|e| &e.binding)
+    }
+
+    /// The slot the key was last bound to, likely (see `hints`), read without waiting on the
+    /// map.
+    pub(crate) fn hint(&self, key: &str) -> Option<Slot> {
+        let at = self.place(key)?;
+        self.hints.get(at).copied().filter(|s| *s != NO_HINT)
+    }
+
+    fn place(&self, key: &str) -> Option<usize> {
+        let mask = self.hints.len().checked_sub(1)?;
+        Some(self.place_in(key.as_bytes(), mask))
+    }
+
+    /// The key's place among `mask + 1` (a power of two) places.
+    fn place_in(&self, key: &[u8], mask: usize) -> usize {
+        self.map.hasher().hash_one(key) as usize & mask
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -145,6 +170,12 @@ impl Sessions {
     ) {
         self.next_generation += 1;
         let generation = self.next_generation;
+        if self.hints.len() < 2 * (self.map.len() + 1) {
+            self.rehint();
+        }
+        if let Some(at) = self.place(key) {
+            self.hints[at] = slot;
+        }
         let key = Key::new(key);
         self.expiry
             .push(Reverse((expires, generation, key.clone())));
@@ -158,6 +189,16 @@ impl Sessions {
                 generation,
             },
         });
+    }
+
+    /// Doubles `hints` (at least 1 024 places) and fills it from the bindings.
+    fn rehint(&mut self) {
+        let len = (2 * self.hints.len()).max(1024);
+        let mut hints = vec![NO_HINT; len];
+        for e in &self.map {
+            hints[self.place_in(e.key.as_bytes(), len - 1)] = e.binding.slot;
+        }
+        self.hints = hints;
     }
 
     pub(crate) fn unbind(&mut self, key: &str) -> Option<Binding> {
@@ -222,6 +263,27 @@ mod tests {
         assert!(s.get("k").is_some());
         assert_eq!(s.expire(Timestamp::from_millis(300)).len(), 1);
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn p2_hints_name_the_slots_keys_were_bound_to() {
+        let a = ProxyAddress::parse("http://h:1").unwrap();
+        let mut s = Sessions::default();
+        assert_eq!(s.hint("account-0"), None);
+        let keys: Vec<Arc<str>> = (0..5000).map(|i| format!("account-{i}").into()).collect();
+        for (slot, key) in (0..).zip(&keys) {
+            s.bind(key, slot, a.clone(), 0, Timestamp::from_millis(1));
+            // The latest binding owns its place, across the hints' growth too.
+            assert_eq!(s.hint(key), Some(slot));
+        }
+        assert!(s.hints.len() >= 2 * s.len());
+        // A place two keys share names the later one; most keep their own, none has none.
+        let own = (0..)
+            .zip(&keys)
+            .filter(|(slot, k)| s.hint(k) == Some(*slot))
+            .count();
+        assert!(own * 10 >= keys.len() * 7, "{own} of {} keys", keys.len());
+        assert!(keys.iter().all(|k| s.hint(k).is_some()));
     }
 
     #[test]
