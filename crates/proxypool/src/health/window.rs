@@ -200,38 +200,33 @@ impl Window {
             self.entries.push_back(e);
         }
         self.remember(&e);
+        self.debug_check_horizon();
     }
 
-    /// A word from the header (see `AddressRecord::prefetch`); the slots the next push
+    /// A word from the header (see `AddressRecord::prefetch`); the entries the next push
     /// touches are hinted, not read: a grant has no use for them, its release comes later.
     pub(crate) fn prefetch(&self) -> u64 {
-        if let Some(e) = self.next_entry() {
-            crate::hint::prefetch(e);
-        }
-        if let Some(e) = self.oldest_after_push() {
-            crate::hint::prefetch(e);
-        }
+        self.hint_next_push();
         self.horizon_ms
     }
 
-    /// The slot the next push writes, once the ring is allocated.
-    pub(crate) fn next_entry(&self) -> Option<&Entry> {
+    /// Starts loading the entries the next push touches (once the ring is allocated): the
+    /// slot it writes and, in a full ring, the entry it leaves oldest, whose age sets the
+    /// horizon (one push in four on the next cache line).
+    pub(crate) fn hint_next_push(&self) {
         let ring = &self.entries;
-        let next = if ring.len() < ring.buf.len() {
-            ring.index(ring.len())
-        } else {
+        let full = ring.len() == ring.buf.len();
+        let next = if full {
             usize::from(ring.head)
+        } else {
+            ring.index(ring.len())
         };
-        ring.buf.get(next)
-    }
-
-    /// The entry a push into a full ring leaves oldest, whose age sets the horizon: one push
-    /// in four it lies on the cache line after the written slot's.
-    fn oldest_after_push(&self) -> Option<&Entry> {
-        let ring = &self.entries;
-        (ring.len() == ring.buf.len())
-            .then(|| ring.buf.get(ring.index(1)))
-            .flatten()
+        if let Some(e) = ring.buf.get(next) {
+            crate::hint::prefetch(e);
+        }
+        if let Some(e) = ring.get(1).filter(|_| full) {
+            crate::hint::prefetch(e);
+        }
     }
 
     /// When the oldest entry ages out, if there is one.
@@ -248,6 +243,17 @@ impl Window {
             .iter()
             .find(|e| !self.expired(e, now))
             .map(|e| Timestamp::from_millis(e.at.as_millis().saturating_add(max_age)))
+    }
+
+    /// The horizon is when the oldest entry ages out (checked in debug builds, so that the
+    /// property suites hold every window to it).
+    fn debug_check_horizon(&self) {
+        debug_assert_eq!(
+            self.horizon_ms,
+            self.entries
+                .front()
+                .map_or(u64::MAX, |e| self.horizon_of(e))
+        );
     }
 
     fn set_horizon(&mut self) {
@@ -282,6 +288,7 @@ impl Window {
             self.forget(&front);
         }
         self.set_horizon();
+        self.debug_check_horizon();
     }
 
     fn remember(&mut self, e: &Entry) {
@@ -574,11 +581,14 @@ mod tests {
         assert_eq!(w.horizon(), at(20 + 600));
         w.push(e(50, Class::Failure, 0));
         assert_eq!(w.horizon(), at(30 + 600));
+        // A push whose own expiry leaves the ring below the capacity, not empty.
+        w.push(e(635, Class::Success, 100));
+        assert_eq!(w.horizon(), at(40 + 600));
         // Aged out entirely, then a new first entry.
-        w.expire(Timestamp::from_millis(700_000));
+        w.expire(Timestamp::from_millis(1_300_000));
         assert_eq!(w.horizon(), None);
-        w.push(e(800, Class::Success, 100));
-        assert_eq!(w.horizon(), at(800 + 600));
+        w.push(e(1400, Class::Success, 100));
+        assert_eq!(w.horizon(), at(1400 + 600));
     }
 
     #[test]

@@ -71,13 +71,11 @@ impl AddressRecord {
         hint::prefetch(&self.latency_seen);
     }
 
-    /// Starts loading what a pair reaches through the record's pointers: the window entry
-    /// the next push writes and the address a grant clones. Reads the record's lines 2 and 3
+    /// Starts loading what a pair reaches through the record's pointers: the window entries
+    /// the next push touches and the address a grant clones. Reads the record's lines 2 and 3
     /// (a wait if they are not in yet).
     fn prefetch_pointed(&self) {
-        if let Some(e) = self.window.next_entry() {
-            hint::prefetch(e);
-        }
+        self.window.hint_next_push();
         self.address.prefetch_shared();
     }
 

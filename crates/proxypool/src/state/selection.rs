@@ -181,7 +181,9 @@ impl PoolState {
         now: Timestamp,
     ) -> Result<(Slot, Choice), AcquireError> {
         let expires = now.after(self.cfg.sticky_ttl);
-        if let Some(slot) = self.sessions.hint(key) {
+        // Before the lookup, by key hash alone (see `Sessions::hints`).
+        let hinted = self.sessions.hint(key);
+        if let Some(slot) = hinted {
             self.records.prefetch(slot);
             if let Some(h) = self.hot.get(slot as usize) {
                 hint::prefetch(h);
@@ -189,9 +191,11 @@ impl PoolState {
         }
         if let Some(b) = self.sessions.get(key) {
             let slot = b.slot;
-            // The record's lines and the address a grant clones (the binding holds it too)
-            // load while its `Hot` entry is read and the grant prepared.
-            self.records.prefetch(slot);
+            // The record's lines (unless hinted already) and the address a grant clones (the
+            // binding holds it too) load while its `Hot` entry is read and the grant prepared.
+            if hinted != Some(slot) {
+                self.records.prefetch(slot);
+            }
             b.address.prefetch_shared();
             let live = self
                 .hot

@@ -11,6 +11,8 @@ use crate::address::ProxyAddress;
 use crate::clock::Timestamp;
 use crate::strategy::Slot;
 
+use super::NO_SLOT;
+
 /// Keys up to this long are stored inside the map's bucket.
 const INLINE: usize = 22;
 
@@ -123,15 +125,13 @@ pub(crate) struct Sessions {
     map: HashSet<Entry, foldhash::fast::RandomState>,
     expiry: BinaryHeap<Reverse<(Timestamp, u64, Key)>>,
     next_generation: u64,
-    /// The slot last bound under each hash's low bits (`NO_HINT` where none), at least two
-    /// places a binding: read beside the map's lookup, it lets the record's lines load while
-    /// the lookup's control bytes and bucket do, one miss sooner. Stale or shared places
-    /// only waste a hint.
+    /// A slot bound under each hash's low bits (`NO_SLOT` where none; the latest binding's,
+    /// or after a refill any one's), at least two places a binding: read beside the map's
+    /// lookup, it lets the record's lines load while the lookup's control bytes and bucket
+    /// do, one miss sooner. Stale or shared places only waste a hint. Grown with the
+    /// bindings, as the map is, and never shrunk (16 bytes at most a binding at its peak).
     hints: Vec<Slot>,
 }
-
-/// A place of `Sessions::hints` that names no slot.
-const NO_HINT: Slot = Slot::MAX;
 
 impl Sessions {
     /// The key's binding; renew it by setting its `expires`.
@@ -143,7 +143,7 @@ impl Sessions {
     /// map.
     pub(crate) fn hint(&self, key: &str) -> Option<Slot> {
         let at = self.place(key)?;
-        self.hints.get(at).copied().filter(|s| *s != NO_HINT)
+        self.hints.get(at).copied().filter(|s| *s != NO_SLOT)
     }
 
     fn place(&self, key: &str) -> Option<usize> {
@@ -194,7 +194,7 @@ impl Sessions {
     /// Doubles `hints` (at least 1 024 places) and fills it from the bindings.
     fn rehint(&mut self) {
         let len = (2 * self.hints.len()).max(1024);
-        let mut hints = vec![NO_HINT; len];
+        let mut hints = vec![NO_SLOT; len];
         for e in &self.map {
             hints[self.place_in(e.key.as_bytes(), len - 1)] = e.binding.slot;
         }
@@ -277,7 +277,7 @@ mod tests {
             assert_eq!(s.hint(key), Some(slot));
         }
         assert!(s.hints.len() >= 2 * s.len());
-        // A place two keys share names the later one; most keep their own, none has none.
+        // A place keys share names one of them; most keep their own, none has none.
         let own = (0..)
             .zip(&keys)
             .filter(|(slot, k)| s.hint(k) == Some(*slot))
