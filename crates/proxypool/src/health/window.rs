@@ -238,11 +238,10 @@ impl Window {
     /// `now`, what [`Window::horizon`] is after [`Window::expire`]).
     #[cfg(feature = "redis")]
     pub(crate) fn horizon_at(&self, now: Timestamp) -> Option<Timestamp> {
-        let max_age = u64::from(self.max_age_ms);
         self.entries
             .iter()
             .find(|e| !self.expired(e, now))
-            .map(|e| Timestamp::from_millis(e.at.as_millis().saturating_add(max_age)))
+            .map(|e| Timestamp::from_millis(self.horizon_of(e)))
     }
 
     /// The horizon is when the oldest entry ages out (checked in debug builds, so that the

@@ -118,6 +118,9 @@ impl fmt::Debug for PgStore {
     }
 }
 
+/// What an import ends with (see `after_import`).
+const IMPORT_VACUUM: &str = "VACUUM (ANALYZE) links, audit";
+
 impl PgStore {
     /// Connects and checks that the schema is exactly the one this binary uses. It never
     /// changes the schema: that is `shortener migrate`'s job.
@@ -280,12 +283,7 @@ impl PgStore {
             .await
             .map_err(|e| StoreError::Unavailable(describe_pool(&e).into()))
     }
-}
 
-/// What an import ends with (see `after_import`).
-const IMPORT_VACUUM: &str = "VACUUM (ANALYZE) links, audit";
-
-impl PgStore {
     /// Runs [`IMPORT_VACUUM`], or says why it could not.
     async fn vacuum_imported(&self) -> Result<(), String> {
         // Off the pool: the session setting below must not follow the connection back to it.
