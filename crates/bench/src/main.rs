@@ -16,7 +16,7 @@ mod wrk;
 use anyhow::{Context, bail};
 use backend::Backend;
 use clap::Parser;
-use procfs::{cpu_seconds, cpu_seconds_of, cpu_used, rss_mib};
+use procfs::{MachineCpu, cpu_seconds, cpu_seconds_of, cpu_used, rss_mib};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_distr::Distribution;
@@ -124,9 +124,10 @@ fn main() -> anyhow::Result<()> {
 
     // Case 4 first, on an empty store: durable creates per second.
     let creates_lua = lua_dir.join("creates.lua");
-    let mut create_runs = Vec::new();
+    let (mut create_runs, mut create_steal) = (Vec::new(), Vec::new());
     for round in 1..=args.rounds {
         let cpu_before = cpu_seconds(shortener.pid())?;
+        let machine_before = MachineCpu::read()?;
         let run = wrk.run(
             &format!("{shortener_base}/"),
             Some(&creates_lua),
@@ -134,14 +135,16 @@ fn main() -> anyhow::Result<()> {
         )?;
         // CPU time per create moves far less with the machine's load than creates/s do.
         let cpu = cpu_seconds(shortener.pid())? - cpu_before;
+        let steal = machine_before.steal_percent_until(&MachineCpu::read()?);
         let ok = run.ok_per_second() * run.seconds;
         println!(
-            "creates round {round}: {:.0} 201/s (non-2xx {}), shortener CPU {:.1} µs per create",
+            "creates round {round}: {:.0} 201/s (non-2xx {}), shortener CPU {:.1} µs per create, steal {steal:.0} %",
             run.ok_per_second(),
             run.non_2xx,
             cpu / ok * 1e6
         );
         create_runs.push(run);
+        create_steal.push(steal);
     }
 
     // Past 1 M links the run measures twice: the Zipf case at 1 M first, then everything
@@ -220,9 +223,10 @@ fn main() -> anyhow::Result<()> {
             median(ours.iter().map(|r| r.p99_ms)),
         );
         println!(
-            "{:<24} rounds {}; bare p99 {:.3} ms; CPU µs/request ours {:.1}, bare {:.1}, bare ÷ ours {} (rounds {})",
+            "{:<24} rounds {} (steal {} %); bare p99 {:.3} ms; CPU µs/request ours {:.1}, bare {:.1}, bare ÷ ours {} (rounds {})",
             "",
             result.spread(),
+            spread(result.steal_percent.iter().copied(), 0),
             median(result.bare.iter().map(|r| r.p99_ms)),
             median(result.ours_cpu_us.iter().copied()),
             median(result.bare_cpu_us.iter().copied()),
@@ -242,7 +246,7 @@ fn main() -> anyhow::Result<()> {
     let creates = median(create_runs.iter().map(Run::ok_per_second));
     let creates_bar = backend.creates_bar();
     println!(
-        "{:<24} {:>12} {creates:>12.0} {:>7} {:>9.3} {:>9.3}  ≥ {creates_bar:.0}/s {}  (rounds {})",
+        "{:<24} {:>12} {creates:>12.0} {:>7} {:>9.3} {:>9.3}  ≥ {creates_bar:.0}/s {}  (rounds {}; steal {} %)",
         "4 creates (201/s)",
         "-",
         "-",
@@ -250,6 +254,7 @@ fn main() -> anyhow::Result<()> {
         median(create_runs.iter().map(|r| r.p99_ms)),
         verdict(creates >= creates_bar, "creates", &mut failed),
         spread(create_runs.iter().map(Run::ok_per_second), 0),
+        spread(create_steal.iter().copied(), 0),
     );
     println!(
         "click → analytics lag: {:.3} s  (≤ 2 s {})",
@@ -371,6 +376,8 @@ struct CaseResult {
     /// Each of the store's processes' CPU per answered request of ours, µs, per round
     /// (scale-out: PostgreSQL, Redis), by name.
     store_cpu_us: Vec<(&'static str, Vec<f64>)>,
+    /// The machine's CPU time its hypervisor stole, percent, per round.
+    steal_percent: Vec<f64>,
     /// The shortener's resident memory after the case, MiB.
     rss_after: f64,
     /// Its click pipeline over the warm-up and the rounds: drops, writes, lag.
@@ -497,6 +504,7 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
         }
         let (mut bare, mut ours) = (Vec::new(), Vec::new());
         let (mut bare_cpu_us, mut ours_cpu_us) = (Vec::new(), Vec::new());
+        let mut steal_percent = Vec::new();
         let mut store_cpu_us: Vec<(&'static str, Vec<f64>)> = Vec::new();
         let target = |base: &str| match paths {
             None => format!("{base}/{hot}"),
@@ -535,6 +543,7 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
                 cpu_seconds(plan.bare_pid)?,
                 cpu_seconds(plan.shortener_pid)?,
             );
+            let machine_before = MachineCpu::read()?;
             let store_pids = plan.backend.store_pids()?;
             let store_cpu_before: Vec<_> =
                 store_pids.iter().map(|(_, p)| cpu_seconds_of(p)).collect();
@@ -565,14 +574,16 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
             }
             let bare_cpu = cpu_seconds(plan.bare_pid)? - bare_cpu_before;
             let ours_cpu = cpu_seconds(plan.shortener_pid)? - ours_cpu_before;
+            let steal = machine_before.steal_percent_until(&MachineCpu::read()?);
             let (b, o) = (Run::combined(&bare_slices), Run::combined(&ours_slices));
             println!(
-                "case {name}, round {}: ratio {:.2} (bare {:.0}, ours {:.0} req/s over both runs)",
+                "case {name}, round {}: ratio {:.2} (bare {:.0}, ours {:.0} req/s over both runs), steal {steal:.0} %",
                 round + 1,
                 o.requests_per_second / b.requests_per_second,
                 b.requests_per_second,
                 o.requests_per_second,
             );
+            steal_percent.push(steal);
             bare_cpu_us.push(bare_cpu * 1e6 / b.requests as f64);
             ours_cpu_us.push(ours_cpu * 1e6 / o.requests as f64);
             for ((name, pids), before) in store_pids.iter().zip(&store_cpu_before) {
@@ -606,6 +617,7 @@ fn run_cases(plan: &Plan<'_>, codes: &[String]) -> anyhow::Result<(Vec<CaseResul
             bare_cpu_us,
             ours_cpu_us,
             store_cpu_us,
+            steal_percent,
             rss_after,
             clicks,
         });

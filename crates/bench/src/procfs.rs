@@ -1,4 +1,5 @@
-//! What `/proc` says of a server process: resident memory and CPU time.
+//! What `/proc` says of a server process (resident memory, CPU time) and of the machine (CPU
+//! time its hypervisor stole).
 
 use anyhow::Context;
 
@@ -41,6 +42,47 @@ pub(crate) fn cpu_used(before: &[Option<f64>], after: &[Option<f64>]) -> Option<
         .fold(None, |sum, used| Some(sum.unwrap_or(0.0) + used))
 }
 
+/// The machine's CPU time so far, all its CPUs, in ticks: the total, and the part stolen (a
+/// vCPU ready to run while its host ran another guest). Steal slows both servers of a run
+/// unevenly and is invisible in their own CPU times: a round with much of it is a noisy one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MachineCpu {
+    total: u64,
+    steal: u64,
+}
+
+impl MachineCpu {
+    pub(crate) fn read() -> anyhow::Result<Self> {
+        let stat = std::fs::read_to_string("/proc/stat")?;
+        machine_cpu_of(&stat).with_context(|| format!("no readable cpu line in /proc/stat: {stat}"))
+    }
+
+    /// The share of the machine's CPU time from `self` to `later` that was stolen, percent.
+    pub(crate) fn steal_percent_until(&self, later: &Self) -> f64 {
+        let total = later.total.saturating_sub(self.total);
+        let steal = later.steal.saturating_sub(self.steal);
+        if total == 0 {
+            return 0.0;
+        }
+        steal as f64 * 100.0 / total as f64
+    }
+}
+
+fn machine_cpu_of(stat: &str) -> Option<MachineCpu> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    // user nice system idle iowait irq softirq steal; guest time is counted inside user.
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    Some(MachineCpu {
+        total: fields.iter().sum(),
+        steal: *fields.get(7)?,
+    })
+}
+
 fn cpu_of_stat(stat: &str) -> Option<f64> {
     // The command name (field 2) is in parentheses and may hold spaces: count from after it.
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -54,6 +96,22 @@ fn cpu_of_stat(stat: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steal_is_the_stolen_share_of_all_cpu_time_between_two_readings() {
+        let before = machine_cpu_of(
+            "cpu  100 0 50 800 10 0 5 35 7 0\ncpu0 50 0 25 400 5 0 2 18 3 0\nintr 1\n",
+        )
+        .unwrap();
+        let after =
+            machine_cpu_of("cpu  160 0 80 900 10 0 5 95 9 0\ncpu0 80 0 40 450 5 0 2 48 4 0\n")
+                .unwrap();
+        // 250 ticks passed (guest time is inside user, not added again), 60 of them stolen.
+        assert_eq!(before.steal_percent_until(&after), 24.0);
+        assert_eq!(after.steal_percent_until(&after), 0.0);
+        assert!(machine_cpu_of("cpu  1 2 3\n").is_none());
+        assert!(machine_cpu_of("intr 1\n").is_none());
+    }
 
     #[test]
     fn reads_utime_and_stime_past_a_name_with_spaces() {
