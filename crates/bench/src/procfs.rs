@@ -1,5 +1,5 @@
 //! What `/proc` says of a server process (resident memory, CPU time) and of the machine (CPU
-//! time its hypervisor stole).
+//! time stolen from it by its host).
 
 use anyhow::Context;
 
@@ -43,8 +43,9 @@ pub(crate) fn cpu_used(before: &[Option<f64>], after: &[Option<f64>]) -> Option<
 }
 
 /// The machine's CPU time so far, all its CPUs, in ticks: the total, and the part stolen (a
-/// vCPU ready to run while its host ran another guest). Steal slows both servers of a run
-/// unevenly and is invisible in their own CPU times: a round with much of it is a noisy one.
+/// vCPU ready to run while its host ran something else: other guests, itself). Steal slows
+/// the servers of a round unevenly, and on kernels that account it apart it is in neither
+/// server's CPU time: a round with much of it is a noisy one.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MachineCpu {
     total: u64,

@@ -29,13 +29,15 @@ fn statements(len: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
 }
 
 /// Adds clicks to their days' rows, inside the caller's transaction: the only table a batch
-/// writes (schema v10). Deltas of codes no link has (deleted by hand, say) count nowhere.
+/// writes (schema v10). Deltas of codes no link has count nowhere, unless their day's row is
+/// there already (a link deleted by hand after its day's first click): they add to it.
 ///
 /// Only a day's first clicks of a code look `links` up, as on the embedded store: the upsert
 /// returns the rows it inserted (`xmax = 0` marks a row version the statement created; one it
 /// updated carries the lock its `ON CONFLICT` took), and those of codes no link has are
 /// deleted again before the commit. A lookup of every row in the upsert itself was half
-/// of the statement's time (4 096 rows updated: 46–59 ms with it, 19–31 without, BENCHMARKS.md).
+/// of the statement's time (4 096 rows updated: 46–59 ms with it, 19–31 without; a new day's
+/// rows, all inserted, cost 1.0–1.4 × as much as before: BENCHMARKS.md).
 ///
 /// Each statement takes a consecutive range of (code, day) keys in byte order
 /// (`ClickColumns`) and writes them in that order whatever the plan (`ORDER BY`, `COLLATE
