@@ -226,7 +226,7 @@ fn main() -> anyhow::Result<()> {
             "{:<24} rounds {} (highest steal {:.0} %); bare p99 {:.3} ms; CPU µs/request ours {:.1}, bare {:.1}, bare ÷ ours {} (rounds {})",
             "",
             result.spread(),
-            result.steal_percent.iter().copied().fold(0.0, f64::max),
+            highest(result.steal_percent.iter().copied()),
             median(result.bare.iter().map(|r| r.p99_ms)),
             median(result.ours_cpu_us.iter().copied()),
             median(result.bare_cpu_us.iter().copied()),
@@ -254,7 +254,7 @@ fn main() -> anyhow::Result<()> {
         median(create_runs.iter().map(|r| r.p99_ms)),
         verdict(creates >= creates_bar, "creates", &mut failed),
         spread(create_runs.iter().map(Run::ok_per_second), 0),
-        create_steal.iter().copied().fold(0.0, f64::max),
+        highest(create_steal.iter().copied()),
     );
     println!(
         "click → analytics lag: {:.3} s  (≤ 2 s {})",
@@ -307,6 +307,11 @@ fn conclude(failed: &[&str]) -> anyhow::Result<()> {
     } else {
         bail!("bars missed: {}", failed.join(", "))
     }
+}
+
+/// The largest value, 0 for none (the shares reported are never negative).
+fn highest(values: impl Iterator<Item = f64>) -> f64 {
+    values.fold(0.0, f64::max)
 }
 
 /// The median; of an even count, the mean of the two middle values (not the higher one, which

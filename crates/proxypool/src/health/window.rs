@@ -224,7 +224,7 @@ impl Window {
         if let Some(e) = ring.buf.get(next) {
             crate::hint::prefetch(e);
         }
-        if let Some(e) = ring.get(1).filter(|_| full) {
+        if full && let Some(e) = ring.get(1) {
             crate::hint::prefetch(e);
         }
     }
