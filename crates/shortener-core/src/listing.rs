@@ -1,8 +1,9 @@
 //! A page of links as `GET /api/v1/links` asks every store for it: newest first, keyed by
-//! (creation instant, code) so that links created while someone pages never shift a page.
+//! (creation instant, creation order) so that links created while someone pages never shift
+//! a page.
 
 use crate::day::UnixSeconds;
-use crate::link::LinkStatus;
+use crate::link::{Link, LinkStatus};
 
 /// Most links one page holds.
 pub const MAX_PAGE: usize = 100;
@@ -13,8 +14,38 @@ pub const MAX_PAGE: usize = 100;
 pub struct LinkCursor {
     /// `created_at` of the last link shown.
     pub created_at: UnixSeconds,
-    /// Its code (ties on `created_at` are ordered by code, descending).
-    pub code: String,
+    /// Its place in the store's creation order (ties on `created_at` list the link created
+    /// later first). A store's own number, meaningful to that store only: the embedded one's
+    /// row id, PostgreSQL's `links.seq`. Numbered in creation order so that a create appends
+    /// to the listing's indexes; ordered by code, each create wrote a page at a random place
+    /// among its second's links (BENCHMARKS.md, the thirty-second session).
+    pub seq: i64,
+}
+
+/// The links of one page and where the next one starts.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PageOfLinks {
+    /// Newest first.
+    pub links: Vec<Link>,
+    /// After the last link, when the page is full (there may be more); `None` otherwise.
+    pub next: Option<LinkCursor>,
+}
+
+impl PageOfLinks {
+    /// The page of `rows` (each a link and its `seq`, in the page's order) for `query`.
+    pub fn new(query: &LinkQuery, rows: Vec<(Link, i64)>) -> Self {
+        let next = (rows.len() == query.limit)
+            .then(|| rows.last())
+            .flatten()
+            .map(|(l, seq)| LinkCursor {
+                created_at: l.created_at,
+                seq: *seq,
+            });
+        Self {
+            links: rows.into_iter().map(|(l, _)| l).collect(),
+            next,
+        }
+    }
 }
 
 /// Which links a page holds. Deleted links are never listed.

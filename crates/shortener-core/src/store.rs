@@ -3,7 +3,7 @@
 use crate::audit::{AuditQuery, AuditRow, Origin};
 use crate::day::{Day, UnixSeconds};
 use crate::link::{Link, LinkChange, RedirectTarget, Refusal};
-use crate::listing::LinkQuery;
+use crate::listing::{LinkQuery, PageOfLinks};
 use crate::people::People;
 use crate::report::{AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, ResolveOutcome};
 use crate::token::{Principal, TokenHash, TokenId};
@@ -285,9 +285,9 @@ pub trait LinkStore: Send + Sync + 'static {
         Ok(targets)
     }
 
-    /// A page of links matching `query`, newest first (`created_at`, then `code`, both
-    /// descending); never a deleted one.
-    async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError>;
+    /// A page of links matching `query`, newest first (`created_at`, then creation order,
+    /// both descending); never a deleted one.
+    async fn list_links(&self, query: &LinkQuery) -> Result<PageOfLinks, StoreError>;
 
     /// Applies `change` by `origin` at `now` under the one rule ([`Link::apply`]) in one
     /// transaction that also appends its audit row and its note to the change sequence.

@@ -40,6 +40,23 @@ async fn migrations_are_idempotent_even_when_raced() {
     assert_eq!(db.store(1).await.lease_ids(3).await.unwrap(), 0..3);
 }
 
+/// Undoes v11 (the list's ties in creation order) on a database at v11.
+const BACK_TO_V10: &str = "DROP VIEW counted_links; ALTER TABLE links DROP COLUMN seq; \
+     CREATE INDEX links_owner_created ON links (owner, created_at, code); \
+     CREATE INDEX links_created ON links (created_at, code); \
+     CREATE VIEW counted_links AS \
+     SELECT l.code, l.long_url, l.owner, l.custom_alias, l.created_at, l.expires_at, \
+            l.disabled_at, l.clicks + COALESCE(t.clicks, 0) \
+              + COALESCE((SELECT sum(d.clicks) FROM click_days d WHERE d.code = l.code), 0)::INT8 \
+              AS clicks, \
+            l.bot_clicks + COALESCE(t.bot_clicks, 0) \
+              + COALESCE((SELECT sum(d.bot_clicks) FROM click_days d WHERE d.code = l.code), 0)::INT8 \
+              AS bot_clicks, \
+            l.created_ip, l.version, l.disabled_reason, l.disabled_by, l.disabled_by_kind, \
+            l.deleted_at, l.owner_admin \
+       FROM links l LEFT JOIN link_clicks t ON t.code = l.code; \
+     DELETE FROM schema_migrations WHERE version >= 11";
+
 /// Undoes v10 (days apart from totals) on a database at v10 whose links counted no click.
 const BACK_TO_V9: &str = "DROP VIEW daily_clicks, counted_links; DROP TABLE link_clicks; \
      ALTER TABLE click_days RENAME TO daily_clicks; \
@@ -73,6 +90,7 @@ const V9_READ: &str = "SELECT day, clicks, bot_clicks, visitors, tops FROM daily
 async fn at_v9(links: &[(&str, i64, i64)], rows: &str) -> TestDb {
     let db = TestDb::migrated().await;
     let client = db.client().await;
+    client.batch_execute(BACK_TO_V10).await.unwrap();
     client.batch_execute(BACK_TO_V9).await.unwrap();
     for (at, (code, clicks, bot)) in (1_700_000_000i64..).zip(links) {
         client
@@ -92,6 +110,43 @@ async fn at_v9(links: &[(&str, i64, i64)], rows: &str) -> TestDb {
         .await
         .unwrap();
     db
+}
+
+/// v11 over a database at v10: its links keep their list order (ties by code, descending),
+/// links created after list first among their second's, a v10 binary's inserts included.
+#[tokio::test(flavor = "multi_thread")]
+async fn links_listed_before_v11_keep_their_order_and_later_ones_list_first() {
+    let db = TestDb::migrated().await;
+    let client = db.client().await;
+    client.batch_execute(BACK_TO_V10).await.unwrap();
+    let v10_insert = |code: &'static str| {
+        format!(
+            "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at) \
+             VALUES ('{code}', 'https://example.com/', TRUE, 1700000000, 1900000000)"
+        )
+    };
+    for code in ["b", "a", "c"] {
+        client.batch_execute(&v10_insert(code)).await.unwrap();
+    }
+    let report = PgStore::migrate(&db.database_url()).await.unwrap();
+    assert_eq!((report.applied, report.version), (1, CURRENT_VERSION));
+    let store = db.store(1).await;
+    let listed = || async {
+        let page = store
+            .list_links(&LinkQuery::new(None, 1_700_000_100, 10))
+            .await
+            .unwrap();
+        page.links.into_iter().map(|l| l.code).collect::<Vec<_>>()
+    };
+    assert_eq!(listed().await, ["c", "b", "a"]);
+    // Created in the same second after the upgrade: by this binary, then as a v10 one would.
+    let inserted = store
+        .insert_link(&link_at("new", "https://example.com/n", true), &origin())
+        .await
+        .unwrap();
+    assert_eq!(inserted, InsertOutcome::Inserted);
+    client.batch_execute(&v10_insert("0-v10")).await.unwrap();
+    assert_eq!(listed().await, ["0-v10", "new", "c", "b", "a"]);
 }
 
 /// A v9 statement refused because the days' old name is a view now (and for no other reason).
@@ -132,7 +187,7 @@ async fn totals_counted_before_v10_stay_exact_and_v9_binaries_cannot_write_days(
     assert_eq!(v9.query(&v9_read, &[&"a", &0i32]).await.unwrap().len(), 2);
 
     let report = PgStore::migrate(&db.database_url()).await.unwrap();
-    assert_eq!((report.applied, report.version), (1, CURRENT_VERSION));
+    assert_eq!((report.applied, report.version), (2, CURRENT_VERSION));
     let store = db.store(2).await;
     for (code, expected) in [("a", (10, 3)), ("b", (2, 0)), ("c", (0, 0))] {
         assert_eq!(totals(&store, code).await, expected, "{code}");
@@ -142,6 +197,7 @@ async fn totals_counted_before_v10_stay_exact_and_v9_binaries_cannot_write_days(
         .list_links(&query)
         .await
         .unwrap()
+        .links
         .into_iter()
         .map(|l| (l.code, l.clicks, l.bot_clicks))
         .collect();
@@ -232,7 +288,8 @@ async fn v9_batch<'a>(
 
 /// `migrate` to v10 while v9 binaries' click batches are in flight. One that has written its
 /// days holds their table: the migration waits for its commit and counts it. One that has
-/// only updated totals meets the view at its days and rolls back whole. Totals stay exact.
+/// only updated totals meets the view at its days and rolls back whole (v11 waits for it).
+/// Totals stay exact.
 #[tokio::test(flavor = "multi_thread")]
 async fn v9_batches_in_flight_during_the_upgrade_count_once_or_not_at_all() {
     let db = at_v9(&[("a", 4, 0), ("b", 0, 0)], "('a', 20000, 4, 0)").await;
@@ -250,7 +307,21 @@ async fn v9_batches_in_flight_during_the_upgrade_count_once_or_not_at_all() {
     let migrate = tokio::spawn(async move { PgStore::migrate(&url).await });
     db.until_a_session_waits(|| !migrate.is_finished()).await;
     tx_a.commit().await.unwrap();
-    assert_eq!(migrate.await.unwrap().unwrap().applied, 1);
+    // v10 committed once v11 waits on `links`, whose row 'b' holds: its batch goes on.
+    let watcher = db.client().await;
+    while !watcher
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks \
+                             WHERE NOT granted AND relation = 'links'::regclass)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    {
+        assert!(!migrate.is_finished(), "v11 did not wait for the batch");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     refused_as_a_view(
         tx_b.execute(
             V9_DAYS,
@@ -259,6 +330,7 @@ async fn v9_batches_in_flight_during_the_upgrade_count_once_or_not_at_all() {
         .await,
     );
     drop(tx_b);
+    assert_eq!(migrate.await.unwrap().unwrap().applied, 2);
     let store = db.store(1).await;
     assert_eq!(totals(&store, "a").await, (7, 0));
     assert_eq!(totals(&store, "b").await, (0, 0));
@@ -278,6 +350,7 @@ const BACK_TO_V7: &str = "ALTER TABLE link_changes DROP COLUMN n_codes; \
 async fn at_v7() -> (TestDb, tokio_postgres::Client) {
     let db = TestDb::migrated().await;
     let client = db.client().await;
+    client.batch_execute(BACK_TO_V10).await.unwrap();
     client.batch_execute(BACK_TO_V9).await.unwrap();
     client.batch_execute(BACK_TO_V7).await.unwrap();
     (db, client)
@@ -307,7 +380,7 @@ async fn notes_written_before_v8_are_numbered_and_read_with_group_notes() {
         .await
         .unwrap();
     let report = PgStore::migrate(&db.database_url()).await.unwrap();
-    assert_eq!((report.applied, report.version), (3, CURRENT_VERSION));
+    assert_eq!((report.applied, report.version), (4, CURRENT_VERSION));
     let store = Arc::new(db.store(POOL_SIZE).await);
     let mut tasks = Vec::new();
     for i in 0..50 {
@@ -364,7 +437,7 @@ async fn days_counted_before_v6_keep_their_counts_and_gain_people() {
         .await
         .unwrap();
     let report = PgStore::migrate(&db.database_url()).await.unwrap();
-    assert_eq!((report.applied, report.version), (5, CURRENT_VERSION));
+    assert_eq!((report.applied, report.version), (6, CURRENT_VERSION));
     let store = db.store(1).await;
     let day = Day::from_number(20_000);
     let read = store.daily_clicks("before-v6", day).await.unwrap();

@@ -11,7 +11,7 @@ use shortener::store::sqlite::SqliteStore;
 use shortener_core::audit::{AuditAction, AuditQuery, AuditRow, Origin};
 use shortener_core::day::Day;
 use shortener_core::link::{Actor, ActorKind, Link, LinkChange, LinkStatus, Refusal};
-use shortener_core::listing::{LinkCursor, LinkQuery};
+use shortener_core::listing::{LinkQuery, PageOfLinks};
 use shortener_core::store::{
     ChangeOutcome, ClickBatch, DailyCount, InsertOutcome, StoreError, TokenInfo, TokenRecord,
 };
@@ -481,8 +481,9 @@ async fn list_contract(store: &dyn Store) {
     };
     for l in [
         owned("aaaa", "https://example.com/100%_off", "alice", 10),
-        owned("bbbb", "https://example.com/b", "alice", 20),
+        // Of one second, created after bbbb's twin: ties list the later created first.
         owned("cccc", "https://example.com/c", "alice", 20),
+        owned("bbbb", "https://example.com/b", "alice", 20),
         owned("dddd", "https://example.com/d", "bob", 30),
         owned("eeee", "https://example.com/e", "alice", 40),
     ] {
@@ -509,12 +510,12 @@ async fn list_contract(store: &dyn Store) {
         .change_link("eeee", &LinkChange::Delete, &admin_origin, 50)
         .await
         .unwrap();
-    let codes = |links: Vec<Link>| links.into_iter().map(|l| l.code).collect::<Vec<_>>();
+    let codes = |page: PageOfLinks| page.links.into_iter().map(|l| l.code).collect::<Vec<_>>();
     let alice = |limit| LinkQuery::new(Some("alice".into()), 115, limit);
 
     assert_eq!(
         codes(store.list_links(&alice(10)).await.unwrap()),
-        ["cccc", "bbbb", "aaaa"]
+        ["bbbb", "cccc", "aaaa"]
     );
     assert_eq!(
         codes(
@@ -523,21 +524,34 @@ async fn list_contract(store: &dyn Store) {
                 .await
                 .unwrap()
         ),
-        ["dddd", "cccc", "bbbb", "aaaa"]
+        ["dddd", "bbbb", "cccc", "aaaa"]
     );
-    // Pages of one continue after (created_at, code), ties included.
+    // Pages of one continue after (created_at, creation order), ties included; the last
+    // full page's cursor leads to an empty one, which has none.
     let mut page = alice(1);
     let mut seen = Vec::new();
     loop {
-        let links = store.list_links(&page).await.unwrap();
-        let Some(last) = links.last() else { break };
-        page.after = Some(LinkCursor {
-            created_at: last.created_at,
-            code: last.code.clone(),
-        });
-        seen.extend(codes(links));
+        let listed = store.list_links(&page).await.unwrap();
+        assert!(listed.links.len() <= 1);
+        let next = listed.next.clone();
+        seen.extend(codes(listed));
+        match next {
+            Some(cursor) => page.after = Some(cursor),
+            None => break,
+        }
     }
-    assert_eq!(seen, ["cccc", "bbbb", "aaaa"]);
+    assert_eq!(seen, ["bbbb", "cccc", "aaaa"]);
+    let two = store.list_links(&alice(2)).await.unwrap();
+    assert!(two.next.is_some());
+    let rest = LinkQuery {
+        after: two.next,
+        ..alice(2)
+    };
+    let last = store.list_links(&rest).await.unwrap();
+    assert_eq!(
+        (codes(last.clone()), last.next),
+        (vec!["aaaa".to_owned()], None)
+    );
     let filtered = |edit: &dyn Fn(&mut LinkQuery)| {
         let mut q = alice(10);
         edit(&mut q);
@@ -564,7 +578,7 @@ async fn list_contract(store: &dyn Store) {
         (filtered(&|q| q.status = Some(LinkStatus::Deleted)), vec![]),
         (
             filtered(&|q| q.created_after = Some(20)),
-            vec!["cccc", "bbbb"],
+            vec!["bbbb", "cccc"],
         ),
         (filtered(&|q| q.created_before = Some(20)), vec!["aaaa"]),
     ] {

@@ -9,7 +9,6 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
-use shortener_core::alias::could_be_code;
 use shortener_core::day::parse_rfc3339;
 use shortener_core::link::LinkStatus;
 use shortener_core::listing::{LinkCursor, LinkQuery, MAX_PAGE};
@@ -49,28 +48,35 @@ pub(super) struct ListParams {
     #[param(format = DateTime)]
     created_before: Option<String>,
     /// `next_cursor` of the previous page.
-    #[param(pattern = "^[0-9a-f]{16}[A-Za-z0-9-]{4,30}$")]
+    #[param(pattern = "^[0-9a-f]{16}\\.[0-9a-f]{16}$")]
     cursor: Option<String>,
     /// Links per page (default 20).
     #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
     limit: Option<String>,
 }
 
-/// The cursor after a link: its creation instant (16 hex digits) and its code. Every string
-/// of that form is a cursor, so the document's pattern says exactly which are accepted.
+/// The cursor after a link: its creation instant and its place in the store's creation order
+/// (`seq`), 16 hex digits each around a dot. Every string of that form is a cursor, so the
+/// document's pattern says exactly which are accepted. Cursors of earlier versions (an
+/// instant and a code) have no dot and are refused as not given out.
 fn encode_cursor(cursor: &LinkCursor) -> String {
-    // The bits of the i64, as u64: negative instants round-trip too.
-    format!("{:016x}{}", cursor.created_at as u64, cursor.code)
+    // The bits of each i64, as u64: negative numbers round-trip too.
+    format!(
+        "{:016x}.{:016x}",
+        cursor.created_at as u64, cursor.seq as u64
+    )
 }
 
 fn decode_cursor(text: &str) -> Option<LinkCursor> {
-    let (at, code) = text.split_at_checked(16)?;
-    if !at.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) || !could_be_code(code) {
-        return None;
-    }
+    let (at, seq) = text.split_once('.')?;
+    let hex = |s: &str| {
+        (s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .then(|| u64::from_str_radix(s, 16).ok())
+            .flatten()
+    };
     Some(LinkCursor {
-        created_at: u64::from_str_radix(at, 16).ok()? as i64,
-        code: code.to_owned(),
+        created_at: hex(at)? as i64,
+        seq: hex(seq)? as i64,
     })
 }
 
@@ -189,20 +195,10 @@ pub(super) async fn page(
     params: ListParams,
 ) -> Result<LinkPage, ApiError> {
     let query = params.query(&who.user, who.admin)?;
-    let links = app.store.list_links(&query).await?;
-    let next_cursor = (links.len() == query.limit)
-        .then(|| {
-            links.last().map(|l| {
-                encode_cursor(&LinkCursor {
-                    created_at: l.created_at,
-                    code: l.code.clone(),
-                })
-            })
-        })
-        .flatten();
+    let page = app.store.list_links(&query).await?;
     Ok(LinkPage {
-        links: links.into_iter().map(|l| link_info(app, l)).collect(),
-        next_cursor,
+        links: page.links.into_iter().map(|l| link_info(app, l)).collect(),
+        next_cursor: page.next.as_ref().map(encode_cursor),
     })
 }
 
@@ -212,21 +208,23 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_garbage_is_refused() {
-        for (created_at, code) in [(0, "abcdefg"), (1_780_000_000, "spring-sale"), (-1, "a-b-")] {
-            let cursor = LinkCursor {
-                created_at,
-                code: code.into(),
-            };
+        for (created_at, seq) in [(0, 1), (1_780_000_000, 42), (-1, -7), (i64::MAX, i64::MIN)] {
+            let cursor = LinkCursor { created_at, seq };
             assert_eq!(decode_cursor(&encode_cursor(&cursor)), Some(cursor));
         }
         for bad in [
             "",
             "abc",
             "0000000000000000",
-            "000000000000000Gabcd",
-            "+000000000000000abcd",
-            "0000000000000000ab/c",
-            "0000000000000000abc",
+            "0000000000000000.",
+            "0000000000000000abcdefg",
+            "0000000000000000.000000000000000G",
+            "0000000000000000.000000000000000",
+            "0000000000000000.00000000000000000",
+            "+000000000000000.0000000000000001",
+            "0000000000000000.+000000000000001",
+            "0000000000000000.000000000000000A",
+            "000000000000000.00000000000000001",
         ] {
             assert_eq!(decode_cursor(bad), None, "{bad:?}");
         }

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use shortener_core::audit::{AuditQuery, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
 use shortener_core::link::{Link, LinkChange, RedirectTarget};
-use shortener_core::listing::LinkQuery;
+use shortener_core::listing::{LinkQuery, PageOfLinks};
 use shortener_core::report::{
     AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
 };
@@ -181,7 +181,7 @@ impl LinkStore for GuardedStore {
         self.bounded(self.inner.redirect_targets(codes)).await
     }
 
-    async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
+    async fn list_links(&self, query: &LinkQuery) -> Result<PageOfLinks, StoreError> {
         self.bounded(self.inner.list_links(query)).await
     }
 

@@ -23,6 +23,8 @@ const LINK_COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, exp
                             disabled_at, clicks, bot_clicks, created_ip, version, \
                             disabled_reason, disabled_by, disabled_by_kind, deleted_at, \
                             owner_admin";
+/// Where a link page's row holds `seq`: after [`LINK_COLUMNS`] (see [`link_page_sql`]).
+const PAGE_SEQ_INDEX: usize = 16;
 /// What a redirect needs of a `links` row ([`shortener_core::link::RedirectTarget`]'s
 /// fields in order): no click counts, which both stores keep apart from these columns.
 const TARGET_COLUMNS: &str = "long_url, expires_at, version, disabled_at IS NOT NULL, \
@@ -254,8 +256,8 @@ fn audit_query_sql(
     (sql, values)
 }
 
-/// The link page query over `from` (the store's links as read) with only the set filters,
-/// newest first, with the store's placeholders and substring function (`instr` / `strpos`,
+/// The link page query over `from` (the store's links as read, with their creation order as
+/// `seq`) with only the set filters, newest first, with the store's placeholders and substring function (`instr` / `strpos`,
 /// both haystack first), and its values in placeholder order.
 fn link_page_sql(
     query: &LinkQuery,
@@ -300,16 +302,17 @@ fn link_page_sql(
     }
     if let Some(cursor) = &query.after {
         let at = bind(SqlValue::Int(cursor.created_at));
-        let code = bind(SqlValue::Text(cursor.code.clone()));
+        let seq = bind(SqlValue::Int(cursor.seq));
         filters.push(format!(
-            "(created_at < {at} OR (created_at = {at} AND code < {code}))"
+            "(created_at < {at} OR (created_at = {at} AND seq < {seq}))"
         ));
     }
     let limit = bind(SqlValue::Int(
         i64::try_from(query.limit).unwrap_or(i64::MAX),
     ));
+    // `seq` follows the link's columns: the page's rows are read by `link_from_row`, then it.
     let sql = format!(
-        "SELECT {LINK_COLUMNS} FROM {from} WHERE {} ORDER BY created_at DESC, code DESC LIMIT {limit}",
+        "SELECT {LINK_COLUMNS}, seq FROM {from} WHERE {} ORDER BY created_at DESC, seq DESC LIMIT {limit}",
         filters.join(" AND ")
     );
     (sql, values)

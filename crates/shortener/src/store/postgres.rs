@@ -15,7 +15,7 @@ mod schema;
 mod url;
 
 use super::{
-    AUDIT_COLUMNS, CreatedRows, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport,
+    AUDIT_COLUMNS, CreatedRows, LINK_COLUMNS, PAGE_SEQ_INDEX, REPORT_SELECT, RawAudit, RawReport,
     SPENT_PRUNED_PER_SPEND, SqlValue, TARGET_COLUMNS, TOKEN_COLUMNS, audit_query_sql, disable_from,
     link_page_sql, report_page_sql, stored_people, stored_token_id, update_state_sql,
 };
@@ -26,7 +26,7 @@ use deadpool_postgres::{
 use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
 use shortener_core::link::{Link, LinkChange, RedirectTarget};
-use shortener_core::listing::LinkQuery;
+use shortener_core::listing::{LinkQuery, PageOfLinks};
 use shortener_core::report::{
     AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
 };
@@ -614,13 +614,15 @@ impl LinkStore for PgStore {
         Ok(targets)
     }
 
-    async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
+    async fn list_links(&self, query: &LinkQuery) -> Result<PageOfLinks, StoreError> {
         let (sql, values) = link_page_sql(query, "counted_links", placeholder, "strpos");
         let rows = self.query_built(&sql, &values).await?;
-        rows.iter()
-            .map(link_from_row)
-            .collect::<Result<_, _>>()
-            .map_err(classify)
+        let rows = rows
+            .iter()
+            .map(|r| Ok((link_from_row(r)?, r.try_get(PAGE_SEQ_INDEX)?)))
+            .collect::<Result<_, tokio_postgres::Error>>()
+            .map_err(classify)?;
+        Ok(PageOfLinks::new(query, rows))
     }
 
     async fn change_link(

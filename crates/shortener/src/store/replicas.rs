@@ -27,7 +27,7 @@ use futures_util::future::BoxFuture;
 use shortener_core::audit::{AuditQuery, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
 use shortener_core::link::{Link, LinkChange, RedirectTarget};
-use shortener_core::listing::LinkQuery;
+use shortener_core::listing::{LinkQuery, PageOfLinks};
 use shortener_core::report::{
     AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
 };
@@ -531,7 +531,7 @@ impl LinkStore for Replicated {
     }
 
     // The primary: a link just created or edited shows in its owner's list at once.
-    async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
+    async fn list_links(&self, query: &LinkQuery) -> Result<PageOfLinks, StoreError> {
         self.primary.list_links(query).await
     }
 

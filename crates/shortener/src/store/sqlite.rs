@@ -17,7 +17,7 @@ mod writer;
 pub(crate) use schema::CURRENT_VERSION;
 
 use super::{
-    AUDIT_COLUMNS, CreatedRows, LINK_COLUMNS, REPORT_SELECT, RawAudit, RawReport,
+    AUDIT_COLUMNS, CreatedRows, LINK_COLUMNS, PAGE_SEQ_INDEX, REPORT_SELECT, RawAudit, RawReport,
     SPENT_PRUNED_PER_SPEND, SqlValue, TOKEN_COLUMNS, audit_query_sql, disable_from, link_page_sql,
     merged_people, report_page_sql, stored_people, stored_token_id, update_state_sql,
 };
@@ -28,7 +28,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use shortener_core::audit::{AuditQuery, AuditRecord, AuditRow, Origin};
 use shortener_core::day::{Day, UnixSeconds};
 use shortener_core::link::{Link, LinkChange, RedirectTarget, Refusal};
-use shortener_core::listing::LinkQuery;
+use shortener_core::listing::{LinkQuery, PageOfLinks};
 use shortener_core::report::{
     AutoDisable, NewReport, Report, ReportOutcome, ReportQuery, Resolution, ResolveOutcome,
 };
@@ -492,14 +492,18 @@ impl LinkStore for SqliteStore {
         .await
     }
 
-    async fn list_links(&self, query: &LinkQuery) -> Result<Vec<Link>, StoreError> {
+    async fn list_links(&self, query: &LinkQuery) -> Result<PageOfLinks, StoreError> {
         let (sql, values) = link_page_sql(query, COUNTED_LINKS, placeholder, "instr");
-        self.read(move |c| {
-            c.prepare_cached(&sql)?
-                .query_map(bound(values), link_from_row)?
-                .collect()
-        })
-        .await
+        let rows = self
+            .read(move |c| {
+                c.prepare_cached(&sql)?
+                    .query_map(bound(values), |r| {
+                        Ok((link_from_row(r)?, r.get(PAGE_SEQ_INDEX)?))
+                    })?
+                    .collect()
+            })
+            .await?;
+        Ok(PageOfLinks::new(query, rows))
     }
 
     async fn change_link(

@@ -229,6 +229,38 @@ const MIGRATIONS: &[&str] = &[
     UNION ALL
     SELECT NULL::TEXT, NULL::INT4, NULL::INT8, NULL::INT8, NULL::BYTEA, NULL::TEXT WHERE FALSE;
     ",
+    // v11: the link list's ties (links of one second) go newest first, by a creation number
+    // (`seq`), instead of by code, as on the embedded store (also its v11), where ordering by
+    // code cost creates a page of each list index. Links before get numbers in their former
+    // list order. Binaries built for v10 insert with a column list, so theirs get numbers
+    // too.
+    "
+    CREATE SEQUENCE links_seq AS INT8;
+    ALTER TABLE links ADD COLUMN seq INT8;
+    UPDATE links SET seq = o.n
+      FROM (SELECT code, row_number() OVER (ORDER BY created_at, code) AS n FROM links) AS o
+     WHERE links.code = o.code;
+    SELECT setval('links_seq', (SELECT COALESCE(max(seq), 0) + 1 FROM links), false);
+    ALTER TABLE links ALTER COLUMN seq SET DEFAULT nextval('links_seq'),
+                      ALTER COLUMN seq SET NOT NULL;
+    ALTER SEQUENCE links_seq OWNED BY links.seq;
+    DROP INDEX links_owner_created;
+    DROP INDEX links_created;
+    CREATE INDEX links_owner_created ON links (owner, created_at, seq);
+    CREATE INDEX links_created ON links (created_at, seq);
+    CREATE OR REPLACE VIEW counted_links AS
+    SELECT l.code, l.long_url, l.owner, l.custom_alias, l.created_at, l.expires_at,
+           l.disabled_at,
+           l.clicks + COALESCE(t.clicks, 0)
+             + COALESCE((SELECT sum(d.clicks) FROM click_days d WHERE d.code = l.code), 0)::INT8
+             AS clicks,
+           l.bot_clicks + COALESCE(t.bot_clicks, 0)
+             + COALESCE((SELECT sum(d.bot_clicks) FROM click_days d WHERE d.code = l.code), 0)::INT8
+             AS bot_clicks,
+           l.created_ip, l.version, l.disabled_reason, l.disabled_by, l.disabled_by_kind,
+           l.deleted_at, l.owner_admin, l.seq
+      FROM links l LEFT JOIN link_clicks t ON t.code = l.code;
+    ",
 ];
 
 /// Schema version this binary reads and writes.

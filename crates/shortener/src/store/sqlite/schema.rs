@@ -205,6 +205,35 @@ const MIGRATIONS: &[&str] = &[
     DROP INDEX audit_code;
     CREATE INDEX audit_code ON audit (code, id) WHERE action <> 'created';
     ",
+    // v11: the link list's ties (links of one second) go newest first, by `created_audit`,
+    // instead of by code: a create's entries in the two list indexes then go at their ends
+    // instead of at random places among their second's entries (about a page of each per
+    // create: 20-25 % more creates a second, BENCHMARKS.md). The view shows it as `seq`.
+    // Links with no creation row left (pruned before v10) get numbers below every row id, in
+    // their former list order, so that every link has one.
+    "
+    UPDATE links SET created_audit = -o.n
+      FROM (SELECT code, row_number() OVER (ORDER BY created_at DESC, code DESC) AS n
+              FROM links WHERE created_audit IS NULL) AS o
+     WHERE links.code = o.code;
+    DROP INDEX links_owner_created;
+    DROP INDEX links_created;
+    CREATE INDEX links_owner_created ON links (owner, created_at, created_audit);
+    CREATE INDEX links_created ON links (created_at, created_audit);
+    DROP VIEW counted_links;
+    CREATE VIEW counted_links AS
+    SELECT l.code, l.long_url, l.owner, l.custom_alias, l.created_at, l.expires_at,
+           l.disabled_at,
+           l.clicks + coalesce(t.clicks, 0)
+             + coalesce((SELECT sum(d.clicks) FROM daily_clicks d WHERE d.code = l.code), 0)
+             AS clicks,
+           l.bot_clicks + coalesce(t.bot_clicks, 0)
+             + coalesce((SELECT sum(d.bot_clicks) FROM daily_clicks d WHERE d.code = l.code), 0)
+             AS bot_clicks,
+           l.created_ip, l.version, l.disabled_reason, l.disabled_by, l.disabled_by_kind,
+           l.deleted_at, l.owner_admin, l.created_audit AS seq
+      FROM links l LEFT JOIN link_clicks t ON t.code = l.code;
+    ",
 ];
 
 /// Schema version this binary writes.
@@ -243,6 +272,9 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), MigrationError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::sqlite::{bound, placeholder};
+    use crate::store::{PAGE_SEQ_INDEX, link_page_sql};
+    use shortener_core::listing::{LinkCursor, LinkQuery};
 
     /// A store as a build of schema `version` left it.
     #[allow(clippy::unwrap_used)]
@@ -437,8 +469,9 @@ mod tests {
             .unwrap()
         };
         assert_eq!(pointer("old"), Some(1));
-        // Its creation row pruned by age: nothing to point to.
-        assert_eq!(pointer("pruned"), None);
+        // Its creation row pruned by age: nothing to point to (v11 then numbers it below
+        // every row id, for the list's order).
+        assert_eq!(pointer("pruned"), Some(-1));
         let indexed: Vec<i64> = conn
             .prepare("SELECT id FROM audit INDEXED BY audit_code WHERE code = 'old' AND action <> 'created'")
             .unwrap()
@@ -447,5 +480,78 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(indexed, [2]);
+    }
+
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn links_before_v11_keep_their_list_order_and_later_ones_list_first() {
+        let mut conn = at_version(10);
+        conn.execute_batch(
+            "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at, created_audit) \
+             VALUES ('a', 'https://example.com/a', 0, 5, 99, 10), \
+                    ('b', 'https://example.com/b', 0, 5, 99, 12), \
+                    ('c', 'https://example.com/c', 0, 5, 99, 11), \
+                    ('x1', 'https://example.com/x1', 0, 3, 99, NULL), \
+                    ('x2', 'https://example.com/x2', 0, 3, 99, NULL), \
+                    ('y', 'https://example.com/y', 0, 4, 99, NULL);",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let query = LinkQuery::new(None, 0, 10);
+        let (sql, values) = link_page_sql(&query, "counted_links", placeholder, "instr");
+        let listed: Vec<(String, i64)> = conn
+            .prepare(&sql)
+            .unwrap()
+            .query_map(bound(values), |r| Ok((r.get(0)?, r.get(PAGE_SEQ_INDEX)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        // Ties of one second newest first by their creation rows; links without one (pruned
+        // before v10) below them, in the order of their former list (code descending).
+        assert_eq!(
+            listed,
+            [
+                ("b".into(), 12),
+                ("c".into(), 11),
+                ("a".into(), 10),
+                ("y".into(), -1),
+                ("x2".into(), -2),
+                ("x1".into(), -3)
+            ]
+        );
+    }
+
+    /// A create's entries go at the ends of the list indexes, and a page reads them in order:
+    /// the page queries sort nothing.
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn link_pages_read_an_index_in_order() {
+        let conn = at_version(CURRENT_VERSION);
+        let cursor = Some(LinkCursor {
+            created_at: 5,
+            seq: 3,
+        });
+        for (owner, after, index) in [
+            (None, None, "links_created"),
+            (Some("alice"), None, "links_owner_created"),
+            (Some("alice"), cursor.clone(), "links_owner_created"),
+            (None, cursor, "links_created"),
+        ] {
+            let query = LinkQuery {
+                after,
+                ..LinkQuery::new(owner.map(str::to_owned), 0, 20)
+            };
+            let (sql, values) = link_page_sql(&query, "counted_links", placeholder, "instr");
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map(bound(values), |r| r.get(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let plan = plan.join("; ");
+            assert!(plan.contains(&format!("USING INDEX {index}")), "{plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+        }
     }
 }
