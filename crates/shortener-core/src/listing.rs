@@ -15,8 +15,9 @@ pub struct LinkCursor {
     /// `created_at` of the last link shown.
     pub created_at: UnixSeconds,
     /// Its place in the store's creation order (ties on `created_at` list the link created
-    /// later first). A store's own number, meaningful to that store only: the embedded one's
-    /// row id, PostgreSQL's `links.seq`. Numbered in creation order so that a create appends
+    /// later first). A store's own number, meaningful to that store only: on the embedded
+    /// store the id of the link's creation audit row (`links.created_audit`), on PostgreSQL
+    /// `links.seq`. Numbered in creation order so that a create appends
     /// to the listing's indexes; ordered by code, each create wrote a page at a random place
     /// among its second's links (BENCHMARKS.md, the thirty-second session).
     pub seq: i64,

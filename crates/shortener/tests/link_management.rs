@@ -104,7 +104,7 @@ async fn listing(a: &Shortener, b: &Shortener, store: &[&str]) {
     }
     new_link(&c, b, "list-b1", &bob).await;
 
-    // Newest first (ties within a second by code, descending), two at a time; a link created
+    // Newest first (ties within a second by creation order), two at a time; a link created
     // between the pages lands before the cursor: no duplicate, no gap.
     let first = list(&c, a, "?limit=2", &alice).await;
     assert_eq!(codes(&first), ["list-a3", "list-a2"]);

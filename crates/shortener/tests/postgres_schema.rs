@@ -112,14 +112,16 @@ async fn at_v9(links: &[(&str, i64, i64)], rows: &str) -> TestDb {
     db
 }
 
-/// v11 over a database at v10: its links keep their list order (ties by code, descending),
-/// links created after list first among their second's, a v10 binary's inserts included.
+/// v11 over a database at v10: its links get numbers in the order the table holds them (here
+/// their creation order), links created after list first among their second's, whether
+/// created by this binary, by a v10 one (no `seq` in its column list), or by a role that may
+/// insert rows but was granted no sequence.
 #[tokio::test(flavor = "multi_thread")]
-async fn links_listed_before_v11_keep_their_order_and_later_ones_list_first() {
-    let db = TestDb::migrated().await;
+async fn links_before_v11_list_as_stored_and_later_ones_list_first() {
+    let mut db = TestDb::migrated().await;
     let client = db.client().await;
     client.batch_execute(BACK_TO_V10).await.unwrap();
-    let v10_insert = |code: &'static str| {
+    let v10_insert = |code: &str| {
         format!(
             "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at) \
              VALUES ('{code}', 'https://example.com/', TRUE, 1700000000, 1900000000)"
@@ -138,15 +140,27 @@ async fn links_listed_before_v11_keep_their_order_and_later_ones_list_first() {
             .unwrap();
         page.links.into_iter().map(|l| l.code).collect::<Vec<_>>()
     };
-    assert_eq!(listed().await, ["c", "b", "a"]);
-    // Created in the same second after the upgrade: by this binary, then as a v10 one would.
+    assert_eq!(listed().await, ["c", "a", "b"]);
     let inserted = store
         .insert_link(&link_at("new", "https://example.com/n", true), &origin())
         .await
         .unwrap();
     assert_eq!(inserted, InsertOutcome::Inserted);
     client.batch_execute(&v10_insert("0-v10")).await.unwrap();
-    assert_eq!(listed().await, ["0-v10", "new", "c", "b", "a"]);
+    let url = db.non_owner().await;
+    let role = url::Url::parse(&url).unwrap().username().to_owned();
+    client
+        .batch_execute(&format!(
+            "REVOKE USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public FROM {role}"
+        ))
+        .await
+        .unwrap();
+    let (writer, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    writer.batch_execute(&v10_insert("1-role")).await.unwrap();
+    assert_eq!(listed().await, ["1-role", "0-v10", "new", "c", "a", "b"]);
 }
 
 /// A v9 statement refused because the days' old name is a view now (and for no other reason).

@@ -481,7 +481,7 @@ async fn list_contract(store: &dyn Store) {
     };
     for l in [
         owned("aaaa", "https://example.com/100%_off", "alice", 10),
-        // Of one second, created after bbbb's twin: ties list the later created first.
+        // cccc, then bbbb in the same second: ties list the later created (bbbb) first.
         owned("cccc", "https://example.com/c", "alice", 20),
         owned("bbbb", "https://example.com/b", "alice", 20),
         owned("dddd", "https://example.com/d", "bob", 30),

@@ -24,7 +24,19 @@ const LINK_COLUMNS: &str = "code, long_url, owner, custom_alias, created_at, exp
                             disabled_reason, disabled_by, disabled_by_kind, deleted_at, \
                             owner_admin";
 /// Where a link page's row holds `seq`: after [`LINK_COLUMNS`] (see [`link_page_sql`]).
-const PAGE_SEQ_INDEX: usize = 16;
+const PAGE_SEQ_INDEX: usize = columns(LINK_COLUMNS);
+
+/// How many columns a comma-separated list names.
+const fn columns(list: &str) -> usize {
+    let (bytes, mut i, mut n) = (list.as_bytes(), 0, 1);
+    while i < bytes.len() {
+        if bytes[i] == b',' {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
 /// What a redirect needs of a `links` row ([`shortener_core::link::RedirectTarget`]'s
 /// fields in order): no click counts, which both stores keep apart from these columns.
 const TARGET_COLUMNS: &str = "long_url, expires_at, version, disabled_at IS NOT NULL, \

@@ -497,6 +497,12 @@ mod tests {
         )
         .unwrap();
         migrate(&mut conn).unwrap();
+        // Created after the upgrade, in the same second as the first three.
+        conn.execute_batch(
+            "INSERT INTO links (code, long_url, custom_alias, created_at, expires_at, created_audit) \
+             VALUES ('d', 'https://example.com/d', 0, 5, 99, 13)",
+        )
+        .unwrap();
         let query = LinkQuery::new(None, 0, 10);
         let (sql, values) = link_page_sql(&query, "counted_links", placeholder, "instr");
         let listed: Vec<(String, i64)> = conn
@@ -511,6 +517,7 @@ mod tests {
         assert_eq!(
             listed,
             [
+                ("d".into(), 13),
                 ("b".into(), 12),
                 ("c".into(), 11),
                 ("a".into(), 10),
