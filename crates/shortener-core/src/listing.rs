@@ -17,9 +17,9 @@ pub struct LinkCursor {
     /// Its place in the store's creation order (ties on `created_at` list the link created
     /// later first). A store's own number, meaningful to that store only: on the embedded
     /// store the id of the link's creation audit row (`links.created_audit`), on PostgreSQL
-    /// `links.seq`. Numbered in creation order so that a create appends
-    /// to the listing's indexes; ordered by code, each create wrote a page at a random place
-    /// among its second's links (BENCHMARKS.md, the thirty-second session).
+    /// `links.seq`. In creation order so that a create appends to the list's indexes: by
+    /// code, each create wrote a page at a random place among its second's links
+    /// (BENCHMARKS.md, the thirty-second session).
     pub seq: i64,
 }
 

@@ -269,8 +269,8 @@ fn audit_query_sql(
 }
 
 /// The link page query over `from` (the store's links as read, with their creation order as
-/// `seq`) with only the set filters, newest first, with the store's placeholders and substring function (`instr` / `strpos`,
-/// both haystack first), and its values in placeholder order.
+/// `seq`) with only the set filters, newest first, with the store's placeholders and substring
+/// function (`instr` / `strpos`, both haystack first), and its values in placeholder order.
 fn link_page_sql(
     query: &LinkQuery,
     from: &str,
