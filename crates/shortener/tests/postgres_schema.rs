@@ -322,20 +322,8 @@ async fn v9_batches_in_flight_during_the_upgrade_count_once_or_not_at_all() {
     db.until_a_session_waits(|| !migrate.is_finished()).await;
     tx_a.commit().await.unwrap();
     // v10 committed once v11 waits on `links`, whose row 'b' holds: its batch goes on.
-    let watcher = db.client().await;
-    while !watcher
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_locks \
-                             WHERE NOT granted AND relation = 'links'::regclass)",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get::<_, bool>(0)
-    {
-        assert!(!migrate.is_finished(), "v11 did not wait for the batch");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    db.until_a_lock_on_waits("links", || !migrate.is_finished())
+        .await;
     refused_as_a_view(
         tx_b.execute(
             V9_DAYS,

@@ -95,20 +95,36 @@ impl TestDb {
     /// Returns once a session on this database waits on a lock; panics if `waiting` (the
     /// work expected to wait) says it is over first.
     pub async fn until_a_session_waits(&self, waiting: impl Fn() -> bool) {
+        self.until(
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock'",
+            waiting,
+        )
+        .await;
+    }
+
+    /// Returns once a session waits for a lock on `table`; panics if `waiting` says the work
+    /// expected to wait is over first.
+    pub async fn until_a_lock_on_waits(&self, table: &str, waiting: impl Fn() -> bool) {
+        self.until(
+            &format!(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks \
+                                 WHERE NOT granted AND relation = '{table}'::regclass)"
+            ),
+            waiting,
+        )
+        .await;
+    }
+
+    /// Polls `condition` (one boolean) until it holds, while `waiting`.
+    async fn until(&self, condition: &str, waiting: impl Fn() -> bool) {
         let watcher = self.client().await;
-        loop {
-            let sessions: i64 = watcher
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                     AND wait_event_type = 'Lock'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            if sessions > 0 {
-                return;
-            }
+        while !watcher
+            .query_one(condition, &[])
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+        {
             assert!(waiting(), "the work finished without waiting on a lock");
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
