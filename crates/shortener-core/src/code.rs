@@ -64,7 +64,8 @@ pub fn decode_code(code: &str) -> Option<u64> {
 }
 
 /// A keyed bijection over `[0, domain)`: a balanced Feistel network on the smallest even
-/// number of bits that covers the domain, with cycle walking to stay inside it.
+/// number of bits that covers the domain, with cycle walking to stay inside it; or over
+/// every `u64` ([`full_width`](Self::full_width)).
 ///
 /// ```
 /// use shortener_core::code::CodePermutation;
@@ -75,6 +76,7 @@ pub fn decode_code(code: &str) -> Option<u64> {
 #[derive(Clone)]
 pub struct CodePermutation {
     key: [u8; 16],
+    /// 0: every `u64` (no cycle walking).
     domain: u64,
     half_bits: u32,
 }
@@ -108,18 +110,37 @@ impl CodePermutation {
         }
     }
 
+    /// A permutation of every `u64`: no number is outside its domain.
+    ///
+    /// ```
+    /// use shortener_core::code::CodePermutation;
+    /// let p = CodePermutation::full_width([1; 16]);
+    /// assert_eq!(p.invert(p.permute(u64::MAX)), u64::MAX);
+    /// ```
+    pub fn full_width(key: [u8; 16]) -> Self {
+        Self {
+            key,
+            domain: 0,
+            half_bits: u64::BITS / 2,
+        }
+    }
+
+    fn contains(&self, x: u64) -> bool {
+        self.domain == 0 || x < self.domain
+    }
+
     /// Maps `id` (below the domain) to its image, also below the domain.
     ///
     /// # Panics
     /// If `id` is outside the domain.
     pub fn permute(&self, id: u64) -> u64 {
-        assert!(id < self.domain, "id outside the permutation's domain");
+        assert!(self.contains(id), "id outside the permutation's domain");
         let mut x = id;
         // Cycle walking: the Feistel network permutes a power-of-two superset of the domain;
         // following the cycle until it re-enters the domain keeps the map a bijection on it.
         loop {
             x = self.feistel(x, false);
-            if x < self.domain {
+            if self.contains(x) {
                 return x;
             }
         }
@@ -130,11 +151,14 @@ impl CodePermutation {
     /// # Panics
     /// If `code_id` is outside the domain.
     pub fn invert(&self, code_id: u64) -> u64 {
-        assert!(code_id < self.domain, "id outside the permutation's domain");
+        assert!(
+            self.contains(code_id),
+            "id outside the permutation's domain"
+        );
         let mut x = code_id;
         loop {
             x = self.feistel(x, true);
-            if x < self.domain {
+            if self.contains(x) {
                 return x;
             }
         }
@@ -202,6 +226,23 @@ mod tests {
         let close = codes
             .windows(2)
             .filter(|w| w[0].abs_diff(w[1]) < 62u64.pow(4))
+            .count();
+        assert!(close < 10, "{close} adjacent pairs are close");
+    }
+
+    #[test]
+    fn the_full_width_permutation_round_trips_and_scatters_neighbours() {
+        let p = CodePermutation::full_width([5; 16]);
+        for x in [0, 1, 2, u64::MAX / 2, u64::MAX - 1, u64::MAX] {
+            assert_eq!(p.invert(p.permute(x)), x);
+            assert_eq!(p.permute(p.invert(x)), x);
+        }
+        let images: Vec<u64> = (0..1000).map(|x| p.permute(x)).collect();
+        assert_eq!(images.iter().collect::<HashSet<_>>().len(), images.len());
+        // Both halves mixed: fewer than 1 % of adjacent pairs within 2^48 of each other.
+        let close = images
+            .windows(2)
+            .filter(|w| w[0].abs_diff(w[1]) < 1 << 48)
             .count();
         assert!(close < 10, "{close} adjacent pairs are close");
     }

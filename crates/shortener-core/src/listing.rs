@@ -2,8 +2,11 @@
 //! (creation instant, creation order) so that links created while someone pages never shift
 //! a page.
 
+use crate::code::CodePermutation;
 use crate::day::UnixSeconds;
 use crate::link::{Link, LinkStatus};
+use siphasher::sip::SipHasher13;
+use std::hash::Hasher;
 
 /// Most links one page holds.
 pub const MAX_PAGE: usize = 100;
@@ -21,6 +24,48 @@ pub struct LinkCursor {
     /// code, each create wrote a page at a random place among its second's links
     /// (BENCHMARKS.md, the thirty-second session).
     pub seq: i64,
+}
+
+/// Hides a cursor's `seq` from the people it is given to: a store's creation order counts
+/// everyone's links (and, on the embedded store, every audited change), so two cursors a user
+/// gets would tell how busy the service was between their links, which generated codes keep
+/// to themselves ([`CodePermutation`]). Sealed, `seq` is a keyed permutation of its bits.
+///
+/// ```
+/// use shortener_core::listing::CursorSeal;
+/// let seal = CursorSeal::new(b"the store's secret");
+/// let (a, b) = (seal.seal(41), seal.seal(42));
+/// assert!(a.abs_diff(b) > 1 << 32);
+/// assert_eq!((seal.open(a), seal.open(b)), (41, 42));
+/// ```
+#[derive(Debug, Clone)]
+pub struct CursorSeal(CodePermutation);
+
+impl CursorSeal {
+    /// The seal under `secret` (random bytes the store keeps, shared by its instances).
+    pub fn new(secret: &[u8]) -> Self {
+        // 128 bits of key from a secret of any length.
+        let derive = |half: u64| {
+            let mut h = SipHasher13::new_with_keys(0x6375_7273_6f72, half);
+            h.write(secret);
+            h.finish().to_le_bytes()
+        };
+        let mut key = [0; 16];
+        key[..8].copy_from_slice(&derive(0));
+        key[8..].copy_from_slice(&derive(1));
+        Self(CodePermutation::full_width(key))
+    }
+
+    /// `seq` as a cursor shows it.
+    pub fn seal(&self, seq: i64) -> u64 {
+        // The bits of the i64: negative numbers (see `LinkCursor::seq`) round-trip too.
+        self.0.permute(seq as u64)
+    }
+
+    /// The `seq` a sealed number stands for; every number stands for one.
+    pub fn open(&self, sealed: u64) -> i64 {
+        self.0.invert(sealed) as i64
+    }
 }
 
 /// The links of one page and where the next one starts.
@@ -82,6 +127,20 @@ impl LinkQuery {
             after: None,
             now,
             limit,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sealed_seqs_round_trip_and_depend_on_the_key() {
+        let (a, b) = (CursorSeal::new(&[1; 32]), CursorSeal::new(&[2; 32]));
+        for seq in [i64::MIN, -7, -1, 0, 1, 42, i64::MAX] {
+            assert_eq!(a.open(a.seal(seq)), seq);
+            assert_ne!(a.seal(seq), b.seal(seq), "{seq}");
         }
     }
 }

@@ -197,7 +197,9 @@ async fn listing(a: &Shortener, b: &Shortener, store: &[&str]) {
             "{query}"
         );
     }
-    for cursor in ["garbage!", "AAAA", "AAAAAAAAAAA_____"] {
+    // Unsealed, as the version before gave it out: refused.
+    let unsealed = cursor.replace('_', ".");
+    for cursor in ["garbage!", "AAAA", "AAAAAAAAAAA_____", &unsealed] {
         assert_eq!(
             bad_list(&c, a, &format!("?cursor={cursor}"), &alice).await,
             "invalid_cursor"
@@ -220,6 +222,7 @@ async fn paging_while_creating(a: &Shortener, store: &[&str]) {
     }
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
+    let mut sealed = Vec::new();
     let mut extra = 0;
     loop {
         let query = match &cursor {
@@ -231,10 +234,21 @@ async fn paging_while_creating(a: &Shortener, store: &[&str]) {
         new_link(&c, a, &format!("late-{extra:02}"), &carol).await;
         extra += 1;
         match page["next_cursor"].as_str() {
-            Some(next) => cursor = Some(next.to_owned()),
+            Some(next) => {
+                let (at, place) = next.split_once('_').unwrap();
+                assert_eq!((at.len(), place.len()), (16, 16), "{next}");
+                sealed.push(u64::from_str_radix(place, 16).unwrap());
+                cursor = Some(next.to_owned());
+            }
             None => break,
         }
     }
+    // Pages four links (and one late create) apart: were the creation order shown as it is,
+    // these would be a few apart; sealed, they tell nothing of it.
+    assert!(
+        sealed.windows(2).all(|w| w[0].abs_diff(w[1]) > 1 << 32),
+        "{sealed:x?}"
+    );
     let mut unique = seen.clone();
     unique.sort();
     unique.dedup();
