@@ -6,6 +6,7 @@
 
 use siphasher::sip::SipHasher13;
 use std::hash::Hasher;
+use std::num::NonZeroU64;
 
 /// Length of every generated code.
 pub const CODE_LEN: usize = 7;
@@ -76,8 +77,8 @@ pub fn decode_code(code: &str) -> Option<u64> {
 #[derive(Clone)]
 pub struct CodePermutation {
     key: [u8; 16],
-    /// 0: every `u64` (no cycle walking).
-    domain: u64,
+    /// Its numbers are below this one; `None`: every `u64` (no cycle walking).
+    domain: Option<NonZeroU64>,
     half_bits: u32,
 }
 
@@ -105,12 +106,13 @@ impl CodePermutation {
         let bits = u64::BITS - (domain - 1).leading_zeros();
         Self {
             key,
-            domain,
+            domain: NonZeroU64::new(domain),
             half_bits: bits.div_ceil(2),
         }
     }
 
-    /// A permutation of every `u64`: no number is outside its domain.
+    /// A permutation of every `u64`: no number is outside its domain, so neither
+    /// [`permute`](Self::permute) nor [`invert`](Self::invert) panics.
     ///
     /// ```
     /// use shortener_core::code::CodePermutation;
@@ -120,13 +122,13 @@ impl CodePermutation {
     pub fn full_width(key: [u8; 16]) -> Self {
         Self {
             key,
-            domain: 0,
+            domain: None,
             half_bits: u64::BITS / 2,
         }
     }
 
     fn contains(&self, x: u64) -> bool {
-        self.domain == 0 || x < self.domain
+        self.domain.is_none_or(|d| x < d.get())
     }
 
     /// Maps `id` (below the domain) to its image, also below the domain.

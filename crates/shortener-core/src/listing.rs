@@ -5,8 +5,6 @@
 use crate::code::CodePermutation;
 use crate::day::UnixSeconds;
 use crate::link::{Link, LinkStatus};
-use siphasher::sip::SipHasher13;
-use std::hash::Hasher;
 
 /// Most links one page holds.
 pub const MAX_PAGE: usize = 100;
@@ -29,42 +27,35 @@ pub struct LinkCursor {
 /// Hides a cursor's `seq` from the people it is given to: a store's creation order counts
 /// everyone's links (and, on the embedded store, every audited change), so two cursors a user
 /// gets would tell how busy the service was between their links, which generated codes keep
-/// to themselves ([`CodePermutation`]). Sealed, `seq` is a keyed permutation of its bits.
+/// to themselves ([`CodePermutation`]). Hidden, `seq` is a keyed permutation of its bits: not
+/// authenticated (every number reveals some `seq`; a forged cursor only starts a page
+/// elsewhere among the links its caller may list).
 ///
 /// ```
-/// use shortener_core::listing::CursorSeal;
-/// let seal = CursorSeal::new(b"the store's secret");
-/// let (a, b) = (seal.seal(41), seal.seal(42));
-/// assert!(a.abs_diff(b) > 1 << 32);
-/// assert_eq!((seal.open(a), seal.open(b)), (41, 42));
+/// use shortener_core::listing::CursorCipher;
+/// let cipher = CursorCipher::new([7; 16]);
+/// let hidden = cipher.hide(-42);
+/// assert_eq!(cipher.reveal(hidden), -42);
 /// ```
 #[derive(Debug, Clone)]
-pub struct CursorSeal(CodePermutation);
+pub struct CursorCipher(CodePermutation);
 
-impl CursorSeal {
-    /// The seal under `secret` (random bytes the store keeps, shared by its instances).
-    pub fn new(secret: &[u8]) -> Self {
-        // 128 bits of key from a secret of any length.
-        let derive = |half: u64| {
-            let mut h = SipHasher13::new_with_keys(0x6375_7273_6f72, half);
-            h.write(secret);
-            h.finish().to_le_bytes()
-        };
-        let mut key = [0; 16];
-        key[..8].copy_from_slice(&derive(0));
-        key[8..].copy_from_slice(&derive(1));
+impl CursorCipher {
+    /// The cipher under `key` (random, kept by the store and shared by its instances; not
+    /// the key of generated codes, so that no key drives two permutations).
+    pub fn new(key: [u8; 16]) -> Self {
         Self(CodePermutation::full_width(key))
     }
 
     /// `seq` as a cursor shows it.
-    pub fn seal(&self, seq: i64) -> u64 {
+    pub fn hide(&self, seq: i64) -> u64 {
         // The bits of the i64: negative numbers (see `LinkCursor::seq`) round-trip too.
         self.0.permute(seq as u64)
     }
 
-    /// The `seq` a sealed number stands for; every number stands for one.
-    pub fn open(&self, sealed: u64) -> i64 {
-        self.0.invert(sealed) as i64
+    /// The `seq` a hidden number stands for; every number stands for one.
+    pub fn reveal(&self, hidden: u64) -> i64 {
+        self.0.invert(hidden) as i64
     }
 }
 
@@ -136,11 +127,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sealed_seqs_round_trip_and_depend_on_the_key() {
-        let (a, b) = (CursorSeal::new(&[1; 32]), CursorSeal::new(&[2; 32]));
+    fn hidden_seqs_round_trip_and_depend_on_the_key() {
+        let (a, b) = (CursorCipher::new([1; 16]), CursorCipher::new([2; 16]));
         for seq in [i64::MIN, -7, -1, 0, 1, 42, i64::MAX] {
-            assert_eq!(a.open(a.seal(seq)), seq);
-            assert_ne!(a.seal(seq), b.seal(seq), "{seq}");
+            assert_eq!(a.reveal(a.hide(seq)), seq);
+            assert_ne!(a.hide(seq), b.hide(seq), "{seq}");
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::store::replicas::Replicated;
 use crate::visits::{GeoIp, VisitFold};
 use anyhow::Context;
 use axum::http::{HeaderValue, StatusCode};
-use shortener_core::listing::CursorSeal;
+use shortener_core::listing::CursorCipher;
 use shortener_core::long_url::{Blocklist, UrlPolicy, own_host_of};
 use shortener_core::report::AutoDisable;
 use std::io::Write;
@@ -170,15 +170,23 @@ pub(crate) async fn serve(config: ServeConfig) -> anyhow::Result<()> {
             rand::random::<[u8; 32]>().to_vec(),
         )
         .await?;
-    let cursor_key = store
+    let cursor_key: [u8; 16] = store
         .secret(
             crate::api::CURSOR_KEY_NAME,
-            rand::random::<[u8; 32]>().to_vec(),
+            rand::random::<[u8; 16]>().to_vec(),
         )
-        .await?;
+        .await?
+        .try_into()
+        .map_err(|key: Vec<u8>| {
+            anyhow::anyhow!(
+                "the store's {} is {} bytes, not 16",
+                crate::api::CURSOR_KEY_NAME,
+                key.len()
+            )
+        })?;
     let app = Arc::new(App {
         web_key,
-        cursors: CursorSeal::new(&cursor_key),
+        cursor_cipher: CursorCipher::new(cursor_key),
         captcha,
         allocator: CodeAllocator::new(store.clone(), config.id_block_size).await?,
         store,

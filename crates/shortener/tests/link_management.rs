@@ -111,6 +111,11 @@ async fn listing(a: &Shortener, b: &Shortener, store: &[&str]) {
     assert_eq!(first["links"][0]["owner"], "alice");
     assert_eq!(first["links"][0]["status"], "active");
     let cursor = first["next_cursor"].as_str().unwrap().to_owned();
+    // Both processes hide the creation order under the store's one key.
+    assert_eq!(
+        list(&c, b, "?limit=2", &alice).await["next_cursor"].as_str(),
+        Some(cursor.as_str())
+    );
     new_link(&c, a, "list-a4", &alice).await;
     let second = list(&c, b, &format!("?limit=2&cursor={cursor}"), &alice).await;
     assert_eq!(codes(&second), ["list-a1"]);
@@ -197,9 +202,9 @@ async fn listing(a: &Shortener, b: &Shortener, store: &[&str]) {
             "{query}"
         );
     }
-    // Unsealed, as the version before gave it out: refused.
-    let unsealed = cursor.replace('_', ".");
-    for cursor in ["garbage!", "AAAA", "AAAAAAAAAAA_____", &unsealed] {
+    // The form of the version before (a dot between the parts) is refused, whatever the digits.
+    let dotted = cursor.replace('_', ".");
+    for cursor in ["garbage!", "AAAA", "AAAAAAAAAAA_____", &dotted] {
         assert_eq!(
             bad_list(&c, a, &format!("?cursor={cursor}"), &alice).await,
             "invalid_cursor"
@@ -222,7 +227,7 @@ async fn paging_while_creating(a: &Shortener, store: &[&str]) {
     }
     let mut seen = Vec::new();
     let mut cursor: Option<String> = None;
-    let mut sealed = Vec::new();
+    let mut hidden = Vec::new();
     let mut extra = 0;
     loop {
         let query = match &cursor {
@@ -237,17 +242,17 @@ async fn paging_while_creating(a: &Shortener, store: &[&str]) {
             Some(next) => {
                 let (at, place) = next.split_once('_').unwrap();
                 assert_eq!((at.len(), place.len()), (16, 16), "{next}");
-                sealed.push(u64::from_str_radix(place, 16).unwrap());
+                hidden.push(u64::from_str_radix(place, 16).unwrap());
                 cursor = Some(next.to_owned());
             }
             None => break,
         }
     }
-    // Pages four links (and one late create) apart: were the creation order shown as it is,
-    // these would be a few apart; sealed, they tell nothing of it.
+    // Pages four links apart: were the creation order shown as it is, these would be a few
+    // apart; hidden, they tell nothing of it.
     assert!(
-        sealed.windows(2).all(|w| w[0].abs_diff(w[1]) > 1 << 32),
-        "{sealed:x?}"
+        hidden.windows(2).all(|w| w[0].abs_diff(w[1]) > 1 << 32),
+        "{hidden:x?}"
     );
     let mut unique = seen.clone();
     unique.sort();

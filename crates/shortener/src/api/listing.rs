@@ -11,7 +11,7 @@ use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use shortener_core::day::parse_rfc3339;
 use shortener_core::link::LinkStatus;
-use shortener_core::listing::{CursorSeal, LinkCursor, LinkQuery, MAX_PAGE};
+use shortener_core::listing::{CursorCipher, LinkCursor, LinkQuery, MAX_PAGE};
 use shortener_core::token::Principal;
 use utoipa::{IntoParams, ToSchema};
 
@@ -56,22 +56,21 @@ pub(super) struct ListParams {
 }
 
 /// The cursor after a link: its creation instant and its place in the store's creation order
-/// (`seq`) sealed ([`CursorSeal`]), 16 hex digits each around an underscore. Every string of
-/// that form is a cursor, so the document's pattern says exactly which are accepted (a forged
-/// one starts a page somewhere among the caller's own links). Cursors of earlier versions (an
-/// instant and a code; an instant and an unsealed `seq` around a dot) are refused as not
-/// given out.
-fn encode_cursor(seal: &CursorSeal, cursor: &LinkCursor) -> String {
+/// (`seq`) hidden ([`CursorCipher`]), 16 hex digits each around an underscore. Every string of
+/// that form is a cursor, so the document's pattern says exactly which are accepted. Cursors
+/// of earlier versions (an instant and a code; an instant and `seq` in clear around a dot) are
+/// refused as not given out.
+fn encode_cursor(cipher: &CursorCipher, cursor: &LinkCursor) -> String {
     // The bits of the i64, as u64: instants before 1970 round-trip too.
     format!(
         "{:016x}_{:016x}",
         cursor.created_at as u64,
-        seal.seal(cursor.seq)
+        cipher.hide(cursor.seq)
     )
 }
 
-fn decode_cursor(seal: &CursorSeal, text: &str) -> Option<LinkCursor> {
-    let (at, seq) = text.split_once('_')?;
+fn decode_cursor(cipher: &CursorCipher, text: &str) -> Option<LinkCursor> {
+    let (at, hidden) = text.split_once('_')?;
     let hex = |s: &str| {
         (s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
             .then(|| u64::from_str_radix(s, 16).ok())
@@ -79,7 +78,7 @@ fn decode_cursor(seal: &CursorSeal, text: &str) -> Option<LinkCursor> {
     };
     Some(LinkCursor {
         created_at: hex(at)? as i64,
-        seq: seal.open(hex(seq)?),
+        seq: cipher.reveal(hex(hidden)?),
     })
 }
 
@@ -107,8 +106,8 @@ impl ListParams {
     }
 
     /// The store query these parameters ask for on behalf of `user` (`admin` or not), their
-    /// cursor opened with `seal`.
-    fn query(self, user: &str, admin: bool, seal: &CursorSeal) -> Result<LinkQuery, ApiError> {
+    /// cursor read with `cipher`.
+    fn query(self, user: &str, admin: bool, cipher: &CursorCipher) -> Result<LinkQuery, ApiError> {
         // PostgreSQL refuses NUL in text; no code, destination or user name holds one.
         if [&self.owner, &self.q]
             .into_iter()
@@ -153,7 +152,7 @@ impl ListParams {
         let after = self
             .cursor
             .map(|c| {
-                decode_cursor(seal, &c).ok_or_else(|| {
+                decode_cursor(cipher, &c).ok_or_else(|| {
                     ApiError::bad_request("invalid_cursor", "cursor is not one this API gave out")
                 })
             })
@@ -198,11 +197,11 @@ pub(super) async fn page(
     who: &Principal,
     params: ListParams,
 ) -> Result<LinkPage, ApiError> {
-    let query = params.query(&who.user, who.admin, &app.cursors)?;
+    let query = params.query(&who.user, who.admin, &app.cursor_cipher)?;
     let page = app.store.list_links(&query).await?;
     Ok(LinkPage {
         links: page.links.into_iter().map(|l| link_info(app, l)).collect(),
-        next_cursor: page.next.map(|c| encode_cursor(&app.cursors, &c)),
+        next_cursor: page.next.map(|c| encode_cursor(&app.cursor_cipher, &c)),
     })
 }
 
@@ -212,11 +211,11 @@ mod tests {
 
     #[test]
     fn cursors_round_trip_and_garbage_is_refused() {
-        let seal = CursorSeal::new(b"secret");
+        let cipher = CursorCipher::new([1; 16]);
         for (created_at, seq) in [(0, 1), (1_780_000_000, 42), (-1, -7), (i64::MAX, i64::MIN)] {
             let cursor = LinkCursor { created_at, seq };
             assert_eq!(
-                decode_cursor(&seal, &encode_cursor(&seal, &cursor)),
+                decode_cursor(&cipher, &encode_cursor(&cipher, &cursor)),
                 Some(cursor)
             );
         }
@@ -235,37 +234,35 @@ mod tests {
             "0000000000000000_000000000000000A",
             "000000000000000_00000000000000001",
         ] {
-            assert_eq!(decode_cursor(&seal, bad), None, "{bad:?}");
+            assert_eq!(decode_cursor(&cipher, bad), None, "{bad:?}");
         }
     }
 
     #[test]
     fn a_cursor_shows_its_instant_but_not_the_creation_order() {
-        let seal = CursorSeal::new(b"secret");
+        let cipher = CursorCipher::new([1; 16]);
         let texts: Vec<String> = (100..103)
             .map(|seq| {
-                encode_cursor(
-                    &seal,
-                    &LinkCursor {
-                        created_at: 0x1234,
-                        seq,
-                    },
-                )
+                let cursor = LinkCursor {
+                    created_at: 0x1234,
+                    seq,
+                };
+                encode_cursor(&cipher, &cursor)
             })
             .collect();
         for text in &texts {
             assert!(text.starts_with("0000000000001234_"), "{text}");
         }
-        // Consecutive places in the order: unrelated numbers, under this seal only.
-        let sealed: Vec<u64> = texts
+        // Consecutive places in the order: far apart under this key.
+        let hidden: Vec<u64> = texts
             .iter()
-            .map(|t| u64::from_str_radix(&t[17..], 16).unwrap())
+            .map(|t| u64::from_str_radix(t.split_once('_').unwrap().1, 16).unwrap())
             .collect();
         assert!(
-            sealed.windows(2).all(|w| w[0].abs_diff(w[1]) > 1 << 32),
-            "{sealed:x?}"
+            hidden.windows(2).all(|w| w[0].abs_diff(w[1]) > 1 << 32),
+            "{hidden:x?}"
         );
-        let other = CursorSeal::new(b"another secret");
+        let other = CursorCipher::new([2; 16]);
         assert_ne!(decode_cursor(&other, &texts[0]).map(|c| c.seq), Some(100));
     }
 }

@@ -74,9 +74,9 @@ pub(crate) struct App {
     /// Signs the web app's session and CSRF cookies; kept in the store, so every instance
     /// accepts the sessions of every other.
     pub web_key: Vec<u8>,
-    /// Seals the link list's cursors, under a secret kept in the store (every instance
-    /// opens every other's cursors).
-    pub cursors: shortener_core::listing::CursorSeal,
+    /// Hides the creation order in the link list's cursors, under a key kept in the store
+    /// (every instance reads every other's cursors).
+    pub cursor_cipher: shortener_core::listing::CursorCipher,
 }
 
 pub(crate) type AppState = Arc<App>;
@@ -84,7 +84,7 @@ pub(crate) type AppState = Arc<App>;
 /// The store's name of [`App::web_key`].
 pub(crate) const WEB_KEY_NAME: &str = "web_session_key";
 
-/// The store's name of the secret [`App::cursors`] is made from.
+/// The store's name of the key of [`App::cursor_cipher`].
 pub(crate) const CURSOR_KEY_NAME: &str = "link_cursor_key";
 
 pub(crate) use changes::check_reason;
