@@ -20,22 +20,30 @@ pub struct LinkCursor {
     /// store the id of the link's creation audit row (`links.created_audit`), on PostgreSQL
     /// `links.seq`. In creation order so that a create appends to the list's indexes: by
     /// code, each create wrote a page at a random place among its second's links
-    /// (BENCHMARKS.md, the thirty-second session).
+    /// (BENCHMARKS.md, the thirty-second session). Below [`SEQ_BOUND`] in magnitude: a
+    /// cursor says nothing of a place past it.
     pub seq: i64,
 }
+
+/// The magnitude every [`LinkCursor::seq`] stays below: 2^40, a trillion creations (or, on
+/// the embedded store, audited changes) — no store comes near it.
+pub const SEQ_BOUND: i64 = 1 << 40;
 
 /// Hides a cursor's `seq` from the people it is given to: a store's creation order counts
 /// everyone's links (and, on the embedded store, every audited change), so two cursors a user
 /// gets would tell how busy the service was between their links, which generated codes keep
-/// to themselves ([`CodePermutation`]). Hidden, `seq` is a keyed permutation of its bits: not
-/// authenticated (every number reveals some `seq`; a forged cursor only starts a page
-/// elsewhere among the links its caller may list).
+/// to themselves ([`CodePermutation`]). Hidden, `seq` is a keyed permutation of its bits, so
+/// any other number (an altered cursor, one made under another key: another deployment's, or
+/// a store restored without its key) reveals a number spread over all 64 bits, which falls
+/// below [`SEQ_BOUND`] about once in eight million: such a cursor is refused instead of
+/// starting a page somewhere else.
 ///
 /// ```
 /// use shortener_core::listing::CursorCipher;
 /// let cipher = CursorCipher::new([7; 16]);
 /// let hidden = cipher.hide(-42);
-/// assert_eq!(cipher.reveal(hidden), -42);
+/// assert_eq!(cipher.reveal(hidden), Some(-42));
+/// assert_eq!(CursorCipher::new([8; 16]).reveal(hidden), None);
 /// ```
 #[derive(Debug, Clone)]
 pub struct CursorCipher(CodePermutation);
@@ -53,9 +61,10 @@ impl CursorCipher {
         self.0.permute(seq as u64)
     }
 
-    /// The `seq` a hidden number stands for; every number stands for one.
-    pub fn reveal(&self, hidden: u64) -> i64 {
-        self.0.invert(hidden) as i64
+    /// The `seq` a hidden number stands for, unless it is not one [`hide`](Self::hide) gives
+    /// for a `seq` below [`SEQ_BOUND`] under this key.
+    pub fn reveal(&self, hidden: u64) -> Option<i64> {
+        Some(self.0.invert(hidden) as i64).filter(|seq| seq.unsigned_abs() < SEQ_BOUND as u64)
     }
 }
 
@@ -129,9 +138,25 @@ mod tests {
     #[test]
     fn hidden_seqs_round_trip_and_depend_on_the_key() {
         let (a, b) = (CursorCipher::new([1; 16]), CursorCipher::new([2; 16]));
-        for seq in [i64::MIN, -7, -1, 0, 1, 42, i64::MAX] {
-            assert_eq!(a.reveal(a.hide(seq)), seq);
+        for seq in [1 - SEQ_BOUND, -7, -1, 0, 1, 42, SEQ_BOUND - 1] {
+            assert_eq!(a.reveal(a.hide(seq)), Some(seq));
             assert_ne!(a.hide(seq), b.hide(seq), "{seq}");
+        }
+    }
+
+    #[test]
+    fn numbers_hide_does_not_give_are_refused() {
+        let (a, b) = (CursorCipher::new([1; 16]), CursorCipher::new([2; 16]));
+        for seq in [i64::MIN, -SEQ_BOUND, SEQ_BOUND, i64::MAX] {
+            assert_eq!(a.reveal(a.hide(seq)), None, "{seq}");
+        }
+        // Another key's cursors, and this key's altered in any one bit: refused.
+        for seq in 0..1000 {
+            let hidden = a.hide(seq);
+            assert_eq!(b.reveal(hidden), None, "{seq}");
+            for bit in 0..64 {
+                assert_eq!(a.reveal(hidden ^ 1 << bit), None, "{seq} {bit}");
+            }
         }
     }
 }

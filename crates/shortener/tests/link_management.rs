@@ -202,9 +202,12 @@ async fn listing(a: &Shortener, b: &Shortener, store: &[&str]) {
             "{query}"
         );
     }
-    // The form of the version before (a dot between the parts) is refused, whatever the digits.
+    // The form of the version before (a dot between the parts) is refused, whatever the digits;
+    // so is a cursor altered in its hidden part (as one of another deployment would read).
     let dotted = cursor.replace('_', ".");
-    for cursor in ["garbage!", "AAAA", "AAAAAAAAAAA_____", &dotted] {
+    let (at, hidden) = cursor.split_once('_').unwrap();
+    let altered = format!("{at}_{:016x}", u64::from_str_radix(hidden, 16).unwrap() ^ 1);
+    for cursor in ["garbage!", "AAAA", "AAAAAAAAAAA_____", &dotted, &altered] {
         assert_eq!(
             bad_list(&c, a, &format!("?cursor={cursor}"), &alice).await,
             "invalid_cursor"

@@ -56,10 +56,10 @@ pub(super) struct ListParams {
 }
 
 /// The cursor after a link: its creation instant and its place in the store's creation order
-/// (`seq`) hidden ([`CursorCipher`]), 16 hex digits each around an underscore. Every string of
-/// that form is a cursor, so the document's pattern says exactly which are accepted. Cursors
-/// of earlier versions (an instant and a code; an instant and `seq` in clear around a dot) are
-/// refused as not given out.
+/// (`seq`) hidden ([`CursorCipher`]), 16 hex digits each around an underscore. A string of
+/// that form whose hidden part this deployment's key did not give out (altered, or another
+/// deployment's) is refused, as are cursors of earlier versions (an instant and a code; an
+/// instant and `seq` in clear around a dot).
 fn encode_cursor(cipher: &CursorCipher, cursor: &LinkCursor) -> String {
     // The bits of the i64, as u64: instants before 1970 round-trip too.
     format!(
@@ -78,7 +78,7 @@ fn decode_cursor(cipher: &CursorCipher, text: &str) -> Option<LinkCursor> {
     };
     Some(LinkCursor {
         created_at: hex(at)? as i64,
-        seq: cipher.reveal(hex(hidden)?),
+        seq: cipher.reveal(hex(hidden)?)?,
     })
 }
 
@@ -175,7 +175,7 @@ impl ListParams {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "A page of links", body = LinkPage),
-        (status = 400, description = "Unknown parameter, a status other than active/disabled/expired, a time that is not RFC 3339, limit outside 1-100, another user's owner without an admin token, NUL in q or owner (`invalid_query`); a bad cursor (`invalid_cursor`)", body = ErrorBody),
+        (status = 400, description = "Unknown parameter, a status other than active/disabled/expired, a time that is not RFC 3339, limit outside 1-100, another user's owner without an admin token, NUL in q or owner (`invalid_query`); a cursor this deployment did not give out: malformed, altered or made under another deployment's key (`invalid_cursor`)", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),
     )
@@ -208,11 +208,17 @@ pub(super) async fn page(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shortener_core::listing::SEQ_BOUND;
 
     #[test]
     fn cursors_round_trip_and_garbage_is_refused() {
         let cipher = CursorCipher::new([1; 16]);
-        for (created_at, seq) in [(0, 1), (1_780_000_000, 42), (-1, -7), (i64::MAX, i64::MIN)] {
+        for (created_at, seq) in [
+            (0, 1),
+            (1_780_000_000, 42),
+            (-1, -7),
+            (i64::MAX, 1 - SEQ_BOUND),
+        ] {
             let cursor = LinkCursor { created_at, seq };
             assert_eq!(
                 decode_cursor(&cipher, &encode_cursor(&cipher, &cursor)),
@@ -262,7 +268,8 @@ mod tests {
             hidden.windows(2).all(|w| w[0].abs_diff(w[1]) > 1 << 32),
             "{hidden:x?}"
         );
+        // Under another key (another deployment's cursor): refused, not read as another place.
         let other = CursorCipher::new([2; 16]);
-        assert_ne!(decode_cursor(&other, &texts[0]).map(|c| c.seq), Some(100));
+        assert_eq!(decode_cursor(&other, &texts[0]), None);
     }
 }
