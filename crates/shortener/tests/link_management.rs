@@ -37,14 +37,26 @@ fn codes(page: &Value) -> Vec<String> {
         .collect()
 }
 
+/// A list request refused with 400; its error code.
 async fn bad_list(c: &reqwest::Client, server: &Shortener, query: &str, token: &str) -> String {
+    refused_list(c, server, query, token, StatusCode::BAD_REQUEST).await
+}
+
+/// A list request refused with `status`; its error code.
+async fn refused_list(
+    c: &reqwest::Client,
+    server: &Shortener,
+    query: &str,
+    token: &str,
+    status: StatusCode,
+) -> String {
     let resp = c
         .get(server.url(&format!("/api/v1/links{query}")))
         .bearer_auth(token)
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), StatusCode::BAD_REQUEST, "{query}");
+    assert_eq!(resp.status(), status, "{query}");
     error_code(resp).await
 }
 
@@ -202,17 +214,24 @@ async fn listing(a: &Shortener, b: &Shortener, store: &[&str]) {
             "{query}"
         );
     }
-    // The form of the version before (a dot between the parts) is refused, whatever the digits;
-    // so is a cursor altered in its hidden part (as one of another deployment would read).
+    // The form of the version before (a dot between the parts) is refused, whatever the digits.
     let dotted = cursor.replace('_', ".");
-    let (at, hidden) = cursor.split_once('_').unwrap();
-    let altered = format!("{at}_{:016x}", u64::from_str_radix(hidden, 16).unwrap() ^ 1);
-    for cursor in ["garbage!", "AAAA", "AAAAAAAAAAA_____", &dotted, &altered] {
+    for cursor in ["garbage!", "AAAA", "AAAAAAAAAAA_____", &dotted] {
         assert_eq!(
             bad_list(&c, a, &format!("?cursor={cursor}"), &alice).await,
             "invalid_cursor"
         );
     }
+    // A cursor of the right form whose hidden part this deployment did not give out (altered
+    // here, as one of another deployment would read): 422, not a page from somewhere else.
+    let (at, hidden) = cursor.split_once('_').unwrap();
+    let altered = format!("{at}_{:016x}", u64::from_str_radix(hidden, 16).unwrap() ^ 1);
+    let query = format!("?cursor={altered}");
+    let status = StatusCode::UNPROCESSABLE_ENTITY;
+    assert_eq!(
+        refused_list(&c, a, &query, &alice, status).await,
+        "invalid_cursor"
+    );
     let resp = c.get(a.url("/api/v1/links")).send().await.unwrap();
     assert_eq!(resp.status(), StatusCode::UNAUTHORIZED);
 }

@@ -7,7 +7,7 @@ use super::links::{LinkInfo, link_info};
 use super::{App, AppState};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use shortener_core::day::parse_rfc3339;
 use shortener_core::link::LinkStatus;
@@ -56,10 +56,9 @@ pub(super) struct ListParams {
 }
 
 /// The cursor after a link: its creation instant and its place in the store's creation order
-/// (`seq`) hidden ([`CursorCipher`]), 16 hex digits each around an underscore. A string of
-/// that form whose hidden part this deployment's key did not give out (altered, or another
-/// deployment's) is refused, as are cursors of earlier versions (an instant and a code; an
-/// instant and `seq` in clear around a dot).
+/// (`seq`) hidden ([`CursorCipher`]), 16 hex digits each around an underscore. Cursors of
+/// earlier versions (an instant and a code; an instant and `seq` in clear around a dot) are
+/// not of that form.
 fn encode_cursor(cipher: &CursorCipher, cursor: &LinkCursor) -> String {
     // The bits of the i64, as u64: instants before 1970 round-trip too.
     format!(
@@ -69,16 +68,29 @@ fn encode_cursor(cipher: &CursorCipher, cursor: &LinkCursor) -> String {
     )
 }
 
-fn decode_cursor(cipher: &CursorCipher, text: &str) -> Option<LinkCursor> {
-    let (at, hidden) = text.split_once('_')?;
+/// Why a cursor is refused.
+#[derive(Debug, PartialEq, Eq)]
+enum BadCursor {
+    /// Not of the documented form: 400.
+    Malformed,
+    /// Of the form, but its hidden part is not one this deployment's key gives (altered, or
+    /// another deployment's): 422, a fact no schema can state.
+    NotGivenOut,
+}
+
+fn decode_cursor(cipher: &CursorCipher, text: &str) -> Result<LinkCursor, BadCursor> {
     let hex = |s: &str| {
         (s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
             .then(|| u64::from_str_radix(s, 16).ok())
             .flatten()
     };
-    Some(LinkCursor {
-        created_at: hex(at)? as i64,
-        seq: cipher.reveal(hex(hidden)?)?,
+    let (at, hidden) = text
+        .split_once('_')
+        .and_then(|(at, hidden)| Some((hex(at)?, hex(hidden)?)))
+        .ok_or(BadCursor::Malformed)?;
+    Ok(LinkCursor {
+        created_at: at as i64,
+        seq: cipher.reveal(hidden).ok_or(BadCursor::NotGivenOut)?,
     })
 }
 
@@ -152,8 +164,16 @@ impl ListParams {
         let after = self
             .cursor
             .map(|c| {
-                decode_cursor(cipher, &c).ok_or_else(|| {
-                    ApiError::bad_request("invalid_cursor", "cursor is not one this API gave out")
+                decode_cursor(cipher, &c).map_err(|bad| match bad {
+                    BadCursor::Malformed => ApiError::bad_request(
+                        "invalid_cursor",
+                        "cursor is not one this API gave out",
+                    ),
+                    BadCursor::NotGivenOut => ApiError::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "invalid_cursor",
+                        "cursor was not given out by this service (altered, or another deployment's): start again from the first page",
+                    ),
                 })
             })
             .transpose()?;
@@ -175,7 +195,8 @@ impl ListParams {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "A page of links", body = LinkPage),
-        (status = 400, description = "Unknown parameter, a status other than active/disabled/expired, a time that is not RFC 3339, limit outside 1-100, another user's owner without an admin token, NUL in q or owner (`invalid_query`); a cursor this deployment did not give out: malformed, altered or made under another deployment's key (`invalid_cursor`)", body = ErrorBody),
+        (status = 400, description = "Unknown parameter, a status other than active/disabled/expired, a time that is not RFC 3339, limit outside 1-100, another user's owner without an admin token, NUL in q or owner (`invalid_query`); a cursor not of the documented form (`invalid_cursor`)", body = ErrorBody),
+        (status = 422, description = "A cursor of the documented form that this deployment did not give out: altered, or made under another deployment's key (`invalid_cursor`); a fact no schema can state", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 503, description = "Store unavailable", body = ErrorBody),
     )
@@ -222,7 +243,7 @@ mod tests {
             let cursor = LinkCursor { created_at, seq };
             assert_eq!(
                 decode_cursor(&cipher, &encode_cursor(&cipher, &cursor)),
-                Some(cursor)
+                Ok(cursor)
             );
         }
         for bad in [
@@ -240,7 +261,11 @@ mod tests {
             "0000000000000000_000000000000000A",
             "000000000000000_00000000000000001",
         ] {
-            assert_eq!(decode_cursor(&cipher, bad), None, "{bad:?}");
+            assert_eq!(
+                decode_cursor(&cipher, bad),
+                Err(BadCursor::Malformed),
+                "{bad:?}"
+            );
         }
     }
 
@@ -270,6 +295,9 @@ mod tests {
         );
         // Under another key (another deployment's cursor): refused, not read as another place.
         let other = CursorCipher::new([2; 16]);
-        assert_eq!(decode_cursor(&other, &texts[0]), None);
+        assert_eq!(
+            decode_cursor(&other, &texts[0]),
+            Err(BadCursor::NotGivenOut)
+        );
     }
 }
