@@ -298,11 +298,9 @@ pub(super) async fn mine(
             }
         }
     };
-    let status = if error.is_some() {
-        StatusCode::BAD_REQUEST
-    } else {
-        StatusCode::OK
-    };
+    // The API's status for what it refused (400 for a bad filter, 422 for a cursor this
+    // deployment did not give out): one decision, in `list_page`.
+    let status = error.as_ref().map_or(StatusCode::OK, ApiError::status);
     Ok(send(&visitor, status, page("My links", &visitor, body)))
 }
 
