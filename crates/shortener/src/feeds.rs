@@ -31,6 +31,10 @@ const BETWEEN_BATCHES: Duration = Duration::from_millis(5);
 /// The store's lease of the sweep, and how long it holds when its holder dies mid-sweep.
 const SWEEP_LEASE: &str = "threat-sweep";
 const SWEEP_LEASE_SECONDS: i64 = 600;
+/// After a sweep the store cut short (a busy pool, a restart), the wait before it runs again,
+/// doubling up to the second figure while it keeps failing; a reload starts it sooner.
+const SWEEP_RETRY_FIRST: Duration = Duration::from_secs(1);
+const SWEEP_RETRY_MAX: Duration = Duration::from_secs(60);
 /// The system actor of sweeps.
 pub(crate) const ACTOR: &str = "threat-feed";
 /// Skipped lines listed one by one in the log, per file.
@@ -218,7 +222,7 @@ pub(crate) async fn reload_forever(watched: Watched, sweep: Arc<Notify>) {
     }
 }
 
-/// Sweeps at start and after every reload, forever.
+/// Sweeps at start and after every reload, forever; a sweep the store cut short runs again.
 pub(crate) async fn sweep_forever(app: Arc<App>, sweep: Arc<Notify>) {
     // Unique among the processes on the store: the lease's holder.
     let holder = format!(
@@ -227,6 +231,7 @@ pub(crate) async fn sweep_forever(app: Arc<App>, sweep: Arc<Notify>) {
         std::process::id(),
         rand::random::<u32>()
     );
+    let mut retry = SWEEP_RETRY_FIRST;
     loop {
         let loaded = app.threats.get();
         app.metrics
@@ -240,10 +245,18 @@ pub(crate) async fn sweep_forever(app: Arc<App>, sweep: Arc<Notify>) {
                     tracing::debug!("another process sweeps, or swept, these feeds");
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "threat sweep stopped; the next reload retries")
+                    tracing::warn!(error = %e, retry_in = ?retry, "threat sweep stopped; it runs again");
+                    // Its lease was given back unfinished: whichever process comes first sweeps.
+                    tokio::select! {
+                        () = sweep.notified() => {}
+                        () = tokio::time::sleep(retry) => {}
+                    }
+                    retry = (retry * 2).min(SWEEP_RETRY_MAX);
+                    continue;
                 }
             }
         }
+        retry = SWEEP_RETRY_FIRST;
         sweep.notified().await;
     }
 }
